@@ -1,0 +1,31 @@
+//! The fleet-networking API types fleetnet-hub reads and writes (group `networking.fleet.azure.com`),
+//! wire-compatible with fleet-networking's CRDs, and the CRDs generated from them.
+
+mod conditions;
+mod crd;
+mod internal_service_export;
+mod service_export;
+
+pub use conditions::{
+    CONDITION_CONFLICT, CONDITION_VALID, ConditionSpec, condition_matches, find_condition,
+    set_condition,
+};
+pub use crd::{crd_yaml, internal_service_export_crd, service_export_crd};
+pub use internal_service_export::{
+    ExportedObjectReference, InternalServiceExport, InternalServiceExportSpec,
+    InternalServiceExportStatus, ServicePort,
+};
+pub use service_export::{ServiceExport, ServiceExportStatus, ServiceExportVersion};
+
+/// The API group of every fleet-networking type.
+pub const GROUP: &str = "networking.fleet.azure.com";
+
+/// Finalizer that keeps a ServiceExport until its Service is unexported from the hub.
+pub const CLEANUP_FINALIZER: &str = "networking.fleet.azure.com/svc-export-cleanup";
+/// Annotation with the ServiceExport's weight in its ServiceImport, an integer in [0, 1000].
+pub const WEIGHT_ANNOTATION: &str = "networking.fleet.azure.com/weight";
+/// Annotation: the Service resourceVersion last seen when exporting (for the export-latency metric).
+pub const LAST_SEEN_RESOURCE_VERSION_ANNOTATION: &str =
+    "networking.fleet.azure.com/last-seen-resource-version";
+/// Annotation: when that resourceVersion was first seen (RFC 3339).
+pub const LAST_SEEN_TIMESTAMP_ANNOTATION: &str = "networking.fleet.azure.com/last-seen-timestamp";

@@ -1,0 +1,4 @@
+//! fleetnet-hub: one process in the Azure Kubernetes Fleet hub that exports every member
+//! cluster's Services (ServiceExport → InternalServiceExport), one reconciler per member.
+
+pub mod api;

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Builds (once) the real binaries the test substrate runs: kube-apiserver and etcd, from the published
+# Go modules, plus helm for the chart tests. Results are cached under
+#   ${FLEETNET_CACHE:-$HOME/.cache/fleetnet-hub}/bin/<version>/
+# and a second run only checks they are there. Prints the directory holding kube-apiserver and etcd
+# on its last line (stdout); progress goes to stderr.
+#
+# KUBEBUILDER_ASSETS (the controller-runtime envtest convention): if it names a directory holding
+# kube-apiserver and etcd, nothing is built and that directory is printed.
+#
+# Usage: install.sh [apiserver|helm|all]   (default: apiserver = kube-apiserver + etcd)
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$here/versions.env"
+what="${1:-apiserver}"
+cache="${FLEETNET_CACHE:-$HOME/.cache/fleetnet-hub}"
+log() { echo "[testenv/install] $*" >&2; }
+
+need_go() {
+  if ! command -v go >/dev/null 2>&1; then
+    log "ERROR: Go is not installed or not on PATH. The test substrate builds kube-apiserver and etcd"
+    log "from the published Go modules; install Go 1.26.x (https://go.dev/doc/install) or point"
+    log "KUBEBUILDER_ASSETS at a directory holding kube-apiserver and etcd (envtest binaries)."
+    exit 1
+  fi
+}
+
+# A fresh module per build, in the cache, so nothing lands in the repository.
+workdir() {
+  local d="$cache/build/$1"
+  rm -rf "$d"
+  mkdir -p "$d"
+  echo "$d"
+}
+
+build_kube_apiserver() {
+  local out="$1"
+  [ -x "$out/kube-apiserver" ] && return 0
+  need_go
+  local d; d="$(workdir "kube-apiserver-$KUBERNETES_VERSION")"
+  local staging="v0.${KUBERNETES_VERSION#v1.}"
+  log "building kube-apiserver $KUBERNETES_VERSION (first time only: about 6-8 minutes on 2 cores)"
+  local gomod
+  gomod="$(cd "$d" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
+  [ -f "$gomod" ] || { log "ERROR: could not download k8s.io/kubernetes@$KUBERNETES_VERSION go.mod"; exit 1; }
+  {
+    echo "module fleetnet-testenv/kube-apiserver"
+    echo
+    echo "go $(go env GOVERSION | sed -E 's/^go([0-9]+\.[0-9]+).*/\1/')"
+    echo
+    echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
+    echo
+    # k8s.io/kubernetes replaces each staging module with ./staging/...; map each to its published tag.
+    grep -E '^[[:space:]]*k8s\.io/[a-z0-9-]+ => \./staging/' "$gomod" | awk -v v="$staging" '{print "replace " $1 " => " $1 " " v}'
+  } > "$d/go.mod"
+  cat > "$d/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+GO
+  (cd "$d" && go mod tidy -e >&2 2>"$d/tidy.log" || true)
+  local major="${KUBERNETES_VERSION#v}"; major="${major%%.*}"
+  local minor="${KUBERNETES_VERSION#v*.}"; minor="${minor%%.*}"
+  (cd "$d" && go get "k8s.io/kubernetes/cmd/kube-apiserver@$KUBERNETES_VERSION" >&2 2>>"$d/tidy.log" || true)
+  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=$major -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION"
+  mkdir -p "$out"
+  # The field manager recorded in managedFields is the binary name: it must be exactly kube-apiserver.
+  (cd "$d" && CGO_ENABLED=0 GOEXPERIMENT="$GO_EXPERIMENT_FOR_APISERVER" go build -trimpath -ldflags "$ldflags" \
+      -o "$out/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver) || {
+    log "ERROR: building kube-apiserver failed; module setup log: $d/tidy.log"; exit 1; }
+  mv "$out/kube-apiserver.tmp" "$out/kube-apiserver"
+  log "kube-apiserver built: $out/kube-apiserver"
+}
+
+build_etcd() {
+  local out="$1"
+  [ -x "$out/etcd" ] && return 0
+  need_go
+  local d; d="$(workdir "etcd-$ETCD_VERSION")"
+  log "building etcd $ETCD_VERSION (first time only: under a minute)"
+  cat > "$d/go.mod" <<GOMOD
+module fleetnet-testenv/etcd
+
+go $(go env GOVERSION | sed -E 's/^go([0-9]+\.[0-9]+).*/\1/')
+
+require go.etcd.io/etcd/server/v3 $ETCD_VERSION
+GOMOD
+  cat > "$d/main.go" <<'GO'
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  (cd "$d" && go mod tidy >&2) || { log "ERROR: resolving etcd $ETCD_VERSION modules failed"; exit 1; }
+  mkdir -p "$out"
+  (cd "$d" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/etcd.tmp" .) || {
+    log "ERROR: building etcd failed"; exit 1; }
+  mv "$out/etcd.tmp" "$out/etcd"
+  log "etcd built: $out/etcd"
+}
+
+build_helm() {
+  local out="$cache/bin/helm-$HELM_VERSION"
+  if [ ! -x "$out/helm" ]; then
+    need_go
+    local d; d="$(workdir "helm-$HELM_VERSION")"
+    log "building helm $HELM_VERSION (first time only: a few minutes)"
+    local modpath="helm.sh/helm/${HELM_VERSION%%.*}"
+    cat > "$d/go.mod" <<GOMOD
+module fleetnet-testenv/helm
+
+go $(go env GOVERSION | sed -E 's/^go([0-9]+\.[0-9]+).*/\1/')
+
+require $modpath $HELM_VERSION
+GOMOD
+    cat > "$d/tools.go" <<GO
+//go:build tools
+
+package tools
+
+import _ "$modpath/cmd/helm"
+GO
+    (cd "$d" && go mod tidy >&2) || { log "ERROR: resolving helm modules failed"; exit 1; }
+    mkdir -p "$out"
+    (cd "$d" && CGO_ENABLED=0 go build -trimpath \
+        -ldflags "-s -w -X $modpath/internal/version.version=$HELM_VERSION" \
+        -o "$out/helm.tmp" "$modpath/cmd/helm") || { log "ERROR: building helm failed"; exit 1; }
+    mv "$out/helm.tmp" "$out/helm"
+    log "helm built: $out/helm"
+  fi
+  echo "$out"
+}
+
+apiserver_dir() {
+  if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
+    if [ -x "$KUBEBUILDER_ASSETS/kube-apiserver" ] && [ -x "$KUBEBUILDER_ASSETS/etcd" ]; then
+      log "using KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
+      echo "$KUBEBUILDER_ASSETS"
+      return 0
+    fi
+    log "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS lacks kube-apiserver or etcd; building our own"
+  fi
+  local out="$cache/bin/$KUBERNETES_VERSION-etcd-$ETCD_VERSION"
+  local start=$SECONDS
+  build_etcd "$out"
+  build_kube_apiserver "$out"
+  log "binaries ready in $out ($((SECONDS - start)) s)"
+  echo "$out"
+}
+
+case "$what" in
+  apiserver) apiserver_dir ;;
+  helm) build_helm ;;
+  all) build_helm >/dev/null; apiserver_dir ;;
+  *) log "usage: install.sh [apiserver|helm|all]"; exit 2 ;;
+esac

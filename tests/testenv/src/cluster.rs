@@ -1,0 +1,267 @@
+//! One simulated cluster: a real `kube-apiserver` process on 127.0.0.1.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::kubeconfig::write_token_kubeconfig;
+use crate::process::{ProcessGuard, free_port};
+use crate::{Error, Result, io_err};
+
+/// Admin identity of every substrate cluster (system:masters, via --token-auth-file).
+const ADMIN_USER: &str = "admin";
+
+/// A cluster of the substrate. `stop` + `start` keep its port, certificates and etcd data, so
+/// it comes back as the same cluster (an outage, not a rebuild).
+#[derive(Debug)]
+pub struct Cluster {
+    name: String,
+    dir: PathBuf,
+    binary: PathBuf,
+    port: u16,
+    etcd_url: String,
+    admin_token: String,
+    kubeconfig: PathBuf,
+    process: Option<ProcessGuard>,
+    last_ready_after: Option<Duration>,
+}
+
+impl Cluster {
+    pub(crate) fn new(
+        name: &str,
+        root: &Path,
+        binary: &Path,
+        etcd_url: &str,
+        kubeconfig: PathBuf,
+        sa_key_dir: &Path,
+    ) -> Result<Self> {
+        let dir = root.join(format!("cluster-{name}"));
+        std::fs::create_dir_all(dir.join("certs"))
+            .map_err(io_err(format!("create {}", dir.display())))?;
+        let admin_token = random_token();
+        std::fs::write(
+            dir.join("tokens.csv"),
+            format!("{admin_token},{ADMIN_USER},admin-uid,system:masters\n"),
+        )
+        .map_err(io_err("write tokens.csv"))?;
+        for f in ["sa.key", "sa.pub"] {
+            std::fs::copy(sa_key_dir.join(f), dir.join(f)).map_err(io_err(format!("copy {f}")))?;
+        }
+        Ok(Self {
+            name: name.to_string(),
+            dir,
+            binary: binary.to_path_buf(),
+            port: free_port()?,
+            etcd_url: etcd_url.to_string(),
+            admin_token,
+            kubeconfig,
+            process: None,
+            last_ready_after: None,
+        })
+    }
+
+    /// The cluster's name (`hub` or the member name).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `https://127.0.0.1:<port>`.
+    pub fn server(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    /// The admin kubeconfig of this cluster.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// PEM of the apiserver's serving certificate, which is also the kubeconfig's CA.
+    pub fn ca_pem(&self) -> Result<Vec<u8>> {
+        let path = self.dir.join("certs/apiserver.crt");
+        std::fs::read(&path).map_err(io_err(format!("read {}", path.display())))
+    }
+
+    /// How long the last (re)start took until `/readyz` answered 200.
+    pub fn ready_after(&self) -> Option<Duration> {
+        self.last_ready_after
+    }
+
+    /// RSS of the apiserver process in KiB, when it runs.
+    pub fn rss_kib(&self) -> Option<u64> {
+        self.process.as_ref().and_then(ProcessGuard::rss_kib)
+    }
+
+    /// Whether the apiserver process is running.
+    pub fn is_running(&self) -> bool {
+        self.process.is_some()
+    }
+
+    /// A client with the admin identity.
+    pub async fn client(&self) -> Result<kube::Client> {
+        client_from_kubeconfig(&self.name, &self.kubeconfig).await
+    }
+
+    /// Spawns the apiserver (without waiting).
+    pub(crate) fn spawn(&mut self) -> Result<()> {
+        if self.process.is_some() {
+            return Ok(());
+        }
+        let d = &self.dir;
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg(format!("--etcd-servers={}", self.etcd_url))
+            .arg(format!("--etcd-prefix=/{}", self.name))
+            .arg("--bind-address=127.0.0.1")
+            .arg("--advertise-address=127.0.0.1")
+            .arg(format!("--secure-port={}", self.port))
+            .arg(format!("--cert-dir={}", d.join("certs").display()))
+            .arg(format!(
+                "--token-auth-file={}",
+                d.join("tokens.csv").display()
+            ))
+            .arg("--authorization-mode=RBAC")
+            .arg("--service-cluster-ip-range=10.96.0.0/16")
+            .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
+            .arg(format!(
+                "--service-account-key-file={}",
+                d.join("sa.pub").display()
+            ))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                d.join("sa.key").display()
+            ))
+            .arg("--endpoint-reconciler-type=none")
+            .arg("--v=0");
+        self.process = Some(ProcessGuard::spawn(
+            &format!("kube-apiserver[{}]", self.name),
+            cmd,
+            &d.join("kube-apiserver.log"),
+        )?);
+        Ok(())
+    }
+
+    /// Waits for the serving certificate, writes the admin kubeconfig and waits for `/readyz`.
+    pub(crate) async fn wait_ready(&mut self, started: Instant) -> Result<()> {
+        let deadline = started + Duration::from_secs(120);
+        let cert = self.dir.join("certs/apiserver.crt");
+        loop {
+            self.check_alive()?;
+            if cert.is_file() {
+                break;
+            }
+            self.check_deadline(deadline)?;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        write_token_kubeconfig(
+            &self.kubeconfig,
+            &self.name,
+            &self.server(),
+            &self.ca_pem()?,
+            ADMIN_USER,
+            &self.admin_token,
+        )?;
+        let client = self.client().await?;
+        loop {
+            self.check_alive()?;
+            let req = http::Request::get("/readyz").body(Vec::new());
+            if let Ok(req) = req
+                && matches!(client.request_text(req).await.as_deref(), Ok("ok"))
+            {
+                self.last_ready_after = Some(started.elapsed());
+                return Ok(());
+            }
+            self.check_deadline(deadline)?;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Starts a stopped cluster again on the same port with its data kept, and waits for it.
+    pub async fn start(&mut self) -> Result<()> {
+        let started = Instant::now();
+        self.spawn()?;
+        self.wait_ready(started).await?;
+        eprintln!(
+            "[testenv] cluster {} ready after {:?} ({})",
+            self.name,
+            started.elapsed(),
+            self.server()
+        );
+        Ok(())
+    }
+
+    /// Stops the apiserver (SIGTERM, then SIGKILL); the port, certificates and data stay.
+    pub fn stop(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            p.stop();
+        }
+    }
+
+    fn check_alive(&mut self) -> Result<()> {
+        let log = self.dir.join("kube-apiserver.log");
+        match self.process.as_mut().map(ProcessGuard::exited) {
+            None => Err(self.error("apiserver is not running".into())),
+            Some(Some(status)) => {
+                self.process = None;
+                Err(self.error(format!(
+                    "kube-apiserver exited with {status}; last lines of {}:\n{}",
+                    log.display(),
+                    tail(&log, 15)
+                )))
+            }
+            Some(None) => Ok(()),
+        }
+    }
+
+    fn check_deadline(&self, deadline: Instant) -> Result<()> {
+        if Instant::now() > deadline {
+            let log = self.dir.join("kube-apiserver.log");
+            return Err(self.error(format!(
+                "not ready within 120 s; last lines of {}:\n{}",
+                log.display(),
+                tail(&log, 15)
+            )));
+        }
+        Ok(())
+    }
+
+    fn error(&self, message: String) -> Error {
+        Error::Cluster {
+            cluster: self.name.clone(),
+            message,
+        }
+    }
+}
+
+/// A kube client for the kubeconfig at `path` (its current context).
+pub async fn client_from_kubeconfig(cluster: &str, path: &Path) -> Result<kube::Client> {
+    let kubeconfig = Kubeconfig::read_from(path).map_err(|e| Error::Cluster {
+        cluster: cluster.to_string(),
+        message: format!("read kubeconfig {}: {e}", path.display()),
+    })?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| Error::Cluster {
+            cluster: cluster.to_string(),
+            message: format!("kubeconfig {}: {e}", path.display()),
+        })?;
+    kube::Client::try_from(config).map_err(|source| Error::Kube {
+        cluster: cluster.to_string(),
+        step: "build client".into(),
+        source,
+    })
+}
+
+fn random_token() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..32)
+        .map(|_| char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[rng.random_range(0..36)]))
+        .collect()
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}

@@ -1,0 +1,394 @@
+//! A hub and N members sharing one etcd.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, PostParams};
+
+use crate::binaries::Binaries;
+use crate::cluster::Cluster;
+use crate::etcd::Etcd;
+use crate::{Error, Result, chart_crds_dir, io_err};
+
+/// The hub-side namespace prefix of fleet-networking: member `m` owns `fleet-member-m`.
+pub const DEFAULT_HUB_NAMESPACE_PREFIX: &str = "fleet-member-";
+
+/// How a [`Fleet`] is to be started.
+#[derive(Debug, Clone)]
+pub struct FleetBuilder {
+    members: Vec<String>,
+    crds_dir: PathBuf,
+    namespace_prefix: String,
+    quiet: bool,
+}
+
+impl Default for FleetBuilder {
+    fn default() -> Self {
+        Self {
+            members: vec!["member-1".into(), "member-2".into()],
+            crds_dir: chart_crds_dir(),
+            namespace_prefix: DEFAULT_HUB_NAMESPACE_PREFIX.into(),
+            quiet: false,
+        }
+    }
+}
+
+impl FleetBuilder {
+    /// The member clusters to start, by name.
+    pub fn members<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.members = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Where the CRD YAMLs are (default: the chart's `crds/`).
+    pub fn crds_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.crds_dir = dir.into();
+        self
+    }
+
+    /// Do not print readiness figures.
+    pub fn quiet(mut self) -> Self {
+        self.quiet = true;
+        self
+    }
+
+    /// Starts etcd, the hub and every member (in parallel), installs the CRDs (ServiceExport in
+    /// members, InternalServiceExport in the hub) and creates `fleet-member-<name>` in the hub.
+    pub async fn start(self) -> Result<Fleet> {
+        let begun = Instant::now();
+        let binaries = Binaries::locate()?;
+        let dir = tempfile::Builder::new()
+            .prefix("fleetnet-substrate-")
+            .tempdir()
+            .map_err(io_err("create substrate directory"))?;
+        let root = dir.path().to_path_buf();
+        generate_sa_keys(&root)?;
+        let etcd = Etcd::start(&binaries.etcd(), &root)?;
+        let member_dir = root.join("kubeconfigs");
+        std::fs::create_dir_all(&member_dir).map_err(io_err("create kubeconfigs dir"))?;
+
+        let mut hub = Cluster::new(
+            "hub",
+            &root,
+            &binaries.kube_apiserver(),
+            &etcd.client_url,
+            root.join("hub.kubeconfig"),
+            &root,
+        )?;
+        let mut members = Vec::new();
+        for name in &self.members {
+            members.push(Cluster::new(
+                name,
+                &root,
+                &binaries.kube_apiserver(),
+                &etcd.client_url,
+                member_dir.join(format!("{name}.yaml")),
+                &root,
+            )?);
+        }
+        // Each cluster is spawned, then all are awaited together: boot time overlaps.
+        let spawned = Instant::now();
+        hub.spawn()?;
+        for m in &mut members {
+            m.spawn()?;
+        }
+        let mut all: Vec<&mut Cluster> = std::iter::once(&mut hub)
+            .chain(members.iter_mut())
+            .collect();
+        futures::future::try_join_all(all.iter_mut().map(|c| c.wait_ready(spawned))).await?;
+
+        let crds = CrdFiles::load(&self.crds_dir)?;
+        let hub_client = hub.client().await?;
+        let mut installs = vec![];
+        for m in &members {
+            installs.push(install_crds(
+                m.name().to_string(),
+                m.client().await?,
+                crds.member.clone(),
+            ));
+        }
+        installs.push(install_crds(
+            "hub".into(),
+            hub_client.clone(),
+            crds.hub.clone(),
+        ));
+        futures::future::try_join_all(installs).await?;
+        for m in &members {
+            ensure_namespace(
+                &hub_client,
+                "hub",
+                &format!("{}{}", self.namespace_prefix, m.name()),
+            )
+            .await?;
+        }
+
+        let fleet = Fleet {
+            etcd,
+            hub,
+            members,
+            root,
+            namespace_prefix: self.namespace_prefix,
+            _dir: dir,
+        };
+        if !self.quiet {
+            fleet.print_report(begun.elapsed());
+        }
+        Ok(fleet)
+    }
+}
+
+/// A running hub + members. Dropping it ends every process it started.
+#[derive(Debug)]
+pub struct Fleet {
+    // Field order is drop order: apiservers stop before their etcd.
+    hub: Cluster,
+    members: Vec<Cluster>,
+    etcd: Etcd,
+    root: PathBuf,
+    namespace_prefix: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Fleet {
+    /// A builder with two members named `member-1` and `member-2`.
+    pub fn builder() -> FleetBuilder {
+        FleetBuilder::default()
+    }
+
+    /// The hub cluster.
+    pub fn hub(&self) -> &Cluster {
+        &self.hub
+    }
+
+    /// The hub cluster, to stop or start it.
+    pub fn hub_mut(&mut self) -> &mut Cluster {
+        &mut self.hub
+    }
+
+    /// All member clusters.
+    pub fn members(&self) -> &[Cluster] {
+        &self.members
+    }
+
+    /// The member named `name`. Panics on a name the fleet was not built with: a test bug.
+    pub fn member(&self, name: &str) -> &Cluster {
+        self.members
+            .iter()
+            .find(|m| m.name() == name)
+            .unwrap_or_else(|| panic!("substrate has no member {name}"))
+    }
+
+    /// The member named `name`, to stop or start it.
+    pub fn member_mut(&mut self, name: &str) -> &mut Cluster {
+        self.members
+            .iter_mut()
+            .find(|m| m.name() == name)
+            .unwrap_or_else(|| panic!("substrate has no member {name}"))
+    }
+
+    /// The directory of member kubeconfigs, laid out as the product's `kubeconfigs/`:
+    /// `<member>.yaml` per member.
+    pub fn member_kubeconfig_dir(&self) -> PathBuf {
+        self.root.join("kubeconfigs")
+    }
+
+    /// A scratch directory that lives as long as the fleet.
+    pub fn scratch_dir(&self) -> &Path {
+        &self.root
+    }
+
+    /// Hub namespace of a member.
+    pub fn hub_namespace(&self, member: &str) -> String {
+        format!("{}{member}", self.namespace_prefix)
+    }
+
+    /// Prints readiness times and RSS of every process.
+    pub fn print_report(&self, total: Duration) {
+        eprintln!(
+            "[testenv] fleet ready in {total:.2?} (hub + {} members)",
+            self.members.len()
+        );
+        for c in std::iter::once(&self.hub).chain(&self.members) {
+            eprintln!(
+                "[testenv]   {:<12} {}  ready after {:.2?}  rss {} MiB",
+                c.name(),
+                c.server(),
+                c.ready_after().unwrap_or_default(),
+                c.rss_kib().map_or(0, |k| k / 1024)
+            );
+        }
+        eprintln!(
+            "[testenv]   etcd (shared) rss {} MiB",
+            self.etcd.rss_kib().map_or(0, |k| k / 1024)
+        );
+    }
+}
+
+#[derive(Debug, Clone)]
+struct CrdFiles {
+    member: Vec<CustomResourceDefinition>,
+    hub: Vec<CustomResourceDefinition>,
+}
+
+impl CrdFiles {
+    /// ServiceExport (and anything member-side) goes to members; InternalServiceExport to the hub.
+    fn load(dir: &Path) -> Result<Self> {
+        let mut files = CrdFiles {
+            member: vec![],
+            hub: vec![],
+        };
+        let entries = std::fs::read_dir(dir).map_err(io_err(format!("read {}", dir.display())))?;
+        let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        paths.sort();
+        for path in paths
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        {
+            let text = std::fs::read_to_string(&path)
+                .map_err(io_err(format!("read {}", path.display())))?;
+            let docs: Vec<CustomResourceDefinition> = serde_saphyr::from_str_multiple(&text)
+                .map_err(|e| Error::Manifest {
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?;
+            for crd in docs {
+                match crd.spec.names.kind.as_str() {
+                    "InternalServiceExport" => files.hub.push(crd),
+                    "ServiceExport" => files.member.push(crd),
+                    _ => {}
+                }
+            }
+        }
+        if files.member.is_empty() || files.hub.is_empty() {
+            return Err(Error::Manifest {
+                path: dir.to_path_buf(),
+                message: "expected the ServiceExport and InternalServiceExport CRDs".into(),
+            });
+        }
+        Ok(files)
+    }
+}
+
+async fn install_crds(
+    cluster: String,
+    client: kube::Client,
+    crds: Vec<CustomResourceDefinition>,
+) -> Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let kube_err = |step: &str| {
+            let cluster = cluster.clone();
+            let step = format!("{step} CRD {name}");
+            move |source| Error::Kube {
+                cluster,
+                step,
+                source,
+            }
+        };
+        api.create(&PostParams::default(), &crd)
+            .await
+            .map_err(kube_err("create"))?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let got = api.get(&name).await.map_err(kube_err("get"))?;
+            let established = got
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Cluster {
+                    cluster,
+                    message: format!("CRD {name} not Established within 30 s"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        wait_servable(&cluster, &client, &crd).await?;
+    }
+    Ok(())
+}
+
+/// Right after Established, requests may get 429 "storage is (re)initializing" for about a
+/// second: wait until a LIST of every served version succeeds.
+async fn wait_servable(
+    cluster: &str,
+    client: &kube::Client,
+    crd: &CustomResourceDefinition,
+) -> Result<()> {
+    for version in crd.spec.versions.iter().filter(|v| v.served) {
+        let gvk =
+            kube::api::GroupVersionKind::gvk(&crd.spec.group, &version.name, &crd.spec.names.kind);
+        let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, &crd.spec.names.plural);
+        let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match api.list(&ListParams::default().limit(1)).await {
+                Ok(_) => break,
+                Err(e) if Instant::now() > deadline => {
+                    return Err(Error::Kube {
+                        cluster: cluster.to_string(),
+                        step: format!("list {}/{}", crd.spec.names.plural, version.name),
+                        source: e,
+                    });
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Creates a namespace if it does not exist.
+pub async fn ensure_namespace(client: &kube::Client, cluster: &str, name: &str) -> Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(source) => Err(Error::Kube {
+            cluster: cluster.to_string(),
+            step: format!("create namespace {name}"),
+            source,
+        }),
+    }
+}
+
+fn generate_sa_keys(dir: &Path) -> Result<()> {
+    let run = |args: &[&str]| -> Result<()> {
+        let status = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .map_err(io_err("run openssl (is it installed?)"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(Error::Binaries(format!(
+                "openssl {args:?} failed: {status}"
+            )))
+        }
+    };
+    run(&["genrsa", "-out", "sa.key", "2048"])?;
+    run(&["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"])
+}

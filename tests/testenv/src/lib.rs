@@ -1,0 +1,67 @@
+//! The multi-cluster test substrate: one hub and N member Kubernetes clusters, each a REAL
+//! `kube-apiserver` on 127.0.0.1 (TLS, RBAC, bearer-token admin), all backed by ONE etcd with a
+//! distinct `--etcd-prefix` per cluster.
+//!
+//! Used by every integration test, by the benchmark and by `fleetnet-hub sandbox`.
+//! Every process it starts is ended by PID when the [`Fleet`] drops (also on panic) and, should
+//! the test process itself be killed, by the kernel (`PR_SET_PDEATHSIG`).
+
+mod binaries;
+mod cluster;
+mod etcd;
+mod fleet;
+mod kubeconfig;
+mod process;
+mod rbac;
+
+pub use binaries::Binaries;
+pub use cluster::{Cluster, client_from_kubeconfig};
+pub use fleet::{DEFAULT_HUB_NAMESPACE_PREFIX, Fleet, FleetBuilder, ensure_namespace};
+pub use rbac::{ScopedIdentity, load_cluster_role, load_role};
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong while starting or driving the substrate.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("test binaries: {0}")]
+    Binaries(String),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cluster {cluster}: {message}")]
+    Cluster { cluster: String, message: String },
+    #[error("cluster {cluster}: {step}: {source}")]
+    Kube {
+        cluster: String,
+        step: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{path}: {message}")]
+    Manifest { path: PathBuf, message: String },
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Io { what, source }
+}
+
+/// The repository root (this crate lives at `tests/testenv`).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
+}
+
+/// Where the chart keeps the CRDs generated from the Rust types.
+pub fn chart_crds_dir() -> PathBuf {
+    repo_root().join("charts/fleetnet-hub/crds")
+}

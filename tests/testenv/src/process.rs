@@ -1,0 +1,104 @@
+//! A child process that is ended by PID when its guard drops.
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::{Result, io_err};
+
+/// Owns one running process; dropping it terminates the process (SIGTERM, then SIGKILL).
+#[derive(Debug)]
+pub(crate) struct ProcessGuard {
+    name: String,
+    child: Option<Child>,
+}
+
+impl ProcessGuard {
+    /// Spawns `cmd` with stdout+stderr appended to `log`. The kernel kills the child if the
+    /// thread that spawned it dies, so even a killed test run leaves nothing listening.
+    pub(crate) fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Self> {
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(io_err(format!("open {}", log.display())))?;
+        let err = out.try_clone().map_err(io_err("clone log handle"))?;
+        cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(io_err(format!("spawn {name}")))?;
+        Ok(Self {
+            name: name.to_string(),
+            child: Some(child),
+        })
+    }
+
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// `Some(status)` when the process has already exited.
+    pub(crate) fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Resident set size in KiB, read from /proc.
+    pub(crate) fn rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+    }
+
+    /// SIGTERM, up to 10 s for a clean exit, then SIGKILL. Idempotent.
+    pub(crate) fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        // SAFETY: plain kill(2) on a PID we own and have not reaped yet.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        for _ in 0..100 {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("[testenv] {} ignored SIGTERM for 10 s; killing", self.name);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for ProcessGuard {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A port on 127.0.0.1 that was free a moment ago.
+pub(crate) fn free_port() -> Result<u16> {
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").map_err(io_err("bind 127.0.0.1:0"))?;
+    Ok(listener
+        .local_addr()
+        .map_err(io_err("local_addr of 127.0.0.1:0"))?
+        .port())
+}
