@@ -2,3 +2,6 @@
 //! cluster's Services (ServiceExport → InternalServiceExport), one reconciler per member.
 
 pub mod api;
+pub mod azure;
+pub mod client;
+pub mod export;

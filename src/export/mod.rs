@@ -1,6 +1,394 @@
 //! The member-scoped ServiceExport reconciler: observe → decide (pure) → act.
+//!
+//! One [`MemberExporter`] per member: a kube-runtime `Controller` over the member's
+//! ServiceExports, also triggered by the member's Services (same namespace/name) and by the
+//! InternalServiceExports in the member's hub namespace (conflict feedback). Reads come from
+//! reflector stores; writes go to the member and to a hub API scoped to the member's namespace.
 
+mod act;
+pub mod decide;
+mod error;
 pub mod public_ip;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{Future, StreamExt};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::ResourceExt;
+use tokio::sync::watch;
+use tracing::{Instrument, field};
+
+pub use decide::{Outcome, Settings};
+pub use error::{Error, Step};
 pub use public_ip::{LookupError, PublicIp, PublicIpLookup};
-pub mod decide;
+
+use crate::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
+use decide::{Observation, PublicIpObservation, decide, ise_name, public_ip_query};
+
+/// Receives what reconciles did, for metrics. Implemented by `crate::telemetry`.
+pub trait ReconcileObserver: Send + Sync + 'static {
+    /// One reconcile ended; `outcome` is an [`Outcome::label`] or `error:<category>`.
+    fn reconciled(&self, member: &str, outcome: &str, took: Duration);
+    /// An ISE was created, updated or deleted (`op`).
+    fn hub_write(&self, member: &str, op: &'static str);
+    /// An ISE was written `latency` after the Service change it carries was first seen.
+    fn export_latency(&self, member: &str, latency: Duration);
+    /// The hub's conflict verdict reached the ServiceExport `latency` after its export time.
+    fn conflict_reflected(&self, member: &str, latency: Duration);
+}
+
+/// An observer that records nothing.
+#[derive(Debug, Default)]
+pub struct NoObserver;
+
+impl ReconcileObserver for NoObserver {
+    fn reconciled(&self, _: &str, _: &str, _: Duration) {}
+    fn hub_write(&self, _: &str, _: &'static str) {}
+    fn export_latency(&self, _: &str, _: Duration) {}
+    fn conflict_reflected(&self, _: &str, _: Duration) {}
+}
+
+/// Everything one member's exporter needs; the runtime builds one per member.
+pub struct MemberExporter {
+    /// Member name, also its cluster ID in `serviceReference.clusterId`.
+    pub member: String,
+    pub member_client: kube::Client,
+    /// A hub client; the exporter only ever uses it inside `hub_namespace`.
+    pub hub_client: kube::Client,
+    pub hub_namespace: String,
+    pub se_version: ServiceExportVersion,
+    pub settings: Settings,
+    /// Traffic Manager lookups; `None` when the feature is off.
+    pub public_ips: Option<Arc<dyn PublicIpLookup>>,
+    /// `true` while this replica may write (holds the leader lease, or leader election is off).
+    pub leader: watch::Receiver<bool>,
+    pub observer: Arc<dyn ReconcileObserver>,
+    /// Reporting instance for Events (pod name).
+    pub instance: String,
+}
+
+/// Reflector stores of a running exporter; ready once every watch has listed once.
+#[derive(Clone)]
+pub struct Synced {
+    exports: Store<ServiceExport>,
+    services: Store<Service>,
+    ises: Store<InternalServiceExport>,
+}
+
+impl Synced {
+    /// Resolves once all three watches have produced their initial list.
+    pub async fn wait(&self) {
+        // Err only when the writer is gone, i.e. the exporter stopped: nothing to wait for.
+        let _ = self.exports.wait_until_ready().await;
+        let _ = self.services.wait_until_ready().await;
+        let _ = self.ises.wait_until_ready().await;
+    }
+
+    /// ServiceExports currently known.
+    pub fn exports(&self) -> usize {
+        self.exports.state().len()
+    }
+}
+
+/// Shared by every reconcile of one member.
+pub struct Context {
+    pub member: String,
+    pub settings: Settings,
+    pub member_client: kube::Client,
+    pub se_version: ServiceExportVersion,
+    /// The hub writer, scoped to the member's namespace: it cannot address any other.
+    pub hub: Api<InternalServiceExport>,
+    pub hub_namespace: String,
+    pub services: Store<Service>,
+    pub ises: Store<InternalServiceExport>,
+    pub recorder: Recorder,
+    pub public_ips: Option<Arc<dyn PublicIpLookup>>,
+    pub leader: watch::Receiver<bool>,
+    pub observer: Arc<dyn ReconcileObserver>,
+    failures: Mutex<HashMap<ObjectRef<ServiceExport>, u32>>,
+}
+
+impl Context {
+    fn ensure_leader(&self, ns: &str, name: &str) -> Result<(), Error> {
+        if *self.leader.borrow() {
+            Ok(())
+        } else {
+            Err(Error::NotLeader {
+                member: self.member.clone(),
+                namespace: ns.into(),
+                name: name.into(),
+            })
+        }
+    }
+}
+
+impl MemberExporter {
+    /// Builds the controller. Returns the future that runs it until `shutdown` resolves
+    /// (in-flight reconciles finish first) and the handle that tells when its watches synced.
+    pub fn start(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) -> (impl Future<Output = ()> + Send, Synced) {
+        let version = self.se_version;
+        let exports_api: Api<ServiceExport> = Api::all_with(self.member_client.clone(), &version);
+        let services_api: Api<Service> = Api::all(self.member_client.clone());
+        let hub_api: Api<InternalServiceExport> = Api::namespaced(self.hub_client.clone(), &self.hub_namespace);
+
+        let (services, services_writer) = reflector::store::<Service>();
+        let (ises, ises_writer) = reflector::store::<InternalServiceExport>();
+        let service_events = watcher(services_api, watcher::Config::default())
+            .default_backoff()
+            .modify(|s: &mut Service| s.managed_fields_mut().clear())
+            .reflect(services_writer)
+            .touched_objects();
+        let ise_events = watcher(hub_api.clone(), watcher::Config::default())
+            .default_backoff()
+            .modify(|i: &mut InternalServiceExport| i.managed_fields_mut().clear())
+            .reflect(ises_writer)
+            .touched_objects();
+
+        let controller = Controller::new_with(exports_api, watcher::Config::default(), version);
+        let exports = controller.store();
+        let controller = controller
+            .watches_stream_with(
+                service_events,
+                move |svc: Service| {
+                    let ns = svc.namespace().unwrap_or_default();
+                    Some(ObjectRef::new_with(&svc.name_any(), version).within(&ns))
+                },
+                (),
+            )
+            .watches_stream_with(
+                ise_events,
+                move |ise: InternalServiceExport| {
+                    let (ns, name) = ise.spec.service_reference.namespaced_name.split_once('/')?;
+                    Some(ObjectRef::new_with(name, version).within(ns))
+                },
+                (),
+            )
+            // Becoming leader: everything is reconciled once, from the warm caches.
+            .reconcile_all_on(leadership_gained(self.leader.clone()))
+            .graceful_shutdown_on(shutdown);
+
+        let reporter = Reporter {
+            controller: "fleetnet-hub".into(),
+            instance: Some(self.instance.clone()),
+        };
+        let ctx = Arc::new(Context {
+            member: self.member.clone(),
+            settings: self.settings,
+            member_client: self.member_client.clone(),
+            se_version: version,
+            hub: hub_api,
+            hub_namespace: self.hub_namespace,
+            services: services.clone(),
+            ises: ises.clone(),
+            recorder: Recorder::new(self.member_client, reporter),
+            public_ips: self.public_ips,
+            leader: self.leader,
+            observer: self.observer,
+            failures: Mutex::default(),
+        });
+        let member = self.member;
+        let run = async move {
+            controller
+                .run(reconcile, error_policy, ctx)
+                .for_each(|res| {
+                    if let Err(e) = res {
+                        tracing::debug!(member = %member, error = %e, "controller event");
+                    }
+                    futures::future::ready(())
+                })
+                .await;
+        };
+        (run, Synced { exports, services, ises })
+    }
+}
+
+/// Yields `()` each time `leader` turns true.
+fn leadership_gained(leader: watch::Receiver<bool>) -> impl futures::Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold(leader, |mut rx| async move {
+        loop {
+            rx.changed().await.ok()?;
+            if *rx.borrow_and_update() {
+                tracing::info!("leadership acquired: reconciling every ServiceExport");
+                return Some(((), rx));
+            }
+        }
+    })
+}
+
+/// Reconciles one ServiceExport: one trace per call, a root span `reconcile`.
+async fn reconcile(se: Arc<ServiceExport>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = se.namespace().unwrap_or_default();
+    let name = se.name_any();
+    let span = tracing::info_span!(
+        parent: None,
+        "reconcile",
+        fleet.member = %ctx.member,
+        k8s.namespace.name = %ns,
+        fleet.serviceexport.name = %name,
+        outcome = field::Empty,
+        requeue = field::Empty,
+        otel.status_code = field::Empty,
+    );
+    let started = Instant::now();
+    let result = reconcile_inner(&se, &ctx).instrument(span.clone()).await;
+    let key = ObjectRef::from_obj_with(se.as_ref(), ctx.se_version);
+    let label = match &result {
+        Ok((outcome, _)) => outcome.label(),
+        Err(e) => format!("error:{}", e.category()),
+    };
+    span.record("outcome", label.as_str());
+    match &result {
+        Ok((_, action)) => {
+            span.record("requeue", format!("{action:?}").as_str());
+            lock(&ctx.failures).remove(&key);
+        }
+        Err(e) => {
+            span.record("otel.status_code", "ERROR");
+            span.in_scope(|| tracing::warn!(error = %e, "reconcile failed"));
+        }
+    }
+    ctx.observer.reconciled(&ctx.member, &label, started.elapsed());
+    result.map(|(_, action)| action)
+}
+
+/// Observe → decide → act; a 409 (stale cache, concurrent writer) re-observes from the API.
+async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, Action), Error> {
+    if !*ctx.leader.borrow() {
+        // Standby: caches stay warm; becoming leader reconciles everything.
+        return Ok((Outcome::Skipped, Action::await_change()));
+    }
+    let ns = se.namespace().unwrap_or_default();
+    let name = se.name_any();
+    let mut export = se.clone();
+    let mut fresh_ise: Option<InternalServiceExport> = None;
+    let kube_err = |step: Step| {
+        let (ns, name) = (ns.clone(), name.clone());
+        move |source| Error::Kube { member: ctx.member.clone(), namespace: ns, name, step, source }
+    };
+    for attempt in 0..3 {
+        let now = Timestamp::now();
+        let service = ctx.services.get(&ObjectRef::new(&name).within(&ns));
+        let cached_ise = ctx.ises.get(&ObjectRef::new(&ise_name(&ns, &name)).within(&ctx.hub_namespace));
+        let ise = fresh_ise.as_ref().or(cached_ise.as_deref());
+        let public_ip = observe_public_ip(ctx, service.as_deref()).await;
+        let plan = decide(
+            &ctx.settings,
+            &Observation { export: &export, service: service.as_deref(), ise, public_ip: &public_ip, now },
+        );
+        tracing::debug!(writes = plan.writes(), outcome = %plan.outcome.label(), "decided");
+        match act::perform(ctx, &export, &plan, now).await {
+            Ok(done) => {
+                record_hub_writes(ctx, &plan, done);
+                if let Some(since) = plan.exported_since.filter(|_| done.hub_writes > 0) {
+                    ctx.observer.export_latency(&ctx.member, elapsed_since(since, now));
+                }
+                if let Some(message) = plan.pending {
+                    return Err(Error::Pending { member: ctx.member.clone(), namespace: ns, name, message });
+                }
+                let action = if plan.requeue_now { Action::requeue(Duration::from_millis(10)) } else { Action::await_change() };
+                return Ok((plan.outcome, action));
+            }
+            Err(e) if e.is_conflict() && attempt < 2 => {
+                tracing::debug!(error = %e, "conflict; reading the objects again");
+                let exports: Api<ServiceExport> = Api::namespaced_with(ctx.member_client.clone(), &ns, &ctx.se_version);
+                match exports.get_opt(&name).await.map_err(kube_err(Step::GetServiceExport))? {
+                    Some(latest) => export = latest,
+                    None => return Ok((Outcome::Skipped, Action::await_change())),
+                }
+                fresh_ise = ctx.hub.get_opt(&ise_name(&ns, &name)).await.map_err(kube_err(Step::GetInternalServiceExport))?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
+fn record_hub_writes(ctx: &Context, plan: &decide::Plan, done: act::Performed) {
+    if done.hub_writes == 0 {
+        return;
+    }
+    let op = match plan.hub {
+        Some(decide::HubWrite::Create(_)) => "create",
+        Some(decide::HubWrite::UpdateSpec(_)) => "update",
+        Some(decide::HubWrite::Delete { .. }) => "delete",
+        None => return,
+    };
+    ctx.observer.hub_write(&ctx.member, op);
+}
+
+fn elapsed_since(since: Timestamp, now: Timestamp) -> Duration {
+    Duration::try_from(now.duration_since(since)).unwrap_or_default()
+}
+
+/// The public IP lookup is an observation: done before deciding, only when a field needs it.
+async fn observe_public_ip(ctx: &Context, service: Option<&Service>) -> PublicIpObservation {
+    let (Some(lookup), Some(service)) = (&ctx.public_ips, service) else {
+        return PublicIpObservation::NotNeeded;
+    };
+    let Some((rg, ip)) = public_ip_query(&ctx.settings, service) else {
+        return PublicIpObservation::NotNeeded;
+    };
+    let span = tracing::info_span!("azure.public_ip.lookup", azure.resource_group = %rg, ip = %ip, found = field::Empty);
+    let result = lookup.find_by_address(&rg, &ip).instrument(span.clone()).await;
+    match result {
+        Ok(Some(pip)) => {
+            span.record("found", true);
+            PublicIpObservation::Found(pip)
+        }
+        Ok(None) => {
+            span.record("found", false);
+            PublicIpObservation::NotFound
+        }
+        Err(e) => PublicIpObservation::Failed(e.to_string()),
+    }
+}
+
+/// Exponential (1 s doubling to 5 min), jittered, per object; reset by a success.
+fn error_policy(se: Arc<ServiceExport>, error: &Error, ctx: Arc<Context>) -> Action {
+    if matches!(error, Error::NotLeader { .. }) {
+        return Action::await_change();
+    }
+    let key = ObjectRef::from_obj_with(se.as_ref(), ctx.se_version);
+    let failures = {
+        let mut map = lock(&ctx.failures);
+        let n = map.entry(key).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    };
+    Action::requeue(backoff(failures, rand::random::<f64>()))
+}
+
+/// Delay after `failures` consecutive failures; `jitter` in [0, 1) spreads it by ±20%.
+pub fn backoff(failures: u32, jitter: f64) -> Duration {
+    let base = Duration::from_secs(1).saturating_mul(1u32 << failures.saturating_sub(1).min(16));
+    let capped = base.min(Duration::from_secs(300));
+    capped.mul_f64(0.8 + 0.4 * jitter.clamp(0.0, 1.0))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::backoff;
+    use std::time::Duration;
+
+    #[test]
+    fn backoff_doubles_caps_and_jitters() {
+        assert_eq!(backoff(1, 0.5), Duration::from_secs(1));
+        assert_eq!(backoff(2, 0.5), Duration::from_secs(2));
+        assert_eq!(backoff(4, 0.5), Duration::from_secs(8));
+        assert_eq!(backoff(30, 0.5), Duration::from_secs(300));
+        assert_eq!(backoff(1, 0.0), Duration::from_millis(800));
+        assert!(backoff(1, 0.999) < Duration::from_millis(1200));
+    }
+}

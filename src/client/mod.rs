@@ -1,0 +1,175 @@
+//! Kubernetes clients with fleetnet-hub's tower stack on top of kube's own: a token bucket
+//! (one per client, never per request), a concurrency limit and a timeout for every request
+//! except long-running watches, and per-verb request counting.
+//!
+//! Retries of 429 / 503 / 504 (honouring `Retry-After`) are done by kube's own retry layer,
+//! below this one: a retried request is counted and rate-limited once.
+
+mod classify;
+mod stats;
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use http::{Request, Response};
+use kube::client::{Body, ClientBuilder};
+use tokio::sync::Semaphore;
+use tower::{BoxError, Layer, Service, ServiceExt, buffer::BufferLayer};
+
+pub use classify::{RequestKind, classify};
+pub use stats::{ClientStats, RequestCount};
+
+/// Limits of one client's outbound requests.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Sustained requests per second (client-go's QPS).
+    pub qps: f64,
+    /// Bucket size (client-go's burst).
+    pub burst: u32,
+    /// Requests in flight at once, watches not counted.
+    pub max_in_flight: usize,
+    /// Deadline of one request, watches excluded.
+    pub timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            qps: 20.0,
+            burst: 30,
+            max_in_flight: 32,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why a client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("client {client}: invalid limits: {message}")]
+    Limits { client: String, message: String },
+    #[error("client {client}: {source}")]
+    Kube {
+        client: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Builds a client for `config` whose requests all pass through `limits`, counted in `stats`.
+pub fn build(name: &str, config: kube::Config, limits: &Limits, stats: Arc<ClientStats>) -> Result<kube::Client, Error> {
+    let layer = LimitLayer::new(name, limits, stats)?;
+    let builder = ClientBuilder::try_from(config).map_err(|source| Error::Kube {
+        client: name.to_string(),
+        source,
+    })?;
+    // The buffer makes kube's boxed stack cloneable, so a request can wait for its token
+    // without holding the service.
+    Ok(builder.with_layer(&BufferLayer::new(1024)).with_layer(&layer).build())
+}
+
+/// The tower layer: token bucket + concurrency + timeout + counting.
+#[derive(Clone)]
+pub struct LimitLayer {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    limiter: DefaultDirectRateLimiter,
+    in_flight: Semaphore,
+    timeout: Duration,
+    stats: Arc<ClientStats>,
+}
+
+impl LimitLayer {
+    /// One limiter for everything built from this layer (clone the layer to share it).
+    pub fn new(name: &str, limits: &Limits, stats: Arc<ClientStats>) -> Result<Self, Error> {
+        let bad = |message: &str| Error::Limits {
+            client: name.to_string(),
+            message: message.to_string(),
+        };
+        if !(limits.qps.is_finite() && limits.qps > 0.0) {
+            return Err(bad("qps must be a positive number"));
+        }
+        let burst = NonZeroU32::new(limits.burst).ok_or_else(|| bad("burst must be at least 1"))?;
+        if limits.max_in_flight == 0 {
+            return Err(bad("max in flight must be at least 1"));
+        }
+        let quota = Quota::with_period(Duration::from_secs_f64(1.0 / limits.qps))
+            .ok_or_else(|| bad("qps too large"))?
+            .allow_burst(burst);
+        Ok(Self {
+            shared: Arc::new(Shared {
+                limiter: RateLimiter::direct(quota),
+                in_flight: Semaphore::new(limits.max_in_flight),
+                timeout: limits.timeout,
+                stats,
+            }),
+        })
+    }
+}
+
+impl<S> Layer<S> for LimitLayer {
+    type Service = Limited<S>;
+    fn layer(&self, inner: S) -> Limited<S> {
+        Limited {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// The service [`LimitLayer`] produces.
+#[derive(Clone)]
+pub struct Limited<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S, B> Service<Request<Body>> for Limited<S>
+where
+    S: Service<Request<Body>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: Send + 'static,
+{
+    type Response = Response<B>;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<Response<B>, BoxError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // Readiness is awaited per request inside `call`, after the token.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let kind = classify(req.method(), req.uri());
+        let shared = self.shared.clone();
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            if kind.verb == "watch" {
+                // Long-running: neither a QPS token nor an in-flight slot, or watches stall.
+                let res = inner.oneshot(req).await.map_err(Into::into);
+                shared.stats.record(&kind, res.as_ref().map(|r| r.status().as_u16()).ok());
+                return res;
+            }
+            let waited = Instant::now();
+            shared.limiter.until_ready().await;
+            let _slot = shared.in_flight.acquire().await.map_err(BoxError::from)?;
+            shared.stats.add_wait(waited.elapsed());
+            let res = match tokio::time::timeout(shared.timeout, inner.oneshot(req)).await {
+                Ok(res) => res.map_err(Into::into),
+                Err(_) => Err(BoxError::from(format!(
+                    "{} {} timed out after {:?}",
+                    kind.verb, kind.resource, shared.timeout
+                ))),
+            };
+            shared.stats.record(&kind, res.as_ref().map(|r| r.status().as_u16()).ok());
+            res
+        })
+    }
+}

@@ -1,0 +1,175 @@
+//! Performs a [`Plan`]: the only place the reconciler writes.
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::events::{Event, EventType};
+use serde_json::{Value, json};
+
+use super::decide::{EventKind, HubWrite, MetadataChange, Plan, ise_name};
+use super::error::{Error, Step};
+use super::Context;
+use crate::api::{
+    CLEANUP_FINALIZER, InternalServiceExport, LAST_SEEN_RESOURCE_VERSION_ANNOTATION, LAST_SEEN_TIMESTAMP_ANNOTATION,
+    ServiceExport, set_condition,
+};
+
+/// What `perform` changed, for metrics.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Performed {
+    pub hub_writes: u32,
+    pub member_writes: u32,
+}
+
+/// Performs the plan's writes in order: metadata → hub delete → finalizer removal → status →
+/// hub create/update; then its events. A 409 is returned as is, for the caller to re-observe.
+pub async fn perform(ctx: &Context, se: &ServiceExport, plan: &Plan, now: Timestamp) -> Result<Performed, Error> {
+    let ns = se.metadata.namespace.as_deref().unwrap_or_default();
+    let name = se.metadata.name.as_deref().unwrap_or_default();
+    let err = |step: Step| {
+        move |source: kube::Error| Error::Kube {
+            member: ctx.member.clone(),
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            step,
+            source,
+        }
+    };
+    let exports: Api<ServiceExport> = Api::namespaced_with(ctx.member_client.clone(), ns, &ctx.se_version);
+    let mut done = Performed::default();
+    // Optimistic concurrency on the ServiceExport: every write names the version it was decided on.
+    let mut resource_version = se.metadata.resource_version.clone();
+
+    if let Some(change) = &plan.metadata {
+        ctx.ensure_leader(ns, name)?;
+        let body = metadata_patch(se, change, resource_version.as_deref());
+        let patched = exports
+            .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+            .map_err(err(Step::PatchMetadata))?;
+        resource_version = patched.metadata.resource_version;
+        done.member_writes += 1;
+    }
+
+    if let Some(HubWrite::Delete { uid }) = &plan.hub {
+        ctx.ensure_leader(ns, name)?;
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: uid.clone(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match ctx.hub.delete(&ise_name(ns, name), &params).await {
+            Ok(_) => done.hub_writes += 1,
+            // Already gone: fine. A precondition failure means the name now holds another object.
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(err(Step::DeleteInternalServiceExport)(e)),
+        }
+    }
+
+    if plan.remove_finalizer {
+        ctx.ensure_leader(ns, name)?;
+        let rest: Vec<&String> = se
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .filter(|f| *f != CLEANUP_FINALIZER)
+            .collect();
+        let body = json!({"metadata": {"resourceVersion": resource_version, "finalizers": rest}});
+        match exports.patch(name, &PatchParams::default(), &Patch::Merge(&body)).await {
+            Ok(patched) => {
+                resource_version = patched.metadata.resource_version;
+                done.member_writes += 1;
+            }
+            // The export finished deleting once the finalizer went; nothing left to update.
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(done),
+            Err(e) => return Err(err(Step::RemoveFinalizer)(e)),
+        }
+    }
+
+    if !plan.conditions.is_empty() {
+        ctx.ensure_leader(ns, name)?;
+        let mut conditions = se.conditions().to_vec();
+        for c in &plan.conditions {
+            set_condition(&mut conditions, c, Time(now));
+        }
+        let body = json!({"metadata": {"resourceVersion": resource_version}, "status": {"conditions": conditions}});
+        exports
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+            .map_err(err(Step::PatchStatus))?;
+        done.member_writes += 1;
+    }
+
+    match &plan.hub {
+        Some(HubWrite::Create(ise)) => {
+            ctx.ensure_leader(ns, name)?;
+            let mut ise: InternalServiceExport = (**ise).clone();
+            ise.metadata.name = Some(ise_name(ns, name));
+            ise.metadata.namespace = Some(ctx.hub_namespace.clone());
+            ctx.hub
+                .create(&PostParams::default(), &ise)
+                .await
+                .map_err(err(Step::CreateInternalServiceExport))?;
+            done.hub_writes += 1;
+        }
+        Some(HubWrite::UpdateSpec(spec)) => {
+            ctx.ensure_leader(ns, name)?;
+            let body = json!({"spec": spec_with_clears(spec)});
+            ctx.hub
+                .patch(&ise_name(ns, name), &PatchParams::default(), &Patch::Merge(&body))
+                .await
+                .map_err(err(Step::UpdateInternalServiceExport))?;
+            done.hub_writes += 1;
+        }
+        _ => {}
+    }
+
+    let reference = kube::Resource::object_ref(se, &ctx.se_version);
+    for event in &plan.events {
+        let ev = Event {
+            type_: match event.kind {
+                EventKind::Normal => EventType::Normal,
+                EventKind::Warning => EventType::Warning,
+            },
+            reason: event.reason.to_string(),
+            note: Some(event.note.clone()),
+            action: "Export".into(),
+            secondary: None,
+        };
+        // An event that cannot be recorded is not worth failing (and repeating) the export.
+        if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
+            tracing::warn!(error = %e, reason = event.reason, "could not record event");
+        }
+    }
+    Ok(done)
+}
+
+fn metadata_patch(se: &ServiceExport, change: &MetadataChange, resource_version: Option<&str>) -> Value {
+    let mut metadata = json!({"resourceVersion": resource_version});
+    if change.add_finalizer {
+        let mut finalizers = se.metadata.finalizers.clone().unwrap_or_default();
+        finalizers.push(CLEANUP_FINALIZER.to_string());
+        metadata["finalizers"] = json!(finalizers);
+    }
+    if let Some(ls) = &change.last_seen {
+        metadata["annotations"] = json!({
+            LAST_SEEN_RESOURCE_VERSION_ANNOTATION: ls.resource_version,
+            LAST_SEEN_TIMESTAMP_ANNOTATION: ls.timestamp,
+        });
+    }
+    json!({ "metadata": metadata })
+}
+
+/// The spec as a merge patch that also removes optional fields no longer set.
+fn spec_with_clears(spec: &crate::api::InternalServiceExportSpec) -> Value {
+    let mut v = serde_json::to_value(spec).unwrap_or(Value::Null);
+    if let Some(map) = v.as_object_mut() {
+        for key in ["type", "isInternalLoadBalancer", "publicIPResourceID", "isDNSLabelConfigured", "weight"] {
+            map.entry(key).or_insert(Value::Null);
+        }
+    }
+    v
+}
