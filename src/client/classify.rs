@@ -13,7 +13,10 @@ pub struct RequestKind {
 impl RequestKind {
     /// Whether the request changes state.
     pub fn is_write(&self) -> bool {
-        matches!(self.verb, "create" | "update" | "patch" | "delete" | "deletecollection")
+        matches!(
+            self.verb,
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        )
     }
 }
 
@@ -66,14 +69,54 @@ mod tests {
     #[test]
     fn verbs_and_resources() {
         let cases = [
-            (Method::GET, "/api/v1/namespaces/ns/services/web", "get", "services"),
-            (Method::GET, "/api/v1/services?limit=500", "list", "services"),
-            (Method::GET, "/api/v1/services?watch=true&resourceVersion=1", "watch", "services"),
-            (Method::PATCH, "/apis/networking.fleet.azure.com/v1beta1/namespaces/ns/serviceexports/web/status", "patch", "serviceexports/status"),
-            (Method::POST, "/apis/networking.fleet.azure.com/v1alpha1/namespaces/fleet-member-a/internalserviceexports", "create", "internalserviceexports"),
-            (Method::DELETE, "/apis/networking.fleet.azure.com/v1alpha1/namespaces/x/internalserviceexports/y", "delete", "internalserviceexports"),
-            (Method::PUT, "/apis/coordination.k8s.io/v1/namespaces/x/leases/l", "update", "leases"),
-            (Method::GET, "/api/v1/namespaces/fleet-member-a", "get", "namespaces"),
+            (
+                Method::GET,
+                "/api/v1/namespaces/ns/services/web",
+                "get",
+                "services",
+            ),
+            (
+                Method::GET,
+                "/api/v1/services?limit=500",
+                "list",
+                "services",
+            ),
+            (
+                Method::GET,
+                "/api/v1/services?watch=true&resourceVersion=1",
+                "watch",
+                "services",
+            ),
+            (
+                Method::PATCH,
+                "/apis/networking.fleet.azure.com/v1beta1/namespaces/ns/serviceexports/web/status",
+                "patch",
+                "serviceexports/status",
+            ),
+            (
+                Method::POST,
+                "/apis/networking.fleet.azure.com/v1alpha1/namespaces/fleet-member-a/internalserviceexports",
+                "create",
+                "internalserviceexports",
+            ),
+            (
+                Method::DELETE,
+                "/apis/networking.fleet.azure.com/v1alpha1/namespaces/x/internalserviceexports/y",
+                "delete",
+                "internalserviceexports",
+            ),
+            (
+                Method::PUT,
+                "/apis/coordination.k8s.io/v1/namespaces/x/leases/l",
+                "update",
+                "leases",
+            ),
+            (
+                Method::GET,
+                "/api/v1/namespaces/fleet-member-a",
+                "get",
+                "namespaces",
+            ),
             (Method::GET, "/api/v1/namespaces", "list", "namespaces"),
             (Method::GET, "/readyz", "get", "-"),
         ];
@@ -84,7 +127,19 @@ mod tests {
 
     #[test]
     fn writes() {
-        assert!(classify(&Method::PATCH, &"/api/v1/namespaces/a/services/b".parse().expect("uri")).is_write());
-        assert!(!classify(&Method::GET, &"/api/v1/namespaces/a/services/b".parse().expect("uri")).is_write());
+        assert!(
+            classify(
+                &Method::PATCH,
+                &"/api/v1/namespaces/a/services/b".parse().expect("uri")
+            )
+            .is_write()
+        );
+        assert!(
+            !classify(
+                &Method::GET,
+                &"/api/v1/namespaces/a/services/b".parse().expect("uri")
+            )
+            .is_write()
+        );
     }
 }

@@ -61,7 +61,12 @@ pub enum Error {
 }
 
 /// Builds a client for `config` whose requests all pass through `limits`, counted in `stats`.
-pub fn build(name: &str, config: kube::Config, limits: &Limits, stats: Arc<ClientStats>) -> Result<kube::Client, Error> {
+pub fn build(
+    name: &str,
+    config: kube::Config,
+    limits: &Limits,
+    stats: Arc<ClientStats>,
+) -> Result<kube::Client, Error> {
     let layer = LimitLayer::new(name, limits, stats)?;
     let builder = ClientBuilder::try_from(config).map_err(|source| Error::Kube {
         client: name.to_string(),
@@ -69,7 +74,10 @@ pub fn build(name: &str, config: kube::Config, limits: &Limits, stats: Arc<Clien
     })?;
     // The buffer makes kube's boxed stack cloneable, so a request can wait for its token
     // without holding the service.
-    Ok(builder.with_layer(&BufferLayer::new(1024)).with_layer(&layer).build())
+    Ok(builder
+        .with_layer(&BufferLayer::new(1024))
+        .with_layer(&layer)
+        .build())
 }
 
 /// The tower layer: token bucket + concurrency + timeout + counting.
@@ -154,7 +162,9 @@ where
             if kind.verb == "watch" {
                 // Long-running: neither a QPS token nor an in-flight slot, or watches stall.
                 let res = inner.oneshot(req).await.map_err(Into::into);
-                shared.stats.record(&kind, res.as_ref().map(|r| r.status().as_u16()).ok());
+                shared
+                    .stats
+                    .record(&kind, res.as_ref().map(|r| r.status().as_u16()).ok());
                 return res;
             }
             let waited = Instant::now();
@@ -168,7 +178,9 @@ where
                     kind.verb, kind.resource, shared.timeout
                 ))),
             };
-            shared.stats.record(&kind, res.as_ref().map(|r| r.status().as_u16()).ok());
+            shared
+                .stats
+                .record(&kind, res.as_ref().map(|r| r.status().as_u16()).ok());
             res
         })
     }

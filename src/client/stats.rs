@@ -20,7 +20,10 @@ pub struct RequestCount {
 impl RequestCount {
     /// Whether the request changed state.
     pub fn is_write(&self) -> bool {
-        matches!(self.verb, "create" | "update" | "patch" | "delete" | "deletecollection")
+        matches!(
+            self.verb,
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        )
     }
 }
 
@@ -34,7 +37,8 @@ pub struct ClientStats {
 impl ClientStats {
     pub(super) fn record(&self, kind: &RequestKind, code: Option<u16>) {
         let mut map = self.requests.lock().unwrap_or_else(|p| p.into_inner());
-        *map.entry((kind.verb, kind.resource.clone(), code)).or_default() += 1;
+        *map.entry((kind.verb, kind.resource.clone(), code))
+            .or_default() += 1;
     }
 
     pub(super) fn add_wait(&self, waited: Duration) {
@@ -57,7 +61,11 @@ impl ClientStats {
 
     /// Total requests matching `pred`.
     pub fn count_where(&self, pred: impl Fn(&RequestCount) -> bool) -> u64 {
-        self.snapshot().iter().filter(|c| pred(c)).map(|c| c.count).sum()
+        self.snapshot()
+            .iter()
+            .filter(|c| pred(c))
+            .map(|c| c.count)
+            .sum()
     }
 
     /// Requests that change state (create, update, patch, delete), Events not counted.

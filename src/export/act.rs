@@ -6,12 +6,12 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions
 use kube::runtime::events::{Event, EventType};
 use serde_json::{Value, json};
 
+use super::Context;
 use super::decide::{EventKind, HubWrite, MetadataChange, Plan, ise_name};
 use super::error::{Error, Step};
-use super::Context;
 use crate::api::{
-    CLEANUP_FINALIZER, InternalServiceExport, LAST_SEEN_RESOURCE_VERSION_ANNOTATION, LAST_SEEN_TIMESTAMP_ANNOTATION,
-    ServiceExport, set_condition,
+    CLEANUP_FINALIZER, InternalServiceExport, LAST_SEEN_RESOURCE_VERSION_ANNOTATION,
+    LAST_SEEN_TIMESTAMP_ANNOTATION, ServiceExport, set_condition,
 };
 
 /// What `perform` changed, for metrics.
@@ -23,7 +23,12 @@ pub struct Performed {
 
 /// Performs the plan's writes in order: metadata → hub delete → finalizer removal → status →
 /// hub create/update; then its events. A 409 is returned as is, for the caller to re-observe.
-pub async fn perform(ctx: &Context, se: &ServiceExport, plan: &Plan, now: Timestamp) -> Result<Performed, Error> {
+pub async fn perform(
+    ctx: &Context,
+    se: &ServiceExport,
+    plan: &Plan,
+    now: Timestamp,
+) -> Result<Performed, Error> {
     let ns = se.metadata.namespace.as_deref().unwrap_or_default();
     let name = se.metadata.name.as_deref().unwrap_or_default();
     let err = |step: Step| {
@@ -35,7 +40,8 @@ pub async fn perform(ctx: &Context, se: &ServiceExport, plan: &Plan, now: Timest
             source,
         }
     };
-    let exports: Api<ServiceExport> = Api::namespaced_with(ctx.member_client.clone(), ns, &ctx.se_version);
+    let exports: Api<ServiceExport> =
+        Api::namespaced_with(ctx.member_client.clone(), ns, &ctx.se_version);
     let mut done = Performed::default();
     // Optimistic concurrency on the ServiceExport: every write names the version it was decided on.
     let mut resource_version = se.metadata.resource_version.clone();
@@ -78,7 +84,10 @@ pub async fn perform(ctx: &Context, se: &ServiceExport, plan: &Plan, now: Timest
             .filter(|f| *f != CLEANUP_FINALIZER)
             .collect();
         let body = json!({"metadata": {"resourceVersion": resource_version, "finalizers": rest}});
-        match exports.patch(name, &PatchParams::default(), &Patch::Merge(&body)).await {
+        match exports
+            .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+        {
             Ok(patched) => {
                 resource_version = patched.metadata.resource_version;
                 done.member_writes += 1;
@@ -119,7 +128,11 @@ pub async fn perform(ctx: &Context, se: &ServiceExport, plan: &Plan, now: Timest
             ctx.ensure_leader(ns, name)?;
             let body = json!({"spec": spec_with_clears(spec)});
             ctx.hub
-                .patch(&ise_name(ns, name), &PatchParams::default(), &Patch::Merge(&body))
+                .patch(
+                    &ise_name(ns, name),
+                    &PatchParams::default(),
+                    &Patch::Merge(&body),
+                )
                 .await
                 .map_err(err(Step::UpdateInternalServiceExport))?;
             done.hub_writes += 1;
@@ -147,7 +160,11 @@ pub async fn perform(ctx: &Context, se: &ServiceExport, plan: &Plan, now: Timest
     Ok(done)
 }
 
-fn metadata_patch(se: &ServiceExport, change: &MetadataChange, resource_version: Option<&str>) -> Value {
+fn metadata_patch(
+    se: &ServiceExport,
+    change: &MetadataChange,
+    resource_version: Option<&str>,
+) -> Value {
     let mut metadata = json!({"resourceVersion": resource_version});
     if change.add_finalizer {
         let mut finalizers = se.metadata.finalizers.clone().unwrap_or_default();
@@ -167,7 +184,13 @@ fn metadata_patch(se: &ServiceExport, change: &MetadataChange, resource_version:
 fn spec_with_clears(spec: &crate::api::InternalServiceExportSpec) -> Value {
     let mut v = serde_json::to_value(spec).unwrap_or(Value::Null);
     if let Some(map) = v.as_object_mut() {
-        for key in ["type", "isInternalLoadBalancer", "publicIPResourceID", "isDNSLabelConfigured", "weight"] {
+        for key in [
+            "type",
+            "isInternalLoadBalancer",
+            "publicIPResourceID",
+            "isDNSLabelConfigured",
+            "weight",
+        ] {
             map.entry(key).or_insert(Value::Null);
         }
     }

@@ -11,8 +11,8 @@ use super::public_ip::PublicIp;
 use crate::api::{
     CLEANUP_FINALIZER, CONDITION_CONFLICT, CONDITION_VALID, ConditionSpec, ExportedObjectReference,
     InternalServiceExport, InternalServiceExportSpec, LAST_SEEN_RESOURCE_VERSION_ANNOTATION,
-    LAST_SEEN_TIMESTAMP_ANNOTATION, ServiceExport, ServicePort, WEIGHT_ANNOTATION, condition_matches,
-    find_condition,
+    LAST_SEEN_TIMESTAMP_ANNOTATION, ServiceExport, ServicePort, WEIGHT_ANNOTATION,
+    condition_matches, find_condition,
 };
 
 /// Condition reasons, as fleet-networking spells them (its hub controllers and users read them).
@@ -27,9 +27,11 @@ pub mod reason {
 }
 
 /// Annotation: whether an Azure LoadBalancer Service is internal (case-sensitive "true").
-pub const AZURE_LB_INTERNAL_ANNOTATION: &str = "service.beta.kubernetes.io/azure-load-balancer-internal";
+pub const AZURE_LB_INTERNAL_ANNOTATION: &str =
+    "service.beta.kubernetes.io/azure-load-balancer-internal";
 /// Annotation: resource group of the LoadBalancer's public IP.
-pub const AZURE_LB_RESOURCE_GROUP_ANNOTATION: &str = "service.beta.kubernetes.io/azure-load-balancer-resource-group";
+pub const AZURE_LB_RESOURCE_GROUP_ANNOTATION: &str =
+    "service.beta.kubernetes.io/azure-load-balancer-resource-group";
 /// Annotation: DNS label the cloud provider puts on the public IP.
 pub const AZURE_DNS_LABEL_ANNOTATION: &str = "service.beta.kubernetes.io/azure-dns-label-name";
 
@@ -90,7 +92,9 @@ pub enum HubWrite {
     /// Replace the spec (every field, so stale ones are cleared).
     UpdateSpec(Box<InternalServiceExportSpec>),
     /// Delete the ISE; `uid` is a precondition so only the object observed is deleted.
-    Delete { uid: Option<String> },
+    Delete {
+        uid: Option<String>,
+    },
 }
 
 /// Event severity.
@@ -186,10 +190,13 @@ pub fn public_ip_query(settings: &Settings, service: &Service) -> Option<(String
         return None;
     }
     let ip = ingress_ip(service)?;
-    let rg = annotation(&service.metadata.annotations, AZURE_LB_RESOURCE_GROUP_ANNOTATION)
-        .map(str::trim)
-        .filter(|rg| !rg.is_empty())
-        .unwrap_or(&settings.default_resource_group);
+    let rg = annotation(
+        &service.metadata.annotations,
+        AZURE_LB_RESOURCE_GROUP_ANNOTATION,
+    )
+    .map(str::trim)
+    .filter(|rg| !rg.is_empty())
+    .unwrap_or(&settings.default_resource_group);
     Some((rg.to_string(), ip.to_string()))
 }
 
@@ -202,7 +209,9 @@ pub fn parse_weight(export: &ServiceExport) -> Result<i64, String> {
         .parse()
         .map_err(|_| format!("strconv.Atoi: parsing {raw:?}: invalid syntax"))?;
     if !(0..=1000).contains(&weight) {
-        return Err(format!("the weight annotation value {weight} is out of range [0, 1000]"));
+        return Err(format!(
+            "the weight annotation value {weight} is out of range [0, 1000]"
+        ));
     }
     Ok(weight)
 }
@@ -234,7 +243,9 @@ pub fn decide(settings: &Settings, obs: &Observation<'_>) -> Plan {
         return plan;
     }
 
-    let service = obs.service.filter(|s| s.metadata.deletion_timestamp.is_none());
+    let service = obs
+        .service
+        .filter(|s| s.metadata.deletion_timestamp.is_none());
     let Some(service) = service else {
         return invalid_and_unexported(
             se,
@@ -271,7 +282,9 @@ pub fn decide(settings: &Settings, obs: &Observation<'_>) -> Plan {
             EventSpec {
                 kind: EventKind::Warning,
                 reason: "ServiceNotEligible",
-                note: format!("Service {name} is not eligible for exporting and please check service spec"),
+                note: format!(
+                    "Service {name} is not eligible for exporting and please check service spec"
+                ),
             },
             Outcome::Invalid(reason::INELIGIBLE),
         );
@@ -286,14 +299,18 @@ pub fn decide(settings: &Settings, obs: &Observation<'_>) -> Plan {
                 type_: CONDITION_VALID.into(),
                 status: "False".into(),
                 reason: reason::INVALID_WEIGHT.into(),
-                message: format!("serviceExport {ns}/{name} has an invalid weight annotation, err = {e}"),
+                message: format!(
+                    "serviceExport {ns}/{name} has an invalid weight annotation, err = {e}"
+                ),
                 observed_generation: generation,
             };
             if set_if_changed(&mut plan, se, want) {
                 plan.events.push(EventSpec {
                     kind: EventKind::Warning,
                     reason: reason::INVALID_WEIGHT,
-                    note: format!("ServiceExport {name} has invalid weight value in the annotation"),
+                    note: format!(
+                        "ServiceExport {name} has invalid weight value in the annotation"
+                    ),
                 });
             }
             return plan;
@@ -425,7 +442,11 @@ fn export(
         }
     }
 
-    let service_rv = service.metadata.resource_version.clone().unwrap_or_default();
+    let service_rv = service
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap_or_default();
     let stamp = last_seen(se, obs.now);
     let fresh_stamp = || LastSeen {
         resource_version: service_rv.clone(),
@@ -514,11 +535,19 @@ fn set_if_changed(plan: &mut Plan, se: &ServiceExport, want: ConditionSpec) -> b
 fn last_seen(se: &ServiceExport, now: Timestamp) -> Option<(String, Timestamp)> {
     let annotations = &se.metadata.annotations;
     let rv = annotation(annotations, LAST_SEEN_RESOURCE_VERSION_ANNOTATION)?;
-    let ts: Timestamp = annotation(annotations, LAST_SEEN_TIMESTAMP_ANNOTATION)?.parse().ok()?;
+    let ts: Timestamp = annotation(annotations, LAST_SEEN_TIMESTAMP_ANNOTATION)?
+        .parse()
+        .ok()?;
     (ts <= now).then(|| (rv.to_string(), ts))
 }
 
-fn build_spec(settings: &Settings, service: &Service, ns: &str, name: &str, weight: i64) -> InternalServiceExportSpec {
+fn build_spec(
+    settings: &Settings,
+    service: &Service,
+    ns: &str,
+    name: &str,
+    weight: i64,
+) -> InternalServiceExportSpec {
     let ports = service
         .spec
         .as_ref()
@@ -545,7 +574,11 @@ fn build_spec(settings: &Settings, service: &Service, ns: &str, name: &str, weig
             api_version: Some("v1".into()),
             namespace: ns.into(),
             name: name.into(),
-            resource_version: service.metadata.resource_version.clone().unwrap_or_default(),
+            resource_version: service
+                .metadata
+                .resource_version
+                .clone()
+                .unwrap_or_default(),
             generation: service.metadata.generation.unwrap_or_default(),
             uid: service.metadata.uid.clone().unwrap_or_default(),
             namespaced_name: format!("{ns}/{name}"),
@@ -618,7 +651,10 @@ fn traffic_manager_fields(
         Some("") => dns_configured = false,
         Some(_) if !dns_configured => {
             return (
-                Some(format!("in the process of adding DNS to the public ip address {}", pip.id)),
+                Some(format!(
+                    "in the process of adding DNS to the public ip address {}",
+                    pip.id
+                )),
                 fields,
             );
         }

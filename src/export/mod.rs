@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 use futures::{Future, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Service;
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::ResourceExt;
 use tokio::sync::watch;
 use tracing::{Instrument, field};
 
@@ -133,11 +133,15 @@ impl Context {
 impl MemberExporter {
     /// Builds the controller. Returns the future that runs it until `shutdown` resolves
     /// (in-flight reconciles finish first) and the handle that tells when its watches synced.
-    pub fn start(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) -> (impl Future<Output = ()> + Send, Synced) {
+    pub fn start(
+        self,
+        shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    ) -> (impl Future<Output = ()> + Send, Synced) {
         let version = self.se_version;
         let exports_api: Api<ServiceExport> = Api::all_with(self.member_client.clone(), &version);
         let services_api: Api<Service> = Api::all(self.member_client.clone());
-        let hub_api: Api<InternalServiceExport> = Api::namespaced(self.hub_client.clone(), &self.hub_namespace);
+        let hub_api: Api<InternalServiceExport> =
+            Api::namespaced(self.hub_client.clone(), &self.hub_namespace);
 
         let (services, services_writer) = reflector::store::<Service>();
         let (ises, ises_writer) = reflector::store::<InternalServiceExport>();
@@ -206,12 +210,21 @@ impl MemberExporter {
                 })
                 .await;
         };
-        (run, Synced { exports, services, ises })
+        (
+            run,
+            Synced {
+                exports,
+                services,
+                ises,
+            },
+        )
     }
 }
 
 /// Yields `()` each time `leader` turns true.
-fn leadership_gained(leader: watch::Receiver<bool>) -> impl futures::Stream<Item = ()> + Send + 'static {
+fn leadership_gained(
+    leader: watch::Receiver<bool>,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
     futures::stream::unfold(leader, |mut rx| async move {
         loop {
             rx.changed().await.ok()?;
@@ -255,7 +268,8 @@ async fn reconcile(se: Arc<ServiceExport>, ctx: Arc<Context>) -> Result<Action, 
             span.in_scope(|| tracing::warn!(error = %e, "reconcile failed"));
         }
     }
-    ctx.observer.reconciled(&ctx.member, &label, started.elapsed());
+    ctx.observer
+        .reconciled(&ctx.member, &label, started.elapsed());
     result.map(|(_, action)| action)
 }
 
@@ -271,39 +285,72 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
     let mut fresh_ise: Option<InternalServiceExport> = None;
     let kube_err = |step: Step| {
         let (ns, name) = (ns.clone(), name.clone());
-        move |source| Error::Kube { member: ctx.member.clone(), namespace: ns, name, step, source }
+        move |source| Error::Kube {
+            member: ctx.member.clone(),
+            namespace: ns,
+            name,
+            step,
+            source,
+        }
     };
     for attempt in 0..3 {
         let now = Timestamp::now();
         let service = ctx.services.get(&ObjectRef::new(&name).within(&ns));
-        let cached_ise = ctx.ises.get(&ObjectRef::new(&ise_name(&ns, &name)).within(&ctx.hub_namespace));
+        let cached_ise = ctx
+            .ises
+            .get(&ObjectRef::new(&ise_name(&ns, &name)).within(&ctx.hub_namespace));
         let ise = fresh_ise.as_ref().or(cached_ise.as_deref());
         let public_ip = observe_public_ip(ctx, service.as_deref()).await;
         let plan = decide(
             &ctx.settings,
-            &Observation { export: &export, service: service.as_deref(), ise, public_ip: &public_ip, now },
+            &Observation {
+                export: &export,
+                service: service.as_deref(),
+                ise,
+                public_ip: &public_ip,
+                now,
+            },
         );
         tracing::debug!(writes = plan.writes(), outcome = %plan.outcome.label(), "decided");
         match act::perform(ctx, &export, &plan, now).await {
             Ok(done) => {
                 record_hub_writes(ctx, &plan, done);
                 if let Some(since) = plan.exported_since.filter(|_| done.hub_writes > 0) {
-                    ctx.observer.export_latency(&ctx.member, elapsed_since(since, now));
+                    ctx.observer
+                        .export_latency(&ctx.member, elapsed_since(since, now));
                 }
                 if let Some(message) = plan.pending {
-                    return Err(Error::Pending { member: ctx.member.clone(), namespace: ns, name, message });
+                    return Err(Error::Pending {
+                        member: ctx.member.clone(),
+                        namespace: ns,
+                        name,
+                        message,
+                    });
                 }
-                let action = if plan.requeue_now { Action::requeue(Duration::from_millis(10)) } else { Action::await_change() };
+                let action = if plan.requeue_now {
+                    Action::requeue(Duration::from_millis(10))
+                } else {
+                    Action::await_change()
+                };
                 return Ok((plan.outcome, action));
             }
             Err(e) if e.is_conflict() && attempt < 2 => {
                 tracing::debug!(error = %e, "conflict; reading the objects again");
-                let exports: Api<ServiceExport> = Api::namespaced_with(ctx.member_client.clone(), &ns, &ctx.se_version);
-                match exports.get_opt(&name).await.map_err(kube_err(Step::GetServiceExport))? {
+                let exports: Api<ServiceExport> =
+                    Api::namespaced_with(ctx.member_client.clone(), &ns, &ctx.se_version);
+                match exports
+                    .get_opt(&name)
+                    .await
+                    .map_err(kube_err(Step::GetServiceExport))?
+                {
                     Some(latest) => export = latest,
                     None => return Ok((Outcome::Skipped, Action::await_change())),
                 }
-                fresh_ise = ctx.hub.get_opt(&ise_name(&ns, &name)).await.map_err(kube_err(Step::GetInternalServiceExport))?;
+                fresh_ise = ctx
+                    .hub
+                    .get_opt(&ise_name(&ns, &name))
+                    .await
+                    .map_err(kube_err(Step::GetInternalServiceExport))?;
             }
             Err(e) => return Err(e),
         }
@@ -337,7 +384,10 @@ async fn observe_public_ip(ctx: &Context, service: Option<&Service>) -> PublicIp
         return PublicIpObservation::NotNeeded;
     };
     let span = tracing::info_span!("azure.public_ip.lookup", azure.resource_group = %rg, ip = %ip, found = field::Empty);
-    let result = lookup.find_by_address(&rg, &ip).instrument(span.clone()).await;
+    let result = lookup
+        .find_by_address(&rg, &ip)
+        .instrument(span.clone())
+        .await;
     match result {
         Ok(Some(pip)) => {
             span.record("found", true);

@@ -1,6 +1,10 @@
 use super::*;
-use crate::api::{InternalServiceExportStatus, ServiceExportStatus, ServiceExportVersion, set_condition};
-use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, ServicePort as CorePort, ServiceSpec, ServiceStatus};
+use crate::api::{
+    InternalServiceExportStatus, ServiceExportStatus, ServiceExportVersion, set_condition,
+};
+use k8s_openapi::api::core::v1::{
+    LoadBalancerIngress, LoadBalancerStatus, ServicePort as CorePort, ServiceSpec, ServiceStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 const NOW: i64 = 1_800_000_000;
@@ -95,7 +99,12 @@ fn svc_annotate(mut svc: Service, key: &str, value: &str) -> Service {
     svc
 }
 
-fn run(settings: &Settings, se: &ServiceExport, svc: Option<&Service>, ise: Option<&InternalServiceExport>) -> Plan {
+fn run(
+    settings: &Settings,
+    se: &ServiceExport,
+    svc: Option<&Service>,
+    ise: Option<&InternalServiceExport>,
+) -> Plan {
     run_pip(settings, se, svc, ise, &PublicIpObservation::NotNeeded)
 }
 
@@ -119,13 +128,24 @@ fn run_pip(
 }
 
 /// What the API would hold after `act` performed `plan` (the same rules, in memory).
-fn apply(plan: &Plan, mut se: ServiceExport, ise: Option<InternalServiceExport>) -> (ServiceExport, Option<InternalServiceExport>) {
+fn apply(
+    plan: &Plan,
+    mut se: ServiceExport,
+    ise: Option<InternalServiceExport>,
+) -> (ServiceExport, Option<InternalServiceExport>) {
     if let Some(m) = &plan.metadata {
         if m.add_finalizer {
-            se.metadata.finalizers.get_or_insert_with(Vec::new).push(CLEANUP_FINALIZER.into());
+            se.metadata
+                .finalizers
+                .get_or_insert_with(Vec::new)
+                .push(CLEANUP_FINALIZER.into());
         }
         if let Some(ls) = &m.last_seen {
-            se = annotate(se, LAST_SEEN_RESOURCE_VERSION_ANNOTATION, &ls.resource_version);
+            se = annotate(
+                se,
+                LAST_SEEN_RESOURCE_VERSION_ANNOTATION,
+                &ls.resource_version,
+            );
             se = annotate(se, LAST_SEEN_TIMESTAMP_ANNOTATION, &ls.timestamp);
         }
     }
@@ -165,12 +185,24 @@ fn event_reasons(plan: &Plan) -> Vec<&'static str> {
 }
 
 /// Converges from `se` and asserts the second pass writes nothing.
-fn converge(settings: &Settings, se: ServiceExport, svc: &Service, ise: Option<InternalServiceExport>) -> (ServiceExport, Option<InternalServiceExport>) {
+fn converge(
+    settings: &Settings,
+    se: ServiceExport,
+    svc: &Service,
+    ise: Option<InternalServiceExport>,
+) -> (ServiceExport, Option<InternalServiceExport>) {
     let plan = run(settings, &se, Some(svc), ise.as_ref());
     let (se, ise) = apply(&plan, se, ise);
     let again = run(settings, &se, Some(svc), ise.as_ref());
-    assert_eq!(again.writes(), 0, "second pass must write nothing: {again:#?}");
-    assert!(again.events.is_empty(), "second pass must not repeat events: {again:#?}");
+    assert_eq!(
+        again.writes(),
+        0,
+        "second pass must write nothing: {again:#?}"
+    );
+    assert!(
+        again.events.is_empty(),
+        "second pass must not repeat events: {again:#?}"
+    );
     (se, ise)
 }
 
@@ -189,7 +221,12 @@ fn deleted_export_with_finalizer_deletes_ise_then_drops_finalizer() {
     let mut se = se;
     se.metadata.deletion_timestamp = Some(Time(now()));
     let plan = run(&settings(), &se, Some(&service()), ise.as_ref());
-    assert_eq!(plan.hub, Some(HubWrite::Delete { uid: Some("ise-uid".into()) }));
+    assert_eq!(
+        plan.hub,
+        Some(HubWrite::Delete {
+            uid: Some("ise-uid".into())
+        })
+    );
     assert!(plan.remove_finalizer);
     assert!(plan.conditions.is_empty());
     assert_eq!(plan.outcome, Outcome::Unexported);
@@ -208,19 +245,36 @@ fn fresh_export_costs_three_writes_in_the_right_order() {
     let stamp = meta.last_seen.as_ref().expect("last-seen annotations");
     assert_eq!(stamp.resource_version, "100");
     assert_eq!(stamp.timestamp, "2027-01-15T08:00:00Z");
-    assert_eq!(cond(&plan, CONDITION_VALID).map(|c| c.message.as_str()), Some("service ns/web is valid for export"));
+    assert_eq!(
+        cond(&plan, CONDITION_VALID).map(|c| c.message.as_str()),
+        Some("service ns/web is valid for export")
+    );
     let conflict = cond(&plan, CONDITION_CONFLICT).expect("conflict pending");
-    assert_eq!((conflict.status.as_str(), conflict.reason.as_str()), ("Unknown", reason::PENDING_CONFLICT_RESOLUTION));
-    assert_eq!(event_reasons(&plan), vec!["ValidServiceExport", "PendingExportConflictResolution"]);
-    let Some(HubWrite::Create(ise)) = &plan.hub else { panic!("expected create: {plan:#?}") };
+    assert_eq!(
+        (conflict.status.as_str(), conflict.reason.as_str()),
+        ("Unknown", reason::PENDING_CONFLICT_RESOLUTION)
+    );
+    assert_eq!(
+        event_reasons(&plan),
+        vec!["ValidServiceExport", "PendingExportConflictResolution"]
+    );
+    let Some(HubWrite::Create(ise)) = &plan.hub else {
+        panic!("expected create: {plan:#?}")
+    };
     let r = &ise.spec.service_reference;
-    assert_eq!((r.kind.as_str(), r.api_version.as_deref()), ("Service", Some("v1")));
+    assert_eq!(
+        (r.kind.as_str(), r.api_version.as_deref()),
+        ("Service", Some("v1"))
+    );
     assert_eq!(r.namespaced_name, "ns/web");
     assert_eq!(r.cluster_id, "member-1");
     assert_eq!(r.uid, "svc-uid");
     assert_eq!(r.exported_since, Some(Time(now())));
     assert_eq!(ise.spec.ports.len(), 1);
-    assert_eq!(ise.spec.weight, None, "no Traffic Manager fields when the feature is off");
+    assert_eq!(
+        ise.spec.weight, None,
+        "no Traffic Manager fields when the feature is off"
+    );
     assert_eq!(plan.outcome, Outcome::Exported);
     assert_eq!(plan.exported_since, Some(now()));
 }
@@ -248,10 +302,16 @@ fn port_change_updates_ise_and_restamps() {
         ports[0].port = 8080;
     }
     let plan = run(&settings(), &se, Some(&svc), ise.as_ref());
-    let Some(HubWrite::UpdateSpec(spec)) = &plan.hub else { panic!("expected update: {plan:#?}") };
+    let Some(HubWrite::UpdateSpec(spec)) = &plan.hub else {
+        panic!("expected update: {plan:#?}")
+    };
     assert_eq!(spec.ports[0].port, 8080);
     assert_eq!(spec.service_reference.resource_version, "102");
-    let stamp = plan.metadata.as_ref().and_then(|m| m.last_seen.as_ref()).expect("restamped");
+    let stamp = plan
+        .metadata
+        .as_ref()
+        .and_then(|m| m.last_seen.as_ref())
+        .expect("restamped");
     assert_eq!(stamp.resource_version, "102");
     assert!(plan.conditions.is_empty());
 }
@@ -259,7 +319,15 @@ fn port_change_updates_ise_and_restamps() {
 #[test]
 fn stored_stamp_for_the_same_resource_version_is_the_export_time() {
     let earlier = "2027-01-15T07:00:00Z";
-    let se = annotate(annotate(with_finalizer(export()), LAST_SEEN_RESOURCE_VERSION_ANNOTATION, "100"), LAST_SEEN_TIMESTAMP_ANNOTATION, earlier);
+    let se = annotate(
+        annotate(
+            with_finalizer(export()),
+            LAST_SEEN_RESOURCE_VERSION_ANNOTATION,
+            "100",
+        ),
+        LAST_SEEN_TIMESTAMP_ANNOTATION,
+        earlier,
+    );
     let plan = run(&settings(), &se, Some(&service()), None);
     assert!(plan.metadata.is_none(), "{plan:#?}");
     assert_eq!(plan.exported_since, Some(earlier.parse().expect("ts")));
@@ -267,10 +335,26 @@ fn stored_stamp_for_the_same_resource_version_is_the_export_time() {
 
 #[test]
 fn bad_or_future_stamps_are_reset() {
-    for (rv, ts) in [("100", "not-a-time"), ("100", "2099-01-01T00:00:00Z"), ("99", "2027-01-15T07:00:00Z")] {
-        let se = annotate(annotate(with_finalizer(export()), LAST_SEEN_RESOURCE_VERSION_ANNOTATION, rv), LAST_SEEN_TIMESTAMP_ANNOTATION, ts);
+    for (rv, ts) in [
+        ("100", "not-a-time"),
+        ("100", "2099-01-01T00:00:00Z"),
+        ("99", "2027-01-15T07:00:00Z"),
+    ] {
+        let se = annotate(
+            annotate(
+                with_finalizer(export()),
+                LAST_SEEN_RESOURCE_VERSION_ANNOTATION,
+                rv,
+            ),
+            LAST_SEEN_TIMESTAMP_ANNOTATION,
+            ts,
+        );
         let plan = run(&settings(), &se, Some(&service()), None);
-        let stamp = plan.metadata.as_ref().and_then(|m| m.last_seen.as_ref()).unwrap_or_else(|| panic!("reset for {rv}/{ts}"));
+        let stamp = plan
+            .metadata
+            .as_ref()
+            .and_then(|m| m.last_seen.as_ref())
+            .unwrap_or_else(|| panic!("reset for {rv}/{ts}"));
         assert_eq!(stamp.resource_version, "100");
         assert_eq!(plan.exported_since, Some(now()));
     }
@@ -283,7 +367,10 @@ fn missing_service_unexports_and_marks_invalid_once() {
     assert!(matches!(plan.hub, Some(HubWrite::Delete { .. })));
     assert!(plan.remove_finalizer);
     let valid = cond(&plan, CONDITION_VALID).expect("valid condition");
-    assert_eq!((valid.status.as_str(), valid.reason.as_str()), ("False", reason::NOT_FOUND));
+    assert_eq!(
+        (valid.status.as_str(), valid.reason.as_str()),
+        ("False", reason::NOT_FOUND)
+    );
     assert_eq!(valid.message, "service ns/web is not found");
     assert_eq!(event_reasons(&plan), vec!["ServiceNotFound"]);
     assert_eq!(plan.events[0].kind, EventKind::Warning);
@@ -312,7 +399,10 @@ fn ineligible_services_are_not_exported() {
     for svc in [external, headless] {
         let plan = run(&settings(), &with_finalizer(export()), Some(&svc), None);
         let valid = cond(&plan, CONDITION_VALID).expect("valid");
-        assert_eq!((valid.status.as_str(), valid.reason.as_str()), ("False", reason::INELIGIBLE));
+        assert_eq!(
+            (valid.status.as_str(), valid.reason.as_str()),
+            ("False", reason::INELIGIBLE)
+        );
         assert_eq!(valid.message, "service ns/web is not eligible for export");
         assert_eq!(event_reasons(&plan), vec!["ServiceNotEligible"]);
         assert!(plan.remove_finalizer);
@@ -329,13 +419,29 @@ fn invalid_weight_keeps_the_export_and_reports_once() {
         assert!(plan.hub.is_none(), "export kept for {bad}");
         assert!(!plan.remove_finalizer);
         let valid = cond(&plan, CONDITION_VALID).expect("valid");
-        assert_eq!((valid.status.as_str(), valid.reason.as_str()), ("False", reason::INVALID_WEIGHT));
-        assert!(valid.message.starts_with("serviceExport ns/web has an invalid weight annotation, err = "), "{}", valid.message);
-        assert!(valid.message.contains(bad), "parse error in the message: {}", valid.message);
+        assert_eq!(
+            (valid.status.as_str(), valid.reason.as_str()),
+            ("False", reason::INVALID_WEIGHT)
+        );
+        assert!(
+            valid
+                .message
+                .starts_with("serviceExport ns/web has an invalid weight annotation, err = "),
+            "{}",
+            valid.message
+        );
+        assert!(
+            valid.message.contains(bad),
+            "parse error in the message: {}",
+            valid.message
+        );
         assert_eq!(event_reasons(&plan), vec![reason::INVALID_WEIGHT]);
         assert!(!plan.requeue_now && plan.pending.is_none(), "no requeue");
         let (se2, ise2) = apply(&plan, se.clone(), ise.clone());
-        assert_eq!(run(&settings(), &se2, Some(&service()), ise2.as_ref()).writes(), 0);
+        assert_eq!(
+            run(&settings(), &se2, Some(&service()), ise2.as_ref()).writes(),
+            0
+        );
     }
 }
 
@@ -359,18 +465,28 @@ fn weight_zero_unexports_but_stays_valid() {
         message: "no conflict".into(),
         observed_generation: Some(1),
     };
-    set_condition(&mut se.status.get_or_insert_with(Default::default).conditions, &resolved, Time(now()));
+    set_condition(
+        &mut se.status.get_or_insert_with(Default::default).conditions,
+        &resolved,
+        Time(now()),
+    );
     let se = annotate(se, WEIGHT_ANNOTATION, "0");
     let plan = run(&settings(), &se, Some(&service()), ise.as_ref());
     assert!(matches!(plan.hub, Some(HubWrite::Delete { .. })));
     assert!(plan.remove_finalizer);
     let valid = cond(&plan, CONDITION_VALID).expect("valid");
-    assert_eq!((valid.status.as_str(), valid.reason.as_str()), ("True", reason::VALID));
+    assert_eq!(
+        (valid.status.as_str(), valid.reason.as_str()),
+        ("True", reason::VALID)
+    );
     assert_eq!(valid.message, "exported service ns/web with 0 weight");
     assert_eq!(plan.outcome, Outcome::Unexported);
     assert_eq!(plan.events[0].kind, EventKind::Normal);
     let (se, ise) = apply(&plan, se, ise);
-    assert_eq!(run(&settings(), &se, Some(&service()), ise.as_ref()).writes(), 0);
+    assert_eq!(
+        run(&settings(), &se, Some(&service()), ise.as_ref()).writes(),
+        0
+    );
 
     // Back to weight 1: exported afresh, and the stale Conflict is re-armed.
     let mut se = se;
@@ -379,7 +495,10 @@ fn weight_zero_unexports_but_stays_valid() {
     }
     let plan = run(&settings(), &se, Some(&service()), ise.as_ref());
     assert!(matches!(plan.hub, Some(HubWrite::Create(_))));
-    assert_eq!(cond(&plan, CONDITION_VALID).map(|c| c.message.as_str()), Some("service ns/web is valid for export"));
+    assert_eq!(
+        cond(&plan, CONDITION_VALID).map(|c| c.message.as_str()),
+        Some("service ns/web is valid for export")
+    );
     let conflict = cond(&plan, CONDITION_CONFLICT).expect("re-armed");
     assert_eq!(conflict.status, "Unknown");
 }
@@ -388,12 +507,16 @@ fn weight_zero_unexports_but_stays_valid() {
 fn weight_is_exported_with_traffic_manager() {
     let se = annotate(export(), WEIGHT_ANNOTATION, "42");
     let plan = run(&tm_settings(), &se, Some(&service()), None);
-    let Some(HubWrite::Create(ise)) = &plan.hub else { panic!("create") };
+    let Some(HubWrite::Create(ise)) = &plan.hub else {
+        panic!("create")
+    };
     assert_eq!(ise.spec.weight, Some(42));
     assert_eq!(ise.spec.type_.as_deref(), Some("ClusterIP"));
     assert_eq!(ise.spec.public_ip_resource_id, None);
     let plan = run(&tm_settings(), &export(), Some(&service()), None);
-    let Some(HubWrite::Create(ise)) = &plan.hub else { panic!("create") };
+    let Some(HubWrite::Create(ise)) = &plan.hub else {
+        panic!("create")
+    };
     assert_eq!(ise.spec.weight, Some(1), "absent annotation means 1");
 }
 
@@ -403,12 +526,19 @@ fn uid_mismatch_unexports_and_requeues() {
     let mut recreated = service();
     recreated.metadata.uid = Some("svc-uid-2".into());
     let plan = run(&settings(), &se, Some(&recreated), ise.as_ref());
-    assert_eq!(plan.hub, Some(HubWrite::Delete { uid: Some("ise-uid".into()) }));
+    assert_eq!(
+        plan.hub,
+        Some(HubWrite::Delete {
+            uid: Some("ise-uid".into())
+        })
+    );
     assert!(plan.remove_finalizer);
     assert!(plan.requeue_now);
     let (se, ise) = apply(&plan, se, ise);
     let plan = run(&settings(), &se, Some(&recreated), ise.as_ref());
-    let Some(HubWrite::Create(new)) = &plan.hub else { panic!("export afresh: {plan:#?}") };
+    let Some(HubWrite::Create(new)) = &plan.hub else {
+        panic!("export afresh: {plan:#?}")
+    };
     assert_eq!(new.spec.service_reference.uid, "svc-uid-2");
     assert!(plan.metadata.as_ref().is_some_and(|m| m.add_finalizer));
 }
@@ -425,9 +555,15 @@ fn name_collision_is_reported_not_flapped() {
     other.spec.service_reference.namespaced_name = "a-b/c".into();
     other.metadata.uid = Some("other".into());
     let plan = run(&settings(), &se, Some(&svc), Some(&other));
-    assert!(plan.hub.is_none(), "never touch the other export: {plan:#?}");
+    assert!(
+        plan.hub.is_none(),
+        "never touch the other export: {plan:#?}"
+    );
     let valid = cond(&plan, CONDITION_VALID).expect("valid");
-    assert_eq!((valid.status.as_str(), valid.reason.as_str()), ("False", reason::NAME_COLLISION));
+    assert_eq!(
+        (valid.status.as_str(), valid.reason.as_str()),
+        ("False", reason::NAME_COLLISION)
+    );
     assert!(valid.message.contains("a-b/c"), "{}", valid.message);
     let (se, _) = apply(&plan, se, None);
     assert_eq!(run(&settings(), &se, Some(&svc), Some(&other)).writes(), 0);
@@ -456,22 +592,44 @@ fn hub_conflict_verdict_is_copied_with_the_export_generation() {
     let plan = run(&settings(), &se, Some(&service()), Some(&ise));
     assert_eq!(plan.writes(), 1, "{plan:#?}");
     let c = cond(&plan, CONDITION_CONFLICT).expect("conflict");
-    assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "NoConflictFound"));
-    assert_eq!(c.observed_generation, Some(1), "the ServiceExport's generation, not the ISE's");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "NoConflictFound")
+    );
+    assert_eq!(
+        c.observed_generation,
+        Some(1),
+        "the ServiceExport's generation, not the ISE's"
+    );
     let (se, ise) = apply(&plan, se, Some(ise));
-    assert_eq!(run(&settings(), &se, Some(&service()), ise.as_ref()).writes(), 0, "unchanged verdict costs nothing");
+    assert_eq!(
+        run(&settings(), &se, Some(&service()), ise.as_ref()).writes(),
+        0,
+        "unchanged verdict costs nothing"
+    );
 }
 
 #[test]
 fn internal_load_balancer_needs_no_lookup_and_clears_public_ip_fields() {
-    let svc = svc_annotate(load_balancer(Some("1.2.3.4")), AZURE_LB_INTERNAL_ANNOTATION, "true");
+    let svc = svc_annotate(
+        load_balancer(Some("1.2.3.4")),
+        AZURE_LB_INTERNAL_ANNOTATION,
+        "true",
+    );
     assert_eq!(public_ip_query(&tm_settings(), &svc), None);
     let mut ise = InternalServiceExport::default();
     ise.spec = build_spec(&tm_settings(), &svc, "ns", "web", 1);
     ise.spec.public_ip_resource_id = Some("/stale".into());
     ise.spec.is_dns_label_configured = Some(true);
-    let plan = run(&tm_settings(), &with_finalizer(export()), Some(&svc), Some(&ise));
-    let Some(HubWrite::UpdateSpec(spec)) = &plan.hub else { panic!("update: {plan:#?}") };
+    let plan = run(
+        &tm_settings(),
+        &with_finalizer(export()),
+        Some(&svc),
+        Some(&ise),
+    );
+    let Some(HubWrite::UpdateSpec(spec)) = &plan.hub else {
+        panic!("update: {plan:#?}")
+    };
     assert_eq!(spec.is_internal_load_balancer, Some(true));
     assert_eq!(spec.public_ip_resource_id, None, "stale value cleared");
     assert_eq!(spec.is_dns_label_configured, None);
@@ -480,18 +638,37 @@ fn internal_load_balancer_needs_no_lookup_and_clears_public_ip_fields() {
 #[test]
 fn public_ip_query_uses_the_annotated_or_default_resource_group() {
     let svc = load_balancer(Some("1.2.3.4"));
-    assert_eq!(public_ip_query(&tm_settings(), &svc), Some(("rg-default".into(), "1.2.3.4".into())));
+    assert_eq!(
+        public_ip_query(&tm_settings(), &svc),
+        Some(("rg-default".into(), "1.2.3.4".into()))
+    );
     let svc = svc_annotate(svc, AZURE_LB_RESOURCE_GROUP_ANNOTATION, "  rg-custom ");
-    assert_eq!(public_ip_query(&tm_settings(), &svc), Some(("rg-custom".into(), "1.2.3.4".into())));
+    assert_eq!(
+        public_ip_query(&tm_settings(), &svc),
+        Some(("rg-custom".into(), "1.2.3.4".into()))
+    );
     assert_eq!(public_ip_query(&settings(), &svc), None, "feature off");
-    assert_eq!(public_ip_query(&tm_settings(), &load_balancer(None)), None, "no ingress yet");
-    assert_eq!(public_ip_query(&tm_settings(), &load_balancer(Some(""))), None, "empty ingress IP");
-    assert_eq!(public_ip_query(&tm_settings(), &service()), None, "not a LoadBalancer");
+    assert_eq!(
+        public_ip_query(&tm_settings(), &load_balancer(None)),
+        None,
+        "no ingress yet"
+    );
+    assert_eq!(
+        public_ip_query(&tm_settings(), &load_balancer(Some(""))),
+        None,
+        "empty ingress IP"
+    );
+    assert_eq!(
+        public_ip_query(&tm_settings(), &service()),
+        None,
+        "not a LoadBalancer"
+    );
 }
 
 fn pip(dns: bool) -> PublicIpObservation {
     PublicIpObservation::Found(PublicIp {
-        id: "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/publicIPAddresses/ip1".into(),
+        id: "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/publicIPAddresses/ip1"
+            .into(),
         dns_label_configured: dns,
     })
 }
@@ -511,7 +688,11 @@ fn external_load_balancer_gets_public_ip_fields() {
     let spec = created_spec(&plan);
     assert_eq!(spec.type_.as_deref(), Some("LoadBalancer"));
     assert_eq!(spec.is_internal_load_balancer, None);
-    assert!(spec.public_ip_resource_id.as_deref().is_some_and(|id| id.ends_with("/ip1")));
+    assert!(
+        spec.public_ip_resource_id
+            .as_deref()
+            .is_some_and(|id| id.ends_with("/ip1"))
+    );
     assert_eq!(spec.is_dns_label_configured, Some(true));
 }
 
@@ -530,7 +711,10 @@ fn dns_label_rules_of_the_reference() {
     let plan = run_pip(&tm_settings(), &export(), Some(&set), None, &pip(false));
     assert!(plan.hub.is_none());
     assert!(plan.pending.as_deref().is_some_and(|m| m.starts_with("in the process of adding DNS to the public ip address")));
-    assert!(plan.metadata.as_ref().is_some_and(|m| m.add_finalizer), "status and finalizer still progress");
+    assert!(
+        plan.metadata.as_ref().is_some_and(|m| m.add_finalizer),
+        "status and finalizer still progress"
+    );
     let plan = run_pip(&tm_settings(), &export(), Some(&set), None, &pip(true));
     assert_eq!(created_spec(&plan).is_dns_label_configured, Some(true));
 }
@@ -538,10 +722,22 @@ fn dns_label_rules_of_the_reference() {
 #[test]
 fn public_ip_not_found_exports_without_the_fields_and_failure_retries() {
     let svc = load_balancer(Some("1.2.3.4"));
-    let plan = run_pip(&tm_settings(), &export(), Some(&svc), None, &PublicIpObservation::NotFound);
+    let plan = run_pip(
+        &tm_settings(),
+        &export(),
+        Some(&svc),
+        None,
+        &PublicIpObservation::NotFound,
+    );
     assert_eq!(created_spec(&plan).public_ip_resource_id, None);
     assert!(plan.pending.is_none());
-    let plan = run_pip(&tm_settings(), &export(), Some(&svc), None, &PublicIpObservation::Failed("throttled".into()));
+    let plan = run_pip(
+        &tm_settings(),
+        &export(),
+        Some(&svc),
+        None,
+        &PublicIpObservation::Failed("throttled".into()),
+    );
     assert!(plan.hub.is_none());
     assert_eq!(plan.pending.as_deref(), Some("throttled"));
 }
@@ -551,7 +747,12 @@ fn losing_the_ingress_clears_stale_public_ip_fields() {
     let svc = load_balancer(Some("1.2.3.4"));
     let plan = run_pip(&tm_settings(), &export(), Some(&svc), None, &pip(true));
     let (se, ise) = apply(&plan, export(), None);
-    let plan = run(&tm_settings(), &se, Some(&load_balancer(None)), ise.as_ref());
+    let plan = run(
+        &tm_settings(),
+        &se,
+        Some(&load_balancer(None)),
+        ise.as_ref(),
+    );
     let spec = created_spec(&plan);
     assert_eq!(spec.public_ip_resource_id, None);
     assert_eq!(spec.is_dns_label_configured, None);
@@ -563,14 +764,23 @@ fn losing_the_ingress_clears_stale_public_ip_fields() {
 #[test]
 fn weight_parsing() {
     assert_eq!(parse_weight(&export()), Ok(1));
-    assert_eq!(parse_weight(&annotate(export(), WEIGHT_ANNOTATION, "1000")), Ok(1000));
-    assert_eq!(parse_weight(&annotate(export(), WEIGHT_ANNOTATION, "0")), Ok(0));
+    assert_eq!(
+        parse_weight(&annotate(export(), WEIGHT_ANNOTATION, "1000")),
+        Ok(1000)
+    );
+    assert_eq!(
+        parse_weight(&annotate(export(), WEIGHT_ANNOTATION, "0")),
+        Ok(0)
+    );
     assert!(parse_weight(&annotate(export(), WEIGHT_ANNOTATION, "")).is_err());
     assert!(parse_weight(&annotate(export(), WEIGHT_ANNOTATION, "1001")).is_err());
 }
 
 #[test]
 fn outcome_labels_are_stable() {
-    assert_eq!(Outcome::Invalid(reason::NOT_FOUND).label(), "invalid:ServiceNotFound");
+    assert_eq!(
+        Outcome::Invalid(reason::NOT_FOUND).label(),
+        "invalid:ServiceNotFound"
+    );
     assert_eq!(Outcome::Exported.label(), "exported");
 }

@@ -1,0 +1,300 @@
+//! Shared by the integration tests: a substrate fleet with one exporter per member, counted
+//! clients, object builders and polling helpers.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fleetnet_hub::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
+use fleetnet_hub::client::{self, ClientStats, Limits};
+use fleetnet_hub::export::{MemberExporter, NoObserver, PublicIpLookup, Settings, Synced};
+use fleetnet_testenv::Fleet;
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use kube::api::{Api, ObjectMeta, PostParams};
+use tokio::sync::watch;
+
+/// How long a test waits for convergence before failing.
+pub const CONVERGE: Duration = Duration::from_secs(30);
+
+/// One member's running exporter and the counters of its clients.
+pub struct RunningExporter {
+    pub member_stats: Arc<ClientStats>,
+    pub hub_stats: Arc<ClientStats>,
+    pub synced: Synced,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl RunningExporter {
+    /// Member + hub writes, Events not counted.
+    pub fn writes(&self) -> u64 {
+        self.member_stats.writes_excluding_events() + self.hub_stats.writes_excluding_events()
+    }
+
+    /// Stops the controller and waits for it to finish.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(20), task).await;
+        }
+    }
+}
+
+impl Drop for RunningExporter {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// Options of an exporter started by a test.
+#[derive(Clone, Default)]
+pub struct ExporterOptions {
+    pub traffic_manager: bool,
+    pub public_ips: Option<Arc<dyn PublicIpLookup>>,
+    /// A kubeconfig to use for the member instead of the admin one.
+    pub member_kubeconfig: Option<std::path::PathBuf>,
+    pub hub_kubeconfig: Option<std::path::PathBuf>,
+    pub version: Option<ServiceExportVersion>,
+}
+
+/// Starts an exporter for `member` of `fleet`, with counting clients, and waits for its sync.
+pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) -> RunningExporter {
+    let member_kubeconfig = opts
+        .member_kubeconfig
+        .clone()
+        .unwrap_or_else(|| fleet.member(member).kubeconfig_path().to_path_buf());
+    let hub_kubeconfig = opts
+        .hub_kubeconfig
+        .clone()
+        .unwrap_or_else(|| fleet.hub().kubeconfig_path().to_path_buf());
+    let member_stats = Arc::new(ClientStats::default());
+    let hub_stats = Arc::new(ClientStats::default());
+    let member_client = counted_client(member, &member_kubeconfig, member_stats.clone()).await;
+    let hub_client = counted_client("hub", &hub_kubeconfig, hub_stats.clone()).await;
+    let (_leader_tx, leader) = watch::channel(true);
+    let exporter = MemberExporter {
+        member: member.to_string(),
+        member_client,
+        hub_client,
+        hub_namespace: fleet.hub_namespace(member),
+        se_version: opts.version.unwrap_or_default(),
+        settings: Settings {
+            member: member.to_string(),
+            traffic_manager: opts.traffic_manager,
+            default_resource_group: "rg-default".into(),
+        },
+        public_ips: opts.public_ips.clone(),
+        leader,
+        observer: Arc::new(NoObserver),
+        instance: "test".into(),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (run, synced) = exporter.start(async move {
+        let _ = stop_rx.await;
+    });
+    let task = tokio::spawn(async move {
+        // Keeps the leadership sender alive as long as the controller runs.
+        let _leader_tx = _leader_tx;
+        run.await;
+    });
+    tokio::time::timeout(CONVERGE, synced.wait())
+        .await
+        .expect("exporter watches synced");
+    RunningExporter {
+        member_stats,
+        hub_stats,
+        synced,
+        stop: Some(stop_tx),
+        task: Some(task),
+    }
+}
+
+/// A client for `kubeconfig` with fleetnet-hub's counting stack.
+pub async fn counted_client(
+    name: &str,
+    kubeconfig: &std::path::Path,
+    stats: Arc<ClientStats>,
+) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig readable");
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("kubeconfig valid");
+    client::build(
+        name,
+        config,
+        &Limits {
+            qps: 200.0,
+            burst: 400,
+            ..Limits::default()
+        },
+        stats,
+    )
+    .expect("client")
+}
+
+/// A ClusterIP Service with one port.
+pub fn service(ns: &str, name: &str, port: i32) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Creates a namespace in a cluster (idempotent).
+pub async fn namespace(client: &kube::Client, ns: &str) {
+    fleetnet_testenv::ensure_namespace(client, "test", ns)
+        .await
+        .expect("namespace");
+}
+
+pub async fn create_service(client: &kube::Client, svc: &Service) -> Service {
+    let ns = svc.metadata.namespace.as_deref().expect("namespace");
+    Api::<Service>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), svc)
+        .await
+        .expect("create service")
+}
+
+pub async fn create_export(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    annotations: &[(&str, &str)],
+) -> ServiceExport {
+    let mut se = ServiceExport::new(ns, name, ServiceExportVersion::V1Beta1);
+    if !annotations.is_empty() {
+        se.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>(),
+        );
+    }
+    exports(client, ns)
+        .create(&PostParams::default(), &se)
+        .await
+        .expect("create ServiceExport")
+}
+
+pub fn exports(client: &kube::Client, ns: &str) -> Api<ServiceExport> {
+    Api::namespaced_with(client.clone(), ns, &ServiceExportVersion::V1Beta1)
+}
+
+pub fn ises(hub: &kube::Client, ns: &str) -> Api<InternalServiceExport> {
+    Api::namespaced(hub.clone(), ns)
+}
+
+/// Polls `probe` until it returns `Some`, or panics after `CONVERGE` with `what`.
+pub async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + CONVERGE;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {CONVERGE:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The condition `type_` of a ServiceExport as (status, reason, message).
+pub fn condition(se: &ServiceExport, type_: &str) -> Option<(String, String, String)> {
+    se.conditions()
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Waits until the export's condition `type_` has `status` and `reason`; returns the export.
+pub async fn wait_condition(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+) -> ServiceExport {
+    let api = exports(client, ns);
+    eventually(&format!("{ns}/{name} {type_}={status} ({reason})"), || {
+        let api = api.clone();
+        async move {
+            let se = api.get_opt(name).await.ok().flatten()?;
+            let (s, r, _) = condition(&se, type_)?;
+            (s == status && r == reason).then_some(se)
+        }
+    })
+    .await
+}
+
+/// Waits for the ISE `name` in `ns` to satisfy `pred`.
+pub async fn wait_ise(
+    hub: &kube::Client,
+    ns: &str,
+    name: &str,
+    pred: impl Fn(&InternalServiceExport) -> bool,
+) -> InternalServiceExport {
+    let api = ises(hub, ns);
+    let pred = &pred;
+    eventually(&format!("ISE {ns}/{name}"), || {
+        let api = api.clone();
+        async move { api.get_opt(name).await.ok().flatten().filter(|i| pred(i)) }
+    })
+    .await
+}
+
+/// Waits until the ISE `name` is gone from `ns`.
+pub async fn wait_ise_gone(hub: &kube::Client, ns: &str, name: &str) {
+    let api = ises(hub, ns);
+    eventually(&format!("ISE {ns}/{name} deleted"), || {
+        let api = api.clone();
+        async move {
+            api.get_opt(name)
+                .await
+                .ok()
+                .and_then(|o| o.is_none().then_some(()))
+        }
+    })
+    .await
+}
+
+/// Waits until `writes()` stops changing for `quiet`, and returns it.
+pub async fn settled_writes(exporter: &RunningExporter, quiet: Duration) -> u64 {
+    let mut last = exporter.writes();
+    let mut since = Instant::now();
+    let deadline = Instant::now() + CONVERGE;
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = exporter.writes();
+        if now != last {
+            last = now;
+            since = Instant::now();
+        } else if since.elapsed() >= quiet {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "writes never settled");
+    }
+}
