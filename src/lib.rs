@@ -2,6 +2,13 @@
 //! cluster's Services (ServiceExport → InternalServiceExport), one reconciler per member.
 
 pub mod api;
+pub mod app;
 pub mod azure;
+pub mod check;
 pub mod client;
 pub mod export;
+pub mod fleet;
+pub mod http;
+pub mod sandbox;
+pub mod metrics;
+pub mod telemetry;

@@ -1,9 +1,15 @@
-use std::path::PathBuf;
+//! The `fleetnet-hub` command line: parse flags, build the runtime, run it.
 
-use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use fleetnet_hub::app::{self, AppConfig, Extensions, LeaderElection};
+use fleetnet_hub::client::Limits;
+use fleetnet_hub::fleet::RuntimeConfig;
 
 #[derive(Parser)]
-#[command(name = "fleetnet-hub", version, about)]
+#[command(name = "fleetnet-hub", version, about = "Exports every member cluster's Services to the Azure Kubernetes Fleet hub, from one process in the hub")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -11,6 +17,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the controller for every member in the kubeconfig directory.
+    Run(Box<RunArgs>),
+    /// Check every member's kubeconfig: reachability, CRD, RBAC.
+    Check {
+        #[arg(long, env = "FLEETNET_KUBECONFIG_DIR", default_value = "kubeconfigs")]
+        kubeconfig_dir: PathBuf,
+    },
+    /// Start a local hub and two members (real apiservers), run the controller against them.
+    Sandbox,
     /// Write the CRD YAMLs generated from the Rust types.
     Crdgen {
         #[arg(long, default_value = "charts/fleetnet-hub/crds")]
@@ -18,23 +33,312 @@ enum Command {
     },
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
-        Command::Crdgen { out } => {
-            std::fs::create_dir_all(&out)?;
-            for (file, crd) in [
-                (
-                    "networking.fleet.azure.com_serviceexports.yaml",
-                    fleetnet_hub::api::service_export_crd(),
-                ),
-                (
-                    "networking.fleet.azure.com_internalserviceexports.yaml",
-                    fleetnet_hub::api::internal_service_export_crd(),
-                ),
-            ] {
-                std::fs::write(out.join(file), fleetnet_hub::api::crd_yaml(&crd)?)?;
+/// Flags of `run`. Names follow controller-runtime where one exists.
+#[derive(Args, Clone, Debug)]
+pub struct RunArgs {
+    /// Hub kubeconfig; in-cluster configuration when absent.
+    #[arg(long, env = "FLEETNET_HUB_KUBECONFIG")]
+    hub_kubeconfig: Option<PathBuf>,
+    /// Directory with one kubeconfig per member (file name without extension = member name).
+    #[arg(long, env = "FLEETNET_KUBECONFIG_DIR", default_value = "kubeconfigs")]
+    kubeconfig_dir: PathBuf,
+    /// Hub namespace of member `m` is `<prefix><m>`.
+    #[arg(long, env = "FLEETNET_HUB_NAMESPACE_PREFIX", default_value = "fleet-member-")]
+    hub_namespace_prefix: String,
+    /// Elect a leader on a Lease in the hub; standbys keep watches warm and do not write.
+    #[arg(long, env = "FLEETNET_LEADER_ELECT")]
+    leader_elect: bool,
+    /// Namespace of the leader Lease (defaults to $POD_NAMESPACE, else `default`).
+    #[arg(long, env = "FLEETNET_LEADER_ELECTION_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+    /// Name of the leader Lease.
+    #[arg(long, env = "FLEETNET_LEADER_ELECTION_ID", default_value = "fleetnet-hub")]
+    leader_election_id: String,
+    /// Prometheus metrics address.
+    #[arg(long, env = "FLEETNET_METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
+    metrics_bind_address: String,
+    /// `/healthz`, `/readyz` and `/members` address.
+    #[arg(long, env = "FLEETNET_HEALTH_PROBE_BIND_ADDRESS", default_value = "0.0.0.0:8081")]
+    health_probe_bind_address: String,
+    /// Sustained requests per second to each member's API server.
+    #[arg(long, env = "FLEETNET_KUBE_API_QPS", default_value_t = 20.0)]
+    kube_api_qps: f64,
+    /// Burst of requests to each member's API server.
+    #[arg(long, env = "FLEETNET_KUBE_API_BURST", default_value_t = 30)]
+    kube_api_burst: u32,
+    /// Sustained requests per second to the hub, shared by all members.
+    #[arg(long, env = "FLEETNET_HUB_API_QPS", default_value_t = 100.0)]
+    hub_api_qps: f64,
+    /// Burst of requests to the hub.
+    #[arg(long, env = "FLEETNET_HUB_API_BURST", default_value_t = 200)]
+    hub_api_burst: u32,
+    /// A member whose first sync takes longer is marked failing (and keeps trying).
+    #[arg(long, env = "FLEETNET_MEMBER_SYNC_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    member_sync_timeout: Duration,
+    /// When a member's kubeconfig is removed, delete its exports from the hub and its finalizers.
+    #[arg(long, env = "FLEETNET_CLEANUP_ON_REMOVE")]
+    cleanup_on_remove: bool,
+    /// Export Traffic Manager fields (weight, type, load balancer, public IP).
+    #[arg(long, env = "FLEETNET_ENABLE_TRAFFIC_MANAGER")]
+    enable_traffic_manager: bool,
+    /// Per-member settings (YAML: `members: {<name>: {azureSubscriptionId, azureResourceGroup, traceSamplingRatio}}`).
+    #[arg(long, env = "FLEETNET_MEMBER_CONFIG")]
+    member_config: Option<PathBuf>,
+    /// Fraction of reconciles traced, for members without their own ratio.
+    #[arg(long, env = "FLEETNET_TRACE_SAMPLING_RATIO", default_value_t = 1.0)]
+    trace_sampling_ratio: f64,
+    /// Log format: `text` or `json`. Level from RUST_LOG.
+    #[arg(long, env = "FLEETNET_LOG_FORMAT", default_value = "text")]
+    log_format: String,
+    #[command(flatten)]
+    azure: AzureArgs,
+}
+
+/// Azure flags (Traffic Manager feature).
+#[derive(Args, Clone, Debug)]
+pub struct AzureArgs {
+    /// ARM endpoint (sovereign clouds, tests).
+    #[arg(long, env = "FLEETNET_AZURE_ARM_ENDPOINT", default_value = "https://management.azure.com")]
+    azure_arm_endpoint: String,
+    /// Microsoft Entra authority host (token endpoint).
+    #[arg(long, env = "FLEETNET_AZURE_AUTHORITY_HOST", default_value = "https://login.microsoftonline.com")]
+    azure_authority_host: String,
+    /// `workload-identity`, `managed-identity`, `client-secret` or `azure-cli`.
+    #[arg(long, env = "FLEETNET_AZURE_CREDENTIAL", default_value = "workload-identity")]
+    azure_credential: String,
+    #[arg(long, env = "AZURE_TENANT_ID")]
+    azure_tenant_id: Option<String>,
+    #[arg(long, env = "AZURE_CLIENT_ID")]
+    azure_client_id: Option<String>,
+    /// Default subscription of members' public IPs.
+    #[arg(long, env = "FLEETNET_AZURE_SUBSCRIPTION_ID")]
+    azure_subscription_id: Option<String>,
+    /// Default resource group of members' public IPs.
+    #[arg(long, env = "FLEETNET_AZURE_RESOURCE_GROUP", default_value = "")]
+    azure_resource_group: String,
+    /// Requests per second to ARM, for the whole process.
+    #[arg(long, env = "FLEETNET_AZURE_ARM_QPS", default_value_t = 10.0)]
+    azure_arm_qps: f64,
+    #[arg(long, env = "FLEETNET_AZURE_ARM_BURST", default_value_t = 20)]
+    azure_arm_burst: u32,
+    /// How long a resource group's public IP list is reused.
+    #[arg(long, env = "FLEETNET_PUBLIC_IP_CACHE_TTL", default_value = "30s", value_parser = parse_duration)]
+    public_ip_cache_ttl: Duration,
+}
+
+/// `90s`, `5m`, `1h`, `250ms` or plain seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((s, "s"), |i| s.split_at(i));
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m or h)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {s:?}: {e}"))
+}
+
+impl AzureArgs {
+    fn azure_config(&self) -> Result<fleetnet_hub::azure::AzureConfig, String> {
+        use fleetnet_hub::azure::{AzureConfig, CredentialKind};
+        let credential = match self.azure_credential.as_str() {
+            "workload-identity" => CredentialKind::WorkloadIdentity,
+            "managed-identity" => CredentialKind::ManagedIdentity,
+            "client-secret" => CredentialKind::ClientSecret,
+            "azure-cli" => CredentialKind::AzureCli,
+            other => {
+                return Err(format!(
+                    "--azure-credential {other:?}: expected workload-identity, managed-identity, client-secret or azure-cli"
+                ));
+            }
+        };
+        let config = AzureConfig {
+            arm_endpoint: self.azure_arm_endpoint.clone(),
+            authority_host: self.azure_authority_host.clone(),
+            credential,
+            tenant_id: self.azure_tenant_id.clone(),
+            client_id: self.azure_client_id.clone(),
+            // Secrets only from the environment, never from flags (visible in `ps`).
+            client_secret: std::env::var("AZURE_CLIENT_SECRET").ok(),
+            federated_token_file: std::env::var_os("AZURE_FEDERATED_TOKEN_FILE").map(PathBuf::from),
+            default_subscription_id: self.azure_subscription_id.clone(),
+            arm_qps: self.azure_arm_qps,
+            arm_burst: self.azure_arm_burst,
+            cache_ttl: self.public_ip_cache_ttl,
+            ..AzureConfig::default()
+        };
+        config.validate().map_err(|e| format!("Azure configuration: {e}"))?;
+        Ok(config)
+    }
+}
+
+impl RunArgs {
+    fn app_config(&self) -> Result<AppConfig, String> {
+        for (name, qps) in [("--kube-api-qps", self.kube_api_qps), ("--hub-api-qps", self.hub_api_qps)] {
+            if !(qps.is_finite() && qps > 0.0) {
+                return Err(format!("{name} must be a positive number, got {qps}"));
             }
         }
+        if !(0.0..=1.0).contains(&self.trace_sampling_ratio) {
+            return Err(format!("--trace-sampling-ratio must be in [0, 1], got {}", self.trace_sampling_ratio));
+        }
+        let instance = std::env::var("POD_NAME").unwrap_or_else(|_| hostname());
+        let leader_election = self.leader_elect.then(|| LeaderElection {
+            namespace: self
+                .leader_election_namespace
+                .clone()
+                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                .unwrap_or_else(|| "default".into()),
+            name: self.leader_election_id.clone(),
+            identity: format!("{instance}_{:08x}", rand::random::<u32>()),
+        });
+        Ok(AppConfig {
+            hub_kubeconfig: self.hub_kubeconfig.clone(),
+            hub_limits: Limits {
+                qps: self.hub_api_qps,
+                burst: self.hub_api_burst,
+                ..Limits::default()
+            },
+            runtime: RuntimeConfig {
+                kubeconfig_dir: self.kubeconfig_dir.clone(),
+                namespace_prefix: self.hub_namespace_prefix.clone(),
+                member_limits: Limits {
+                    qps: self.kube_api_qps,
+                    burst: self.kube_api_burst,
+                    ..Limits::default()
+                },
+                member_sync_timeout: self.member_sync_timeout,
+                cleanup_on_remove: self.cleanup_on_remove,
+                traffic_manager: self.enable_traffic_manager,
+                rescan_interval: Duration::from_secs(30),
+                instance,
+            },
+            leader_election,
+            metrics_bind_address: self.metrics_bind_address.clone(),
+            health_probe_bind_address: self.health_probe_bind_address.clone(),
+        })
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "fleetnet-hub".into())
+}
+
+/// Runs until SIGTERM or Ctrl-C, then shuts down gracefully.
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let config = args.app_config().map_err(anyhow::Error::msg)?;
+    let members = match &args.member_config {
+        Some(path) => app::MemberConfigFile::load(path)?,
+        None => app::MemberConfigFile::default(),
+    };
+    let mut ext = Extensions::default();
+    if args.enable_traffic_manager {
+        let azure = args.azure.azure_config().map_err(anyhow::Error::msg)?;
+        let fleet = fleetnet_hub::azure::AzureFleet::new(azure)?;
+        ext.azure = Some(std::sync::Arc::new(app::AzureMembers {
+            fleet,
+            members,
+            default_resource_group: args.azure.azure_resource_group.clone(),
+        }));
+    }
+    let running = app::start(config, ext).await?;
+    wait_for_signal().await;
+    tracing::info!("signal received: shutting down");
+    running.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = ctrl_c.await;
+        }
+    }
+}
+
+fn crdgen(out: &std::path::Path) -> anyhow::Result<()> {
+    use fleetnet_hub::api::{crd_yaml, internal_service_export_crd, service_export_crd};
+    std::fs::create_dir_all(out)?;
+    for (file, crd) in [
+        ("networking.fleet.azure.com_serviceexports.yaml", service_export_crd()),
+        ("networking.fleet.azure.com_internalserviceexports.yaml", internal_service_export_crd()),
+    ] {
+        std::fs::write(out.join(file), crd_yaml(&crd)?)?;
     }
     Ok(())
+}
+
+fn init_logs(format: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().flatten_event(true).init();
+    } else {
+        builder.init();
+    }
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let log_format = match &cli.command {
+        Command::Run(args) => args.log_format.clone(),
+        _ => "text".into(),
+    };
+    init_logs(&log_format);
+    let result = match cli.command {
+        Command::Run(args) => run(*args).await,
+        Command::Check { kubeconfig_dir } => fleetnet_hub::check::run(&kubeconfig_dir).await.map_err(anyhow::Error::msg),
+        Command::Sandbox => fleetnet_hub::sandbox::run().await.map_err(anyhow::Error::msg),
+        Command::Crdgen { out } => crdgen(&out),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fleetnet-hub: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("60s"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("5d").is_err());
+    }
+
+    #[test]
+    fn flags_parse_and_validate() {
+        let cli = Cli::try_parse_from(["fleetnet-hub", "run", "--kubeconfig-dir", "/tmp", "--leader-elect", "--kube-api-qps", "5"]).expect("parses");
+        let Command::Run(args) = cli.command else { panic!("run") };
+        let cfg = args.app_config().expect("valid");
+        assert_eq!(cfg.runtime.member_limits.qps, 5.0);
+        assert!(cfg.leader_election.is_some());
+        let cli = Cli::try_parse_from(["fleetnet-hub", "run", "--kube-api-qps", "0"]).expect("parses");
+        let Command::Run(args) = cli.command else { panic!("run") };
+        assert!(args.app_config().is_err_and(|e| e.contains("--kube-api-qps")));
+    }
 }

@@ -35,6 +35,8 @@ use decide::{Observation, PublicIpObservation, decide, ise_name, public_ip_query
 
 /// Receives what reconciles did, for metrics. Implemented by `crate::telemetry`.
 pub trait ReconcileObserver: Send + Sync + 'static {
+    /// A reconcile of `member` started (in-flight reconciles are the member's queue depth).
+    fn reconcile_started(&self, member: &str);
     /// One reconcile ended; `outcome` is an [`Outcome::label`] or `error:<category>`.
     fn reconciled(&self, member: &str, outcome: &str, took: Duration);
     /// An ISE was created, updated or deleted (`op`).
@@ -43,6 +45,8 @@ pub trait ReconcileObserver: Send + Sync + 'static {
     fn export_latency(&self, member: &str, latency: Duration);
     /// The hub's conflict verdict reached the ServiceExport `latency` after its export time.
     fn conflict_reflected(&self, member: &str, latency: Duration);
+    /// The controller reported an error outside a reconcile (a watch failing, for example).
+    fn controller_error(&self, member: &str, error: &str);
 }
 
 /// An observer that records nothing.
@@ -50,6 +54,8 @@ pub trait ReconcileObserver: Send + Sync + 'static {
 pub struct NoObserver;
 
 impl ReconcileObserver for NoObserver {
+    fn reconcile_started(&self, _: &str) {}
+    fn controller_error(&self, _: &str, _: &str) {}
     fn reconciled(&self, _: &str, _: &str, _: Duration) {}
     fn hub_write(&self, _: &str, _: &'static str) {}
     fn export_latency(&self, _: &str, _: Duration) {}
@@ -199,12 +205,16 @@ impl MemberExporter {
             failures: Mutex::default(),
         });
         let member = self.member;
+        let observer = ctx.observer.clone();
         let run = async move {
             controller
                 .run(reconcile, error_policy, ctx)
                 .for_each(|res| {
-                    if let Err(e) = res {
-                        tracing::debug!(member = %member, error = %e, "controller event");
+                    // Reconcile errors are handled (and logged) in `reconcile`; what is left
+                    // here are watch and queue errors.
+                    if let Err(kube::runtime::controller::Error::QueueError(e)) = res {
+                        tracing::warn!(member = %member, error = %e, "watch failed; retrying with backoff");
+                        observer.controller_error(&member, &e.to_string());
                     }
                     futures::future::ready(())
                 })
@@ -251,6 +261,7 @@ async fn reconcile(se: Arc<ServiceExport>, ctx: Arc<Context>) -> Result<Action, 
         otel.status_code = field::Empty,
     );
     let started = Instant::now();
+    ctx.observer.reconcile_started(&ctx.member);
     let result = reconcile_inner(&se, &ctx).instrument(span.clone()).await;
     let key = ObjectRef::from_obj_with(se.as_ref(), ctx.se_version);
     let label = match &result {

@@ -143,7 +143,7 @@ impl Cluster {
 
     /// Waits for the serving certificate, writes the admin kubeconfig and waits for `/readyz`.
     pub(crate) async fn wait_ready(&mut self, started: Instant) -> Result<()> {
-        let deadline = started + Duration::from_secs(120);
+        let deadline = started + Duration::from_secs(240);
         let cert = self.dir.join("certs/apiserver.crt");
         loop {
             self.check_alive()?;
@@ -217,7 +217,7 @@ impl Cluster {
         if Instant::now() > deadline {
             let log = self.dir.join("kube-apiserver.log");
             return Err(self.error(format!(
-                "not ready within 120 s; last lines of {}:\n{}",
+                "not ready within 240 s; last lines of {}:\n{}",
                 log.display(),
                 tail(&log, 15)
             )));

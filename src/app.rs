@@ -1,0 +1,227 @@
+//! Assembles the process: hub client, leader election, HTTP servers, Azure, the fleet runtime;
+//! owns shutdown. Used by `fleetnet-hub run`, `sandbox` and the end-to-end tests alike.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use serde::Deserialize;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{self, ClientStats, Limits};
+use crate::export::{NoObserver, ReconcileObserver};
+use crate::fleet::{self, FleetState, MemberAzure, MemberHooks, NoHooks, RuntimeConfig, leader::LeaseConfig};
+use crate::http;
+
+/// Leader election settings.
+#[derive(Debug, Clone)]
+pub struct LeaderElection {
+    pub namespace: String,
+    pub name: String,
+    pub identity: String,
+}
+
+/// Per-member settings (`--member-config`).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberSettings {
+    pub azure_subscription_id: Option<String>,
+    pub azure_resource_group: Option<String>,
+    pub trace_sampling_ratio: Option<f64>,
+}
+
+/// The `--member-config` file: `members: { <name>: MemberSettings }`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct MemberConfigFile {
+    #[serde(default)]
+    pub members: BTreeMap<String, MemberSettings>,
+}
+
+impl MemberConfigFile {
+    /// Reads and parses the file, naming it in errors.
+    pub fn load(path: &std::path::Path) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Config(format!("cannot read member config {}: {e}", path.display())))?;
+        serde_saphyr::from_str::<Option<Self>>(&text)
+            .map(Option::unwrap_or_default)
+            .map_err(|e| Error::Config(format!("invalid member config {}: {e}", path.display())))
+    }
+}
+
+/// Everything the process needs, validated.
+#[derive(Clone)]
+pub struct AppConfig {
+    /// `None`: in-cluster configuration.
+    pub hub_kubeconfig: Option<PathBuf>,
+    pub hub_limits: Limits,
+    pub runtime: RuntimeConfig,
+    pub leader_election: Option<LeaderElection>,
+    pub metrics_bind_address: String,
+    pub health_probe_bind_address: String,
+}
+
+/// Optional parts supplied by the caller (metrics, Azure).
+#[derive(Clone)]
+pub struct Extensions {
+    pub observer: Arc<dyn ReconcileObserver>,
+    pub hooks: Arc<dyn MemberHooks>,
+    pub azure: Option<Arc<dyn MemberAzure>>,
+    pub render_metrics: http::RenderMetrics,
+    /// Counters of the shared hub client.
+    pub hub_stats: Arc<ClientStats>,
+}
+
+impl Default for Extensions {
+    fn default() -> Self {
+        Self {
+            observer: Arc::new(NoObserver),
+            hooks: Arc::new(NoHooks),
+            azure: None,
+            render_metrics: Arc::new(String::new),
+            hub_stats: Arc::default(),
+        }
+    }
+}
+
+/// Start-up failures.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("hub: {0}")]
+    Hub(String),
+    #[error(transparent)]
+    Bind(#[from] http::BindError),
+}
+
+/// A running process: where it listens, its state, and how to stop it.
+pub struct Running {
+    pub health_address: SocketAddr,
+    pub metrics_address: SocketAddr,
+    pub state: Arc<FleetState>,
+    pub leader: watch::Receiver<bool>,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops accepting work, lets in-flight reconciles finish, releases the lease. Bounded.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        if tokio::time::timeout(Duration::from_secs(25), self.task).await.is_err() {
+            tracing::warn!("shutdown did not complete within 25 s");
+        }
+    }
+
+    /// Resolves when the process stopped by itself.
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+}
+
+/// Builds the hub client from the kubeconfig (or in-cluster config).
+pub async fn hub_client(path: Option<&std::path::Path>, limits: &Limits, stats: Arc<ClientStats>) -> Result<kube::Client, Error> {
+    let config = match path {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| Error::Hub(format!("kubeconfig {}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .map_err(|e| Error::Hub(format!("kubeconfig {}: {e}", path.display())))?
+        }
+        None => kube::Config::incluster().map_err(|e| Error::Hub(format!("in-cluster configuration (no --hub-kubeconfig given): {e}")))?,
+    };
+    client::build("hub", config, limits, stats).map_err(|e| Error::Hub(e.to_string()))
+}
+
+/// Starts everything and returns at once; [`Running::shutdown`] stops it.
+pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error> {
+    if !config.runtime.kubeconfig_dir.is_dir() {
+        return Err(Error::Config(format!(
+            "--kubeconfig-dir {} is not a directory",
+            config.runtime.kubeconfig_dir.display()
+        )));
+    }
+    let hub = hub_client(config.hub_kubeconfig.as_deref(), &config.hub_limits, ext.hub_stats.clone()).await?;
+    let shutdown = CancellationToken::new();
+    let state = Arc::new(FleetState::default());
+    let health_address = http::serve_health(&config.health_probe_bind_address, state.clone(), shutdown.clone()).await?;
+    let metrics_address = http::serve_metrics(&config.metrics_bind_address, ext.render_metrics.clone(), shutdown.clone()).await?;
+
+    let (leader_tx, leader_rx) = watch::channel(config.leader_election.is_none());
+    // The election outlives the fleet's shutdown by a little: the lease is released after
+    // the members have stopped writing.
+    let election_stop = CancellationToken::new();
+    let election = config.leader_election.clone().map(|le| {
+        let api: Api<Lease> = Api::namespaced(hub.clone(), &le.namespace);
+        let cfg = LeaseConfig {
+            namespace: le.namespace,
+            name: le.name,
+            identity: le.identity,
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        };
+        tokio::spawn(fleet::leader::run(api, cfg, leader_tx, election_stop.clone()))
+    });
+
+    let shared = Arc::new(fleet::Shared {
+        config: config.runtime,
+        hub_client: hub,
+        state: state.clone(),
+        observer: ext.observer,
+        hooks: ext.hooks,
+        azure: ext.azure,
+        leader: leader_rx.clone(),
+    });
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move {
+        fleet::run(shared, stop).await;
+        election_stop.cancel();
+        if let Some(election) = election {
+            let _ = tokio::time::timeout(Duration::from_secs(5), election).await;
+        }
+    });
+    Ok(Running {
+        health_address,
+        metrics_address,
+        state,
+        leader: leader_rx,
+        shutdown,
+        task,
+    })
+}
+
+/// Azure per member: subscription and default resource group from `--member-config`,
+/// falling back to the process defaults; one shared client per subscription.
+pub struct AzureMembers {
+    pub fleet: crate::azure::AzureFleet,
+    pub members: MemberConfigFile,
+    pub default_resource_group: String,
+}
+
+impl MemberAzure for AzureMembers {
+    fn for_member(&self, member: &str) -> (Arc<dyn crate::export::PublicIpLookup>, String) {
+        let settings = self.members.members.get(member).cloned().unwrap_or_default();
+        let rg = settings.azure_resource_group.unwrap_or_else(|| self.default_resource_group.clone());
+        let lookup = match self.fleet.for_member(settings.azure_subscription_id.as_deref()) {
+            Ok(lookup) => lookup,
+            Err(e) => Arc::new(Unavailable(format!("member {member}: {e}"))),
+        };
+        (lookup, rg)
+    }
+}
+
+/// A lookup that always fails with the reason the member has no usable Azure client: its
+/// LoadBalancer exports stay pending (retried with backoff) and the reason shows in logs.
+struct Unavailable(String);
+
+#[async_trait::async_trait]
+impl crate::export::PublicIpLookup for Unavailable {
+    async fn find_by_address(&self, resource_group: &str, _: &str) -> Result<Option<crate::export::PublicIp>, crate::export::LookupError> {
+        Err(crate::export::LookupError::Failed { resource_group: resource_group.into(), message: self.0.clone() })
+    }
+}

@@ -1,0 +1,427 @@
+//! Per-resource-group cache of listed public IPs: TTL, single-flight, rate-limited miss
+//! refresh, and a short hold-down of errors (so a failing ARM is not asked again by every
+//! reconcile of every member).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use tokio::time::Instant;
+
+use super::stats::AzureStats;
+use crate::export::{LookupError, PublicIp};
+
+/// Public IPs of one resource group, keyed by normalised address.
+pub(crate) type IpIndex = HashMap<String, PublicIp>;
+
+/// Lists one resource group. The production one calls ARM; unit tests fake it.
+#[async_trait::async_trait]
+pub(crate) trait GroupLister: Send + Sync + 'static {
+    async fn list(&self, resource_group: &str) -> Result<IpIndex, LookupError>;
+}
+
+/// `"10.0.0.1"`, `"2001:db8::1"` in canonical form, so ARM's and Kubernetes' spellings match.
+pub(crate) fn normalize_ip(ip: &str) -> String {
+    let ip = ip.trim();
+    ip.parse::<IpAddr>()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| ip.to_owned())
+}
+
+#[derive(Debug)]
+struct Snapshot {
+    by_ip: IpIndex,
+    fetched_at: Instant,
+}
+
+type Flight = Shared<BoxFuture<'static, Result<Arc<Snapshot>, LookupError>>>;
+
+#[derive(Default)]
+struct GroupState {
+    snapshot: Option<Arc<Snapshot>>,
+    in_flight: Option<(u64, Flight)>,
+    generation: u64,
+    last_started: Option<Instant>,
+    /// A failed LIST is answered to later lookups until this instant, without asking ARM.
+    error_until: Option<(Instant, LookupError)>,
+}
+
+#[derive(Default)]
+struct Group {
+    state: Mutex<GroupState>,
+}
+
+impl Group {
+    fn lock(&self) -> MutexGuard<'_, GroupState> {
+        // The state is consistent after every statement; a panic elsewhere cannot corrupt it.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CacheTiming {
+    pub ttl: Duration,
+    pub miss_refresh_interval: Duration,
+}
+
+pub(crate) struct GroupCache<L> {
+    lister: Arc<L>,
+    timing: CacheTiming,
+    stats: Arc<AzureStats>,
+    groups: Mutex<HashMap<String, Arc<Group>>>,
+}
+
+enum Plan {
+    Answer(Option<PublicIp>),
+    Fail(LookupError),
+    Wait(u64, Flight),
+}
+
+impl<L: GroupLister> GroupCache<L> {
+    pub(crate) fn new(lister: Arc<L>, timing: CacheTiming, stats: Arc<AzureStats>) -> Self {
+        Self {
+            lister,
+            timing,
+            stats,
+            groups: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn group(&self, key: &str) -> Arc<Group> {
+        let mut groups = self
+            .groups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        groups.entry(key.to_owned()).or_default().clone()
+    }
+
+    /// The public IP with address `ip` in `resource_group`, from cache when the cache can answer.
+    pub(crate) async fn find(
+        &self,
+        resource_group: &str,
+        ip: &str,
+    ) -> Result<Option<PublicIp>, LookupError> {
+        // Resource group names are case-insensitive in ARM.
+        let group = self.group(&resource_group.to_ascii_lowercase());
+        let ip = normalize_ip(ip);
+        let (generation, flight) = match self.plan(&group, resource_group, &ip) {
+            Plan::Answer(answer) => {
+                AzureStats::incr(&self.stats.cache_hits);
+                return Ok(answer);
+            }
+            Plan::Fail(error) => return Err(error),
+            Plan::Wait(generation, flight) => {
+                AzureStats::incr(&self.stats.cache_misses);
+                (generation, flight)
+            }
+        };
+        let result = flight.await;
+        {
+            // Normally the LIST task has already cleared it; this covers a task that died.
+            let mut state = group.lock();
+            if state
+                .in_flight
+                .as_ref()
+                .is_some_and(|(g, _)| *g == generation)
+            {
+                state.in_flight = None;
+            }
+        }
+        result.map(|snapshot| snapshot.by_ip.get(&ip).cloned())
+    }
+
+    fn plan(&self, group: &Arc<Group>, resource_group: &str, ip: &str) -> Plan {
+        let now = Instant::now();
+        let mut state = group.lock();
+        let fresh = state
+            .snapshot
+            .as_ref()
+            .filter(|s| now.duration_since(s.fetched_at) < self.timing.ttl)
+            .cloned();
+        // A hit never waits, not even behind a refresh in flight.
+        if let Some(found) = fresh.as_ref().and_then(|s| s.by_ip.get(ip)) {
+            return Plan::Answer(Some(found.clone()));
+        }
+        if let Some((generation, flight)) = &state.in_flight {
+            return Plan::Wait(*generation, flight.clone());
+        }
+        if fresh.is_some() {
+            // A miss (e.g. a new LoadBalancer whose IP is newer than the list): re-list, but
+            // at most once per miss_refresh_interval per group.
+            let recently = state
+                .last_started
+                .is_some_and(|t| now.duration_since(t) < self.timing.miss_refresh_interval);
+            if recently {
+                return Plan::Answer(None);
+            }
+        } else if let Some((until, error)) = &state.error_until
+            && now < *until
+        {
+            return Plan::Fail(error.clone());
+        }
+        self.start(group, &mut state, resource_group, now)
+    }
+
+    fn start(
+        &self,
+        group: &Arc<Group>,
+        state: &mut GroupState,
+        resource_group: &str,
+        now: Instant,
+    ) -> Plan {
+        state.generation += 1;
+        let generation = state.generation;
+        state.last_started = Some(now);
+        AzureStats::incr(&self.stats.list_calls);
+
+        let lister = Arc::clone(&self.lister);
+        let task_group = Arc::clone(group);
+        let rg = resource_group.to_owned();
+        let hold = self.timing.miss_refresh_interval;
+        // Spawned, so a reconcile that gives up waiting does not cancel the LIST for the rest.
+        let task = tokio::spawn(async move {
+            let result = lister.list(&rg).await;
+            let done = Instant::now();
+            let mut state = task_group.lock();
+            let result = match result {
+                Ok(by_ip) => {
+                    let snapshot = Arc::new(Snapshot {
+                        by_ip,
+                        fetched_at: done,
+                    });
+                    state.snapshot = Some(Arc::clone(&snapshot));
+                    state.error_until = None;
+                    Ok(snapshot)
+                }
+                Err(error) => {
+                    let hold = match &error {
+                        LookupError::Throttled {
+                            retry_after: Some(after),
+                            ..
+                        } => hold.max(*after),
+                        _ => hold,
+                    };
+                    state.error_until = Some((done + hold, error.clone()));
+                    Err(error)
+                }
+            };
+            if state
+                .in_flight
+                .as_ref()
+                .is_some_and(|(g, _)| *g == generation)
+            {
+                state.in_flight = None;
+            }
+            result
+        });
+        let rg = resource_group.to_owned();
+        let flight: Flight = async move {
+            match task.await {
+                Ok(result) => result,
+                Err(join) => Err(LookupError::Failed {
+                    resource_group: rg,
+                    message: format!("the LIST task ended abnormally: {join}"),
+                }),
+            }
+        }
+        .boxed()
+        .shared();
+        state.in_flight = Some((generation, flight.clone()));
+        Plan::Wait(generation, flight)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    #[derive(Default)]
+    struct FakeLister {
+        calls: AtomicU64,
+        delay: Duration,
+        /// IPs present from the n-th call on (0-based).
+        appears_at_call: HashMap<String, u64>,
+        fail: Mutex<Option<LookupError>>,
+    }
+
+    #[async_trait::async_trait]
+    impl GroupLister for FakeLister {
+        async fn list(&self, resource_group: &str) -> Result<IpIndex, LookupError> {
+            let call = self.calls.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(self.delay).await;
+            if let Some(error) = self.fail.lock().unwrap().clone() {
+                return Err(error);
+            }
+            Ok(self
+                .appears_at_call
+                .iter()
+                .filter(|(_, from)| call >= **from)
+                .map(|(ip, _)| {
+                    (
+                        normalize_ip(ip),
+                        PublicIp {
+                            id: format!("/rg/{resource_group}/ip/{ip}"),
+                            dns_label_configured: false,
+                        },
+                    )
+                })
+                .collect())
+        }
+    }
+
+    fn cache(
+        lister: FakeLister,
+        ttl_ms: u64,
+        miss_ms: u64,
+    ) -> (Arc<FakeLister>, GroupCache<FakeLister>) {
+        let lister = Arc::new(lister);
+        let cache = GroupCache::new(
+            Arc::clone(&lister),
+            CacheTiming {
+                ttl: Duration::from_millis(ttl_ms),
+                miss_refresh_interval: Duration::from_millis(miss_ms),
+            },
+            Arc::new(AzureStats::default()),
+        );
+        (lister, cache)
+    }
+
+    #[test]
+    fn ips_are_normalised() {
+        assert_eq!(normalize_ip(" 10.0.0.1 "), "10.0.0.1");
+        assert_eq!(normalize_ip("2001:DB8:0:0::1"), "2001:db8::1");
+        assert_eq!(normalize_ip("not-an-ip"), "not-an-ip");
+    }
+
+    #[tokio::test]
+    async fn concurrent_first_lookups_share_one_list() {
+        let (lister, cache) = cache(
+            FakeLister {
+                delay: Duration::from_millis(50),
+                appears_at_call: [("10.0.0.1".to_owned(), 0)].into(),
+                ..FakeLister::default()
+            },
+            10_000,
+            1_000,
+        );
+        let cache = Arc::new(cache);
+        let lookups = (0..64).map(|_| {
+            let cache = Arc::clone(&cache);
+            async move { cache.find("RG", "10.0.0.1").await }
+        });
+        for result in futures::future::join_all(lookups).await {
+            assert!(result.unwrap().is_some());
+        }
+        assert_eq!(lister.calls.load(Ordering::SeqCst), 1);
+        // Case-insensitive group key, and now a cache hit.
+        assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
+        assert_eq!(lister.calls.load(Ordering::SeqCst), 1);
+        let stats = cache.stats.snapshot();
+        assert_eq!((stats.cache_misses, stats.cache_hits), (64, 1));
+    }
+
+    #[tokio::test]
+    async fn miss_refreshes_at_most_once_per_interval() {
+        let (lister, cache) = cache(
+            FakeLister {
+                appears_at_call: [("10.0.0.1".to_owned(), 0), ("10.0.0.2".to_owned(), 2)].into(),
+                ..FakeLister::default()
+            },
+            10_000,
+            200,
+        );
+        assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some()); // call 0
+        // Within the interval: answered None from cache, no LIST.
+        for _ in 0..20 {
+            assert!(cache.find("rg", "10.0.0.2").await.unwrap().is_none());
+        }
+        assert_eq!(lister.calls.load(Ordering::SeqCst), 1);
+        tokio::time::sleep(Duration::from_millis(220)).await;
+        assert!(cache.find("rg", "10.0.0.2").await.unwrap().is_none()); // call 1, still absent
+        assert!(cache.find("rg", "10.0.0.2").await.unwrap().is_none()); // from cache
+        assert_eq!(lister.calls.load(Ordering::SeqCst), 2);
+        tokio::time::sleep(Duration::from_millis(220)).await;
+        assert!(cache.find("rg", "10.0.0.2").await.unwrap().is_some()); // call 2
+        assert_eq!(lister.calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn ttl_expiry_relists_and_errors_are_held_down() {
+        let (lister, cache) = cache(
+            FakeLister {
+                appears_at_call: [("10.0.0.1".to_owned(), 0)].into(),
+                ..FakeLister::default()
+            },
+            100,
+            100,
+        );
+        assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
+        assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
+        assert_eq!(lister.calls.load(Ordering::SeqCst), 1);
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        *lister.fail.lock().unwrap() = Some(LookupError::Failed {
+            resource_group: "rg".into(),
+            message: "boom".into(),
+        });
+        assert!(cache.find("rg", "10.0.0.1").await.is_err());
+        assert_eq!(lister.calls.load(Ordering::SeqCst), 2);
+        // Held down: the error is repeated without a LIST.
+        assert!(cache.find("rg", "10.0.0.1").await.is_err());
+        assert_eq!(lister.calls.load(Ordering::SeqCst), 2);
+        *lister.fail.lock().unwrap() = None;
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
+        assert_eq!(lister.calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_hit_does_not_wait_behind_a_miss_refresh() {
+        let (lister, cache) = cache(
+            FakeLister {
+                delay: Duration::from_millis(300),
+                appears_at_call: [("10.0.0.1".to_owned(), 0)].into(),
+                ..FakeLister::default()
+            },
+            10_000,
+            10,
+        );
+        let cache = Arc::new(cache);
+        assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let miss = tokio::spawn({
+            let cache = Arc::clone(&cache);
+            async move { cache.find("rg", "10.0.0.2").await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let started = Instant::now();
+        assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
+        assert!(started.elapsed() < Duration::from_millis(100));
+        assert_eq!(miss.await.unwrap().unwrap(), None);
+        assert_eq!(lister.calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_waiter_does_not_cancel_the_list() {
+        let (lister, cache) = cache(
+            FakeLister {
+                delay: Duration::from_millis(100),
+                appears_at_call: [("10.0.0.1".to_owned(), 0)].into(),
+                ..FakeLister::default()
+            },
+            10_000,
+            1_000,
+        );
+        let quick =
+            tokio::time::timeout(Duration::from_millis(10), cache.find("rg", "10.0.0.1")).await;
+        assert!(quick.is_err(), "gave up before the LIST finished");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
+        assert_eq!(lister.calls.load(Ordering::SeqCst), 1);
+    }
+}

@@ -1,0 +1,338 @@
+//! Configuration of the process-wide Azure client. The CLI maps its flags onto [`AzureConfig`].
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use azure_core::Url;
+
+use super::error::ConfigError;
+
+/// Azure public cloud Resource Manager endpoint.
+pub const AZURE_PUBLIC_CLOUD_ARM: &str = "https://management.azure.com";
+/// Azure public cloud Entra ID (AAD) authority host.
+pub const AZURE_PUBLIC_CLOUD_AUTHORITY: &str = "https://login.microsoftonline.com";
+/// The instance metadata service's managed identity token endpoint (Azure VMs / AKS nodes).
+pub const IMDS_TOKEN_ENDPOINT: &str = "http://169.254.169.254/metadata/identity/oauth2/token";
+
+/// How the process authenticates to Azure Resource Manager.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CredentialKind {
+    /// AKS workload identity: a federated (projected service account) token file exchanged at
+    /// `{authority_host}/{tenant_id}/oauth2/v2.0/token`. Needs `tenant_id`, `client_id`,
+    /// `federated_token_file`. The file is re-read whenever a new token is needed (kubelet
+    /// rotates it).
+    #[default]
+    WorkloadIdentity,
+    /// Managed identity through the instance metadata service. System-assigned when
+    /// `client_id` is `None`, user-assigned (e.g. the AKS kubelet identity) otherwise.
+    ManagedIdentity,
+    /// Service principal with a client secret. Needs `tenant_id`, `client_id`, `client_secret`.
+    ClientSecret,
+    /// `az account get-access-token` (development only).
+    AzureCli,
+}
+
+/// Everything the shared Azure client needs. Plain fields; [`AzureConfig::validate`] checks them.
+#[derive(Clone)]
+pub struct AzureConfig {
+    /// Azure Resource Manager endpoint (sovereign clouds, tests). Default: public cloud.
+    pub arm_endpoint: String,
+    /// Token scope requested for ARM. `None`: `{arm_endpoint}/.default`.
+    pub arm_scope: Option<String>,
+    /// Entra ID authority host (token endpoint). Default: public cloud.
+    pub authority_host: String,
+    /// Which credential to build.
+    pub credential: CredentialKind,
+    /// Entra ID tenant (workload identity, client secret).
+    pub tenant_id: Option<String>,
+    /// Application / managed identity client id.
+    pub client_id: Option<String>,
+    /// Client secret (client secret credential). Never printed by `Debug`.
+    pub client_secret: Option<String>,
+    /// Projected service account token (workload identity).
+    pub federated_token_file: Option<PathBuf>,
+    /// Managed identity token endpoint. Default: the instance metadata service.
+    pub managed_identity_endpoint: String,
+    /// Subscription used for members that do not name their own.
+    pub default_subscription_id: Option<String>,
+    /// Sustained ARM requests per second, shared by every member of the process.
+    pub arm_qps: f64,
+    /// Requests allowed in a burst above `arm_qps`.
+    pub arm_burst: u32,
+    /// ARM requests in flight at once, process-wide.
+    pub max_concurrency: usize,
+    /// How long a resource group's listed public IPs are served from cache.
+    pub cache_ttl: Duration,
+    /// A lookup whose IP is not in a fresh cached list re-lists the group at most once per this.
+    pub miss_refresh_interval: Duration,
+    /// Deadline for one ARM HTTP request (connect + response + body), and for token requests.
+    pub request_timeout: Duration,
+    /// Retries of one ARM request after 429 / 5xx / transport errors before giving up.
+    pub max_retries: u32,
+    /// First backoff between retries (doubles each retry, with jitter) when ARM gives no
+    /// `Retry-After`.
+    pub retry_base_delay: Duration,
+    /// Longest single wait this process does in-line before a retry. A `Retry-After` longer than
+    /// this is not slept on: the lookup fails with `Throttled { retry_after }` at once and the
+    /// reconciler requeues.
+    pub max_retry_wait: Duration,
+}
+
+impl Default for AzureConfig {
+    fn default() -> Self {
+        Self {
+            arm_endpoint: AZURE_PUBLIC_CLOUD_ARM.to_owned(),
+            arm_scope: None,
+            authority_host: AZURE_PUBLIC_CLOUD_AUTHORITY.to_owned(),
+            credential: CredentialKind::default(),
+            tenant_id: None,
+            client_id: None,
+            client_secret: None,
+            federated_token_file: None,
+            managed_identity_endpoint: IMDS_TOKEN_ENDPOINT.to_owned(),
+            default_subscription_id: None,
+            arm_qps: 10.0,
+            arm_burst: 20,
+            max_concurrency: 8,
+            cache_ttl: Duration::from_secs(30),
+            miss_refresh_interval: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+            max_retries: 3,
+            retry_base_delay: Duration::from_millis(500),
+            max_retry_wait: Duration::from_secs(10),
+        }
+    }
+}
+
+impl fmt::Debug for AzureConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AzureConfig")
+            .field("arm_endpoint", &self.arm_endpoint)
+            .field("arm_scope", &self.arm_scope)
+            .field("authority_host", &self.authority_host)
+            .field("credential", &self.credential)
+            .field("tenant_id", &self.tenant_id)
+            .field("client_id", &self.client_id)
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("federated_token_file", &self.federated_token_file)
+            .field("managed_identity_endpoint", &self.managed_identity_endpoint)
+            .field("default_subscription_id", &self.default_subscription_id)
+            .field("arm_qps", &self.arm_qps)
+            .field("arm_burst", &self.arm_burst)
+            .field("max_concurrency", &self.max_concurrency)
+            .field("cache_ttl", &self.cache_ttl)
+            .field("miss_refresh_interval", &self.miss_refresh_interval)
+            .field("request_timeout", &self.request_timeout)
+            .field("max_retries", &self.max_retries)
+            .field("retry_base_delay", &self.retry_base_delay)
+            .field("max_retry_wait", &self.max_retry_wait)
+            .finish()
+    }
+}
+
+fn non_empty(value: &Option<String>) -> bool {
+    value.as_deref().is_some_and(|v| !v.trim().is_empty())
+}
+
+pub(crate) fn parse_http_url(field: &'static str, value: &str) -> Result<Url, ConfigError> {
+    let url = Url::parse(value).map_err(|e| ConfigError::InvalidUrl {
+        field,
+        value: value.to_owned(),
+        reason: e.to_string(),
+    })?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err(ConfigError::InvalidUrl {
+            field,
+            value: value.to_owned(),
+            reason: "expected an http(s) URL with a host".to_owned(),
+        });
+    }
+    Ok(url)
+}
+
+impl AzureConfig {
+    /// Checks every field; the error names the offending field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        parse_http_url("arm_endpoint", &self.arm_endpoint)?;
+        parse_http_url("authority_host", &self.authority_host)?;
+        if let Some(scope) = &self.arm_scope
+            && scope.trim().is_empty()
+        {
+            return Err(ConfigError::Invalid {
+                field: "arm_scope",
+                reason: "must not be empty when set".to_owned(),
+            });
+        }
+        let require = |field: &'static str, present: bool| {
+            if present {
+                Ok(())
+            } else {
+                Err(ConfigError::Missing {
+                    field,
+                    credential: self.credential,
+                })
+            }
+        };
+        match self.credential {
+            CredentialKind::WorkloadIdentity => {
+                require("tenant_id", non_empty(&self.tenant_id))?;
+                require("client_id", non_empty(&self.client_id))?;
+                require(
+                    "federated_token_file",
+                    self.federated_token_file
+                        .as_ref()
+                        .is_some_and(|p| !p.as_os_str().is_empty()),
+                )?;
+            }
+            CredentialKind::ClientSecret => {
+                require("tenant_id", non_empty(&self.tenant_id))?;
+                require("client_id", non_empty(&self.client_id))?;
+                require("client_secret", non_empty(&self.client_secret))?;
+            }
+            CredentialKind::ManagedIdentity => {
+                parse_http_url("managed_identity_endpoint", &self.managed_identity_endpoint)?;
+            }
+            CredentialKind::AzureCli => {}
+        }
+        if let Some(tenant) = &self.tenant_id
+            && tenant.contains(['/', '?', '#'])
+        {
+            return Err(ConfigError::Invalid {
+                field: "tenant_id",
+                reason: format!("{tenant:?} is not a tenant id or domain"),
+            });
+        }
+        if let Some(sub) = &self.default_subscription_id {
+            super::fleet::check_subscription(sub).map_err(|reason| ConfigError::Invalid {
+                field: "default_subscription_id",
+                reason,
+            })?;
+        }
+        if !(self.arm_qps.is_finite() && self.arm_qps > 0.0) {
+            return Err(ConfigError::Invalid {
+                field: "arm_qps",
+                reason: format!("must be a positive number, got {}", self.arm_qps),
+            });
+        }
+        if Duration::try_from_secs_f64(1.0 / self.arm_qps).is_err()
+            || Duration::from_secs_f64(1.0 / self.arm_qps).is_zero()
+        {
+            return Err(ConfigError::Invalid {
+                field: "arm_qps",
+                reason: format!("{} is out of range", self.arm_qps),
+            });
+        }
+        let positive = |field: &'static str, ok: bool| {
+            if ok {
+                Ok(())
+            } else {
+                Err(ConfigError::Invalid {
+                    field,
+                    reason: "must be greater than zero".to_owned(),
+                })
+            }
+        };
+        positive("arm_burst", self.arm_burst > 0)?;
+        positive("max_concurrency", self.max_concurrency > 0)?;
+        positive("cache_ttl", !self.cache_ttl.is_zero())?;
+        positive("request_timeout", !self.request_timeout.is_zero())?;
+        positive("retry_base_delay", !self.retry_base_delay.is_zero())?;
+        if self.miss_refresh_interval > self.cache_ttl {
+            return Err(ConfigError::Invalid {
+                field: "miss_refresh_interval",
+                reason: format!(
+                    "{:?} is longer than cache_ttl {:?}",
+                    self.miss_refresh_interval, self.cache_ttl
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The scope requested from the token endpoint for ARM.
+    pub(crate) fn scope(&self) -> String {
+        match &self.arm_scope {
+            Some(scope) => scope.clone(),
+            None => format!("{}/.default", self.arm_endpoint.trim_end_matches('/')),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret_config() -> AzureConfig {
+        AzureConfig {
+            credential: CredentialKind::ClientSecret,
+            tenant_id: Some("tenant".into()),
+            client_id: Some("client".into()),
+            client_secret: Some("hunter2".into()),
+            ..AzureConfig::default()
+        }
+    }
+
+    #[test]
+    fn debug_redacts_the_secret() {
+        let text = format!("{:?}", secret_config());
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains("<redacted>"), "{text}");
+    }
+
+    #[test]
+    fn validate_names_the_missing_field() {
+        assert!(secret_config().validate().is_ok());
+        let mut c = secret_config();
+        c.client_secret = None;
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("client_secret"), "{err}");
+
+        let c = AzureConfig::default(); // workload identity without tenant
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("tenant_id"), "{err}");
+
+        let mut c = secret_config();
+        c.arm_endpoint = "not a url".into();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("arm_endpoint"), "{err}");
+
+        let mut c = secret_config();
+        c.arm_qps = 0.0;
+        assert!(c.validate().unwrap_err().to_string().contains("arm_qps"));
+
+        let mut c = secret_config();
+        c.miss_refresh_interval = Duration::from_secs(60);
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("miss_refresh_interval")
+        );
+
+        let mut c = secret_config();
+        c.default_subscription_id = Some("a/b".into());
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("default_subscription_id")
+        );
+    }
+
+    #[test]
+    fn scope_follows_the_endpoint() {
+        let mut c = AzureConfig::default();
+        assert_eq!(c.scope(), "https://management.azure.com/.default");
+        c.arm_endpoint = "https://management.usgovcloudapi.net/".into();
+        assert_eq!(c.scope(), "https://management.usgovcloudapi.net/.default");
+        c.arm_scope = Some("https://management.core.chinacloudapi.cn/.default".into());
+        assert_eq!(
+            c.scope(),
+            "https://management.core.chinacloudapi.cn/.default"
+        );
+    }
+}

@@ -1,0 +1,263 @@
+//! The one token credential of the process, chosen by [`CredentialKind`].
+//!
+//! Client secret and Azure CLI are azure_identity 0.21's own credentials. Two are ours, because
+//! azure_identity 0.21 falls short for a long-running AKS pod:
+//! - its `WorkloadIdentityCredential` reads the federated token file once, at construction;
+//!   kubelet rotates that projected token (typically hourly), so after the first rotation the
+//!   process could no longer get tokens. [`FederatedTokenFileCredential`] re-reads the file for
+//!   every exchange, using azure_identity's `federated_credentials_flow`.
+//! - its public managed identity credential is system-assigned only; AKS nodes usually carry a
+//!   user-assigned (kubelet) identity. [`ManagedIdentityCredential`] speaks the IMDS token
+//!   protocol with an optional `client_id`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use azure_core::auth::{AccessToken, Secret, TokenCredential};
+use azure_core::error::{Error, ErrorKind, ResultExt};
+use azure_core::{HttpClient, Method, Request, Url};
+use azure_identity::{AzureCliCredential, ClientSecretCredential, federated_credentials_flow};
+use time::OffsetDateTime;
+
+use super::config::{AzureConfig, CredentialKind, parse_http_url};
+use super::error::AzureError;
+
+/// Tokens are renewed this long before they expire.
+const REFRESH_MARGIN: Duration = Duration::from_secs(5 * 60);
+
+/// Builds the credential named by `config.credential`. `config` must have passed `validate()`.
+pub(crate) fn build(
+    config: &AzureConfig,
+    http: Arc<dyn HttpClient>,
+) -> Result<Arc<dyn TokenCredential>, AzureError> {
+    let kind = config.credential;
+    let fail = |message: String| AzureError::Credential { kind, message };
+    let field = |value: &Option<String>, name: &str| {
+        value
+            .clone()
+            .filter(|v| !v.trim().is_empty())
+            .ok_or_else(|| fail(format!("{name} is required")))
+    };
+    let authority = parse_http_url("authority_host", &config.authority_host)
+        .map_err(|e| fail(e.to_string()))?;
+    Ok(match kind {
+        CredentialKind::ClientSecret => Arc::new(ClientSecretCredential::new(
+            http,
+            authority,
+            field(&config.tenant_id, "tenant_id")?,
+            field(&config.client_id, "client_id")?,
+            field(&config.client_secret, "client_secret")?,
+        )),
+        CredentialKind::WorkloadIdentity => Arc::new(FederatedTokenFileCredential {
+            http,
+            authority_host: authority,
+            tenant_id: field(&config.tenant_id, "tenant_id")?,
+            client_id: field(&config.client_id, "client_id")?,
+            token_file: config
+                .federated_token_file
+                .clone()
+                .ok_or_else(|| fail("federated_token_file is required".to_owned()))?,
+            cache: TokenCache::default(),
+        }),
+        CredentialKind::ManagedIdentity => Arc::new(ManagedIdentityCredential {
+            http,
+            endpoint: parse_http_url(
+                "managed_identity_endpoint",
+                &config.managed_identity_endpoint,
+            )
+            .map_err(|e| fail(e.to_string()))?,
+            client_id: config.client_id.clone().filter(|v| !v.trim().is_empty()),
+            cache: TokenCache::default(),
+        }),
+        CredentialKind::AzureCli => Arc::new(AzureCliCredential::new()),
+    })
+}
+
+/// Per-scope token cache; the mutex makes concurrent callers share one token request.
+#[derive(Debug, Default)]
+struct TokenCache(tokio::sync::Mutex<HashMap<Vec<String>, AccessToken>>);
+
+impl TokenCache {
+    async fn get<F>(&self, scopes: &[&str], fetch: F) -> azure_core::Result<AccessToken>
+    where
+        F: Future<Output = azure_core::Result<AccessToken>>,
+    {
+        let key: Vec<String> = scopes.iter().map(|s| (*s).to_owned()).collect();
+        let mut tokens = self.0.lock().await;
+        if let Some(token) = tokens.get(&key)
+            && token.expires_on > OffsetDateTime::now_utc() + REFRESH_MARGIN
+        {
+            return Ok(token.clone());
+        }
+        let token = fetch.await?;
+        tokens.insert(key, token.clone());
+        Ok(token)
+    }
+
+    async fn clear(&self) {
+        self.0.lock().await.clear();
+    }
+}
+
+/// Workload identity: exchanges the (re-read) projected service account token for an access token.
+#[derive(Debug)]
+pub(crate) struct FederatedTokenFileCredential {
+    http: Arc<dyn HttpClient>,
+    authority_host: Url,
+    tenant_id: String,
+    client_id: String,
+    token_file: PathBuf,
+    cache: TokenCache,
+}
+
+impl FederatedTokenFileCredential {
+    async fn fetch(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
+        let assertion = tokio::fs::read_to_string(&self.token_file)
+            .await
+            .with_context(ErrorKind::Credential, || {
+                format!(
+                    "reading the federated token file {}",
+                    self.token_file.display()
+                )
+            })?;
+        let assertion = assertion.trim();
+        if assertion.is_empty() {
+            return Err(Error::with_message(ErrorKind::Credential, || {
+                format!(
+                    "federated token file {} is empty",
+                    self.token_file.display()
+                )
+            }));
+        }
+        let response = federated_credentials_flow::perform(
+            self.http.clone(),
+            &self.client_id,
+            assertion,
+            scopes,
+            &self.tenant_id,
+            &self.authority_host,
+        )
+        .await
+        .with_context(ErrorKind::Credential, || {
+            format!(
+                "exchanging the federated token for tenant {} at {}",
+                self.tenant_id, self.authority_host
+            )
+        })?;
+        Ok(AccessToken::new(
+            response.access_token().clone(),
+            OffsetDateTime::now_utc() + Duration::from_secs(response.expires_in),
+        ))
+    }
+}
+
+#[async_trait::async_trait]
+impl TokenCredential for FederatedTokenFileCredential {
+    async fn get_token(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
+        self.cache.get(scopes, self.fetch(scopes)).await
+    }
+
+    async fn clear_cache(&self) -> azure_core::Result<()> {
+        self.cache.clear().await;
+        Ok(())
+    }
+}
+
+/// Managed identity through the instance metadata service (system- or user-assigned).
+#[derive(Debug)]
+pub(crate) struct ManagedIdentityCredential {
+    http: Arc<dyn HttpClient>,
+    endpoint: Url,
+    client_id: Option<String>,
+    cache: TokenCache,
+}
+
+impl ManagedIdentityCredential {
+    async fn fetch(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
+        let [scope] = scopes else {
+            return Err(Error::message(
+                ErrorKind::Credential,
+                "managed identity tokens are requested for exactly one scope",
+            ));
+        };
+        let resource = scope.strip_suffix("/.default").unwrap_or(scope);
+        let mut url = self.endpoint.clone();
+        {
+            let mut query = url.query_pairs_mut();
+            query.append_pair("api-version", "2018-02-01");
+            query.append_pair("resource", resource);
+            if let Some(client_id) = &self.client_id {
+                query.append_pair("client_id", client_id);
+            }
+        }
+        let mut request = Request::new(url, Method::Get);
+        request.insert_header("metadata", "true");
+        let response = self
+            .http
+            .execute_request(&request)
+            .await
+            .with_context(ErrorKind::Credential, || {
+                format!("requesting a managed identity token from {}", self.endpoint)
+            })?;
+        let (status, _, body) = response.deconstruct();
+        let body = body.collect().await?;
+        if !status.is_success() {
+            return Err(Error::with_message(ErrorKind::Credential, || {
+                format!(
+                    "managed identity endpoint {} answered HTTP {}: {}",
+                    self.endpoint,
+                    u16::from(status),
+                    String::from_utf8_lossy(&body[..body.len().min(300)])
+                )
+            }));
+        }
+        let value: serde_json::Value = serde_json::from_slice(&body)
+            .with_context(ErrorKind::Credential, || {
+                "managed identity token response is not JSON".to_owned()
+            })?;
+        let token = value
+            .get("access_token")
+            .and_then(|t| t.as_str())
+            .ok_or_else(|| {
+                Error::message(
+                    ErrorKind::Credential,
+                    "managed identity token response has no access_token",
+                )
+            })?;
+        // IMDS sends numbers as strings; accept both.
+        let number = |key: &str| {
+            value.get(key).and_then(|v| {
+                v.as_i64()
+                    .or_else(|| v.as_str().and_then(|s| s.parse::<i64>().ok()))
+            })
+        };
+        let expires_on = match (number("expires_on"), number("expires_in")) {
+            (Some(at), _) => OffsetDateTime::from_unix_timestamp(at).ok(),
+            (None, Some(secs)) => Some(
+                OffsetDateTime::now_utc() + Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
+            ),
+            (None, None) => None,
+        }
+        .ok_or_else(|| {
+            Error::message(
+                ErrorKind::Credential,
+                "managed identity token response has no usable expires_on / expires_in",
+            )
+        })?;
+        Ok(AccessToken::new(Secret::new(token.to_owned()), expires_on))
+    }
+}
+
+#[async_trait::async_trait]
+impl TokenCredential for ManagedIdentityCredential {
+    async fn get_token(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
+        self.cache.get(scopes, self.fetch(scopes)).await
+    }
+
+    async fn clear_cache(&self) -> azure_core::Result<()> {
+        self.cache.clear().await;
+        Ok(())
+    }
+}

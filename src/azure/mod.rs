@@ -1,0 +1,25 @@
+//! Shared Azure Resource Manager clients (public IP lookup for the Traffic Manager feature).
+//!
+//! One [`AzureFleet`] per process: one credential, one ARM network client (built on
+//! `azure_identity` / `azure_mgmt_network` 0.21), one global request budget (token bucket +
+//! concurrency limit) and one retry policy. Members get a [`crate::export::PublicIpLookup`]
+//! for their subscription with [`AzureFleet::for_member`]; lookups are served from a
+//! per-(subscription, resource group) cache of the group's public IP LIST.
+
+mod cache;
+mod config;
+mod credential;
+mod error;
+mod fleet;
+mod lookup;
+mod policy;
+mod stats;
+
+pub use config::{
+    AZURE_PUBLIC_CLOUD_ARM, AZURE_PUBLIC_CLOUD_AUTHORITY, AzureConfig, CredentialKind,
+    IMDS_TOKEN_ENDPOINT,
+};
+pub use error::{AzureError, ConfigError};
+pub use fleet::AzureFleet;
+pub use lookup::SubscriptionPublicIps;
+pub use stats::{AzureStats, AzureStatsSnapshot};

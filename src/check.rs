@@ -1,0 +1,128 @@
+//! `fleetnet-hub check`: for every member of a kubeconfig directory, can fleetnet-hub work
+//! with it? Connects, finds the ServiceExport CRD, and asks the member (SelfSubjectAccessReview)
+//! for every permission the reconciler needs.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use kube::api::{Api, PostParams};
+
+use crate::api::GROUP;
+use crate::client::Limits;
+use crate::fleet::{discover_version, member_client, registry};
+
+/// `(group, resource, verb)` the reconciler needs in each member.
+pub const MEMBER_PERMISSIONS: &[(&str, &str, &str)] = &[
+    (GROUP, "serviceexports", "get"),
+    (GROUP, "serviceexports", "list"),
+    (GROUP, "serviceexports", "watch"),
+    (GROUP, "serviceexports", "update"),
+    (GROUP, "serviceexports", "patch"),
+    (GROUP, "serviceexports/status", "update"),
+    (GROUP, "serviceexports/status", "patch"),
+    (GROUP, "serviceexports/finalizers", "update"),
+    ("", "services", "get"),
+    ("", "services", "list"),
+    ("", "services", "watch"),
+    ("events.k8s.io", "events", "create"),
+    ("events.k8s.io", "events", "patch"),
+];
+
+/// One row of the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberCheck {
+    pub member: String,
+    pub server: String,
+    pub ok: bool,
+    pub problem: String,
+}
+
+/// Checks one member kubeconfig.
+pub async fn check_member(name: &str, kubeconfig: &str) -> MemberCheck {
+    let mut row = MemberCheck { member: name.into(), server: "-".into(), ok: false, problem: String::new() };
+    let (client, server) = match member_client(name, kubeconfig, &Limits::default(), Arc::default()).await {
+        Ok(c) => c,
+        Err(e) => {
+            row.problem = e;
+            return row;
+        }
+    };
+    row.server = server;
+    let version = match tokio::time::timeout(Duration::from_secs(15), discover_version(&client)).await {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            row.problem = e;
+            return row;
+        }
+        Err(_) => {
+            row.problem = "no answer within 15 s".into();
+            return row;
+        }
+    };
+    let api: Api<SelfSubjectAccessReview> = Api::all(client);
+    let mut missing = vec![];
+    for (group, resource, verb) in MEMBER_PERMISSIONS {
+        let (resource, subresource) = resource.split_once('/').map_or((*resource, None), |(r, s)| (r, Some(s.to_string())));
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(group.to_string()),
+                    resource: Some(resource.to_string()),
+                    subresource,
+                    verb: Some(verb.to_string()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match api.create(&PostParams::default(), &review).await {
+            Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => {}
+            Ok(_) => missing.push(format!("{verb} {}{resource}", if group.is_empty() { String::new() } else { format!("{group}/") })),
+            Err(e) => {
+                row.problem = format!("SelfSubjectAccessReview failed: {e}");
+                return row;
+            }
+        }
+    }
+    if missing.is_empty() {
+        row.ok = true;
+        row.problem = format!("ok (ServiceExport {})", version.as_str());
+    } else {
+        row.problem = format!("missing RBAC: {}", missing.join(", "));
+    }
+    row
+}
+
+/// Checks every member of `dir`, prints the table, fails if any member is unusable.
+pub async fn run(dir: &Path) -> Result<(), String> {
+    let members = registry::scan(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    if members.is_empty() {
+        return Err(format!("no member kubeconfigs in {}", dir.display()));
+    }
+    let mut rows = vec![];
+    for (name, source) in members {
+        rows.push(match source.kubeconfig {
+            Ok(k) => check_member(&name, &k).await,
+            Err(e) => MemberCheck { member: name, server: "-".into(), ok: false, problem: e },
+        });
+    }
+    print!("{}", table(&rows));
+    let bad = rows.iter().filter(|r| !r.ok).count();
+    if bad > 0 { Err(format!("{bad} of {} members unusable", rows.len())) } else { Ok(()) }
+}
+
+/// `member | server | status | problem`, aligned.
+pub fn table(rows: &[MemberCheck]) -> String {
+    let w0 = rows.iter().map(|r| r.member.len()).max().unwrap_or(0).max(6);
+    let w1 = rows.iter().map(|r| r.server.len()).max().unwrap_or(0).max(6);
+    let mut out = format!("{:<w0$} | {:<w1$} | {:<6} | problem\n", "member", "server", "status");
+    for r in rows {
+        let status = if r.ok { "ok" } else { "FAIL" };
+        let problem = if r.ok { "" } else { r.problem.as_str() };
+        out.push_str(&format!("{:<w0$} | {:<w1$} | {:<6} | {problem}\n", r.member, r.server, status));
+    }
+    out
+}

@@ -1,0 +1,295 @@
+//! The multi-member runtime: member registry (kubeconfig directory), one engagement per member,
+//! leader election, and the state shown by the health endpoints.
+//!
+//! `fleet` starts and stops members; it knows nothing of ServiceExport conditions.
+
+pub mod leader;
+mod member;
+pub mod registry;
+pub mod state;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+pub use member::{discover_version, member_client};
+pub use state::{FleetState, MemberStatus, Phase};
+
+use crate::api::{CLEANUP_FINALIZER, InternalServiceExport, ServiceExport};
+use crate::client::{ClientStats, Limits};
+use crate::export::{PublicIpLookup, ReconcileObserver};
+
+/// Settings of the runtime (validated by whoever builds it, e.g. the CLI).
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    pub kubeconfig_dir: PathBuf,
+    /// Hub namespace of member `m` is `<prefix><m>`.
+    pub namespace_prefix: String,
+    /// Each member's own limiter (one per engagement, never shared).
+    pub member_limits: Limits,
+    /// How long a member's first sync may take before it is marked failing.
+    pub member_sync_timeout: Duration,
+    /// On removal: delete the member's ISEs and its ServiceExports' finalizers.
+    pub cleanup_on_remove: bool,
+    pub traffic_manager: bool,
+    /// Safety net besides the directory watch.
+    pub rescan_interval: Duration,
+    /// This replica's name (Events' reporting instance).
+    pub instance: String,
+}
+
+/// Notified when a member engagement starts and when a member leaves (metrics series).
+pub trait MemberHooks: Send + Sync + 'static {
+    /// A new engagement of `member` with its client's counters.
+    fn member_engaged(&self, member: &str, stats: Arc<ClientStats>);
+    /// `member` left the fleet: drop everything kept about it.
+    fn member_left(&self, member: &str);
+}
+
+/// Hooks that do nothing.
+#[derive(Debug, Default)]
+pub struct NoHooks;
+
+impl MemberHooks for NoHooks {
+    fn member_engaged(&self, _: &str, _: Arc<ClientStats>) {}
+    fn member_left(&self, _: &str) {}
+}
+
+/// Per-member Azure access: the lookup for the member's subscription and its default
+/// resource group.
+pub trait MemberAzure: Send + Sync + 'static {
+    fn for_member(&self, member: &str) -> (Arc<dyn PublicIpLookup>, String);
+}
+
+/// What the runtime shares with every member.
+pub struct Shared {
+    pub config: RuntimeConfig,
+    /// One hub client (one hub limiter) for the whole fleet; members only get scoped APIs.
+    pub hub_client: kube::Client,
+    pub state: Arc<FleetState>,
+    pub observer: Arc<dyn ReconcileObserver>,
+    pub hooks: Arc<dyn MemberHooks>,
+    pub azure: Option<Arc<dyn MemberAzure>>,
+    pub leader: watch::Receiver<bool>,
+}
+
+impl Shared {
+    fn observer_for(self: &Arc<Self>) -> Arc<dyn ReconcileObserver> {
+        Arc::new(StateObserver {
+            inner: self.observer.clone(),
+            state: self.state.clone(),
+        })
+    }
+}
+
+/// Keeps a member's phase honest from what its controller reports.
+struct StateObserver {
+    inner: Arc<dyn ReconcileObserver>,
+    state: Arc<FleetState>,
+}
+
+impl ReconcileObserver for StateObserver {
+    fn reconcile_started(&self, member: &str) {
+        self.inner.reconcile_started(member);
+    }
+    fn reconciled(&self, member: &str, outcome: &str, took: Duration) {
+        // A member recovering from a watch failure proves it with a successful reconcile.
+        if !outcome.starts_with("error")
+            && let Some(s) = self.state.member(member)
+            && s.phase == Phase::Failing
+            && s.last_sync.is_some()
+        {
+            self.state.set_phase(member, Phase::Ready, None);
+        }
+        self.inner.reconciled(member, outcome, took);
+    }
+    fn hub_write(&self, member: &str, op: &'static str) {
+        self.inner.hub_write(member, op);
+    }
+    fn export_latency(&self, member: &str, latency: Duration) {
+        self.inner.export_latency(member, latency);
+    }
+    fn conflict_reflected(&self, member: &str, latency: Duration) {
+        self.inner.conflict_reflected(member, latency);
+    }
+    fn controller_error(&self, member: &str, error: &str) {
+        self.state.set_phase(member, Phase::Failing, Some(error.to_string()));
+        self.inner.controller_error(member, error);
+    }
+}
+
+struct Engagement {
+    hash: String,
+    kubeconfig: Option<String>,
+    cancel: CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Engagement {
+    async fn stop(mut self) {
+        self.cancel.cancel();
+        if let Some(task) = self.task.take() {
+            // In-flight reconciles finish; a stuck member cannot hold the others' shutdown.
+            if tokio::time::timeout(Duration::from_secs(15), task).await.is_err() {
+                tracing::warn!("member did not stop within 15 s");
+            }
+        }
+    }
+}
+
+/// Runs the fleet until `shutdown`: watches the kubeconfig directory and engages, re-engages
+/// and disengages members to match it. Returns once every member has stopped.
+pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
+    let dir = shared.config.kubeconfig_dir.clone();
+    let (tx, mut rx) = mpsc::channel::<()>(1);
+    let _watcher = watch_dir(&dir, tx.clone());
+    let hub_probe = tokio::spawn(probe_hub(shared.clone(), shutdown.clone()));
+    let mut engaged: BTreeMap<String, Engagement> = BTreeMap::new();
+    let mut ticker = tokio::time::interval(shared.config.rescan_interval);
+    loop {
+        sync_members(&shared, &mut engaged).await;
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = ticker.tick() => {}
+            Some(()) = rx.recv() => {
+                // A burst of events (a Secret's symlink swap) becomes one rescan.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                while rx.try_recv().is_ok() {}
+            }
+        }
+    }
+    tracing::info!(members = engaged.len(), "shutting down: stopping members");
+    futures::future::join_all(std::mem::take(&mut engaged).into_values().map(Engagement::stop)).await;
+    hub_probe.abort();
+}
+
+fn watch_dir(dir: &std::path::Path, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
+    use notify::Watcher;
+    let mut watcher = notify::recommended_watcher(move |_res: notify::Result<notify::Event>| {
+        let _ = tx.try_send(());
+    })
+    .map_err(|e| tracing::warn!(error = %e, "cannot watch the kubeconfig directory; rescanning periodically"))
+    .ok()?;
+    if let Err(e) = watcher.watch(dir, notify::RecursiveMode::NonRecursive) {
+        tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the kubeconfig directory; rescanning periodically");
+        return None;
+    }
+    Some(watcher)
+}
+
+async fn sync_members(shared: &Arc<Shared>, engaged: &mut BTreeMap<String, Engagement>) {
+    let dir = &shared.config.kubeconfig_dir;
+    let desired = match registry::scan(dir) {
+        Ok(d) => d,
+        Err(e) => {
+            // Keep what runs: a transiently unreadable directory must not stop the fleet.
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot read the kubeconfig directory");
+            return;
+        }
+    };
+    let gone: Vec<String> = engaged.keys().filter(|n| !desired.contains_key(*n)).cloned().collect();
+    for name in gone {
+        if let Some(e) = engaged.remove(&name) {
+            tracing::info!(member = %name, "member removed");
+            let kubeconfig = e.kubeconfig.clone();
+            e.stop().await;
+            if shared.config.cleanup_on_remove {
+                cleanup(shared, &name, kubeconfig.as_deref()).await;
+            }
+            shared.state.remove(&name);
+            shared.hooks.member_left(&name);
+        }
+    }
+    for (name, source) in desired {
+        if engaged.get(&name).is_some_and(|e| e.hash == source.hash) {
+            continue;
+        }
+        if let Some(old) = engaged.remove(&name) {
+            tracing::info!(member = %name, "member kubeconfig changed: re-engaging");
+            old.stop().await;
+        }
+        shared.state.engage(&name, &source.hash[..12]);
+        let cancel = CancellationToken::new();
+        let (task, kubeconfig) = match source.kubeconfig {
+            Ok(kubeconfig) => {
+                let task = tokio::spawn(member::run(name.clone(), kubeconfig.clone(), shared.clone(), cancel.clone()));
+                (Some(task), Some(kubeconfig))
+            }
+            Err(e) => {
+                tracing::error!(member = %name, file = %source.path.display(), error = %e, "member not started");
+                shared.state.set_phase(&name, Phase::Failing, Some(e));
+                (None, None)
+            }
+        };
+        engaged.insert(name, Engagement { hash: source.hash, kubeconfig, cancel, task });
+    }
+}
+
+/// `--cleanup-on-remove`: the member's ISEs go from the hub; its ServiceExports lose our
+/// finalizer where the member is still reachable. Best effort, bounded in time.
+async fn cleanup(shared: &Arc<Shared>, name: &str, kubeconfig: Option<&str>) {
+    let ns = format!("{}{name}", shared.config.namespace_prefix);
+    let hub: Api<InternalServiceExport> = Api::namespaced(shared.hub_client.clone(), &ns);
+    let hub_side = async {
+        let list = hub.list(&ListParams::default()).await?;
+        for ise in list.items {
+            let ise_name = ise.metadata.name.unwrap_or_default();
+            match hub.delete(&ise_name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok::<_, kube::Error>(())
+    };
+    match tokio::time::timeout(Duration::from_secs(30), hub_side).await {
+        Ok(Ok(())) => tracing::info!(member = %name, namespace = %ns, "removed the member's exports from the hub"),
+        Ok(Err(e)) => tracing::warn!(member = %name, namespace = %ns, error = %e, "cleanup of the hub namespace failed"),
+        Err(_) => tracing::warn!(member = %name, namespace = %ns, "cleanup of the hub namespace timed out"),
+    }
+    let Some(kubeconfig) = kubeconfig else { return };
+    let member_side = async {
+        let (client, _) = member::member_client(name, kubeconfig, &shared.config.member_limits, Arc::default()).await?;
+        let version = discover_version(&client).await?;
+        let all: Api<ServiceExport> = Api::all_with(client.clone(), &version);
+        let list = all.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+        for se in list.items.into_iter().filter(|se| se.metadata.finalizers.iter().flatten().any(|f| f == CLEANUP_FINALIZER)) {
+            let ns = se.metadata.namespace.clone().unwrap_or_default();
+            let rest: Vec<String> = se.metadata.finalizers.iter().flatten().filter(|f| *f != CLEANUP_FINALIZER).cloned().collect();
+            let patch = serde_json::json!({"metadata": {"resourceVersion": se.metadata.resource_version, "finalizers": rest}});
+            Api::<ServiceExport>::namespaced_with(client.clone(), &ns, &version)
+                .patch(se.metadata.name.as_deref().unwrap_or_default(), &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok::<_, String>(())
+    };
+    match tokio::time::timeout(Duration::from_secs(30), member_side).await {
+        Ok(Ok(())) => tracing::info!(member = %name, "removed finalizers from the member's ServiceExports"),
+        Ok(Err(e)) => tracing::warn!(member = %name, error = %e, "member unreachable: finalizers left in place"),
+        Err(_) => tracing::warn!(member = %name, "member cleanup timed out: finalizers left in place"),
+    }
+}
+
+/// Hub reachability for `/readyz`, every 5 s.
+async fn probe_hub(shared: Arc<Shared>, shutdown: CancellationToken) {
+    let mut ticker = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        let ok = tokio::time::timeout(Duration::from_secs(5), shared.hub_client.apiserver_version())
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if ok != shared.state.hub_reachable() {
+            tracing::info!(reachable = ok, "hub reachability changed");
+        }
+        shared.state.set_hub_reachable(ok);
+    }
+}

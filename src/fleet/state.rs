@@ -1,0 +1,160 @@
+//! What each member is doing, shared by the runtime (writer), the HTTP endpoints and metrics.
+
+use std::collections::BTreeMap;
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use jiff::Timestamp;
+use serde::Serialize;
+
+/// Lifecycle phase of a member engagement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Building the client, discovering the API.
+    Connecting,
+    /// Watches started, initial lists not complete yet.
+    Syncing,
+    /// Every watch has listed once; reconciling.
+    Ready,
+    /// Unusable for now (bad kubeconfig, unreachable, sync timeout); retried on its own.
+    Failing,
+}
+
+impl Phase {
+    /// Every phase, for gauges that export one series per phase.
+    pub const ALL: [Phase; 4] = [Phase::Connecting, Phase::Syncing, Phase::Ready, Phase::Failing];
+
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Connecting => "connecting",
+            Phase::Syncing => "syncing",
+            Phase::Ready => "ready",
+            Phase::Failing => "failing",
+        }
+    }
+}
+
+/// State of one member as shown on `/members` and in metrics.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemberStatus {
+    pub phase: Phase,
+    /// Last error, kept after recovery until the next one (cleared on a new engagement).
+    pub last_error: Option<String>,
+    /// When the member's watches last completed an initial sync.
+    pub last_sync: Option<Timestamp>,
+    /// The member's API server URL.
+    pub server: Option<String>,
+    /// First 12 hex digits of the kubeconfig's SHA-256: which engagement this is.
+    pub kubeconfig_hash: String,
+    /// When the phase last changed.
+    pub since: Timestamp,
+}
+
+/// All members' states, plus hub reachability.
+#[derive(Debug, Default)]
+pub struct FleetState {
+    members: RwLock<BTreeMap<String, MemberStatus>>,
+    hub_reachable: AtomicBool,
+}
+
+impl FleetState {
+    /// A copy of every member's status.
+    pub fn members(&self) -> BTreeMap<String, MemberStatus> {
+        self.members.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The status of one member.
+    pub fn member(&self, name: &str) -> Option<MemberStatus> {
+        self.members.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+    }
+
+    /// Starts tracking a (new engagement of a) member, in `Connecting`.
+    pub fn engage(&self, name: &str, kubeconfig_hash: &str) {
+        let status = MemberStatus {
+            phase: Phase::Connecting,
+            last_error: None,
+            last_sync: None,
+            server: None,
+            kubeconfig_hash: kubeconfig_hash.to_string(),
+            since: Timestamp::now(),
+        };
+        self.write().insert(name.to_string(), status);
+    }
+
+    /// Stops tracking a member (it left the fleet).
+    pub fn remove(&self, name: &str) {
+        self.write().remove(name);
+    }
+
+    /// Moves a member to `phase`; `error` is recorded when given.
+    pub fn set_phase(&self, name: &str, phase: Phase, error: Option<String>) {
+        if let Some(s) = self.write().get_mut(name) {
+            if s.phase != phase {
+                s.since = Timestamp::now();
+            }
+            s.phase = phase;
+            if phase == Phase::Ready {
+                s.last_sync = Some(Timestamp::now());
+            }
+            if error.is_some() {
+                s.last_error = error;
+            }
+        }
+    }
+
+    /// Records the member's API server URL.
+    pub fn set_server(&self, name: &str, server: &str) {
+        if let Some(s) = self.write().get_mut(name) {
+            s.server = Some(server.to_string());
+        }
+    }
+
+    /// Records whether the hub answered its last probe.
+    pub fn set_hub_reachable(&self, reachable: bool) {
+        self.hub_reachable.store(reachable, Ordering::Relaxed);
+    }
+
+    /// Whether the hub answered its last probe.
+    pub fn hub_reachable(&self) -> bool {
+        self.hub_reachable.load(Ordering::Relaxed)
+    }
+
+    /// Ready to serve: the hub is reachable and every member has synced once or is failing.
+    pub fn ready(&self) -> bool {
+        self.hub_reachable()
+            && self
+                .members()
+                .values()
+                .all(|m| m.phase == Phase::Failing || m.last_sync.is_some())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, MemberStatus>> {
+        self.members.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_waits_for_every_member_to_sync_or_fail() {
+        let state = FleetState::default();
+        state.set_hub_reachable(true);
+        assert!(state.ready(), "no members: ready");
+        state.engage("a", "h1");
+        state.engage("b", "h2");
+        assert!(!state.ready());
+        state.set_phase("a", Phase::Ready, None);
+        assert!(!state.ready(), "b still connecting");
+        state.set_phase("b", Phase::Failing, Some("unreachable".into()));
+        assert!(state.ready(), "a failing member does not hold readiness");
+        state.set_phase("a", Phase::Failing, Some("watch error".into()));
+        state.set_phase("a", Phase::Ready, None);
+        assert_eq!(state.member("a").and_then(|m| m.last_error).as_deref(), Some("watch error"));
+        state.set_hub_reachable(false);
+        assert!(!state.ready(), "hub unreachable");
+    }
+}

@@ -1,0 +1,630 @@
+//! Prometheus metrics of the whole process: one [`Metrics`], shared by every member's
+//! exporter as its [`ReconcileObserver`], rendered by [`Metrics::encode`] for `/metrics`.
+//!
+//! Two kinds of series:
+//! - event-driven ones (reconciles, hub writes, latencies), recorded by the observer calls;
+//! - scrape-time ones (member state, API requests, rate-limiter wait, Azure counters), read
+//!   from [`FleetState`], each client's [`ClientStats`] and the Azure source when encoded.
+//!
+//! Cardinality is bounded: labels are member names, outcome labels (a fixed set), verbs,
+//! resources (kinds, never object names), HTTP codes and write ops. No object name is a label.
+//! [`Metrics::remove_member`] drops every series of a member that left the fleet.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::exemplar::HistogramWithExemplars;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::client::{ClientStats, RequestCount};
+use crate::export::ReconcileObserver;
+use crate::fleet::{FleetState, Phase};
+
+/// `Content-Type` of [`Metrics::encode`] (OpenMetrics text 1.0, exemplars included).
+pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// `Content-Type` of [`Metrics::encode_prometheus`] (Prometheus text 0.0.4, no exemplars).
+pub const PROMETHEUS_CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// Buckets of the reconcile duration histogram, seconds (5 ms … 60 s).
+const RECONCILE_BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
+];
+/// Buckets of the export / conflict latency histograms, seconds (50 ms … 10 min).
+const LATENCY_BUCKETS: [f64; 15] = [
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0, 300.0, 600.0,
+];
+
+/// Azure counters at one instant, as the Azure client reports them (monotonic totals).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AzureCounters {
+    /// Public IP LIST operations against ARM.
+    pub list_calls: u64,
+    /// HTTP requests sent to ARM (every page, every retry).
+    pub arm_requests: u64,
+    /// Lookups answered from the cache.
+    pub cache_hits: u64,
+    /// Lookups that had to wait for a LIST.
+    pub cache_misses: u64,
+    /// ARM requests re-sent.
+    pub retries: u64,
+    /// 429 responses from ARM.
+    pub throttled: u64,
+    /// Total time ARM requests waited for the rate limiter.
+    pub limiter_wait: Duration,
+}
+
+/// Reads the Azure counters at scrape time.
+pub type AzureSource = Arc<dyn Fn() -> AzureCounters + Send + Sync>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MemberLabels {
+    member: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    member: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabels {
+    op: String,
+}
+
+/// Exemplar labels: the trace of the observation (only when it is sampled).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TraceLabels {
+    trace_id: String,
+}
+
+type ExemplarHistogram = HistogramWithExemplars<TraceLabels>;
+
+fn reconcile_histogram() -> ExemplarHistogram {
+    HistogramWithExemplars::new(RECONCILE_BUCKETS.into_iter())
+}
+
+/// What Metrics knows of one member.
+#[derive(Default)]
+struct MemberEntry {
+    member_client: Option<Arc<ClientStats>>,
+    hub_client: Option<Arc<ClientStats>>,
+    /// Outcome labels recorded, so that removal finds every series.
+    outcomes: BTreeSet<String>,
+}
+
+/// State read at scrape time, shared with the registry's collector.
+#[derive(Default)]
+struct Shared {
+    members: RwLock<BTreeMap<String, MemberEntry>>,
+    hub_client: RwLock<Option<Arc<ClientStats>>>,
+    fleet: RwLock<Option<Arc<FleetState>>>,
+    azure: RwLock<Option<AzureSource>>,
+}
+
+/// The process's metrics. Share it as `Arc<Metrics>`: it is the exporters' observer and the
+/// `/metrics` source at once.
+pub struct Metrics {
+    registry: Registry,
+    shared: Arc<Shared>,
+    reconciles: Family<OutcomeLabels, Counter>,
+    durations: Family<MemberLabels, ExemplarHistogram, fn() -> ExemplarHistogram>,
+    in_flight: Family<MemberLabels, Gauge>,
+    controller_errors: Family<MemberLabels, Counter>,
+    ise_writes: Family<OpLabels, Counter>,
+    export_latency: ExemplarHistogram,
+    conflict_latency: Histogram,
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Every family registered, no member yet.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let shared = Arc::new(Shared::default());
+        let reconciles = Family::<OutcomeLabels, Counter>::default();
+        let durations: Family<MemberLabels, ExemplarHistogram, fn() -> ExemplarHistogram> =
+            Family::new_with_constructor(reconcile_histogram);
+        let in_flight = Family::<MemberLabels, Gauge>::default();
+        let controller_errors = Family::<MemberLabels, Counter>::default();
+        let ise_writes = Family::<OpLabels, Counter>::default();
+        let export_latency = HistogramWithExemplars::new(LATENCY_BUCKETS.into_iter());
+        let conflict_latency = Histogram::new(LATENCY_BUCKETS);
+
+        registry.register(
+            "fleetnet_reconcile",
+            "Reconciles of ServiceExports, by member and outcome (exported, unexported, skipped, invalid:<reason>, error:<step>)",
+            reconciles.clone(),
+        );
+        registry.register_with_unit(
+            "fleetnet_reconcile_duration",
+            "Duration of one reconcile, by member",
+            Unit::Seconds,
+            durations.clone(),
+        );
+        registry.register(
+            "fleetnet_reconciles_in_flight",
+            "Reconciles running now, by member (the member's work-queue depth being processed)",
+            in_flight.clone(),
+        );
+        registry.register(
+            "fleetnet_controller_errors",
+            "Errors of a member's controller outside reconciles (watch failures), by member",
+            controller_errors.clone(),
+        );
+        registry.register(
+            "fleetnet_ise_writes",
+            "InternalServiceExport writes to the hub, by op (create, update, delete)",
+            ise_writes.clone(),
+        );
+        registry.register_with_unit(
+            "fleetnet_export_latency",
+            "Time from a Service change being first seen (exportedSince) to its InternalServiceExport written",
+            Unit::Seconds,
+            export_latency.clone(),
+        );
+        registry.register_with_unit(
+            "fleetnet_conflict_reflected_latency",
+            "Time from an export to the hub's conflict verdict reflected on the ServiceExport",
+            Unit::Seconds,
+            conflict_latency.clone(),
+        );
+        registry.register_collector(Box::new(ScrapeCollector(shared.clone())));
+        Self {
+            registry,
+            shared,
+            reconciles,
+            durations,
+            in_flight,
+            controller_errors,
+            ise_writes,
+            export_latency,
+            conflict_latency,
+        }
+    }
+
+    /// Starts tracking `member` with the counters of its client (again: a new engagement
+    /// replaces the client counters; the event series are kept).
+    pub fn register_member(&self, member: &str, member_stats: Arc<ClientStats>) {
+        write(&self.shared.members)
+            .entry(member.to_string())
+            .or_default()
+            .member_client = Some(member_stats);
+    }
+
+    /// Adds the counters of a hub client used by `member` only (when each member has its
+    /// own hub client). Series: `client="hub", member="<member>"`.
+    pub fn register_member_hub_client(&self, member: &str, hub_stats: Arc<ClientStats>) {
+        write(&self.shared.members)
+            .entry(member.to_string())
+            .or_default()
+            .hub_client = Some(hub_stats);
+    }
+
+    /// The counters of the hub client shared by every member. Series: `client="hub"`.
+    pub fn set_hub_client(&self, hub_stats: Arc<ClientStats>) {
+        *write(&self.shared.hub_client) = Some(hub_stats);
+    }
+
+    /// Where member phases and last-sync times come from at scrape time.
+    pub fn set_fleet_state(&self, state: Arc<FleetState>) {
+        *write(&self.shared.fleet) = Some(state);
+    }
+
+    /// Where the Azure counters come from at scrape time; without one, no Azure series.
+    pub fn set_azure_source(&self, source: AzureSource) {
+        *write(&self.shared.azure) = Some(source);
+    }
+
+    /// Drops every series of `member`: reconcile totals, duration histogram, in-flight and
+    /// error counters, member state, last sync and its clients' series. Call it after the
+    /// member's exporter stopped (a reconcile still running would record it again).
+    pub fn remove_member(&self, member: &str) {
+        let entry = write(&self.shared.members).remove(member);
+        for outcome in entry.map(|e| e.outcomes).unwrap_or_default() {
+            self.reconciles.remove(&OutcomeLabels {
+                member: member.to_string(),
+                outcome,
+            });
+        }
+        let labels = member_labels(member);
+        self.durations.remove(&labels);
+        self.in_flight.remove(&labels);
+        self.controller_errors.remove(&labels);
+    }
+
+    /// Members with series, sorted.
+    pub fn members(&self) -> Vec<String> {
+        read(&self.shared.members).keys().cloned().collect()
+    }
+
+    /// Every series in the OpenMetrics text format ([`OPENMETRICS_CONTENT_TYPE`]), with
+    /// exemplars (trace ids) on the histograms that have them. Ends with `# EOF`.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail; an encoding error would be a bug in a collector.
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::error!(error = %e, "encoding metrics failed");
+        }
+        out
+    }
+
+    /// Every series in the Prometheus text format 0.0.4 ([`PROMETHEUS_CONTENT_TYPE`]); no
+    /// exemplars.
+    pub fn encode_prometheus(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+        {
+            tracing::error!(error = %e, "encoding metrics failed");
+        }
+        out
+    }
+
+    fn ensure_member(&self, member: &str) {
+        if !read(&self.shared.members).contains_key(member) {
+            write(&self.shared.members)
+                .entry(member.to_string())
+                .or_default();
+        }
+    }
+
+    fn note_outcome(&self, member: &str, outcome: &str) {
+        let known = read(&self.shared.members)
+            .get(member)
+            .is_some_and(|e| e.outcomes.contains(outcome));
+        if !known {
+            write(&self.shared.members)
+                .entry(member.to_string())
+                .or_default()
+                .outcomes
+                .insert(outcome.to_string());
+        }
+    }
+}
+
+impl ReconcileObserver for Metrics {
+    fn reconcile_started(&self, member: &str) {
+        self.ensure_member(member);
+        self.in_flight.get_or_create(&member_labels(member)).inc();
+    }
+
+    fn reconciled(&self, member: &str, outcome: &str, took: Duration) {
+        self.note_outcome(member, outcome);
+        let labels = member_labels(member);
+        self.in_flight.get_or_create(&labels).dec();
+        self.reconciles
+            .get_or_create(&OutcomeLabels {
+                member: member.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
+        self.durations
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64(), current_trace(), None);
+    }
+
+    fn hub_write(&self, member: &str, op: &'static str) {
+        self.ensure_member(member);
+        self.ise_writes
+            .get_or_create(&OpLabels { op: op.to_string() })
+            .inc();
+    }
+
+    fn export_latency(&self, _member: &str, latency: Duration) {
+        self.export_latency
+            .observe(latency.as_secs_f64(), current_trace(), None);
+    }
+
+    fn conflict_reflected(&self, _member: &str, latency: Duration) {
+        self.conflict_latency.observe(latency.as_secs_f64());
+    }
+
+    fn controller_error(&self, member: &str, _error: &str) {
+        self.ensure_member(member);
+        self.controller_errors
+            .get_or_create(&member_labels(member))
+            .inc();
+    }
+}
+
+fn member_labels(member: &str) -> MemberLabels {
+    MemberLabels {
+        member: member.to_string(),
+    }
+}
+
+/// The trace id of the current span, when it is sampled (an exemplar pointing at a trace
+/// that was never exported would be a dead link). `None` without the OpenTelemetry layer.
+fn current_trace() -> Option<TraceLabels> {
+    crate::telemetry::current_sampled_trace_id().map(|trace_id| TraceLabels { trace_id })
+}
+
+/// Encodes the scrape-time series.
+struct ScrapeCollector(Arc<Shared>);
+
+impl fmt::Debug for ScrapeCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ScrapeCollector")
+    }
+}
+
+/// One client's counters with the labels that name it.
+struct ClientSeries {
+    client: &'static str,
+    member: Option<String>,
+    stats: Arc<ClientStats>,
+}
+
+impl ClientSeries {
+    fn labels(&self) -> Vec<(&'static str, String)> {
+        let mut labels = vec![("client", self.client.to_string())];
+        if let Some(m) = &self.member {
+            labels.push(("member", m.clone()));
+        }
+        labels
+    }
+}
+
+impl Collector for ScrapeCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        // Copy what is needed, so no lock is held while encoding.
+        let (states, clients) = {
+            let members = read(&self.0.members);
+            let states: Vec<(String, Phase, Option<f64>)> = match read(&self.0.fleet).as_ref() {
+                Some(fleet) => fleet
+                    .members()
+                    .into_iter()
+                    .filter(|(name, _)| members.contains_key(name))
+                    .map(|(name, s)| {
+                        let last_sync = s.last_sync.map(|t| t.as_millisecond() as f64 / 1000.0);
+                        (name, s.phase, last_sync)
+                    })
+                    .collect(),
+                None => vec![],
+            };
+            let mut clients = vec![];
+            if let Some(hub) = read(&self.0.hub_client).as_ref() {
+                clients.push(ClientSeries {
+                    client: "hub",
+                    member: None,
+                    stats: hub.clone(),
+                });
+            }
+            for (name, entry) in members.iter() {
+                for (client, stats) in [("member", &entry.member_client), ("hub", &entry.hub_client)]
+                {
+                    if let Some(stats) = stats {
+                        clients.push(ClientSeries {
+                            client,
+                            member: Some(name.clone()),
+                            stats: stats.clone(),
+                        });
+                    }
+                }
+            }
+            (states, clients)
+        };
+
+        if !states.is_empty() {
+            let mut m = encoder.encode_descriptor(
+                "fleetnet_member_state",
+                "1 for the member's current phase (connecting, syncing, ready, failing), 0 for the others",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (name, phase, _) in &states {
+                for p in Phase::ALL {
+                    let labels = [("member", name.as_str()), ("state", p.as_str())];
+                    ConstGauge::new(i64::from(*phase == p)).encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
+        if states.iter().any(|(_, _, s)| s.is_some()) {
+            let unit = Unit::Other("seconds".into());
+            let mut m = encoder.encode_descriptor(
+                "fleetnet_member_last_sync_timestamp",
+                "When the member's watches last completed an initial sync (Unix time)",
+                Some(&unit),
+                MetricType::Gauge,
+            )?;
+            for (name, _, last_sync) in &states {
+                if let Some(t) = last_sync {
+                    let labels = [("member", name.as_str())];
+                    ConstGauge::new(*t).encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
+
+        let counts: Vec<(&ClientSeries, Vec<RequestCount>)> =
+            clients.iter().map(|c| (c, c.stats.snapshot())).collect();
+        if counts.iter().any(|(_, v)| !v.is_empty()) {
+            let mut m = encoder.encode_descriptor(
+                "fleetnet_api_requests",
+                "Kubernetes API requests by client (member or hub), member, verb, resource kind and HTTP code (none: no response)",
+                None,
+                MetricType::Counter,
+            )?;
+            for (client, requests) in &counts {
+                for r in requests {
+                    let mut labels = client.labels();
+                    labels.push(("verb", r.verb.to_string()));
+                    labels.push(("resource", r.resource.clone()));
+                    labels.push((
+                        "code",
+                        r.code.map_or_else(|| "none".to_string(), |c| c.to_string()),
+                    ));
+                    ConstCounter::new(r.count).encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
+        if !clients.is_empty() {
+            let mut m = encoder.encode_descriptor(
+                "fleetnet_rate_limiter_wait",
+                "Time requests waited for the client's token bucket and in-flight limit",
+                Some(&Unit::Seconds),
+                MetricType::Counter,
+            )?;
+            for client in &clients {
+                let labels = client.labels();
+                ConstCounter::new(client.stats.waited().as_secs_f64())
+                    .encode(m.encode_family(&labels)?)?;
+            }
+        }
+
+        let azure = read(&self.0.azure).clone();
+        if let Some(source) = azure {
+            let c = source();
+            for (name, help, value) in [
+                (
+                    "fleetnet_azure_list_calls",
+                    "Public IP LIST operations against ARM",
+                    c.list_calls,
+                ),
+                (
+                    "fleetnet_azure_arm_requests",
+                    "HTTP requests sent to ARM (every page, every retry)",
+                    c.arm_requests,
+                ),
+                (
+                    "fleetnet_azure_cache_hits",
+                    "Public IP lookups answered from the cache",
+                    c.cache_hits,
+                ),
+                (
+                    "fleetnet_azure_cache_misses",
+                    "Public IP lookups that waited for a LIST",
+                    c.cache_misses,
+                ),
+                ("fleetnet_azure_retries", "ARM requests re-sent", c.retries),
+                (
+                    "fleetnet_azure_throttled",
+                    "429 responses received from ARM",
+                    c.throttled,
+                ),
+            ] {
+                let m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+                ConstCounter::new(value).encode(m)?;
+            }
+            let m = encoder.encode_descriptor(
+                "fleetnet_azure_limiter_wait",
+                "Time ARM requests waited for the shared rate limiter",
+                Some(&Unit::Seconds),
+                MetricType::Counter,
+            )?;
+            ConstCounter::new(c.limiter_wait.as_secs_f64()).encode(m)?;
+        }
+        Ok(())
+    }
+}
+
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+        text.lines()
+            .filter(|l| !l.starts_with('#') && l.starts_with(prefix))
+            .collect()
+    }
+
+    #[test]
+    fn observer_calls_become_series_and_removal_drops_them() {
+        let m = Metrics::new();
+        let stats = Arc::new(ClientStats::default());
+        m.register_member("a", stats);
+        m.register_member("b", Arc::new(ClientStats::default()));
+        let fleet = Arc::new(FleetState::default());
+        fleet.engage("a", "h");
+        fleet.engage("b", "h");
+        fleet.set_phase("a", Phase::Ready, None);
+        m.set_fleet_state(fleet);
+        m.set_azure_source(Arc::new(|| AzureCounters {
+            list_calls: 3,
+            cache_hits: 7,
+            ..Default::default()
+        }));
+        for member in ["a", "b"] {
+            m.reconcile_started(member);
+            m.reconciled(member, "exported", Duration::from_millis(20));
+            m.hub_write(member, "create");
+            m.export_latency(member, Duration::from_millis(300));
+        }
+        m.reconcile_started("a");
+        m.reconciled("a", "error:patch_serviceexport_status", Duration::from_millis(5));
+        m.reconcile_started("a"); // still running
+        m.controller_error("a", "watch failed");
+
+        let text = m.encode();
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        for want in [
+            r#"fleetnet_reconcile_total{member="a",outcome="exported"} 1"#,
+            r#"fleetnet_reconcile_total{member="a",outcome="error:patch_serviceexport_status"} 1"#,
+            r#"fleetnet_reconcile_total{member="b",outcome="exported"} 1"#,
+            r#"fleetnet_reconcile_duration_seconds_count{member="a"} 2"#,
+            r#"fleetnet_reconciles_in_flight{member="a"} 1"#,
+            r#"fleetnet_reconciles_in_flight{member="b"} 0"#,
+            r#"fleetnet_controller_errors_total{member="a"} 1"#,
+            r#"fleetnet_ise_writes_total{op="create"} 2"#,
+            "fleetnet_export_latency_seconds_count 2",
+            r#"fleetnet_member_state{member="a",state="ready"} 1"#,
+            r#"fleetnet_member_state{member="a",state="connecting"} 0"#,
+            r#"fleetnet_member_state{member="b",state="connecting"} 1"#,
+            r#"fleetnet_rate_limiter_wait_seconds_total{client="member",member="a"} 0"#,
+            "fleetnet_azure_list_calls_total 3",
+            "fleetnet_azure_cache_hits_total 7",
+            "fleetnet_azure_limiter_wait_seconds_total 0",
+        ] {
+            assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+        assert_eq!(series(&text, "fleetnet_member_last_sync_timestamp_seconds").len(), 1);
+
+        m.remove_member("a");
+        let text = m.encode();
+        assert!(!text.contains(r#"member="a""#), "series of a left:\n{text}");
+        assert!(text.contains(r#"fleetnet_reconcile_total{member="b",outcome="exported"} 1"#));
+        assert_eq!(m.members(), vec!["b".to_string()]);
+        // Fleet-wide series stay.
+        assert!(text.contains(r#"fleetnet_ise_writes_total{op="create"} 2"#));
+        // The Prometheus text format carries the same series.
+        assert!(
+            m.encode_prometheus()
+                .contains(r#"fleetnet_reconcile_total{member="b",outcome="exported"} 1"#)
+        );
+    }
+
+    #[test]
+    fn no_exemplar_without_a_sampled_trace() {
+        let m = Metrics::new();
+        m.reconcile_started("a");
+        m.reconciled("a", "exported", Duration::from_millis(20));
+        assert!(!m.encode().contains("trace_id"));
+    }
+}

@@ -1,0 +1,749 @@
+//! The shared Azure client against a fake ARM + token endpoint on 127.0.0.1. The product
+//! path is the real azure_identity / azure_mgmt_network client pointed at the fake.
+
+#[path = "support/arm.rs"]
+mod arm;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arm::{CLIENT_ID, CLIENT_SECRET, FakeArm, FakeIp, Fault, TENANT};
+use fleetnet_hub::azure::{AzureConfig, AzureError, AzureFleet, CredentialKind};
+use fleetnet_hub::export::{LookupError, PublicIpLookup};
+
+const SUB: &str = "00000000-0000-0000-0000-00000000000a";
+const SUB2: &str = "00000000-0000-0000-0000-00000000000b";
+const RG: &str = "MC_fleet_member_eastus";
+
+fn config(arm: &FakeArm) -> AzureConfig {
+    AzureConfig {
+        arm_endpoint: arm.base().to_owned(),
+        authority_host: arm.base().to_owned(),
+        credential: CredentialKind::ClientSecret,
+        tenant_id: Some(TENANT.into()),
+        client_id: Some(CLIENT_ID.into()),
+        client_secret: Some(CLIENT_SECRET.into()),
+        default_subscription_id: Some(SUB.into()),
+        arm_qps: 1000.0,
+        arm_burst: 1000,
+        max_concurrency: 16,
+        cache_ttl: Duration::from_secs(10),
+        miss_refresh_interval: Duration::from_secs(1),
+        request_timeout: Duration::from_secs(5),
+        max_retries: 3,
+        retry_base_delay: Duration::from_millis(20),
+        max_retry_wait: Duration::from_secs(3),
+        ..AzureConfig::default()
+    }
+}
+
+fn ips(prefix: &str, n: usize) -> Vec<FakeIp> {
+    (0..n)
+        .map(|i| FakeIp::new(&format!("pip-{i}"), &format!("{prefix}.{i}")))
+        .collect()
+}
+
+fn fleet(config: AzureConfig) -> AzureFleet {
+    AzureFleet::new(config).expect("valid config")
+}
+
+fn path(rg: &str) -> String {
+    FakeArm::list_path(SUB, rg)
+}
+
+#[tokio::test]
+async fn paging_is_followed_and_fields_are_mapped() {
+    let arm = FakeArm::start().await;
+    arm.set_page_size(2);
+    let mut list = ips("20.0.0", 5);
+    list[4] = list[4].clone().with_label("my-service");
+    arm.set_ips(SUB, RG, list);
+    let fleet = fleet(config(&arm));
+    let lookup = fleet.for_member(None).unwrap();
+
+    let found = lookup
+        .find_by_address(RG, "20.0.0.4")
+        .await
+        .unwrap()
+        .expect("the IP on page 3 is found");
+    assert_eq!(
+        found.id,
+        format!(
+            "/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Network/publicIPAddresses/pip-4"
+        )
+    );
+    assert!(found.dns_label_configured);
+    let first = lookup
+        .find_by_address(RG, "20.0.0.0")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!first.dns_label_configured);
+    assert_eq!(arm.requests(&path(RG)), 3, "three pages, one LIST");
+    assert_eq!(arm.list_operations(SUB, RG), 1);
+
+    // Absent, and the last LIST is recent: answered from cache.
+    assert_eq!(lookup.find_by_address(RG, "20.0.0.99").await.unwrap(), None);
+    assert_eq!(arm.requests(&path(RG)), 3);
+    let stats = fleet.stats();
+    assert_eq!(stats.list_calls, 1);
+    assert_eq!(stats.arm_requests, 3);
+    assert_eq!((stats.cache_misses, stats.cache_hits), (1, 2));
+
+    // The client-secret credential asked for the ARM scope of the configured endpoint.
+    let forms = arm.token_forms();
+    assert_eq!(forms.len(), 1);
+    assert_eq!(forms[0]["scope"], format!("{}/.default", arm.base()));
+}
+
+#[tokio::test]
+async fn hundred_members_times_fifty_services_cost_one_list() {
+    let arm = FakeArm::start().await;
+    arm.set_ips(SUB, RG, ips("20.1.0", 50));
+    arm.set_delay(Duration::from_millis(50));
+    let fleet = fleet(config(&arm));
+    let members: Vec<Arc<dyn PublicIpLookup>> = (0..100)
+        .map(|_| fleet.for_member(Some(SUB)).unwrap())
+        .collect();
+
+    let started = Instant::now();
+    for round in 0..3 {
+        let lookups = members.iter().flat_map(|member| {
+            (0..50).map(move |svc| {
+                let member = Arc::clone(member);
+                async move { member.find_by_address(RG, &format!("20.1.0.{svc}")).await }
+            })
+        });
+        let results = futures::future::join_all(lookups).await;
+        assert_eq!(results.len(), 5000);
+        for result in results {
+            assert!(result.unwrap().is_some());
+        }
+        if round < 2 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(arm.requests(&path(RG)), 1, "one LIST per TTL, not 15,000");
+    let stats = fleet.stats();
+    assert_eq!(stats.list_calls, 1);
+    assert_eq!(stats.cache_hits + stats.cache_misses, 15_000);
+    assert_eq!(
+        stats.cache_misses, 5000,
+        "the whole first round waited on the one LIST"
+    );
+    eprintln!(
+        "15,000 lookups (100 members x 50 services x 3 rounds): {} LIST request(s), {} token request(s), {elapsed:?}",
+        arm.requests(&path(RG)),
+        arm.token_requests()
+    );
+}
+
+#[tokio::test]
+async fn concurrent_first_lookups_share_one_in_flight_list() {
+    let arm = FakeArm::start().await;
+    arm.set_ips(SUB, RG, ips("20.2.0", 3));
+    arm.set_delay(Duration::from_millis(300));
+    let fleet = fleet(config(&arm));
+    let started = Instant::now();
+    let lookups = (0..32).map(|i| {
+        let member = fleet.for_member(Some(SUB)).unwrap();
+        async move {
+            member
+                .find_by_address(RG, &format!("20.2.0.{}", i % 3))
+                .await
+        }
+    });
+    for result in futures::future::join_all(lookups).await {
+        assert!(result.unwrap().is_some());
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(arm.requests(&path(RG)), 1);
+    assert!(elapsed < Duration::from_millis(1500), "{elapsed:?}");
+    eprintln!("32 concurrent first lookups: 1 LIST, {elapsed:?}");
+}
+
+#[tokio::test]
+async fn a_miss_refreshes_at_most_once_per_interval() {
+    let arm = FakeArm::start().await;
+    arm.set_ips(SUB, RG, vec![FakeIp::new("a", "20.3.0.1")]);
+    let mut cfg = config(&arm);
+    cfg.miss_refresh_interval = Duration::from_millis(300);
+    let fleet = fleet(cfg);
+    let lookup = fleet.for_member(None).unwrap();
+
+    assert!(
+        lookup
+            .find_by_address(RG, "20.3.0.1")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    arm.add_ip(SUB, RG, FakeIp::new("b", "20.3.0.2"));
+    for _ in 0..10 {
+        assert_eq!(lookup.find_by_address(RG, "20.3.0.2").await.unwrap(), None);
+    }
+    assert_eq!(
+        arm.requests(&path(RG)),
+        1,
+        "misses within the interval do not re-list"
+    );
+
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert!(
+        lookup
+            .find_by_address(RG, "20.3.0.2")
+            .await
+            .unwrap()
+            .is_some(),
+        "after the interval a miss re-lists and finds the new IP"
+    );
+    assert_eq!(arm.requests(&path(RG)), 2);
+
+    // A never-appearing IP hammered for 1 s: at most one LIST per 300 ms.
+    let started = Instant::now();
+    let mut lookups = 0;
+    while started.elapsed() < Duration::from_secs(1) {
+        assert_eq!(lookup.find_by_address(RG, "20.3.0.99").await.unwrap(), None);
+        lookups += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let relists = arm.requests(&path(RG)) - 2;
+    assert!((2..=4).contains(&relists), "{relists} re-lists in 1 s");
+    eprintln!("{lookups} misses for an absent IP in 1 s (interval 300 ms): {relists} LIST(s)");
+}
+
+#[tokio::test]
+async fn ttl_expiry_triggers_a_new_list() {
+    let arm = FakeArm::start().await;
+    arm.set_ips(SUB, RG, ips("20.4.0", 2));
+    let mut cfg = config(&arm);
+    cfg.cache_ttl = Duration::from_millis(300);
+    cfg.miss_refresh_interval = Duration::from_millis(100);
+    let fleet = fleet(cfg);
+    let lookup = fleet.for_member(None).unwrap();
+    assert!(
+        lookup
+            .find_by_address(RG, "20.4.0.0")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        lookup
+            .find_by_address(RG, "20.4.0.1")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(arm.requests(&path(RG)), 1);
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert!(
+        lookup
+            .find_by_address(RG, "20.4.0.0")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(arm.requests(&path(RG)), 2);
+}
+
+#[tokio::test]
+async fn throttling_honours_retry_after_then_gives_throttled() {
+    let arm = FakeArm::start().await;
+    arm.set_ips(SUB, RG, ips("20.5.0", 1));
+    arm.set_ips(SUB, "rg-two", ips("20.5.1", 1));
+    arm.set_ips(SUB, "rg-three", ips("20.5.2", 1));
+    let mut cfg = config(&arm);
+    cfg.max_retries = 1;
+    cfg.max_retry_wait = Duration::from_secs(5);
+    let fleet = fleet(cfg);
+    let lookup = fleet.for_member(None).unwrap();
+
+    // One 429 with Retry-After: 1 → waited, retried, answered.
+    arm.push_faults([Fault::Throttle {
+        retry_after_secs: 1,
+    }]);
+    assert!(
+        lookup
+            .find_by_address(RG, "20.5.0.0")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let seen = arm.lists();
+    assert_eq!(seen.len(), 2);
+    let waited = seen[1].at - seen[0].at;
+    assert!(waited >= Duration::from_secs(1), "retried after {waited:?}");
+    assert!(
+        waited < Duration::from_millis(1500),
+        "retried after {waited:?}"
+    );
+    eprintln!("429 Retry-After: 1 → retry sent {waited:?} later");
+
+    // Retries exhausted → Throttled carrying Retry-After.
+    arm.push_faults([
+        Fault::Throttle {
+            retry_after_secs: 1,
+        },
+        Fault::Throttle {
+            retry_after_secs: 1,
+        },
+    ]);
+    let started = Instant::now();
+    let err = lookup
+        .find_by_address("rg-two", "20.5.1.0")
+        .await
+        .unwrap_err();
+    match &err {
+        LookupError::Throttled {
+            resource_group,
+            retry_after,
+        } => {
+            assert_eq!(resource_group, "rg-two");
+            assert_eq!(*retry_after, Some(Duration::from_secs(1)));
+        }
+        other => panic!("expected Throttled, got {other:?}"),
+    }
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert_eq!(arm.requests(&path("rg-two")), 2, "1 try + max_retries 1");
+
+    // A Retry-After longer than max_retry_wait is not slept on in-line.
+    arm.push_faults([Fault::Throttle {
+        retry_after_secs: 30,
+    }]);
+    let started = Instant::now();
+    let err = lookup
+        .find_by_address("rg-three", "20.5.2.0")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LookupError::Throttled { retry_after: Some(d), .. } if d == Duration::from_secs(30)),
+        "{err:?}"
+    );
+    assert!(started.elapsed() < Duration::from_millis(500));
+    // …and the group is not asked again while ARM said to wait.
+    let again = lookup
+        .find_by_address("rg-three", "20.5.2.0")
+        .await
+        .unwrap_err();
+    assert!(matches!(again, LookupError::Throttled { .. }), "{again:?}");
+    assert_eq!(arm.requests(&path("rg-three")), 1);
+
+    let stats = fleet.stats();
+    assert_eq!(stats.throttled, 4);
+    assert_eq!(stats.retries, 2);
+}
+
+#[tokio::test]
+async fn server_errors_are_retried_then_failed() {
+    let arm = FakeArm::start().await;
+    arm.set_ips(SUB, RG, ips("20.6.0", 1));
+    arm.set_ips(SUB, "rg-down", ips("20.6.1", 1));
+    let fleet = fleet(config(&arm)); // max_retries 3
+    let lookup = fleet.for_member(None).unwrap();
+
+    arm.push_faults([Fault::Status(503), Fault::Status(500)]);
+    assert!(
+        lookup
+            .find_by_address(RG, "20.6.0.0")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(arm.requests(&path(RG)), 3);
+
+    arm.push_faults([500, 502, 503, 504].map(Fault::Status));
+    let err = lookup
+        .find_by_address("rg-down", "20.6.1.0")
+        .await
+        .unwrap_err();
+    let LookupError::Failed {
+        resource_group,
+        message,
+    } = &err
+    else {
+        panic!("expected Failed, got {err:?}");
+    };
+    assert_eq!(resource_group, "rg-down");
+    assert!(
+        message.contains("504") && message.contains("4 attempts"),
+        "{message}"
+    );
+    assert!(message.contains(SUB), "{message}");
+    assert_eq!(
+        arm.requests(&path("rg-down")),
+        4,
+        "1 try + 3 retries, then stop"
+    );
+    assert_eq!(fleet.stats().retries, 5);
+    eprintln!("5xx exhausted: {err}");
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_failed_lookup_naming_the_group() {
+    let arm = FakeArm::start().await;
+    arm.set_ips(SUB, RG, ips("20.7.0", 1));
+    let fleet = fleet(config(&arm));
+    arm.push_faults([Fault::Malformed]);
+    let err = fleet
+        .for_member(None)
+        .unwrap()
+        .find_by_address(RG, "20.7.0.0")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LookupError::Failed { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains(RG) && text.contains("malformed"), "{text}");
+    assert_eq!(
+        arm.requests(&path(RG)),
+        1,
+        "a malformed body is not retried in-line"
+    );
+    eprintln!("malformed: {text}");
+}
+
+#[tokio::test]
+async fn arm_requires_a_valid_bearer_token() {
+    let arm = FakeArm::start().await;
+    arm.set_ips(SUB, RG, ips("20.8.0", 1));
+
+    // The fake itself: no Authorization header → 401.
+    let url = format!("{}{}?api-version=2024-03-01", arm.base(), path(RG));
+    let raw = reqwest::get(&url).await.unwrap();
+    assert_eq!(raw.status().as_u16(), 401);
+    assert!(raw.text().await.unwrap().contains("AuthenticationFailed"));
+
+    // The product with a token ARM does not accept → Failed with the 401, not retried.
+    arm.reject_tokens(true);
+    let fleet = fleet(config(&arm));
+    let err = fleet
+        .for_member(None)
+        .unwrap()
+        .find_by_address(RG, "20.8.0.0")
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, LookupError::Failed { .. }), "{err:?}");
+    assert!(
+        text.contains("401") && text.contains("InvalidAuthenticationToken"),
+        "{text}"
+    );
+    assert_eq!(
+        arm.requests(&path(RG)),
+        2,
+        "the raw probe and one product request"
+    );
+    // The rejected token is dropped: once tokens are good again, the next LIST recovers
+    // instead of re-sending the cached bad token until it expires.
+    arm.reject_tokens(false);
+    arm.set_ips(SUB, "rg-next", ips("20.8.1", 1));
+    let lookup = fleet.for_member(None).unwrap();
+    assert!(
+        lookup
+            .find_by_address("rg-next", "20.8.1.0")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(arm.token_requests(), 2);
+
+    // A wrong client secret: no token, no ARM request.
+    let mut cfg = config(&arm);
+    cfg.client_secret = Some("wrong".into());
+    let err = AzureFleet::new(cfg)
+        .unwrap()
+        .for_member(None)
+        .unwrap()
+        .find_by_address("rg-other", "20.8.0.0")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("token"), "{err}");
+    assert_eq!(arm.requests(&path("rg-other")), 0);
+}
+
+#[tokio::test]
+async fn the_global_limiter_spaces_requests() {
+    let arm = FakeArm::start().await;
+    for g in 0..8 {
+        arm.set_ips(SUB, &format!("rg-{g}"), ips(&format!("20.9.{g}"), 1));
+    }
+    let mut cfg = config(&arm);
+    cfg.arm_qps = 10.0;
+    cfg.arm_burst = 2;
+    let fleet = fleet(cfg);
+    // Eight members, each in its own group: eight LISTs through one budget.
+    let lookups = (0..8).map(|g| {
+        let member = fleet.for_member(None).unwrap();
+        async move {
+            member
+                .find_by_address(&format!("rg-{g}"), &format!("20.9.{g}.0"))
+                .await
+        }
+    });
+    for result in futures::future::join_all(lookups).await {
+        assert!(result.unwrap().is_some());
+    }
+    let mut at: Vec<Instant> = arm.lists().iter().map(|l| l.at).collect();
+    at.sort();
+    assert_eq!(at.len(), 8);
+    let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    let span = at[7] - at[0];
+    // Burst of 2 at once, then one per 100 ms: 6 × 100 ms.
+    assert!(
+        span >= Duration::from_millis(540),
+        "span {span:?}, gaps {gaps:?}"
+    );
+    assert!(
+        span < Duration::from_millis(1200),
+        "span {span:?}, gaps {gaps:?}"
+    );
+    for gap in &gaps[1..] {
+        assert!(*gap >= Duration::from_millis(70), "gaps {gaps:?}");
+    }
+    let waited = fleet.stats().limiter_wait;
+    assert!(
+        waited >= Duration::from_millis(1500),
+        "limiter wait {waited:?}"
+    );
+    eprintln!(
+        "qps 10 burst 2, 8 requests: span {span:?}, gaps {gaps:?}, total limiter wait {waited:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_concurrency_limit_holds() {
+    let arm = FakeArm::start().await;
+    for g in 0..6 {
+        arm.set_ips(SUB, &format!("rg-{g}"), ips("20.10.0", 1));
+    }
+    arm.set_delay(Duration::from_millis(200));
+    let mut cfg = config(&arm);
+    cfg.max_concurrency = 2;
+    let fleet = fleet(cfg);
+    let lookup = fleet.for_member(None).unwrap();
+    let started = Instant::now();
+    let lookups = (0..6).map(|g| {
+        let lookup = Arc::clone(&lookup);
+        async move {
+            lookup
+                .find_by_address(&format!("rg-{g}"), "20.10.0.0")
+                .await
+        }
+    });
+    for result in futures::future::join_all(lookups).await {
+        assert!(result.unwrap().is_some());
+    }
+    assert_eq!(arm.max_in_flight(), 2);
+    assert!(started.elapsed() >= Duration::from_millis(590));
+}
+
+#[tokio::test]
+async fn members_of_one_subscription_share_one_lookup_and_all_share_one_credential() {
+    let arm = FakeArm::start().await;
+    arm.set_ips(SUB, RG, ips("20.11.0", 1));
+    arm.set_ips(SUB2, RG, ips("20.11.1", 1));
+    let fleet = fleet(config(&arm));
+
+    let a = fleet.subscription(Some(SUB)).unwrap();
+    let b = fleet.subscription(Some(&SUB.to_uppercase())).unwrap();
+    let default = fleet.subscription(None).unwrap();
+    let other = fleet.subscription(Some(SUB2)).unwrap();
+    assert!(Arc::ptr_eq(&a, &b) && Arc::ptr_eq(&a, &default));
+    assert!(!Arc::ptr_eq(&a, &other));
+    assert_eq!(other.subscription(), SUB2);
+    let (m1, m2) = (
+        fleet.for_member(Some(SUB)).unwrap(),
+        fleet.for_member(Some(SUB)).unwrap(),
+    );
+    assert!(Arc::ptr_eq(&m1, &m2));
+    assert_eq!(fleet.subscription_count(), 2);
+
+    assert!(m1.find_by_address(RG, "20.11.0.0").await.unwrap().is_some());
+    assert!(m2.find_by_address(RG, "20.11.0.0").await.unwrap().is_some());
+    // The other subscription's group of the same name is a different group.
+    assert_eq!(other.find_by_address(RG, "20.11.0.0").await.unwrap(), None);
+    assert!(other.find_by_address(RG, "20.11.1.0").await.is_ok());
+    assert_eq!(arm.requests(&path(RG)), 1);
+    assert_eq!(arm.requests(&FakeArm::list_path(SUB2, RG)), 1);
+    assert_eq!(
+        arm.token_requests(),
+        1,
+        "one credential, one token, for every member"
+    );
+
+    let mut cfg = config(&arm);
+    cfg.default_subscription_id = None;
+    let no_default = AzureFleet::new(cfg).unwrap();
+    assert!(matches!(
+        no_default.for_member(None),
+        Err(AzureError::NoSubscription)
+    ));
+    assert!(matches!(
+        no_default.for_member(Some("a/../b")),
+        Err(AzureError::InvalidSubscription { .. })
+    ));
+}
+
+#[tokio::test]
+async fn slow_responses_time_out_and_are_retried() {
+    let arm = FakeArm::start().await;
+    arm.set_ips(SUB, RG, ips("20.12.0", 1));
+    arm.set_ips(SUB, "rg-slow", ips("20.12.1", 1));
+    let mut cfg = config(&arm);
+    cfg.request_timeout = Duration::from_millis(300);
+    cfg.max_retries = 1;
+    let fleet = fleet(cfg);
+    let lookup = fleet.for_member(None).unwrap();
+
+    arm.push_faults([Fault::Slow(Duration::from_secs(2))]);
+    let started = Instant::now();
+    assert!(
+        lookup
+            .find_by_address(RG, "20.12.0.0")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(arm.requests(&path(RG)), 2);
+
+    arm.push_faults([
+        Fault::Slow(Duration::from_secs(2)),
+        Fault::Slow(Duration::from_secs(2)),
+    ]);
+    let started = Instant::now();
+    let err = lookup
+        .find_by_address("rg-slow", "20.12.1.0")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("timed out"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn next_link_to_another_origin_is_refused() {
+    let arm = FakeArm::start().await;
+    let elsewhere = FakeArm::start().await;
+    arm.set_page_size(1);
+    arm.set_ips(SUB, RG, ips("20.13.0", 2));
+    arm.set_next_link_base(elsewhere.base());
+    let fleet = fleet(config(&arm));
+    let err = fleet
+        .for_member(None)
+        .unwrap()
+        .find_by_address(RG, "20.13.0.1")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("refusing"), "{err}");
+    assert!(
+        elsewhere.lists().is_empty(),
+        "the bearer token went nowhere else"
+    );
+}
+
+#[tokio::test]
+async fn workload_identity_rereads_the_rotated_token_file() {
+    let arm = FakeArm::start().await;
+    arm.set_ips(SUB, "rg-a", ips("20.14.0", 1));
+    arm.set_ips(SUB, "rg-b", ips("20.14.1", 1));
+    // Shorter than the 5-minute refresh margin: every ARM request needs a fresh token.
+    arm.set_token_lifetime(60);
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("azure-identity-token");
+    std::fs::write(&token_file, "projected-sa-token-1\n").unwrap();
+    let cfg = AzureConfig {
+        credential: CredentialKind::WorkloadIdentity,
+        client_secret: None,
+        federated_token_file: Some(token_file.clone()),
+        ..config(&arm)
+    };
+    let fleet = fleet(cfg);
+    let lookup = fleet.for_member(None).unwrap();
+    assert!(
+        lookup
+            .find_by_address("rg-a", "20.14.0.0")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    std::fs::write(&token_file, "projected-sa-token-2\n").unwrap();
+    assert!(
+        lookup
+            .find_by_address("rg-b", "20.14.1.0")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let assertions: Vec<String> = arm
+        .token_forms()
+        .iter()
+        .map(|f| f["client_assertion"].clone())
+        .collect();
+    assert_eq!(assertions, ["projected-sa-token-1", "projected-sa-token-2"]);
+}
+
+#[tokio::test]
+async fn managed_identity_asks_imds_for_the_user_assigned_identity() {
+    let arm = FakeArm::start().await;
+    arm.set_ips(SUB, RG, ips("20.15.0", 1));
+    let cfg = AzureConfig {
+        credential: CredentialKind::ManagedIdentity,
+        tenant_id: None,
+        client_id: Some("kubelet-identity-client-id".into()),
+        client_secret: None,
+        managed_identity_endpoint: arm.imds_endpoint(),
+        ..config(&arm)
+    };
+    let fleet = fleet(cfg);
+    let lookup = fleet.for_member(None).unwrap();
+    assert!(
+        lookup
+            .find_by_address(RG, "20.15.0.0")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        lookup
+            .find_by_address(RG, "20.15.0.0")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let queries = arm.imds_queries();
+    assert_eq!(queries.len(), 1, "the token is cached");
+    assert_eq!(queries[0]["client_id"], "kubelet-identity-client-id");
+    assert_eq!(queries[0]["resource"], arm.base());
+}
+
+#[tokio::test]
+async fn invalid_config_and_names_are_rejected_without_network() {
+    let arm = FakeArm::start().await;
+    let mut cfg = config(&arm);
+    cfg.client_id = None;
+    let err = AzureFleet::new(cfg).unwrap_err();
+    assert!(err.to_string().contains("client_id"), "{err}");
+
+    let fleet = fleet(config(&arm));
+    let err = fleet
+        .for_member(None)
+        .unwrap()
+        .find_by_address("rg/../../other", "1.2.3.4")
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("not a valid resource group name"),
+        "{err}"
+    );
+    assert!(arm.lists().is_empty());
+    assert_eq!(arm.token_requests(), 0);
+}

@@ -1,0 +1,579 @@
+#!/usr/bin/env bash
+# Chart tests for charts/fleetnet-hub and charts/fleetnet-hub-member, with a real helm binary
+# (built once from its Go module by tests/testenv/install.sh helm).
+#
+#   - helm lint --strict of both charts, the hub chart once per value set in charts/fleetnet-hub/ci/;
+#   - the shared RBAC rule files: files/hub-member-role.yaml is one plain Role, files/
+#     member-clusterrole.yaml one plain ClusterRole, and the member chart's copy is identical;
+#   - charts/fleetnet-hub-member.yaml (the `kubectl apply` manifest) matches a fresh rendering;
+#   - helm template of the hub chart with each value set, and assertions on the objects
+#     (a python3 + PyYAML checker below);
+#   - value sets that must be refused (schema or template checks).
+#
+# The renderings are written to $FLEETNET_CHART_OUT (default: a temporary directory, removed at exit):
+#   <set>.yaml for each value set (release "fleetnet-hub" in namespace "fleetnet-system", without CRDs),
+#   three-members.yaml being the one meant to be applied to a real apiserver, and
+#   fleetnet-hub-member.yaml (the member manifest).
+# FLEETNET_CHART_UPDATE=1 rewrites charts/fleetnet-hub-member.yaml instead of comparing it.
+# FLEETNET_HELM=/path/to/helm uses that helm instead of building v4 (tests/testenv/versions.env).
+#
+# Last line: `chart: N passed, M failed`; the exit code is non-zero when anything failed.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+hub_chart="$root/charts/fleetnet-hub"
+member_chart="$root/charts/fleetnet-hub-member"
+member_manifest="$root/charts/fleetnet-hub-member.yaml"
+release=fleetnet-hub
+release_ns=fleetnet-system
+# Render for the Kubernetes version the test apiserver runs (tests/testenv/versions.env), not for
+# whatever default the helm binary was built with.
+# shellcheck disable=SC1091
+source "$root/tests/testenv/versions.env"
+kube_version="$KUBERNETES_VERSION"
+
+passed=0
+failed=0
+pass() { passed=$((passed + 1)); echo "ok   - $*"; }
+fail() { failed=$((failed + 1)); echo "FAIL - $*"; }
+summary() { echo "chart: $passed passed, $failed failed"; }
+
+tmp="$(mktemp -d)"
+if [ -n "${FLEETNET_CHART_OUT:-}" ]; then
+  out="$FLEETNET_CHART_OUT"
+  mkdir -p "$out"
+else
+  out="$tmp/out"
+  mkdir -p "$out"
+fi
+trap 'rm -rf "$tmp"' EXIT
+
+# --- tools -------------------------------------------------------------------------------------------
+# FLEETNET_HELM=/path/to/helm runs the same checks with another helm (e.g. a Helm 3 build).
+if [ -n "${FLEETNET_HELM:-}" ]; then
+  HELM="$FLEETNET_HELM"
+else
+  helm_dir="$(bash "$root/tests/testenv/install.sh" helm | tail -n 1)"
+  HELM="$helm_dir/helm"
+fi
+if ! "$HELM" version >/dev/null 2>&1; then
+  fail "helm binary at $HELM does not run"
+  summary
+  exit 1
+fi
+echo "# helm: $("$HELM" version --short 2>/dev/null || true) ($HELM)"
+
+PY="${PYTHON:-python3}"
+if ! "$PY" -c 'import yaml' 2>/dev/null; then
+  echo "# PyYAML missing for $PY; installing it from PyPI" >&2
+  "$PY" -m pip install --quiet pyyaml >&2 || true
+fi
+if ! "$PY" -c 'import yaml' 2>/dev/null; then
+  fail "python3 with PyYAML is needed for the rendered-manifest checks (pip install pyyaml)"
+  summary
+  exit 1
+fi
+
+# Runs a command quietly; on failure shows its output.
+run_check() {
+  local desc="$1"; shift
+  if "$@" >"$tmp/check.log" 2>&1; then
+    pass "$desc"
+  else
+    fail "$desc"
+    sed 's/^/       | /' "$tmp/check.log" | head -n 40
+  fi
+}
+
+# --- the checker --------------------------------------------------------------------------------------
+cat >"$tmp/check.py" <<'PY'
+"""Assertions on one `helm template` rendering of charts/fleetnet-hub. Prints `ok`/`FAIL` lines."""
+import sys
+import yaml
+
+set_name, path, hub_role_path, release_ns, release = sys.argv[1:6]
+docs = [d for d in yaml.safe_load_all(open(path)) if d]
+hub_role = yaml.safe_load(open(hub_role_path))
+
+# The `fleetnet-hub run` flags (the binary's CLI); any other flag in the chart is a typo.
+KNOWN_FLAGS = {
+    "--hub-kubeconfig", "--kubeconfig-dir", "--hub-namespace-prefix", "--leader-elect",
+    "--leader-election-namespace", "--leader-election-id", "--metrics-bind-address",
+    "--health-probe-bind-address", "--kube-api-qps", "--kube-api-burst", "--hub-api-qps",
+    "--hub-api-burst", "--member-sync-timeout", "--cleanup-on-remove", "--enable-traffic-manager",
+    "--azure-arm-endpoint", "--azure-authority-host", "--azure-credential", "--azure-tenant-id",
+    "--azure-client-id", "--azure-subscription-id", "--azure-resource-group", "--member-config",
+    "--trace-sampling-ratio", "--log-format",
+}
+BOOL_FLAGS = {"--leader-elect", "--cleanup-on-remove", "--enable-traffic-manager"}
+READ_VERBS = {"get", "list", "watch"}
+
+EXPECT = {
+    "defaults": dict(members=[], replicas=2, leader=True, service_monitor=False, otlp=False,
+                     credential=None, namespaces=False, secrets=[]),
+    "three-members": dict(members=["member-1", "member-2", "member-3"], replicas=2, leader=True,
+                          service_monitor=False, otlp=False, credential=None, namespaces=True,
+                          secrets=["fleetnet-member-kubeconfigs"],
+                          member_config={"member-2": {"azureSubscriptionId": "00000000-0000-0000-0000-000000000000",
+                                                      "azureResourceGroup": "rg-member-2",
+                                                      "traceSamplingRatio": 0.5}}),
+    "monitoring-otlp": dict(members=["member-1", "member-2", "member-3"], replicas=2, leader=True,
+                            service_monitor=True, otlp=True, credential=None, namespaces=False,
+                            secrets=["fleetnet-member-kubeconfigs", "fleetnet-member-kubeconfigs-extra"]),
+    "traffic-manager-workload-identity": dict(members=["member-1", "member-2"], replicas=2, leader=True,
+                                              service_monitor=False, otlp=False,
+                                              credential="workload-identity", namespaces=False,
+                                              secrets=["fleetnet-member-kubeconfigs"]),
+    "client-secret": dict(members=["member-1"], replicas=2, leader=True, service_monitor=False,
+                          otlp=False, credential="client-secret", namespaces=False,
+                          secrets=["fleetnet-member-kubeconfigs"]),
+    "single-replica": dict(members=["member-1"], replicas=1, leader=False, service_monitor=False,
+                           otlp=False, credential=None, namespaces=False,
+                           secrets=["fleetnet-member-kubeconfigs"], pdb=False),
+}
+exp = EXPECT[set_name]
+
+results = []
+
+
+def check(desc, cond, detail=""):
+    results.append((bool(cond), desc, detail))
+
+
+def of_kind(kind):
+    return [d for d in docs if d.get("kind") == kind]
+
+
+def one(kind):
+    found = of_kind(kind)
+    check(f"exactly one {kind}", len(found) == 1, f"found {len(found)}")
+    return found[0] if found else {}
+
+
+def env_map(container):
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+deploy = one("Deployment")
+pod = deploy.get("spec", {}).get("template", {})
+pod_spec = pod.get("spec", {})
+pod_labels = pod.get("metadata", {}).get("labels", {})
+containers = pod_spec.get("containers", [])
+check("one container", len(containers) == 1)
+c = containers[0] if containers else {}
+args = c.get("args", [])
+flags = {}
+for a in args[1:]:
+    name, _, value = a.partition("=")
+    flags.setdefault(name, []).append(value if _ else None)
+
+# --- Deployment basics
+check("Deployment in the release namespace", deploy.get("metadata", {}).get("namespace") == release_ns)
+check(f"replicas == {exp['replicas']}", deploy.get("spec", {}).get("replicas") == exp["replicas"])
+check("args start with the `run` subcommand", args[:1] == ["run"], args[:1])
+unknown = sorted(f for f in flags if f not in KNOWN_FLAGS)
+check("every arg is a known `fleetnet-hub run` flag", not unknown, unknown)
+check("every flag given at most once", all(len(v) == 1 for v in flags.values()),
+      {k: v for k, v in flags.items() if len(v) > 1})
+check("bool flags carry no value", all(flags[f] == [None] for f in BOOL_FLAGS if f in flags))
+check("value flags carry a value", all(v != [None] for f, v in flags.items() if f not in BOOL_FLAGS))
+check("--hub-kubeconfig unset (in-cluster config)", "--hub-kubeconfig" not in flags)
+check("--hub-namespace-prefix=fleet-member-", flags.get("--hub-namespace-prefix") == ["fleet-member-"])
+if exp["leader"]:
+    check("args contain --leader-elect", "--leader-elect" in args)
+    check("--leader-election-namespace is the release namespace",
+          flags.get("--leader-election-namespace") == [release_ns])
+    check("--leader-election-id is the release fullname", flags.get("--leader-election-id") == [release])
+else:
+    check("args lack --leader-elect", "--leader-elect" not in flags)
+    check("no --leader-election-namespace without leader election", "--leader-election-namespace" not in flags)
+
+# --- ports and probes
+ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
+check("metrics and health container ports", {"metrics", "health"} <= set(ports), ports)
+check("--metrics-bind-address matches the metrics port",
+      flags.get("--metrics-bind-address") == [f"0.0.0.0:{ports.get('metrics')}"])
+check("--health-probe-bind-address matches the health port",
+      flags.get("--health-probe-bind-address") == [f"0.0.0.0:{ports.get('health')}"])
+live = c.get("livenessProbe", {}).get("httpGet", {})
+ready = c.get("readinessProbe", {}).get("httpGet", {})
+check("liveness probe GET /healthz on the health port", live.get("path") == "/healthz" and live.get("port") in ("health", ports.get("health")))
+check("readiness probe GET /readyz on the health port", ready.get("path") == "/readyz" and ready.get("port") in ("health", ports.get("health")))
+check("resources requests and limits set", c.get("resources", {}).get("requests") and c.get("resources", {}).get("limits"))
+
+# --- security context
+sc = c.get("securityContext", {})
+psc = pod_spec.get("securityContext", {})
+check("securityContext.runAsNonRoot", sc.get("runAsNonRoot") is True or psc.get("runAsNonRoot") is True)
+check("securityContext.readOnlyRootFilesystem", sc.get("readOnlyRootFilesystem") is True)
+check("securityContext.allowPrivilegeEscalation false", sc.get("allowPrivilegeEscalation") is False)
+check("securityContext.capabilities.drop [ALL]", sc.get("capabilities", {}).get("drop") == ["ALL"])
+check("seccompProfile RuntimeDefault",
+      (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type") == "RuntimeDefault")
+check("runs as uid 65532", (sc.get("runAsUser") or psc.get("runAsUser")) == 65532)
+
+# --- volumes: kubeconfig dir and member config
+mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+check("no subPath on any volume mount", all("subPath" not in m and "subPathExpr" not in m for m in mounts.values()))
+kdir = (flags.get("--kubeconfig-dir") or [None])[0]
+kmount = [m for m in mounts.values() if m.get("mountPath") == kdir]
+check("a volume is mounted read-only at --kubeconfig-dir", len(kmount) == 1 and kmount[0].get("readOnly") is True, kdir)
+kvol = volumes.get(kmount[0]["name"], {}) if kmount else {}
+if exp["secrets"]:
+    sources = kvol.get("projected", {}).get("sources", [])
+    names = [s.get("secret", {}).get("name") for s in sources]
+    check("kubeconfig dir is a projected volume of the memberKubeconfigSecrets", names == exp["secrets"], names)
+else:
+    check("kubeconfig dir is an emptyDir without memberKubeconfigSecrets", "emptyDir" in kvol, kvol)
+mc = (flags.get("--member-config") or [""])[0]
+mc_dir, _, mc_file = mc.rpartition("/")
+mc_mount = [m for m in mounts.values() if m.get("mountPath") == mc_dir]
+check("--member-config lies in a mounted directory", len(mc_mount) == 1, mc)
+cms = {d["metadata"]["name"]: d for d in of_kind("ConfigMap")}
+cm_name = volumes.get(mc_mount[0]["name"], {}).get("configMap", {}).get("name") if mc_mount else None
+cm = cms.get(cm_name, {})
+check("member-config ConfigMap rendered with the file's key", mc_file in cm.get("data", {}), cm_name)
+member_config = yaml.safe_load(cm.get("data", {}).get(mc_file, "") or "{}") or {}
+check("member-config file is `members: {...}`", isinstance(member_config.get("members"), dict), member_config)
+check("member-config content", member_config.get("members") == exp.get("member_config", {}), member_config)
+
+# --- env: OTLP, Azure secret
+env = env_map(c)
+check("RUST_LOG set", "RUST_LOG" in env)
+if exp["otlp"]:
+    check("OTEL_EXPORTER_OTLP_ENDPOINT", env.get("OTEL_EXPORTER_OTLP_ENDPOINT", {}).get("value") == "http://otel-collector.observability:4318")
+    check("OTEL_EXPORTER_OTLP_PROTOCOL", env.get("OTEL_EXPORTER_OTLP_PROTOCOL", {}).get("value") == "http/protobuf")
+    check("OTEL_SERVICE_NAME", env.get("OTEL_SERVICE_NAME", {}).get("value") == "fleetnet-hub-prod")
+    check("OTEL_RESOURCE_ATTRIBUTES (sorted k=v)", env.get("OTEL_RESOURCE_ATTRIBUTES", {}).get("value") == "deployment.environment=prod,k8s.cluster.name=hub-1")
+    check("--trace-sampling-ratio from values", flags.get("--trace-sampling-ratio") == ["0.25"])
+    check("--log-format=text", flags.get("--log-format") == ["text"])
+else:
+    check("no OTLP endpoint by default (tracing off)", "OTEL_EXPORTER_OTLP_ENDPOINT" not in env)
+check("no secret value inline in env", all("value" not in e for n, e in env.items() if "SECRET" in n or "TOKEN" in n))
+check("no secret in args", not any("secret" in a.lower() and "--azure-credential=client-secret" != a for a in args))
+
+cred = exp["credential"]
+sas = of_kind("ServiceAccount")
+sa = sas[0] if sas else {}
+sa_ann = sa.get("metadata", {}).get("annotations") or {}
+check("pod uses the chart's ServiceAccount", pod_spec.get("serviceAccountName") == sa.get("metadata", {}).get("name"))
+if cred is None:
+    check("no --azure-* flags without a credential", not any(f.startswith("--azure-") for f in flags))
+    check("no --enable-traffic-manager", "--enable-traffic-manager" not in flags)
+    check("no workload-identity pod label", "azure.workload.identity/use" not in pod_labels)
+else:
+    check("--enable-traffic-manager", flags.get("--enable-traffic-manager") == [None])
+    check(f"--azure-credential={cred}", flags.get("--azure-credential") == [cred])
+    for f in ("--azure-tenant-id", "--azure-client-id", "--azure-subscription-id", "--azure-resource-group",
+              "--azure-arm-endpoint", "--azure-authority-host"):
+        check(f"{f} set", flags.get(f, [None])[0])
+if cred == "workload-identity":
+    check("workload-identity pod label", pod_labels.get("azure.workload.identity/use") == "true")
+    check("ServiceAccount annotation azure.workload.identity/client-id",
+          sa_ann.get("azure.workload.identity/client-id") == "22222222-2222-2222-2222-222222222222")
+    check("ARM endpoint of the public cloud", flags.get("--azure-arm-endpoint") == ["https://management.azure.com"])
+    check("no AZURE_CLIENT_SECRET with workload identity", "AZURE_CLIENT_SECRET" not in env)
+if cred == "client-secret":
+    ref = env.get("AZURE_CLIENT_SECRET", {}).get("valueFrom", {}).get("secretKeyRef", {})
+    check("AZURE_CLIENT_SECRET from the existing Secret", ref == {"name": "fleetnet-hub-azure", "key": "client-secret"}, ref)
+    check("no workload-identity pod label with client-secret", "azure.workload.identity/use" not in pod_labels)
+    check("US Government cloud endpoints",
+          flags.get("--azure-arm-endpoint") == ["https://management.usgovcloudapi.net"]
+          and flags.get("--azure-authority-host") == ["https://login.microsoftonline.us"])
+
+# --- RBAC
+sa_subject = {"kind": "ServiceAccount", "name": sa.get("metadata", {}).get("name"), "namespace": release_ns}
+for cr in of_kind("ClusterRole"):
+    for rule in cr.get("rules", []):
+        verbs = set(rule.get("verbs", []))
+        check(f"ClusterRole {cr['metadata']['name']} grants only read verbs", verbs <= READ_VERBS, sorted(verbs))
+        check(f"ClusterRole {cr['metadata']['name']} has no wildcards",
+              "*" not in rule.get("resources", []) + rule.get("apiGroups", []) + rule.get("verbs", []))
+        check(f"ClusterRole {cr['metadata']['name']} reads only namespaces",
+              rule.get("apiGroups") == [""] and rule.get("resources") == ["namespaces"])
+for rb in of_kind("ClusterRoleBinding") + of_kind("RoleBinding"):
+    check(f"{rb['kind']} {rb['metadata']['name']} binds only the chart's ServiceAccount", rb.get("subjects") == [sa_subject], rb.get("subjects"))
+roles = {(r["metadata"].get("namespace"), r["metadata"]["name"]): r for r in of_kind("Role")}
+croles = {r["metadata"]["name"] for r in of_kind("ClusterRole")}
+for rb in of_kind("RoleBinding"):
+    ref = rb["roleRef"]
+    check(f"RoleBinding {rb['metadata']['namespace']}/{rb['metadata']['name']} refers to a rendered Role",
+          ref["kind"] == "Role" and (rb["metadata"]["namespace"], ref["name"]) in roles)
+for crb in of_kind("ClusterRoleBinding"):
+    check(f"ClusterRoleBinding {crb['metadata']['name']} refers to a rendered ClusterRole", crb["roleRef"]["name"] in croles)
+for r in roles.values():
+    for rule in r.get("rules", []):
+        check(f"Role {r['metadata']['namespace']}/{r['metadata']['name']} has no wildcards",
+              "*" not in rule.get("resources", []) + rule.get("apiGroups", []) + rule.get("verbs", []))
+member_ns = {f"fleet-member-{m}" for m in exp["members"]}
+role_ns = {ns for ns, _ in roles}
+check("Roles only in the release namespace and the members' hub namespaces", role_ns <= member_ns | {release_ns}, sorted(role_ns))
+for m in exp["members"]:
+    ns = f"fleet-member-{m}"
+    mine = [r for (rns, _), r in roles.items() if rns == ns]
+    check(f"a Role in {ns}", len(mine) == 1)
+    if mine:
+        check(f"Role in {ns} has exactly the rules of files/hub-member-role.yaml", mine[0]["rules"] == hub_role["rules"])
+        bound = [b for b in of_kind("RoleBinding") if b["metadata"]["namespace"] == ns and b["roleRef"]["name"] == mine[0]["metadata"]["name"]]
+        check(f"a RoleBinding in {ns} for that Role", len(bound) == 1)
+ns_objs = {d["metadata"]["name"]: d for d in of_kind("Namespace")}
+if exp["namespaces"]:
+    check("a Namespace per member", set(ns_objs) == member_ns, sorted(ns_objs))
+    check("member Namespaces kept on uninstall",
+          all(n["metadata"].get("annotations", {}).get("helm.sh/resource-policy") == "keep" for n in ns_objs.values()))
+else:
+    check("no Namespace objects (createMemberNamespaces false)", not ns_objs, sorted(ns_objs))
+own = [r for (rns, _), r in roles.items() if rns == release_ns]
+check("one Role in the release namespace", len(own) == 1)
+lease_rules = [rl for r in own for rl in r.get("rules", []) if "leases" in rl.get("resources", [])]
+if exp["leader"]:
+    check("release-namespace Role: leases get list watch create update patch",
+          len(lease_rules) == 1 and lease_rules[0]["apiGroups"] == ["coordination.k8s.io"]
+          and sorted(lease_rules[0]["verbs"]) == sorted(["get", "list", "watch", "create", "update", "patch"]))
+else:
+    check("no Lease rule without leader election", not lease_rules)
+for group in ("", "events.k8s.io"):
+    check(f"release-namespace Role: events ({group or 'core'}) create patch",
+          any(rl.get("apiGroups") == [group] and rl.get("resources") == ["events"] and sorted(rl["verbs"]) == ["create", "patch"]
+              for r in own for rl in r.get("rules", [])))
+
+# --- Service, PDB, ServiceMonitor
+def selects(selector, labels):
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+svcs = of_kind("Service")
+check("one metrics Service", len(svcs) == 1)
+if svcs:
+    svc = svcs[0]
+    check("metrics Service selects the pods", selects(svc["spec"].get("selector"), pod_labels))
+    check("metrics Service targets the metrics port", [p.get("targetPort") for p in svc["spec"]["ports"]] == ["metrics"])
+pdbs = of_kind("PodDisruptionBudget")
+if exp.get("pdb", True):
+    check("one PodDisruptionBudget", len(pdbs) == 1)
+    if pdbs:
+        check("PodDisruptionBudget selects the pods", selects(pdbs[0]["spec"]["selector"]["matchLabels"], pod_labels))
+        check("PodDisruptionBudget policy/v1", pdbs[0]["apiVersion"] == "policy/v1")
+else:
+    check("no PodDisruptionBudget", not pdbs)
+sms = of_kind("ServiceMonitor")
+if exp["service_monitor"]:
+    check("one ServiceMonitor", len(sms) == 1)
+    if sms and svcs:
+        sm = sms[0]
+        check("ServiceMonitor monitoring.coreos.com/v1", sm["apiVersion"] == "monitoring.coreos.com/v1")
+        check("ServiceMonitor selects the metrics Service", selects(sm["spec"]["selector"]["matchLabels"], svcs[0]["metadata"]["labels"]))
+        ep = sm["spec"]["endpoints"][0]
+        check("ServiceMonitor scrapes port metrics at /metrics", ep.get("port") == "metrics" and ep.get("path") == "/metrics")
+        check("ServiceMonitor extra labels", sm["metadata"]["labels"].get("release") == "prometheus")
+else:
+    check("no ServiceMonitor by default", not sms)
+
+# --- every namespaced object has a namespace (so the file can be applied as is)
+cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+check("every namespaced object names its namespace",
+      all(d.get("metadata", {}).get("namespace") for d in docs if d.get("kind") not in cluster_scoped))
+check("no CRDs in the rendering (Helm installs crds/ itself)", not of_kind("CustomResourceDefinition"))
+
+for ok, desc, detail in results:
+    line = f"{'ok  ' if ok else 'FAIL'} - [{set_name}] {desc}"
+    if not ok and detail not in ("", None):
+        line += f": {detail}"
+    print(line)
+PY
+
+cat >"$tmp/rulefiles.py" <<'PY'
+"""The two plain RBAC rule files: one document each, of the expected kind and name, no namespace."""
+import sys
+import yaml
+
+path, kind, name = sys.argv[1:4]
+docs = [d for d in yaml.safe_load_all(open(path)) if d is not None]
+assert len(docs) == 1, f"{path}: {len(docs)} documents, want 1"
+d = docs[0]
+assert d.get("apiVersion") == "rbac.authorization.k8s.io/v1", d.get("apiVersion")
+assert d.get("kind") == kind, d.get("kind")
+assert d.get("metadata", {}).get("name") == name, d.get("metadata")
+assert "namespace" not in d.get("metadata", {}), "must not set a namespace"
+assert "{{" not in open(path).read(), "must not be templated"
+assert d.get("rules"), "no rules"
+for r in d["rules"]:
+    assert set(r) <= {"apiGroups", "resources", "verbs", "resourceNames"}, r
+    for k in ("apiGroups", "resources", "verbs"):
+        assert isinstance(r.get(k), list) and r[k], (k, r)
+        assert "*" not in r[k], ("wildcard", r)
+print("ok")
+PY
+
+cat >"$tmp/member_rules.py" <<'PY'
+"""The member ClusterRole grants exactly what the brief lists, and the rendered member manifest
+carries those rules verbatim."""
+import sys
+import yaml
+
+path, rendered = sys.argv[1:3]
+rules = yaml.safe_load(open(path))["rules"]
+grants = {}
+for r in rules:
+    for g in r["apiGroups"]:
+        for res in r["resources"]:
+            grants.setdefault((g, res), set()).update(r["verbs"])
+want = {
+    ("networking.fleet.azure.com", "serviceexports"): {"get", "list", "watch", "update", "patch"},
+    ("networking.fleet.azure.com", "serviceexports/status"): {"get", "update", "patch"},
+    ("networking.fleet.azure.com", "serviceexports/finalizers"): {"update"},
+    ("", "services"): {"get", "list", "watch"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+}
+assert grants == want, f"grants {grants} != {want}"
+docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
+kinds = sorted(d["kind"] for d in docs)
+assert kinds == ["ClusterRole", "ClusterRoleBinding", "Namespace", "Secret", "ServiceAccount"], kinds
+cr = next(d for d in docs if d["kind"] == "ClusterRole")
+assert cr["rules"] == rules, "rendered ClusterRole rules differ from files/member-clusterrole.yaml"
+crb = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
+sa = next(d for d in docs if d["kind"] == "ServiceAccount")
+sec = next(d for d in docs if d["kind"] == "Secret")
+assert crb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cr["metadata"]["name"]}
+assert crb["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}]
+assert sec["type"] == "kubernetes.io/service-account-token"
+assert sec["metadata"]["annotations"]["kubernetes.io/service-account.name"] == sa["metadata"]["name"]
+print("ok")
+PY
+
+cat >"$tmp/hub_rules.py" <<'PY'
+"""The per-member hub Role grants exactly what the brief lists."""
+import sys
+import yaml
+
+rules = yaml.safe_load(open(sys.argv[1]))["rules"]
+grants = {}
+for r in rules:
+    for g in r["apiGroups"]:
+        for res in r["resources"]:
+            grants.setdefault((g, res), set()).update(r["verbs"])
+want = {
+    ("networking.fleet.azure.com", "internalserviceexports"): {"get", "list", "watch", "create", "update", "patch", "delete"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+}
+assert grants == want, f"grants {grants} != {want}"
+print("ok")
+PY
+
+# --- lint -------------------------------------------------------------------------------------------
+run_check "helm lint --strict charts/fleetnet-hub (defaults)" "$HELM" lint --strict "$hub_chart"
+run_check "helm lint --strict charts/fleetnet-hub-member" "$HELM" lint --strict "$member_chart"
+run_check "helm lint --strict charts/fleetnet-hub-member (no token Secret, kubectl manifest values)" \
+  "$HELM" lint --strict "$member_chart" --set createNamespace=true --set tokenSecret.create=false
+for values in "$hub_chart"/ci/*-values.yaml; do
+  run_check "helm lint --strict charts/fleetnet-hub -f ci/$(basename "$values")" \
+    "$HELM" lint --strict "$hub_chart" -f "$values"
+done
+
+run_check "helm package charts/fleetnet-hub" "$HELM" package "$hub_chart" -d "$tmp/pkg"
+run_check "helm package charts/fleetnet-hub-member" "$HELM" package "$member_chart" -d "$tmp/pkg"
+
+# --- the plain RBAC rule files -------------------------------------------------------------------------
+run_check "files/hub-member-role.yaml is one plain Role fleetnet-hub-member" \
+  "$PY" "$tmp/rulefiles.py" "$hub_chart/files/hub-member-role.yaml" Role fleetnet-hub-member
+run_check "files/hub-member-role.yaml grants exactly InternalServiceExports + Events" \
+  "$PY" "$tmp/hub_rules.py" "$hub_chart/files/hub-member-role.yaml"
+run_check "files/member-clusterrole.yaml is one plain ClusterRole fleetnet-hub-member" \
+  "$PY" "$tmp/rulefiles.py" "$hub_chart/files/member-clusterrole.yaml" ClusterRole fleetnet-hub-member
+run_check "member chart's files/member-clusterrole.yaml is identical to the hub chart's" \
+  cmp "$hub_chart/files/member-clusterrole.yaml" "$member_chart/files/member-clusterrole.yaml"
+
+# --- the member manifest (kubectl apply) ---------------------------------------------------------------
+render_member_manifest() {
+  echo "# Generated from charts/fleetnet-hub-member by tests/chart.sh (FLEETNET_CHART_UPDATE=1); do not edit."
+  echo "# Member-side RBAC for fleetnet-hub. In EACH member cluster:"
+  echo "#   kubectl apply -f charts/fleetnet-hub-member.yaml"
+  echo "# then build the member's kubeconfig from Secret $release_ns/fleetnet-hub-token"
+  echo "# (see charts/fleetnet-hub-member/README.md)."
+  "$HELM" template --kube-version "$kube_version" fleetnet-hub-member "$member_chart" --namespace "$release_ns" --set createNamespace=true
+}
+if render_member_manifest >"$out/fleetnet-hub-member.yaml" 2>"$tmp/member.err"; then
+  pass "helm template charts/fleetnet-hub-member"
+  if [ "${FLEETNET_CHART_UPDATE:-}" = 1 ]; then
+    cp "$out/fleetnet-hub-member.yaml" "$member_manifest"
+    echo "# wrote $member_manifest"
+  fi
+  run_check "charts/fleetnet-hub-member.yaml is up to date (FLEETNET_CHART_UPDATE=1 bash tests/chart.sh rewrites it)" \
+    diff -u -B "$member_manifest" "$out/fleetnet-hub-member.yaml"
+  run_check "member ClusterRole: exactly the listed grants, rendered verbatim" \
+    "$PY" "$tmp/member_rules.py" "$hub_chart/files/member-clusterrole.yaml" "$member_manifest"
+else
+  fail "helm template charts/fleetnet-hub-member"
+  sed 's/^/       | /' "$tmp/member.err"
+fi
+
+# --- hub chart renderings -------------------------------------------------------------------------------
+render() {  # render SET [helm args...]
+  local set="$1"; shift
+  if "$HELM" template --kube-version "$kube_version" "$release" "$hub_chart" --namespace "$release_ns" "$@" >"$out/$set.yaml" 2>"$tmp/$set.err"; then
+    pass "helm template [$set]"
+    "$PY" "$tmp/check.py" "$set" "$out/$set.yaml" "$hub_chart/files/hub-member-role.yaml" "$release_ns" "$release" >"$tmp/$set.results" 2>&1 || true
+    local n_ok n_fail
+    n_ok=$(grep -c '^ok  ' "$tmp/$set.results" || true)
+    n_fail=$(grep -c '^FAIL' "$tmp/$set.results" || true)
+    if [ "$n_ok" -eq 0 ]; then
+      fail "[$set] checker ran no assertion"
+      sed 's/^/       | /' "$tmp/$set.results"
+      return
+    fi
+    passed=$((passed + n_ok))
+    failed=$((failed + n_fail))
+    # The checker's own crash (a traceback) counts as a failure too.
+    if grep -q '^Traceback' "$tmp/$set.results"; then
+      fail "[$set] checker crashed"
+      sed 's/^/       | /' "$tmp/$set.results"
+    fi
+    grep '^FAIL' "$tmp/$set.results" || true
+    echo "ok   - [$set] $n_ok assertions passed, $n_fail failed"
+  else
+    fail "helm template [$set]"
+    sed 's/^/       | /' "$tmp/$set.err"
+  fi
+}
+render defaults
+for values in "$hub_chart"/ci/*-values.yaml; do
+  set="$(basename "$values" -values.yaml)"
+  render "$set" -f "$values"
+done
+
+# --- value sets that must be refused --------------------------------------------------------------------
+refused() {  # refused DESC EXPECTED-MESSAGE [helm args...]
+  local desc="$1" want="$2"; shift 2
+  if "$HELM" template --kube-version "$kube_version" "$release" "$hub_chart" --namespace "$release_ns" "$@" >"$tmp/refused.out" 2>&1; then
+    fail "refused: $desc (it rendered)"
+  elif grep -qF -- "$want" "$tmp/refused.out"; then
+    pass "refused: $desc"
+  else
+    fail "refused: $desc (error lacks \"$want\")"
+    sed 's/^/       | /' "$tmp/refused.out" | head -n 10
+  fi
+}
+refused "two replicas without leader election" "needs leaderElection.enabled" \
+  --set replicaCount=2 --set leaderElection.enabled=false
+refused "a member name that is not a DNS-1123 label" "does not match pattern" --set 'members={Member_1}'
+refused "a member listed twice" "members" --set 'members={a,a}'
+refused "a hub namespace longer than 63 characters" "longer than 63" \
+  --set "members={$(printf 'm%.0s' $(seq 1 60))}"
+refused "memberConfig for a member not in members" "is not listed in members" \
+  --set 'members={a}' --set 'memberConfig.b.azureResourceGroup=rg'
+refused "Traffic Manager without an Azure credential" "needs azure.credential" --set trafficManager.enabled=true
+refused "client-secret without an existing Secret" "needs azure.clientSecret.existingSecret" \
+  --set azure.credential=client-secret --set azure.tenantId=t --set azure.clientId=c
+refused "an unknown credential kind" "azure" --set azure.credential=password
+refused "an unknown top-level value" "additional properties" --set replicas=3
+refused "an OTLP protocol other than grpc or http/protobuf" "otlp" --set otlp.protocol=http/json
+refused "a Custom cloud without endpoints" "azure.armEndpoint is required" \
+  --set azure.credential=azure-cli --set azure.cloud=Custom
+refused "a ServiceMonitor without the metrics Service" "needs metrics.service.enabled" \
+  --set metrics.serviceMonitor.enabled=true --set metrics.service.enabled=false
+
+if [ -n "${FLEETNET_CHART_OUT:-}" ]; then echo "# renderings in $out"; else echo "# renderings were in $out (temporary; set FLEETNET_CHART_OUT to keep them)"; fi
+summary
+[ "$failed" -eq 0 ]

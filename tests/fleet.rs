@@ -1,0 +1,256 @@
+//! The multi-member runtime on real apiservers: several members at once, members joining,
+//! leaving and rotating their kubeconfig, member and hub outages, a malformed kubeconfig.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use fleetnet_hub::app::{self, AppConfig, Extensions, LeaderElection, Running};
+use fleetnet_hub::client::Limits;
+use fleetnet_hub::fleet::{Phase, RuntimeConfig};
+use fleetnet_testenv::Fleet;
+use support::*;
+
+fn config(fleet: &Fleet, dir: &Path) -> AppConfig {
+    AppConfig {
+        hub_kubeconfig: Some(fleet.hub().kubeconfig_path().to_path_buf()),
+        hub_limits: Limits { qps: 200.0, burst: 400, ..Limits::default() },
+        runtime: RuntimeConfig {
+            kubeconfig_dir: dir.to_path_buf(),
+            namespace_prefix: "fleet-member-".into(),
+            member_limits: Limits::default(),
+            member_sync_timeout: Duration::from_secs(10),
+            cleanup_on_remove: false,
+            traffic_manager: false,
+            rescan_interval: Duration::from_secs(30),
+            instance: "test".into(),
+        },
+        leader_election: None,
+        metrics_bind_address: "127.0.0.1:0".into(),
+        health_probe_bind_address: "127.0.0.1:0".into(),
+    }
+}
+
+/// A kubeconfig directory of our own, seeded with some of the fleet's members.
+fn member_dir(fleet: &Fleet, members: &[&str]) -> PathBuf {
+    let dir = fleet.scratch_dir().join(format!("kubeconfigs-{}", rand_suffix()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    for m in members {
+        add_member(fleet, &dir, m);
+    }
+    dir
+}
+
+fn rand_suffix() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+fn add_member(fleet: &Fleet, dir: &Path, member: &str) {
+    let tmp = dir.join(format!(".{member}.tmp"));
+    std::fs::copy(fleet.member(member).kubeconfig_path(), &tmp).expect("copy kubeconfig");
+    std::fs::rename(&tmp, dir.join(format!("{member}.yaml"))).expect("rename kubeconfig");
+}
+
+async fn wait_phase(running: &Running, member: &str, phase: Phase) {
+    eventually(&format!("member {member} {phase:?}"), || async {
+        running.state.member(member).filter(|m| m.phase == phase).map(|_| ())
+    })
+    .await;
+}
+
+async fn wait_ready(running: &Running) {
+    eventually("process ready", || async { running.state.ready().then_some(()) }).await;
+}
+
+/// Creates `ns/name` Service + ServiceExport in `member` and waits for the ISE in the hub.
+async fn export_and_wait(fleet: &Fleet, member: &str, ns: &str, name: &str) -> Duration {
+    let client = fleet.member(member).client().await.expect("member client");
+    namespace(&client, ns).await;
+    let started = Instant::now();
+    create_service(&client, &service(ns, name, 80)).await;
+    create_export(&client, ns, name, &[]).await;
+    let hub = fleet.hub().client().await.expect("hub client");
+    wait_ise(&hub, &fleet.hub_namespace(member), &format!("{ns}-{name}"), |i| {
+        i.spec.service_reference.cluster_id == member
+    })
+    .await;
+    started.elapsed()
+}
+
+async fn ise_names(fleet: &Fleet, member: &str) -> Vec<String> {
+    let hub = fleet.hub().client().await.expect("hub client");
+    let mut names: Vec<String> = ises(&hub, &fleet.hub_namespace(member))
+        .list(&Default::default())
+        .await
+        .expect("list ISEs")
+        .items
+        .into_iter()
+        .filter_map(|i| i.metadata.name)
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_export_into_their_own_namespaces_and_come_and_go() {
+    let fleet = Fleet::builder().members(["alpha", "beta", "gamma"]).start().await.expect("fleet");
+    let dir = member_dir(&fleet, &["alpha", "beta"]);
+    // A malformed kubeconfig and a bad name next to good ones: errors for those only.
+    std::fs::write(dir.join("broken.yaml"), "this: [is not a kubeconfig").expect("write");
+    std::fs::write(dir.join("Not_A_Label.yaml"), "x").expect("write");
+    let running = app::start(config(&fleet, &dir), Extensions::default()).await.expect("starts");
+    wait_phase(&running, "alpha", Phase::Ready).await;
+    wait_phase(&running, "beta", Phase::Ready).await;
+    wait_phase(&running, "broken", Phase::Failing).await;
+    let bad_name = running.state.member("Not_A_Label").expect("tracked");
+    assert!(bad_name.last_error.as_deref().is_some_and(|e| e.contains("DNS-1123")), "{bad_name:?}");
+    let broken = running.state.member("broken").expect("tracked");
+    assert!(broken.last_error.as_deref().is_some_and(|e| e.contains("kubeconfig")), "{broken:?}");
+    wait_ready(&running).await;
+
+    // The same ns/name from two members: two ISEs, each in its member's namespace only.
+    export_and_wait(&fleet, "alpha", "shop", "cart").await;
+    export_and_wait(&fleet, "beta", "shop", "cart").await;
+    assert_eq!(ise_names(&fleet, "alpha").await, vec!["shop-cart"]);
+    assert_eq!(ise_names(&fleet, "beta").await, vec!["shop-cart"]);
+    assert!(ise_names(&fleet, "gamma").await.is_empty(), "gamma is not a member yet");
+
+    // /members and /readyz over HTTP.
+    let body = http_get(running.health_address, "/members").await;
+    assert!(body.contains("\"alpha\"") && body.contains("\"ready\""), "{body}");
+    assert!(http_get(running.health_address, "/readyz").await.starts_with("ok"));
+
+    // A member joins at runtime: its file appears.
+    add_member(&fleet, &dir, "gamma");
+    wait_phase(&running, "gamma", Phase::Ready).await;
+    export_and_wait(&fleet, "gamma", "shop", "cart").await;
+
+    // A member leaves: its watches stop; what it exported stays (no --cleanup-on-remove).
+    std::fs::remove_file(dir.join("beta.yaml")).expect("remove");
+    eventually("beta gone", || async { running.state.member("beta").is_none().then_some(()) }).await;
+    let beta = fleet.member("beta").client().await.expect("beta client");
+    create_service(&beta, &service("shop", "after-leave", 80)).await;
+    create_export(&beta, "shop", "after-leave", &[]).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(ise_names(&fleet, "beta").await, vec!["shop-cart"], "a removed member is not reconciled");
+
+    // Rotation: new content for alpha (a fresh scoped-free copy with another token order is
+    // enough: the hash changes) re-engages alpha only.
+    let before_alpha = running.state.member("alpha").expect("alpha").kubeconfig_hash;
+    let before_gamma = running.state.member("gamma").expect("gamma").since;
+    let rotated = std::fs::read_to_string(dir.join("alpha.yaml")).expect("read") + "\n# rotated\n";
+    std::fs::write(dir.join(".alpha.new"), rotated).expect("write");
+    std::fs::rename(dir.join(".alpha.new"), dir.join("alpha.yaml")).expect("swap");
+    eventually("alpha re-engaged", || async {
+        running.state.member("alpha").filter(|m| m.kubeconfig_hash != before_alpha && m.phase == Phase::Ready).map(|_| ())
+    })
+    .await;
+    assert_eq!(running.state.member("gamma").expect("gamma").since, before_gamma, "gamma untouched by alpha's rotation");
+    export_and_wait(&fleet, "alpha", "shop", "after-rotation").await;
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_outage_does_not_delay_the_others_and_nothing_is_lost() {
+    let mut fleet = Fleet::builder().members(["alpha", "beta"]).start().await.expect("fleet");
+    let dir = member_dir(&fleet, &["alpha", "beta"]);
+    let running = app::start(config(&fleet, &dir), Extensions::default()).await.expect("starts");
+    wait_ready(&running).await;
+    let baseline = export_and_wait(&fleet, "beta", "ns1", "baseline").await;
+
+    // alpha has an export pending when its apiserver goes away.
+    let alpha = fleet.member("alpha").client().await.expect("alpha client");
+    namespace(&alpha, "ns1").await;
+    create_service(&alpha, &service("ns1", "during-outage", 80)).await;
+    create_export(&alpha, "ns1", "during-outage", &[]).await;
+    fleet.member_mut("alpha").stop();
+
+    // beta converges in normal time while alpha is down.
+    let during = export_and_wait(&fleet, "beta", "ns1", "while-alpha-down").await;
+    assert!(during < baseline + Duration::from_secs(5), "beta slowed by alpha's outage: {during:?} vs {baseline:?}");
+
+    fleet.member_mut("alpha").start().await.expect("alpha back");
+    let hub = fleet.hub().client().await.expect("hub client");
+    wait_ise(&hub, &fleet.hub_namespace("alpha"), "ns1-during-outage", |_| true).await;
+    // Nothing duplicated: exactly the ISEs of what alpha exports.
+    assert_eq!(ise_names(&fleet, "alpha").await, vec!["ns1-during-outage"]);
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hub_outage_and_return() {
+    let mut fleet = Fleet::builder().members(["alpha"]).start().await.expect("fleet");
+    let dir = member_dir(&fleet, &["alpha"]);
+    let running = app::start(config(&fleet, &dir), Extensions::default()).await.expect("starts");
+    wait_ready(&running).await;
+    export_and_wait(&fleet, "alpha", "ns1", "before").await;
+
+    fleet.hub_mut().stop();
+    eventually("hub unreachable noticed", || async { (!running.state.hub_reachable()).then_some(()) }).await;
+    let alpha = fleet.member("alpha").client().await.expect("alpha client");
+    create_service(&alpha, &service("ns1", "during-hub-outage", 80)).await;
+    create_export(&alpha, "ns1", "during-hub-outage", &[]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    fleet.hub_mut().start().await.expect("hub back");
+    let hub = fleet.hub().client().await.expect("hub client");
+    wait_ise(&hub, &fleet.hub_namespace("alpha"), "ns1-during-hub-outage", |_| true).await;
+    assert_eq!(ise_names(&fleet, "alpha").await, vec!["ns1-before", "ns1-during-hub-outage"]);
+    eventually("hub reachable again", || async { running.state.hub_reachable().then_some(()) }).await;
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_on_remove_and_leader_election() {
+    let fleet = Fleet::builder().members(["alpha"]).start().await.expect("fleet");
+    let dir = member_dir(&fleet, &["alpha"]);
+    let hub = fleet.hub().client().await.expect("hub client");
+    fleetnet_testenv::ensure_namespace(&hub, "hub", "fleetnet-system").await.expect("ns");
+    let mut cfg = config(&fleet, &dir);
+    cfg.runtime.cleanup_on_remove = true;
+    cfg.leader_election = Some(LeaderElection { namespace: "fleetnet-system".into(), name: "fleetnet-hub".into(), identity: "replica-a".into() });
+    let mut standby_cfg = cfg.clone();
+    standby_cfg.leader_election = Some(LeaderElection { namespace: "fleetnet-system".into(), name: "fleetnet-hub".into(), identity: "replica-b".into() });
+
+    let leader = app::start(cfg, Extensions::default()).await.expect("starts");
+    eventually("replica-a leads", || async { leader.leader.borrow().then_some(()) }).await;
+    let standby = app::start(standby_cfg, Extensions::default()).await.expect("standby starts");
+    wait_phase(&standby, "alpha", Phase::Ready).await;
+    assert!(!*standby.leader.borrow(), "one leader at a time");
+    export_and_wait(&fleet, "alpha", "ns1", "web").await;
+
+    // The leader stops (releasing its lease): the standby takes over and keeps exporting.
+    leader.shutdown().await;
+    eventually("replica-b leads", || async { standby.leader.borrow().then_some(()) }).await;
+    export_and_wait(&fleet, "alpha", "ns1", "after-failover").await;
+
+    // --cleanup-on-remove: the member's ISEs go, its finalizers too.
+    std::fs::remove_file(dir.join("alpha.yaml")).expect("remove");
+    let hub_ns = fleet.hub_namespace("alpha");
+    wait_ise_gone(&hub, &hub_ns, "ns1-web").await;
+    wait_ise_gone(&hub, &hub_ns, "ns1-after-failover").await;
+    let alpha = fleet.member("alpha").client().await.expect("alpha client");
+    eventually("finalizers removed", || {
+        let api = exports(&alpha, "ns1");
+        async move {
+            let list = api.list(&Default::default()).await.ok()?;
+            list.items.iter().all(|se| se.metadata.finalizers.is_none()).then_some(())
+        }
+    })
+    .await;
+    standby.shutdown().await;
+}
+
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.expect("read");
+    out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or(out)
+}

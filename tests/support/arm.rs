@@ -1,0 +1,524 @@
+//! A fake Azure Resource Manager + Entra ID token endpoint + IMDS on 127.0.0.1, speaking the
+//! real JSON shapes, with scriptable faults and per-path request counting.
+//!
+//! - `POST /{tenant}/oauth2/v2.0/token` — client credentials (secret or federated assertion).
+//! - `GET /metadata/identity/oauth2/token` — managed identity (needs `Metadata: true`).
+//! - `GET /subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Network/publicIPAddresses`
+//!   — needs `Authorization: Bearer <issued token>` and `api-version`; pages of `page_size`
+//!   with an absolute `nextLink`.
+
+#![allow(dead_code)]
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Form, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{Value, json};
+
+pub const TENANT: &str = "tenant-1";
+pub const CLIENT_ID: &str = "client-1";
+pub const CLIENT_SECRET: &str = "s3cret-value";
+
+/// One scripted misbehaviour, consumed by the next public IP LIST request (any group).
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// 429 with `Retry-After: secs`.
+    Throttle { retry_after_secs: u64 },
+    /// This 5xx status with an ARM error body.
+    Status(u16),
+    /// 200 with a body that is not the ARM shape.
+    Malformed,
+    /// Sleep this long, then answer normally.
+    Slow(Duration),
+}
+
+#[derive(Debug, Clone)]
+pub struct FakeIp {
+    pub name: String,
+    pub address: String,
+    pub dns_label: Option<String>,
+}
+
+impl FakeIp {
+    pub fn new(name: &str, address: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            address: address.to_owned(),
+            dns_label: None,
+        }
+    }
+
+    pub fn with_label(mut self, label: &str) -> Self {
+        self.dns_label = Some(label.to_owned());
+        self
+    }
+}
+
+/// What one LIST request looked like, as the server saw it.
+#[derive(Debug, Clone)]
+pub struct SeenList {
+    pub at: Instant,
+    pub subscription: String,
+    pub resource_group: String,
+    pub first_page: bool,
+}
+
+#[derive(Default)]
+struct Inner {
+    base: String,
+    groups: Mutex<HashMap<(String, String), Vec<FakeIp>>>,
+    page_size: AtomicUsize,
+    faults: Mutex<VecDeque<Fault>>,
+    delay: Mutex<Duration>,
+    next_link_base: Mutex<Option<String>>,
+    path_counts: Mutex<HashMap<String, u64>>,
+    lists: Mutex<Vec<SeenList>>,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    issued: Mutex<Vec<String>>,
+    token_requests: AtomicU64,
+    token_lifetime_secs: AtomicU64,
+    reject_tokens: AtomicBool,
+    token_forms: Mutex<Vec<HashMap<String, String>>>,
+    imds_queries: Mutex<Vec<HashMap<String, String>>>,
+    token_counter: AtomicU64,
+}
+
+/// Handle to a running fake. Dropping it stops the server.
+pub struct FakeArm {
+    inner: Arc<Inner>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeArm {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn arm_error(status: StatusCode, code: &str, message: &str) -> Response {
+    (
+        status,
+        Json(json!({"error": {"code": code, "message": message}})),
+    )
+        .into_response()
+}
+
+impl FakeArm {
+    pub async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local addr");
+        let inner = Arc::new(Inner {
+            base: format!("http://{addr}"),
+            page_size: AtomicUsize::new(100),
+            token_lifetime_secs: AtomicU64::new(3599),
+            ..Inner::default()
+        });
+        let app = Router::new()
+            .route("/{tenant}/oauth2/v2.0/token", post(token))
+            .route("/metadata/identity/oauth2/token", get(imds))
+            .route(
+                "/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Network/publicIPAddresses",
+                get(list),
+            )
+            .with_state(Arc::clone(&inner));
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self { inner, task }
+    }
+
+    /// `http://127.0.0.1:PORT` (serves as ARM endpoint, authority host and IMDS host).
+    pub fn base(&self) -> &str {
+        &self.inner.base
+    }
+
+    pub fn imds_endpoint(&self) -> String {
+        format!("{}/metadata/identity/oauth2/token", self.inner.base)
+    }
+
+    pub fn list_path(subscription: &str, resource_group: &str) -> String {
+        format!(
+            "/subscriptions/{subscription}/resourceGroups/{resource_group}/providers/Microsoft.Network/publicIPAddresses"
+        )
+    }
+
+    pub fn set_ips(&self, subscription: &str, resource_group: &str, ips: Vec<FakeIp>) {
+        self.inner.groups.lock().unwrap().insert(
+            (
+                subscription.to_ascii_lowercase(),
+                resource_group.to_ascii_lowercase(),
+            ),
+            ips,
+        );
+    }
+
+    pub fn add_ip(&self, subscription: &str, resource_group: &str, ip: FakeIp) {
+        self.inner
+            .groups
+            .lock()
+            .unwrap()
+            .entry((
+                subscription.to_ascii_lowercase(),
+                resource_group.to_ascii_lowercase(),
+            ))
+            .or_default()
+            .push(ip);
+    }
+
+    pub fn set_page_size(&self, n: usize) {
+        self.inner.page_size.store(n.max(1), Ordering::SeqCst);
+    }
+
+    /// Every LIST request sleeps this long before answering.
+    pub fn set_delay(&self, d: Duration) {
+        *self.inner.delay.lock().unwrap() = d;
+    }
+
+    pub fn push_faults(&self, faults: impl IntoIterator<Item = Fault>) {
+        self.inner.faults.lock().unwrap().extend(faults);
+    }
+
+    /// `nextLink`s point at this base instead of the server's own.
+    pub fn set_next_link_base(&self, base: &str) {
+        *self.inner.next_link_base.lock().unwrap() = Some(base.to_owned());
+    }
+
+    /// Tokens issued from now on are not accepted by the ARM routes (→ 401).
+    pub fn reject_tokens(&self, reject: bool) {
+        self.inner.reject_tokens.store(reject, Ordering::SeqCst);
+    }
+
+    pub fn set_token_lifetime(&self, secs: u64) {
+        self.inner.token_lifetime_secs.store(secs, Ordering::SeqCst);
+    }
+
+    /// HTTP requests (all pages, all retries) seen on `path`.
+    pub fn requests(&self, path: &str) -> u64 {
+        self.inner
+            .path_counts
+            .lock()
+            .unwrap()
+            .get(path)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// All requests on the public IP LIST route, in arrival order.
+    pub fn lists(&self) -> Vec<SeenList> {
+        self.inner.lists.lock().unwrap().clone()
+    }
+
+    /// LIST operations (first-page requests, retries included) for one group.
+    pub fn list_operations(&self, subscription: &str, resource_group: &str) -> usize {
+        self.lists()
+            .iter()
+            .filter(|l| {
+                l.first_page
+                    && l.subscription.eq_ignore_ascii_case(subscription)
+                    && l.resource_group.eq_ignore_ascii_case(resource_group)
+            })
+            .count()
+    }
+
+    pub fn max_in_flight(&self) -> usize {
+        self.inner.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    pub fn token_requests(&self) -> u64 {
+        self.inner.token_requests.load(Ordering::SeqCst)
+    }
+
+    pub fn token_forms(&self) -> Vec<HashMap<String, String>> {
+        self.inner.token_forms.lock().unwrap().clone()
+    }
+
+    pub fn imds_queries(&self) -> Vec<HashMap<String, String>> {
+        self.inner.imds_queries.lock().unwrap().clone()
+    }
+
+    fn count(&self, path: &str) {
+        count(&self.inner, path);
+    }
+}
+
+fn count(inner: &Inner, path: &str) {
+    *inner
+        .path_counts
+        .lock()
+        .unwrap()
+        .entry(path.to_owned())
+        .or_default() += 1;
+}
+
+fn issue(inner: &Inner) -> Response {
+    let n = inner.token_counter.fetch_add(1, Ordering::SeqCst);
+    let token = format!("fake-access-token-{n}");
+    if !inner.reject_tokens.load(Ordering::SeqCst) {
+        inner.issued.lock().unwrap().push(token.clone());
+    }
+    let lifetime = inner.token_lifetime_secs.load(Ordering::SeqCst);
+    Json(json!({
+        "token_type": "Bearer",
+        "expires_in": lifetime,
+        "ext_expires_in": lifetime,
+        "access_token": token,
+    }))
+    .into_response()
+}
+
+async fn token(
+    State(inner): State<Arc<Inner>>,
+    Path(tenant): Path<String>,
+    Form(form): Form<HashMap<String, String>>,
+) -> Response {
+    count(&inner, &format!("/{tenant}/oauth2/v2.0/token"));
+    inner.token_requests.fetch_add(1, Ordering::SeqCst);
+    inner.token_forms.lock().unwrap().push(form.clone());
+    let bad = |description: &str| {
+        (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "invalid_client", "error_description": description})),
+        )
+            .into_response()
+    };
+    if tenant != TENANT {
+        return bad("unknown tenant");
+    }
+    if form.get("grant_type").map(String::as_str) != Some("client_credentials") {
+        return bad("grant_type must be client_credentials");
+    }
+    if form.get("client_id").map(String::as_str) != Some(CLIENT_ID) {
+        return bad("unknown client_id");
+    }
+    let secret_ok = form.get("client_secret").map(String::as_str) == Some(CLIENT_SECRET);
+    let assertion_ok = form.get("client_assertion_type").map(String::as_str)
+        == Some("urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
+        && form.get("client_assertion").is_some_and(|a| !a.is_empty());
+    if !(secret_ok || assertion_ok) {
+        return bad("no valid client secret or assertion");
+    }
+    if !form.get("scope").is_some_and(|s| s.ends_with("/.default")) {
+        return bad("scope must be <resource>/.default");
+    }
+    issue(&inner)
+}
+
+async fn imds(
+    State(inner): State<Arc<Inner>>,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    count(&inner, "/metadata/identity/oauth2/token");
+    inner.token_requests.fetch_add(1, Ordering::SeqCst);
+    inner.imds_queries.lock().unwrap().push(query.clone());
+    if headers.get("metadata").and_then(|v| v.to_str().ok()) != Some("true") {
+        return (
+            StatusCode::BAD_REQUEST,
+            "Required metadata header not specified",
+        )
+            .into_response();
+    }
+    if !query.contains_key("resource") || !query.contains_key("api-version") {
+        return (StatusCode::BAD_REQUEST, "resource and api-version required").into_response();
+    }
+    let n = inner.token_counter.fetch_add(1, Ordering::SeqCst);
+    let token = format!("fake-imds-token-{n}");
+    inner.issued.lock().unwrap().push(token.clone());
+    let lifetime = inner.token_lifetime_secs.load(Ordering::SeqCst);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    // IMDS really does send these numbers as strings.
+    Json(json!({
+        "access_token": token,
+        "client_id": query.get("client_id").cloned().unwrap_or_default(),
+        "expires_in": lifetime.to_string(),
+        "expires_on": (now + lifetime).to_string(),
+        "ext_expires_in": lifetime.to_string(),
+        "not_before": now.to_string(),
+        "resource": query.get("resource").cloned().unwrap_or_default(),
+        "token_type": "Bearer",
+    }))
+    .into_response()
+}
+
+struct InFlight<'a>(&'a Inner);
+
+impl<'a> InFlight<'a> {
+    fn enter(inner: &'a Inner) -> Self {
+        let now = inner.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        inner.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        Self(inner)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn public_ip_json(sub: &str, rg: &str, ip: &FakeIp) -> Value {
+    let base_id = format!(
+        "/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Network/publicIPAddresses"
+    );
+    let mut properties = json!({
+        "provisioningState": "Succeeded",
+        "resourceGuid": "00000000-0000-0000-0000-000000000000",
+        "ipAddress": ip.address,
+        "publicIPAddressVersion": if ip.address.contains(':') { "IPv6" } else { "IPv4" },
+        "publicIPAllocationMethod": "Static",
+        "idleTimeoutInMinutes": 4,
+        "ipTags": [],
+        "ipConfiguration": {
+            "id": format!(
+                "/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Network/loadBalancers/kubernetes/frontendIPConfigurations/{}",
+                ip.name
+            )
+        }
+    });
+    if let Some(label) = &ip.dns_label {
+        properties["dnsSettings"] = json!({
+            "domainNameLabel": label,
+            "fqdn": format!("{label}.eastus.cloudapp.azure.com"),
+        });
+    }
+    json!({
+        "name": ip.name,
+        "id": format!("{base_id}/{}", ip.name),
+        "etag": "W/\"00000000-0000-0000-0000-000000000001\"",
+        "location": "eastus",
+        "tags": {"k8s-azure-service": "default/svc"},
+        "zones": ["1", "2", "3"],
+        "type": "Microsoft.Network/publicIPAddresses",
+        "sku": {"name": "Standard", "tier": "Regional"},
+        "properties": properties,
+    })
+}
+
+async fn list(
+    State(inner): State<Arc<Inner>>,
+    Path((sub, rg)): Path<(String, String)>,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let path = FakeArm::list_path(&sub, &rg);
+    count(&inner, &path);
+    let skip: usize = query
+        .get("$skiptoken")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    inner.lists.lock().unwrap().push(SeenList {
+        at: Instant::now(),
+        subscription: sub.clone(),
+        resource_group: rg.clone(),
+        first_page: skip == 0,
+    });
+    let _in_flight = InFlight::enter(&inner);
+
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let authorized = auth.is_some_and(|t| inner.issued.lock().unwrap().iter().any(|i| i == t));
+    if !authorized {
+        return arm_error(
+            StatusCode::UNAUTHORIZED,
+            if auth.is_none() {
+                "AuthenticationFailed"
+            } else {
+                "InvalidAuthenticationToken"
+            },
+            "Authentication failed. The 'Authorization' header is missing or invalid.",
+        );
+    }
+    if !query.contains_key("api-version") {
+        return arm_error(
+            StatusCode::BAD_REQUEST,
+            "MissingApiVersionParameter",
+            "The api-version query parameter (?api-version=) is required for all requests.",
+        );
+    }
+
+    let delay = *inner.delay.lock().unwrap();
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let fault = inner.faults.lock().unwrap().pop_front();
+    match fault {
+        Some(Fault::Throttle { retry_after_secs }) => {
+            let mut response = arm_error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "TooManyRequests",
+                "The request is being throttled.",
+            );
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                retry_after_secs.to_string().parse().unwrap(),
+            );
+            return response;
+        }
+        Some(Fault::Status(code)) => {
+            return arm_error(
+                StatusCode::from_u16(code).unwrap(),
+                "InternalServerError",
+                "Encountered internal server error.",
+            );
+        }
+        Some(Fault::Malformed) => {
+            return (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                r#"{"value": [{"id": 42, "properties": "#,
+            )
+                .into_response();
+        }
+        Some(Fault::Slow(d)) => tokio::time::sleep(d).await,
+        None => {}
+    }
+
+    let ips = inner
+        .groups
+        .lock()
+        .unwrap()
+        .get(&(sub.to_ascii_lowercase(), rg.to_ascii_lowercase()))
+        .cloned();
+    let Some(ips) = ips else {
+        return arm_error(
+            StatusCode::NOT_FOUND,
+            "ResourceGroupNotFound",
+            &format!("Resource group '{rg}' could not be found."),
+        );
+    };
+    let page_size = inner.page_size.load(Ordering::SeqCst);
+    let value: Vec<Value> = ips
+        .iter()
+        .skip(skip)
+        .take(page_size)
+        .map(|ip| public_ip_json(&sub, &rg, ip))
+        .collect();
+    let mut body = json!({ "value": value });
+    if skip + page_size < ips.len() {
+        let base = inner
+            .next_link_base
+            .lock()
+            .unwrap()
+            .clone()
+            .unwrap_or_else(|| inner.base.clone());
+        body["nextLink"] = json!(format!(
+            "{base}{path}?api-version=2024-03-01&$skiptoken={}",
+            skip + page_size
+        ));
+    }
+    Json(body).into_response()
+}
