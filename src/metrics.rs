@@ -30,9 +30,11 @@ use crate::export::ReconcileObserver;
 use crate::fleet::{FleetState, Phase};
 
 /// `Content-Type` of [`Metrics::encode`] (OpenMetrics text 1.0, exemplars included).
-pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// `Content-Type` of [`Metrics::encode_prometheus`] (Prometheus text 0.0.4, no exemplars).
-pub const PROMETHEUS_CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+pub const PROMETHEUS_CONTENT_TYPE: &str =
+    prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// Buckets of the reconcile duration histogram, seconds (5 ms … 60 s).
 const RECONCILE_BUCKETS: [f64; 14] = [
@@ -273,7 +275,8 @@ impl Metrics {
     /// exemplars.
     pub fn encode_prometheus(&self) -> String {
         let mut out = String::new();
-        if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+        if let Err(e) =
+            prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
         {
             tracing::error!(error = %e, "encoding metrics failed");
         }
@@ -411,7 +414,8 @@ impl Collector for ScrapeCollector {
                 });
             }
             for (name, entry) in members.iter() {
-                for (client, stats) in [("member", &entry.member_client), ("hub", &entry.hub_client)]
+                for (client, stats) in
+                    [("member", &entry.member_client), ("hub", &entry.hub_client)]
                 {
                     if let Some(stats) = stats {
                         clients.push(ClientSeries {
@@ -578,7 +582,11 @@ mod tests {
             m.export_latency(member, Duration::from_millis(300));
         }
         m.reconcile_started("a");
-        m.reconciled("a", "error:patch_serviceexport_status", Duration::from_millis(5));
+        m.reconciled(
+            "a",
+            "error:patch_serviceexport_status",
+            Duration::from_millis(5),
+        );
         m.reconcile_started("a"); // still running
         m.controller_error("a", "watch failed");
 
@@ -604,7 +612,10 @@ mod tests {
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");
         }
-        assert_eq!(series(&text, "fleetnet_member_last_sync_timestamp_seconds").len(), 1);
+        assert_eq!(
+            series(&text, "fleetnet_member_last_sync_timestamp_seconds").len(),
+            1
+        );
 
         m.remove_member("a");
         let text = m.encode();

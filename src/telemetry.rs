@@ -140,7 +140,11 @@ impl OtlpConfig {
     /// `http/protobuf`), timeout from `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT` /
     /// `OTEL_EXPORTER_OTLP_TIMEOUT` (milliseconds, default 10 s).
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Option<Self>, Error> {
-        let get = |k: &str| var(k).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        let get = |k: &str| {
+            var(k)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
         if get("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
             return Ok(None);
         }
@@ -485,7 +489,11 @@ pub fn init(config: TelemetryConfig) -> Result<TelemetryGuard, Error> {
     let log_directives = config
         .log_filter
         .clone()
-        .or_else(|| std::env::var("RUST_LOG").ok().filter(|s| !s.trim().is_empty()))
+        .or_else(|| {
+            std::env::var("RUST_LOG")
+                .ok()
+                .filter(|s| !s.trim().is_empty())
+        })
         .unwrap_or_else(|| "info".to_string());
     let log_filter = env_filter(&log_directives)?;
     let log_layer = match config.log_format {
@@ -536,7 +544,10 @@ thread_local! {
 
 /// Trace and span id of `id`'s OpenTelemetry span, when the OpenTelemetry layer is installed
 /// and the span is valid.
-fn otel_ids(id: &tracing::span::Id, dispatch: &tracing::Dispatch) -> Option<(String, String, bool)> {
+fn otel_ids(
+    id: &tracing::span::Id,
+    dispatch: &tracing::Dispatch,
+) -> Option<(String, String, bool)> {
     if IN_LOOKUP.with(|l| l.replace(true)) {
         return None;
     }
@@ -601,7 +612,8 @@ where
             return self.inner.format_event(ctx, writer, event);
         };
         let mut line = String::new();
-        self.inner.format_event(ctx, Writer::new(&mut line), event)?;
+        self.inner
+            .format_event(ctx, Writer::new(&mut line), event)?;
         let body = line.strip_suffix('\n').unwrap_or(&line);
         match body.strip_suffix('}').filter(|_| self.json) {
             Some(object) => writeln!(
@@ -626,18 +638,27 @@ mod tests {
         assert_eq!(c.members.get("b"), Some(&0.0));
         assert!("x=2".parse::<SamplingConfig>().is_err());
         assert!("abc".parse::<SamplingConfig>().is_err());
-        assert_eq!("".parse::<SamplingConfig>().unwrap(), SamplingConfig::default());
+        assert_eq!(
+            "".parse::<SamplingConfig>().unwrap(),
+            SamplingConfig::default()
+        );
     }
 
     #[test]
     fn otlp_config_from_vars() {
         let vars = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
         };
         assert_eq!(OtlpConfig::from_vars(vars(&[])).unwrap(), None);
-        let http = OtlpConfig::from_vars(vars(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/")]))
-            .unwrap()
-            .unwrap();
+        let http =
+            OtlpConfig::from_vars(vars(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/")]))
+                .unwrap()
+                .unwrap();
         assert_eq!(http.protocol, OtlpProtocol::HttpProtobuf);
         assert_eq!(http.endpoint, "http://c:4318/v1/traces");
         let grpc = OtlpConfig::from_vars(vars(&[
@@ -649,7 +670,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             (grpc.protocol, grpc.endpoint.as_str(), grpc.timeout),
-            (OtlpProtocol::Grpc, "http://c:4317", Duration::from_millis(2500))
+            (
+                OtlpProtocol::Grpc,
+                "http://c:4317",
+                Duration::from_millis(2500)
+            )
         );
         let traces = OtlpConfig::from_vars(vars(&[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
@@ -752,7 +777,10 @@ mod tests {
         let started = std::time::Instant::now();
         let result = guard.shutdown();
         let took = started.elapsed();
-        assert!(took < Duration::from_secs(3), "shutdown took {took:?}: {result:?}");
+        assert!(
+            took < Duration::from_secs(3),
+            "shutdown took {took:?}: {result:?}"
+        );
         drop(hold);
     }
 }

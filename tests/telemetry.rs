@@ -6,9 +6,9 @@
 //! this test binary (env set by the parent) while the parent runs the receiver and checks
 //! what arrived, the child's JSON logs and the child's metrics.
 
-mod support;
 #[path = "support/otlp.rs"]
 mod otlp;
+mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -56,7 +56,10 @@ async fn grpc_export_of_two_members() {
     .await;
     let spans = receiver.spans();
     assert!(
-        receiver.content_types().iter().all(|c| c == "application/grpc"),
+        receiver
+            .content_types()
+            .iter()
+            .all(|c| c == "application/grpc"),
         "{:?}",
         receiver.content_types()
     );
@@ -137,10 +140,10 @@ async fn run_child(env: &[(&str, &str)]) -> ChildRun {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.success(),
-        "child failed: {}\n--- stdout (tail)\n{}\n--- stderr\n{}",
+        "child failed: {}\n--- stderr (tail)\n{}\n--- stdout (tail)\n{}",
         out.status,
-        tail(&stdout, 60),
-        stderr
+        tail(&stderr, 80),
+        tail(&stdout, 20)
     );
     let summary: Summary = serde_json::from_str(
         &std::fs::read_to_string(&summary_path).expect("child wrote its summary"),
@@ -163,7 +166,10 @@ fn check_traces(spans: &[ExportedSpan], run: &ChildRun, sampled: &[&str], suppre
     assert!(!spans.is_empty(), "no span arrived");
     // Resource from OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
     for s in spans {
-        assert_eq!(s.resource.get("service.name").map(String::as_str), Some(SERVICE_NAME));
+        assert_eq!(
+            s.resource.get("service.name").map(String::as_str),
+            Some(SERVICE_NAME)
+        );
         assert_eq!(
             s.resource
                 .get("deployment.environment.name")
@@ -185,7 +191,11 @@ fn check_traces(spans: &[ExportedSpan], run: &ChildRun, sampled: &[&str], suppre
         assert!(!mine.is_empty(), "no reconcile root span of {member}");
         for root in &mine {
             assert_eq!(root.attr("k8s.namespace.name"), Some("shop"), "{root:?}");
-            assert_eq!(root.attr("fleet.serviceexport.name"), Some("cart"), "{root:?}");
+            assert_eq!(
+                root.attr("fleet.serviceexport.name"),
+                Some("cart"),
+                "{root:?}"
+            );
             assert!(root.attr("outcome").is_some(), "{root:?}");
         }
         assert!(
@@ -213,7 +223,10 @@ fn check_traces(spans: &[ExportedSpan], run: &ChildRun, sampled: &[&str], suppre
             assert!(c.attributes.contains_key("http.url"), "{c:?}");
             assert!(c.attributes.contains_key("http.status_code"), "{c:?}");
         }
-        let methods: BTreeSet<&str> = children.iter().filter_map(|c| c.attr("http.method")).collect();
+        let methods: BTreeSet<&str> = children
+            .iter()
+            .filter_map(|c| c.attr("http.method"))
+            .collect();
         assert!(
             methods.contains("POST") || methods.contains("PATCH"),
             "writes of {member} traced: {methods:?}"
@@ -240,14 +253,22 @@ fn check_traces(spans: &[ExportedSpan], run: &ChildRun, sampled: &[&str], suppre
         else {
             continue;
         };
-        let member = reconcile["fleet.member"].as_str().expect("member on the line").to_string();
+        let member = reconcile["fleet.member"]
+            .as_str()
+            .expect("member on the line")
+            .to_string();
         assert_eq!(reconcile["k8s.namespace.name"], "shop", "{line}");
         assert_eq!(reconcile["fleet.serviceexport.name"], "cart", "{line}");
-        let trace_id = v["trace_id"].as_str().unwrap_or_else(|| panic!("no trace_id: {line}"));
+        let trace_id = v["trace_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no trace_id: {line}"));
         assert_eq!(trace_id.len(), 32, "{line}");
         assert!(v["span_id"].as_str().is_some(), "{line}");
         *lines_in_reconcile.entry(member.clone()).or_default() += 1;
-        log_traces.entry(member).or_default().insert(trace_id.to_string());
+        log_traces
+            .entry(member)
+            .or_default()
+            .insert(trace_id.to_string());
     }
     for member in MEMBERS {
         assert!(
@@ -286,12 +307,18 @@ fn check_traces(spans: &[ExportedSpan], run: &ChildRun, sampled: &[&str], suppre
         run.summary.metrics
     );
     for t in &exemplar_traces {
-        assert!(exported_traces.contains(t), "exemplar trace {t} was not exported");
+        assert!(
+            exported_traces.contains(t),
+            "exemplar trace {t} was not exported"
+        );
     }
 }
 
 fn check_no_secrets(receiver: &Receiver, run: &ChildRun) {
-    assert!(!run.summary.secrets.is_empty(), "the child found the kubeconfig secrets");
+    assert!(
+        !run.summary.secrets.is_empty(),
+        "the child found the kubeconfig secrets"
+    );
     let dump = receiver.dump();
     let logs = format!("{}\n{}", run.stdout, run.stderr);
     for (what, text) in [("exported spans", &dump), ("logs", &logs)] {
@@ -299,7 +326,12 @@ fn check_no_secrets(receiver: &Receiver, run: &ChildRun) {
             assert!(!text.contains(secret.as_str()), "kubeconfig data in {what}");
         }
         let lower = text.to_ascii_lowercase();
-        for marker in ["bearer ", "authorization:", "\"authorization\"", "begin certificate"] {
+        for marker in [
+            "bearer ",
+            "authorization:",
+            "\"authorization\"",
+            "begin certificate",
+        ] {
             assert!(!lower.contains(marker), "{marker:?} in {what}");
         }
     }
@@ -336,7 +368,9 @@ async fn child_two_members() {
     let mut exporters = vec![];
     let mut secrets = otlp::kubeconfig_secrets(fleet.hub().kubeconfig_path());
     for member in MEMBERS {
-        secrets.extend(otlp::kubeconfig_secrets(fleet.member(member).kubeconfig_path()));
+        secrets.extend(otlp::kubeconfig_secrets(
+            fleet.member(member).kubeconfig_path(),
+        ));
         let client = fleet.member(member).client().await.expect("member client");
         namespace(&client, "shop").await;
         let exporter = otlp::start_observed(&fleet, member, metrics.clone()).await;
@@ -370,7 +404,9 @@ async fn settle(metrics: &Metrics) {
         let done = MEMBERS.iter().all(|m| {
             text.contains(&format!(
                 "fleetnet_reconcile_total{{member=\"{m}\",outcome=\"exported\"}}"
-            )) && text.contains(&format!("fleetnet_reconciles_in_flight{{member=\"{m}\"}} 0"))
+            )) && text.contains(&format!(
+                "fleetnet_reconciles_in_flight{{member=\"{m}\"}} 0"
+            ))
         });
         let ready = match (done, quiet_since) {
             (false, _) => {

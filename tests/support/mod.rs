@@ -65,6 +65,7 @@ pub struct ExporterOptions {
 
 /// Starts an exporter for `member` of `fleet`, with counting clients, and waits for its sync.
 pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) -> RunningExporter {
+    init_test_logs();
     let member_kubeconfig = opts
         .member_kubeconfig
         .clone()
@@ -113,6 +114,16 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
         stop: Some(stop_tx),
         task: Some(task),
     }
+}
+
+/// Logs of the code under test, shown for failed tests (level from RUST_LOG, default warn).
+pub fn init_test_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
 }
 
 /// A client for `kubeconfig` with fleetnet-hub's counting stack.

@@ -236,7 +236,12 @@ fn http_export(
 
 fn attributes(kvs: &[KeyValue]) -> BTreeMap<String, String> {
     kvs.iter()
-        .map(|kv| (kv.key.clone(), kv.value.as_ref().map(value).unwrap_or_default()))
+        .map(|kv| {
+            (
+                kv.key.clone(),
+                kv.value.as_ref().map(value).unwrap_or_default(),
+            )
+        })
         .collect()
 }
 
@@ -345,10 +350,15 @@ pub fn kubeconfig_secrets(path: &std::path::Path) -> Vec<String> {
     text.lines()
         .filter_map(|l| {
             let l = l.trim();
-            ["token:", "certificate-authority-data:", "client-key-data:", "client-certificate-data:"]
-                .iter()
-                .find_map(|k| l.strip_prefix(k))
-                .map(|v| v.trim().trim_matches('"').to_string())
+            [
+                "token:",
+                "certificate-authority-data:",
+                "client-key-data:",
+                "client-certificate-data:",
+            ]
+            .iter()
+            .find_map(|k| l.strip_prefix(k))
+            .map(|v| v.trim().trim_matches('"').to_string())
         })
         .filter(|v| v.len() >= 8)
         .collect()
