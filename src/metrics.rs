@@ -27,7 +27,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::client::{ClientStats, RequestCount};
 use crate::export::ReconcileObserver;
-use crate::fleet::{FleetState, Phase};
+use crate::fleet::{FleetState, MemberHooks, Phase};
 
 /// `Content-Type` of [`Metrics::encode`] (OpenMetrics text 1.0, exemplars included).
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -350,6 +350,18 @@ impl ReconcileObserver for Metrics {
     }
 }
 
+/// The runtime's member lifecycle: an engagement registers the member's client counters, a
+/// member leaving (its exporter stopped) drops its series.
+impl MemberHooks for Metrics {
+    fn member_engaged(&self, member: &str, stats: Arc<ClientStats>) {
+        self.register_member(member, stats);
+    }
+
+    fn member_left(&self, member: &str) {
+        self.remove_member(member);
+    }
+}
+
 fn member_labels(member: &str) -> MemberLabels {
     MemberLabels {
         member: member.to_string(),
@@ -432,7 +444,7 @@ impl Collector for ScrapeCollector {
         if !states.is_empty() {
             let mut m = encoder.encode_descriptor(
                 "fleetnet_member_state",
-                "1 for the member's current phase (connecting, syncing, ready, failing), 0 for the others",
+                "1 for the member's current phase (connecting, syncing, ready, failing), 0 for the others.",
                 None,
                 MetricType::Gauge,
             )?;
@@ -447,7 +459,7 @@ impl Collector for ScrapeCollector {
             let unit = Unit::Other("seconds".into());
             let mut m = encoder.encode_descriptor(
                 "fleetnet_member_last_sync_timestamp",
-                "When the member's watches last completed an initial sync (Unix time)",
+                "When the member's watches last completed an initial sync (Unix time).",
                 Some(&unit),
                 MetricType::Gauge,
             )?;
@@ -464,7 +476,7 @@ impl Collector for ScrapeCollector {
         if counts.iter().any(|(_, v)| !v.is_empty()) {
             let mut m = encoder.encode_descriptor(
                 "fleetnet_api_requests",
-                "Kubernetes API requests by client (member or hub), member, verb, resource kind and HTTP code (none: no response)",
+                "Kubernetes API requests by client (member or hub), member, verb, resource kind and HTTP code (none: no response).",
                 None,
                 MetricType::Counter,
             )?;
@@ -484,7 +496,7 @@ impl Collector for ScrapeCollector {
         if !clients.is_empty() {
             let mut m = encoder.encode_descriptor(
                 "fleetnet_rate_limiter_wait",
-                "Time requests waited for the client's token bucket and in-flight limit",
+                "Time requests waited for the client's token bucket and in-flight limit.",
                 Some(&Unit::Seconds),
                 MetricType::Counter,
             )?;
@@ -501,28 +513,28 @@ impl Collector for ScrapeCollector {
             for (name, help, value) in [
                 (
                     "fleetnet_azure_list_calls",
-                    "Public IP LIST operations against ARM",
+                    "Public IP LIST operations against ARM.",
                     c.list_calls,
                 ),
                 (
                     "fleetnet_azure_arm_requests",
-                    "HTTP requests sent to ARM (every page, every retry)",
+                    "HTTP requests sent to ARM (every page, every retry).",
                     c.arm_requests,
                 ),
                 (
                     "fleetnet_azure_cache_hits",
-                    "Public IP lookups answered from the cache",
+                    "Public IP lookups answered from the cache.",
                     c.cache_hits,
                 ),
                 (
                     "fleetnet_azure_cache_misses",
-                    "Public IP lookups that waited for a LIST",
+                    "Public IP lookups that waited for a LIST.",
                     c.cache_misses,
                 ),
-                ("fleetnet_azure_retries", "ARM requests re-sent", c.retries),
+                ("fleetnet_azure_retries", "ARM requests re-sent.", c.retries),
                 (
                     "fleetnet_azure_throttled",
-                    "429 responses received from ARM",
+                    "429 responses received from ARM.",
                     c.throttled,
                 ),
             ] {
@@ -531,7 +543,7 @@ impl Collector for ScrapeCollector {
             }
             let m = encoder.encode_descriptor(
                 "fleetnet_azure_limiter_wait",
-                "Time ARM requests waited for the shared rate limiter",
+                "Time ARM requests waited for the shared rate limiter.",
                 Some(&Unit::Seconds),
                 MetricType::Counter,
             )?;

@@ -34,6 +34,7 @@ use opentelemetry_sdk::trace::{
 use tracing::Subscriber;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::{Format, Full, Json, JsonFields, Writer};
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
@@ -44,10 +45,13 @@ use tracing_subscriber::{Layer, fmt as tfmt};
 pub const MEMBER_ATTRIBUTE: &str = "fleet.member";
 
 /// Filter of the OpenTelemetry layer when none is configured: our spans at INFO, kube's
-/// per-request `HTTP` spans (DEBUG), and never the exporter's own stack (no feedback loop).
-pub const DEFAULT_TRACE_FILTER: &str = "info,kube_client=debug,opentelemetry=off,\
-opentelemetry_sdk=off,opentelemetry_otlp=off,tonic=off,h2=off,hyper=off,hyper_util=off,\
-reqwest=off,tower=off";
+/// per-request `HTTP` spans (DEBUG), never the exporter's own stack (no feedback loop), and
+/// not kube-runtime's `reconciling object` span: our `reconcile` span is the trace root (it
+/// carries the member the sampler needs), the runtime's would be a second, member-less root
+/// per reconcile that per-member sampling could not suppress.
+pub const DEFAULT_TRACE_FILTER: &str = "info,kube_client=debug,kube_runtime=warn,\
+opentelemetry=off,opentelemetry_sdk=off,opentelemetry_otlp=off,tonic=off,h2=off,hyper=off,\
+hyper_util=off,reqwest=off,tower=off";
 
 /// Env var of the per-member sampling ratios ([`SamplingConfig`] syntax).
 pub const SAMPLING_ENV: &str = "FLEETNET_TRACE_SAMPLING";
@@ -226,10 +230,19 @@ impl FromStr for SamplingConfig {
     }
 }
 
+/// Where log lines go.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LogTarget {
+    #[default]
+    Stderr,
+    Stdout,
+}
+
 /// Everything [`init`] needs.
 #[derive(Debug, Clone)]
 pub struct TelemetryConfig {
     pub log_format: LogFormat,
+    pub log_target: LogTarget,
     /// Directives of the log layer; `None`: `RUST_LOG`, or `info` without it.
     pub log_filter: Option<String>,
     /// `None`: tracing off (no OpenTelemetry layer, no exporter).
@@ -247,6 +260,7 @@ impl Default for TelemetryConfig {
     fn default() -> Self {
         Self {
             log_format: LogFormat::Text,
+            log_target: LogTarget::Stderr,
             log_filter: None,
             otlp: None,
             sampling: SamplingConfig::default(),
@@ -496,12 +510,18 @@ pub fn init(config: TelemetryConfig) -> Result<TelemetryGuard, Error> {
         })
         .unwrap_or_else(|| "info".to_string());
     let log_filter = env_filter(&log_directives)?;
+    let writer = match config.log_target {
+        LogTarget::Stderr => BoxMakeWriter::new(std::io::stderr),
+        LogTarget::Stdout => BoxMakeWriter::new(std::io::stdout),
+    };
     let log_layer = match config.log_format {
         LogFormat::Text => tfmt::layer()
+            .with_writer(writer)
             .with_ansi(false)
             .event_format(WithTraceId::text(tfmt::format().with_ansi(false)))
             .boxed(),
         LogFormat::Json => tfmt::layer()
+            .with_writer(writer)
             .fmt_fields(JsonFields::new())
             .event_format(WithTraceId::json(tfmt::format().json().flatten_event(true)))
             .boxed(),

@@ -254,3 +254,75 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     stream.read_to_string(&mut out).await.expect("read");
     out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or(out)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_member_fails_alone_and_check_reports_every_member() {
+    let mut fleet = Fleet::builder().members(["alpha", "beta", "gamma"]).start().await.expect("fleet");
+    let dir = member_dir(&fleet, &["alpha", "beta"]);
+    // gamma: an identity without any RBAC.
+    let no_rbac = fleetnet_testenv::ScopedIdentity {
+        namespace: "default".into(),
+        name: "nobody".into(),
+        cluster_role: None,
+        role: None,
+        role_namespaces: vec![],
+    };
+    fleet.member("gamma").issue_scoped_kubeconfig(&no_rbac, &dir.join("gamma.yaml")).await.expect("scoped kubeconfig");
+    // beta is down before it is ever engaged: its first sync cannot finish.
+    fleet.member_mut("beta").stop();
+
+    let report = {
+        let members = fleetnet_hub::fleet::registry::scan(&dir).expect("scan");
+        let mut rows = vec![];
+        for (name, src) in members {
+            rows.push(fleetnet_hub::check::check_member(&name, &src.kubeconfig.expect("readable")).await);
+        }
+        rows
+    };
+    let table = fleetnet_hub::check::table(&report);
+    eprintln!("{table}");
+    assert!(report.iter().any(|r| r.member == "alpha" && r.ok), "{table}");
+    assert!(report.iter().any(|r| r.member == "beta" && !r.ok), "{table}");
+    assert!(report.iter().any(|r| r.member == "gamma" && !r.ok && r.problem.contains("missing RBAC") && r.problem.contains("serviceexports")), "{table}");
+    assert!(fleetnet_hub::check::run(&dir).await.is_err(), "check fails when a member is unusable");
+
+    let running = app::start(config(&fleet, &dir), Extensions::default()).await.expect("starts");
+    wait_phase(&running, "alpha", Phase::Ready).await;
+    wait_phase(&running, "beta", Phase::Failing).await;
+    // A failing member does not hold readiness nor the others' work.
+    wait_ready(&running).await;
+    export_and_wait(&fleet, "alpha", "ns1", "web").await;
+    // beta comes back and is engaged on its own retry.
+    fleet.member_mut("beta").start().await.expect("beta back");
+    wait_phase(&running, "beta", Phase::Ready).await;
+    export_and_wait(&fleet, "beta", "ns1", "web").await;
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_serving_only_v1alpha1_is_read_through_v1alpha1() {
+    use fleetnet_hub::api::{ServiceExportVersion, crd_yaml, internal_service_export_crd, service_export_crd};
+    let crds = tempfile::tempdir().expect("tempdir");
+    let mut se = service_export_crd();
+    se.spec.versions.retain(|v| v.name == "v1alpha1");
+    se.spec.versions[0].storage = true;
+    std::fs::write(crds.path().join("se.yaml"), crd_yaml(&se).expect("yaml")).expect("write");
+    std::fs::write(crds.path().join("ise.yaml"), crd_yaml(&internal_service_export_crd()).expect("yaml")).expect("write");
+    let fleet = Fleet::builder().members(["old"]).crds_dir(crds.path()).start().await.expect("fleet");
+    let client = fleet.member("old").client().await.expect("client");
+    assert_eq!(fleetnet_hub::fleet::discover_version(&client).await, Ok(ServiceExportVersion::V1Alpha1));
+
+    let dir = member_dir(&fleet, &["old"]);
+    let running = app::start(config(&fleet, &dir), Extensions::default()).await.expect("starts");
+    wait_ready(&running).await;
+    namespace(&client, "ns1").await;
+    create_service(&client, &service("ns1", "web", 80)).await;
+    let se = fleetnet_hub::api::ServiceExport::new("ns1", "web", ServiceExportVersion::V1Alpha1);
+    kube::api::Api::<fleetnet_hub::api::ServiceExport>::namespaced_with(client.clone(), "ns1", &ServiceExportVersion::V1Alpha1)
+        .create(&Default::default(), &se)
+        .await
+        .expect("create v1alpha1 ServiceExport");
+    let hub = fleet.hub().client().await.expect("hub");
+    wait_ise(&hub, &fleet.hub_namespace("old"), "ns1-web", |_| true).await;
+    running.shutdown().await;
+}

@@ -27,10 +27,13 @@ impl RequestCount {
     }
 }
 
+/// `(verb, resource, status code)`.
+type RequestKey = (&'static str, String, Option<u16>);
+
 /// Counters of one client. Cheap to update from many tasks.
 #[derive(Debug, Default)]
 pub struct ClientStats {
-    requests: Mutex<BTreeMap<(&'static str, String, Option<u16>), u64>>,
+    requests: Mutex<BTreeMap<RequestKey, u64>>,
     wait_micros: AtomicU64,
 }
 

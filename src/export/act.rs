@@ -37,7 +37,7 @@ pub async fn perform(
             namespace: ns.to_string(),
             name: name.to_string(),
             step,
-            source,
+            source: Box::new(source),
         }
     };
     let exports: Api<ServiceExport> =

@@ -48,7 +48,7 @@ pub enum Error {
         name: String,
         step: Step,
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// The export cannot complete yet (Azure lookup failed, DNS label being added).
     #[error("member {member}: export of {namespace}/{name} is pending: {message}")]
@@ -79,6 +79,6 @@ impl Error {
 
     /// A 409 the reconcile resolves by reading the object again.
     pub(super) fn is_conflict(&self) -> bool {
-        matches!(self, Self::Kube { source: kube::Error::Api(s), .. } if s.code == 409)
+        matches!(self, Self::Kube { source, .. } if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 409))
     }
 }

@@ -301,7 +301,7 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
             namespace: ns,
             name,
             step,
-            source,
+            source: Box::new(source),
         }
     };
     for attempt in 0..3 {
@@ -329,6 +329,9 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
                 if let Some(since) = plan.exported_since.filter(|_| done.hub_writes > 0) {
                     ctx.observer
                         .export_latency(&ctx.member, elapsed_since(since, now));
+                }
+                if let Some(since) = conflict_resolved_since(&export, &plan, now) {
+                    ctx.observer.conflict_reflected(&ctx.member, elapsed_since(since, now));
                 }
                 if let Some(message) = plan.pending {
                     return Err(Error::Pending {
@@ -380,6 +383,20 @@ fn record_hub_writes(ctx: &Context, plan: &decide::Plan, done: act::Performed) {
         None => return,
     };
     ctx.observer.hub_write(&ctx.member, op);
+}
+
+/// When the plan reflects the hub's verdict (a resolved `Conflict`), the export time it
+/// resolves: the last-seen timestamp on the ServiceExport.
+fn conflict_resolved_since(se: &ServiceExport, plan: &decide::Plan, now: Timestamp) -> Option<Timestamp> {
+    let resolved = plan
+        .conditions
+        .iter()
+        .any(|c| c.type_ == crate::api::CONDITION_CONFLICT && c.status != "Unknown");
+    if !resolved {
+        return None;
+    }
+    let stamp = se.metadata.annotations.as_ref()?.get(crate::api::LAST_SEEN_TIMESTAMP_ANNOTATION)?;
+    stamp.parse::<Timestamp>().ok().filter(|t| *t <= now)
 }
 
 fn elapsed_since(since: Timestamp, now: Timestamp) -> Duration {

@@ -61,6 +61,8 @@ pub struct ExporterOptions {
     pub member_kubeconfig: Option<std::path::PathBuf>,
     pub hub_kubeconfig: Option<std::path::PathBuf>,
     pub version: Option<ServiceExportVersion>,
+    /// Limits of the member client (default: generous, so tests are not throttled).
+    pub member_limits: Option<Limits>,
 }
 
 /// Starts an exporter for `member` of `fleet`, with counting clients, and waits for its sync.
@@ -76,7 +78,13 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
         .unwrap_or_else(|| fleet.hub().kubeconfig_path().to_path_buf());
     let member_stats = Arc::new(ClientStats::default());
     let hub_stats = Arc::new(ClientStats::default());
-    let member_client = counted_client(member, &member_kubeconfig, member_stats.clone()).await;
+    let limits = opts.member_limits.clone().unwrap_or(Limits {
+        qps: 200.0,
+        burst: 400,
+        ..Limits::default()
+    });
+    let member_client =
+        limited_client(member, &member_kubeconfig, &limits, member_stats.clone()).await;
     let hub_client = counted_client("hub", &hub_kubeconfig, hub_stats.clone()).await;
     let (_leader_tx, leader) = watch::channel(true);
     let exporter = MemberExporter {
@@ -132,13 +140,9 @@ pub async fn counted_client(
     kubeconfig: &std::path::Path,
     stats: Arc<ClientStats>,
 ) -> kube::Client {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig readable");
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .expect("kubeconfig valid");
-    client::build(
+    limited_client(
         name,
-        config,
+        kubeconfig,
         &Limits {
             qps: 200.0,
             burst: 400,
@@ -146,7 +150,21 @@ pub async fn counted_client(
         },
         stats,
     )
-    .expect("client")
+    .await
+}
+
+/// A client for `kubeconfig` through a limiter of `limits`.
+pub async fn limited_client(
+    name: &str,
+    kubeconfig: &std::path::Path,
+    limits: &Limits,
+    stats: Arc<ClientStats>,
+) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig readable");
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("kubeconfig valid");
+    client::build(name, config, limits, stats).expect("client")
 }
 
 /// A ClusterIP Service with one port.

@@ -617,8 +617,10 @@ fn internal_load_balancer_needs_no_lookup_and_clears_public_ip_fields() {
         "true",
     );
     assert_eq!(public_ip_query(&tm_settings(), &svc), None);
-    let mut ise = InternalServiceExport::default();
-    ise.spec = build_spec(&tm_settings(), &svc, "ns", "web", 1);
+    let mut ise = InternalServiceExport {
+        spec: build_spec(&tm_settings(), &svc, "ns", "web", 1),
+        ..Default::default()
+    };
     ise.spec.public_ip_resource_id = Some("/stale".into());
     ise.spec.is_dns_label_configured = Some(true);
     let plan = run(

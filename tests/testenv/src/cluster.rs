@@ -144,29 +144,21 @@ impl Cluster {
     /// Waits for the serving certificate, writes the admin kubeconfig and waits for `/readyz`.
     pub(crate) async fn wait_ready(&mut self, started: Instant) -> Result<()> {
         let deadline = started + Duration::from_secs(240);
-        let cert = self.dir.join("certs/apiserver.crt");
+        // The apiserver writes its self-signed certificate while starting: a half-written file
+        // must not become the kubeconfig's CA for good, so the client follows the file.
+        let mut trusted: Option<(Vec<u8>, kube::Client)> = None;
         loop {
             self.check_alive()?;
-            if cert.is_file() {
-                break;
+            let pem = std::fs::read(self.dir.join("certs/apiserver.crt")).unwrap_or_default();
+            let complete = String::from_utf8_lossy(&pem).trim_end().ends_with("-----END CERTIFICATE-----");
+            if complete && trusted.as_ref().is_none_or(|(seen, _)| *seen != pem) {
+                write_token_kubeconfig(&self.kubeconfig, &self.name, &self.server(), &pem, ADMIN_USER, &self.admin_token)?;
+                trusted = Some((pem, self.client().await?));
             }
-            self.check_deadline(deadline)?;
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        write_token_kubeconfig(
-            &self.kubeconfig,
-            &self.name,
-            &self.server(),
-            &self.ca_pem()?,
-            ADMIN_USER,
-            &self.admin_token,
-        )?;
-        let client = self.client().await?;
-        loop {
-            self.check_alive()?;
-            let req = http::Request::get("/readyz").body(Vec::new());
-            if let Ok(req) = req
-                && matches!(client.request_text(req).await.as_deref(), Ok("ok"))
+            if let Some((_, client)) = &trusted
+                && let Ok(req) = http::Request::get("/readyz").body(Vec::new())
+                && let Ok(answer) = tokio::time::timeout(Duration::from_secs(5), client.request_text(req)).await
+                && matches!(answer.as_deref(), Ok("ok"))
             {
                 self.last_ready_after = Some(started.elapsed());
                 return Ok(());
