@@ -225,3 +225,19 @@ impl crate::export::PublicIpLookup for Unavailable {
         Err(crate::export::LookupError::Failed { resource_group: resource_group.into(), message: self.0.clone() })
     }
 }
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = ctrl_c.await;
+        }
+    }
+}

@@ -249,26 +249,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         }));
     }
     let running = app::start(config, ext).await?;
-    wait_for_signal().await;
+    app::wait_for_signal().await;
     tracing::info!("signal received: shutting down");
     running.shutdown().await;
     Ok(())
 }
 
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = ctrl_c => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = ctrl_c.await;
-        }
-    }
-}
 
 fn crdgen(out: &std::path::Path) -> anyhow::Result<()> {
     use fleetnet_hub::api::{crd_yaml, internal_service_export_crd, service_export_crd};

@@ -57,8 +57,8 @@ pub async fn run() -> Result<(), String> {
     }
     println!("  health:    http://{}/members", running.health_address);
     println!("  metrics:   http://{}/metrics", running.metrics_address);
-    println!("Add a member kubeconfig to {} to engage it; Ctrl-C stops everything.", fleet.member_kubeconfig_dir().display());
-    let _ = tokio::signal::ctrl_c().await;
+    println!("Add a member kubeconfig to {} to engage it; Ctrl-C (or SIGTERM) stops everything.", fleet.member_kubeconfig_dir().display());
+    app::wait_for_signal().await;
     eprintln!("stopping...");
     running.shutdown().await;
     drop(fleet);
