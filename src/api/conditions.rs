@@ -17,6 +17,25 @@ pub struct ConditionSpec {
     pub observed_generation: Option<i64>,
 }
 
+impl ConditionSpec {
+    /// A condition of `type_` with `status`, `reason` and `message`, for `observed_generation`.
+    pub fn new(
+        type_: &str,
+        status: &str,
+        reason: &str,
+        message: String,
+        observed_generation: Option<i64>,
+    ) -> Self {
+        Self {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            observed_generation,
+        }
+    }
+}
+
 /// The condition of `type_`, if present.
 pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)

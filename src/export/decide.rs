@@ -112,6 +112,12 @@ pub struct EventSpec {
     pub note: String,
 }
 
+impl EventSpec {
+    fn new(kind: EventKind, reason: &'static str, note: String) -> Self {
+        Self { kind, reason, note }
+    }
+}
+
 /// How the reconcile ended, for logs, spans and the `outcome` metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -251,18 +257,18 @@ pub fn decide(settings: &Settings, obs: &Observation<'_>) -> Plan {
             se,
             own_ise,
             has_finalizer,
-            ConditionSpec {
-                type_: CONDITION_VALID.into(),
-                status: "False".into(),
-                reason: reason::NOT_FOUND.into(),
-                message: format!("service {ns}/{name} is not found"),
-                observed_generation: generation,
-            },
-            EventSpec {
-                kind: EventKind::Warning,
-                reason: "ServiceNotFound",
-                note: format!("Service {name} is not found or in the deleting state"),
-            },
+            ConditionSpec::new(
+                CONDITION_VALID,
+                "False",
+                reason::NOT_FOUND,
+                format!("service {ns}/{name} is not found"),
+                generation,
+            ),
+            EventSpec::new(
+                EventKind::Warning,
+                "ServiceNotFound",
+                format!("Service {name} is not found or in the deleting state"),
+            ),
             Outcome::Invalid(reason::NOT_FOUND),
         );
     };
@@ -272,20 +278,20 @@ pub fn decide(settings: &Settings, obs: &Observation<'_>) -> Plan {
             se,
             own_ise,
             has_finalizer,
-            ConditionSpec {
-                type_: CONDITION_VALID.into(),
-                status: "False".into(),
-                reason: reason::INELIGIBLE.into(),
-                message: format!("service {ns}/{name} is not eligible for export"),
-                observed_generation: generation,
-            },
-            EventSpec {
-                kind: EventKind::Warning,
-                reason: "ServiceNotEligible",
-                note: format!(
+            ConditionSpec::new(
+                CONDITION_VALID,
+                "False",
+                reason::INELIGIBLE,
+                format!("service {ns}/{name} is not eligible for export"),
+                generation,
+            ),
+            EventSpec::new(
+                EventKind::Warning,
+                "ServiceNotEligible",
+                format!(
                     "Service {name} is not eligible for exporting and please check service spec"
                 ),
-            },
+            ),
             Outcome::Invalid(reason::INELIGIBLE),
         );
     }
@@ -295,24 +301,23 @@ pub fn decide(settings: &Settings, obs: &Observation<'_>) -> Plan {
         Err(e) => {
             // The current export stays: unexporting would cut live traffic over a typo.
             let mut plan = Plan::new(Outcome::Invalid(reason::INVALID_WEIGHT));
-            let want = ConditionSpec {
-                type_: CONDITION_VALID.into(),
-                status: "False".into(),
-                reason: reason::INVALID_WEIGHT.into(),
-                message: format!(
-                    "serviceExport {ns}/{name} has an invalid weight annotation, err = {e}"
+            let want = ConditionSpec::new(
+                CONDITION_VALID,
+                "False",
+                reason::INVALID_WEIGHT,
+                format!("serviceExport {ns}/{name} has an invalid weight annotation, err = {e}"),
+                generation,
+            );
+            set_and_tell(
+                &mut plan,
+                se,
+                want,
+                EventSpec::new(
+                    EventKind::Warning,
+                    reason::INVALID_WEIGHT,
+                    format!("ServiceExport {name} has invalid weight value in the annotation"),
                 ),
-                observed_generation: generation,
-            };
-            if set_if_changed(&mut plan, se, want) {
-                plan.events.push(EventSpec {
-                    kind: EventKind::Warning,
-                    reason: reason::INVALID_WEIGHT,
-                    note: format!(
-                        "ServiceExport {name} has invalid weight value in the annotation"
-                    ),
-                });
-            }
+            );
             return plan;
         }
     };
@@ -322,18 +327,18 @@ pub fn decide(settings: &Settings, obs: &Observation<'_>) -> Plan {
             se,
             own_ise,
             has_finalizer,
-            ConditionSpec {
-                type_: CONDITION_VALID.into(),
-                status: "True".into(),
-                reason: reason::VALID.into(),
-                message: format!("exported service {ns}/{name} with 0 weight"),
-                observed_generation: generation,
-            },
-            EventSpec {
-                kind: EventKind::Normal,
-                reason: "Service",
-                note: format!("Service {name} weight is set to 0"),
-            },
+            ConditionSpec::new(
+                CONDITION_VALID,
+                "True",
+                reason::VALID,
+                format!("exported service {ns}/{name} with 0 weight"),
+                generation,
+            ),
+            EventSpec::new(
+                EventKind::Normal,
+                "Service",
+                format!("Service {name} weight is set to 0"),
+            ),
             Outcome::Unexported,
         );
     }
@@ -341,23 +346,26 @@ pub fn decide(settings: &Settings, obs: &Observation<'_>) -> Plan {
     if let Some(other) = obs.ise.filter(|_| own_ise.is_none()) {
         let mut plan = Plan::new(Outcome::Invalid(reason::NAME_COLLISION));
         let other_name = &other.spec.service_reference.namespaced_name;
-        let want = ConditionSpec {
-            type_: CONDITION_VALID.into(),
-            status: "False".into(),
-            reason: reason::NAME_COLLISION.into(),
-            message: format!(
+        let want = ConditionSpec::new(
+            CONDITION_VALID,
+            "False",
+            reason::NAME_COLLISION,
+            format!(
                 "service {ns}/{name} cannot be exported: its hub name {} is already used by the export of service {other_name}",
                 ise_name(ns, name)
             ),
-            observed_generation: generation,
-        };
-        if set_if_changed(&mut plan, se, want) {
-            plan.events.push(EventSpec {
-                kind: EventKind::Warning,
-                reason: reason::NAME_COLLISION,
-                note: format!("Service {name} collides with the export of {other_name} in the hub"),
-            });
-        }
+            generation,
+        );
+        set_and_tell(
+            &mut plan,
+            se,
+            want,
+            EventSpec::new(
+                EventKind::Warning,
+                reason::NAME_COLLISION,
+                format!("Service {name} collides with the export of {other_name} in the hub"),
+            ),
+        );
         // Our finalizer guards nothing in the hub: the object there is someone else's.
         plan.remove_finalizer = has_finalizer;
         return plan;
@@ -395,20 +403,23 @@ fn export(
         last_seen: None,
     };
 
-    let valid = ConditionSpec {
-        type_: CONDITION_VALID.into(),
-        status: "True".into(),
-        reason: reason::VALID.into(),
-        message: format!("service {ns}/{name} is valid for export"),
-        observed_generation: generation,
-    };
-    if set_if_changed(&mut plan, se, valid) {
-        plan.events.push(EventSpec {
-            kind: EventKind::Normal,
-            reason: "ValidServiceExport",
-            note: format!("Service {name} is valid for export"),
-        });
-    }
+    let valid = ConditionSpec::new(
+        CONDITION_VALID,
+        "True",
+        reason::VALID,
+        format!("service {ns}/{name} is valid for export"),
+        generation,
+    );
+    set_and_tell(
+        &mut plan,
+        se,
+        valid,
+        EventSpec::new(
+            EventKind::Normal,
+            "ValidServiceExport",
+            format!("Service {name} is valid for export"),
+        ),
+    );
     let hub_conflict = own_ise.and_then(|ise| find_condition(ise.conditions(), CONDITION_CONFLICT));
     let current_conflict = find_condition(se.conditions(), CONDITION_CONFLICT);
     if let Some(hub) = hub_conflict {
@@ -426,20 +437,23 @@ fn export(
         );
     } else if current_conflict.is_none() || own_ise.is_none() {
         // No verdict yet, or a verdict about an export that no longer exists: re-arm.
-        let pending = ConditionSpec {
-            type_: CONDITION_CONFLICT.into(),
-            status: "Unknown".into(),
-            reason: reason::PENDING_CONFLICT_RESOLUTION.into(),
-            message: format!("service {ns}/{name} is pending export conflict resolution"),
-            observed_generation: generation,
-        };
-        if set_if_changed(&mut plan, se, pending) {
-            plan.events.push(EventSpec {
-                kind: EventKind::Normal,
-                reason: "PendingExportConflictResolution",
-                note: format!("Service {name} is pending export conflict resolution"),
-            });
-        }
+        let pending = ConditionSpec::new(
+            CONDITION_CONFLICT,
+            "Unknown",
+            reason::PENDING_CONFLICT_RESOLUTION,
+            format!("service {ns}/{name} is pending export conflict resolution"),
+            generation,
+        );
+        set_and_tell(
+            &mut plan,
+            se,
+            pending,
+            EventSpec::new(
+                EventKind::Normal,
+                "PendingExportConflictResolution",
+                format!("Service {name} is pending export conflict resolution"),
+            ),
+        );
     }
 
     let service_rv = service
@@ -516,10 +530,15 @@ fn invalid_and_unexported(
     if has_finalizer {
         unexport(&mut plan, own_ise, true);
     }
-    if set_if_changed(&mut plan, se, want) {
+    set_and_tell(&mut plan, se, want, event);
+    plan
+}
+
+/// Sets `want` and, only when that changes the export, records `event`.
+fn set_and_tell(plan: &mut Plan, se: &ServiceExport, want: ConditionSpec, event: EventSpec) {
+    if set_if_changed(plan, se, want) {
         plan.events.push(event);
     }
-    plan
 }
 
 /// Adds `want` to the plan's conditions unless the export already carries it. True if added.
