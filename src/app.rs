@@ -15,7 +15,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::{self, ClientStats, Limits};
 use crate::export::{NoObserver, ReconcileObserver};
-use crate::fleet::{self, FleetState, MemberAzure, MemberHooks, NoHooks, RuntimeConfig, leader::LeaseConfig};
+use crate::fleet::{
+    self, FleetState, MemberAzure, MemberHooks, NoHooks, RuntimeConfig, leader::LeaseConfig,
+};
 use crate::http;
 
 /// Leader election settings.
@@ -45,7 +47,9 @@ pub struct MemberConfigFile {
 impl MemberConfigFile {
     /// Reads and parses the file, naming it in errors.
     pub fn load(path: &std::path::Path) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::Config(format!("cannot read member config {}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::Config(format!("cannot read member config {}: {e}", path.display()))
+        })?;
         serde_saphyr::from_str::<Option<Self>>(&text)
             .map(Option::unwrap_or_default)
             .map_err(|e| Error::Config(format!("invalid member config {}: {e}", path.display())))
@@ -112,7 +116,10 @@ impl Running {
     /// Stops accepting work, lets in-flight reconciles finish, releases the lease. Bounded.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
-        if tokio::time::timeout(Duration::from_secs(25), self.task).await.is_err() {
+        if tokio::time::timeout(Duration::from_secs(25), self.task)
+            .await
+            .is_err()
+        {
             tracing::warn!("shutdown did not complete within 25 s");
         }
     }
@@ -124,15 +131,24 @@ impl Running {
 }
 
 /// Builds the hub client from the kubeconfig (or in-cluster config).
-pub async fn hub_client(path: Option<&std::path::Path>, limits: &Limits, stats: Arc<ClientStats>) -> Result<kube::Client, Error> {
+pub async fn hub_client(
+    path: Option<&std::path::Path>,
+    limits: &Limits,
+    stats: Arc<ClientStats>,
+) -> Result<kube::Client, Error> {
     let config = match path {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| Error::Hub(format!("kubeconfig {}: {e}", path.display())))?;
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| Error::Hub(format!("kubeconfig {}: {e}", path.display())))?;
             kube::Config::from_custom_kubeconfig(kc, &Default::default())
                 .await
                 .map_err(|e| Error::Hub(format!("kubeconfig {}: {e}", path.display())))?
         }
-        None => kube::Config::incluster().map_err(|e| Error::Hub(format!("in-cluster configuration (no --hub-kubeconfig given): {e}")))?,
+        None => kube::Config::incluster().map_err(|e| {
+            Error::Hub(format!(
+                "in-cluster configuration (no --hub-kubeconfig given): {e}"
+            ))
+        })?,
     };
     client::build("hub", config, limits, stats).map_err(|e| Error::Hub(e.to_string()))
 }
@@ -145,11 +161,26 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
             config.runtime.kubeconfig_dir.display()
         )));
     }
-    let hub = hub_client(config.hub_kubeconfig.as_deref(), &config.hub_limits, ext.hub_stats.clone()).await?;
+    let hub = hub_client(
+        config.hub_kubeconfig.as_deref(),
+        &config.hub_limits,
+        ext.hub_stats.clone(),
+    )
+    .await?;
     let shutdown = CancellationToken::new();
     let state = Arc::new(FleetState::default());
-    let health_address = http::serve_health(&config.health_probe_bind_address, state.clone(), shutdown.clone()).await?;
-    let metrics_address = http::serve_metrics(&config.metrics_bind_address, ext.render_metrics.clone(), shutdown.clone()).await?;
+    let health_address = http::serve_health(
+        &config.health_probe_bind_address,
+        state.clone(),
+        shutdown.clone(),
+    )
+    .await?;
+    let metrics_address = http::serve_metrics(
+        &config.metrics_bind_address,
+        ext.render_metrics.clone(),
+        shutdown.clone(),
+    )
+    .await?;
 
     let (leader_tx, leader_rx) = watch::channel(config.leader_election.is_none());
     // The election outlives the fleet's shutdown by a little: the lease is released after
@@ -165,7 +196,12 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
         };
-        tokio::spawn(fleet::leader::run(api, cfg, leader_tx, election_stop.clone()))
+        tokio::spawn(fleet::leader::run(
+            api,
+            cfg,
+            leader_tx,
+            election_stop.clone(),
+        ))
     });
 
     let shared = Arc::new(fleet::Shared {
@@ -205,9 +241,19 @@ pub struct AzureMembers {
 
 impl MemberAzure for AzureMembers {
     fn for_member(&self, member: &str) -> (Arc<dyn crate::export::PublicIpLookup>, String) {
-        let settings = self.members.members.get(member).cloned().unwrap_or_default();
-        let rg = settings.azure_resource_group.unwrap_or_else(|| self.default_resource_group.clone());
-        let lookup = match self.fleet.for_member(settings.azure_subscription_id.as_deref()) {
+        let settings = self
+            .members
+            .members
+            .get(member)
+            .cloned()
+            .unwrap_or_default();
+        let rg = settings
+            .azure_resource_group
+            .unwrap_or_else(|| self.default_resource_group.clone());
+        let lookup = match self
+            .fleet
+            .for_member(settings.azure_subscription_id.as_deref())
+        {
             Ok(lookup) => lookup,
             Err(e) => Arc::new(Unavailable(format!("member {member}: {e}"))),
         };
@@ -221,8 +267,15 @@ struct Unavailable(String);
 
 #[async_trait::async_trait]
 impl crate::export::PublicIpLookup for Unavailable {
-    async fn find_by_address(&self, resource_group: &str, _: &str) -> Result<Option<crate::export::PublicIp>, crate::export::LookupError> {
-        Err(crate::export::LookupError::Failed { resource_group: resource_group.into(), message: self.0.clone() })
+    async fn find_by_address(
+        &self,
+        resource_group: &str,
+        _: &str,
+    ) -> Result<Option<crate::export::PublicIp>, crate::export::LookupError> {
+        Err(crate::export::LookupError::Failed {
+            resource_group: resource_group.into(),
+            message: self.0.clone(),
+        })
     }
 }
 

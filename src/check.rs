@@ -6,7 +6,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
 use kube::api::{Api, PostParams};
 
 use crate::api::GROUP;
@@ -41,30 +43,39 @@ pub struct MemberCheck {
 
 /// Checks one member kubeconfig.
 pub async fn check_member(name: &str, kubeconfig: &str) -> MemberCheck {
-    let mut row = MemberCheck { member: name.into(), server: "-".into(), ok: false, problem: String::new() };
-    let (client, server) = match member_client(name, kubeconfig, &Limits::default(), Arc::default()).await {
-        Ok(c) => c,
-        Err(e) => {
-            row.problem = e;
-            return row;
-        }
+    let mut row = MemberCheck {
+        member: name.into(),
+        server: "-".into(),
+        ok: false,
+        problem: String::new(),
     };
+    let (client, server) =
+        match member_client(name, kubeconfig, &Limits::default(), Arc::default()).await {
+            Ok(c) => c,
+            Err(e) => {
+                row.problem = e;
+                return row;
+            }
+        };
     row.server = server;
-    let version = match tokio::time::timeout(Duration::from_secs(15), discover_version(&client)).await {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) => {
-            row.problem = e;
-            return row;
-        }
-        Err(_) => {
-            row.problem = "no answer within 15 s".into();
-            return row;
-        }
-    };
+    let version =
+        match tokio::time::timeout(Duration::from_secs(15), discover_version(&client)).await {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
+                row.problem = e;
+                return row;
+            }
+            Err(_) => {
+                row.problem = "no answer within 15 s".into();
+                return row;
+            }
+        };
     let api: Api<SelfSubjectAccessReview> = Api::all(client);
     let mut missing = vec![];
     for (group, resource, verb) in MEMBER_PERMISSIONS {
-        let (resource, subresource) = resource.split_once('/').map_or((*resource, None), |(r, s)| (r, Some(s.to_string())));
+        let (resource, subresource) = resource
+            .split_once('/')
+            .map_or((*resource, None), |(r, s)| (r, Some(s.to_string())));
         let review = SelfSubjectAccessReview {
             spec: SelfSubjectAccessReviewSpec {
                 resource_attributes: Some(ResourceAttributes {
@@ -80,7 +91,14 @@ pub async fn check_member(name: &str, kubeconfig: &str) -> MemberCheck {
         };
         match api.create(&PostParams::default(), &review).await {
             Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => {}
-            Ok(_) => missing.push(format!("{verb} {}{resource}", if group.is_empty() { String::new() } else { format!("{group}/") })),
+            Ok(_) => missing.push(format!(
+                "{verb} {}{resource}",
+                if group.is_empty() {
+                    String::new()
+                } else {
+                    format!("{group}/")
+                }
+            )),
             Err(e) => {
                 row.problem = format!("SelfSubjectAccessReview failed: {e}");
                 return row;
@@ -106,23 +124,48 @@ pub async fn run(dir: &Path) -> Result<(), String> {
     for (name, source) in members {
         rows.push(match source.kubeconfig {
             Ok(k) => check_member(&name, &k).await,
-            Err(e) => MemberCheck { member: name, server: "-".into(), ok: false, problem: e },
+            Err(e) => MemberCheck {
+                member: name,
+                server: "-".into(),
+                ok: false,
+                problem: e,
+            },
         });
     }
     print!("{}", table(&rows));
     let bad = rows.iter().filter(|r| !r.ok).count();
-    if bad > 0 { Err(format!("{bad} of {} members unusable", rows.len())) } else { Ok(()) }
+    if bad > 0 {
+        Err(format!("{bad} of {} members unusable", rows.len()))
+    } else {
+        Ok(())
+    }
 }
 
 /// `member | server | status | problem`, aligned.
 pub fn table(rows: &[MemberCheck]) -> String {
-    let w0 = rows.iter().map(|r| r.member.len()).max().unwrap_or(0).max(6);
-    let w1 = rows.iter().map(|r| r.server.len()).max().unwrap_or(0).max(6);
-    let mut out = format!("{:<w0$} | {:<w1$} | {:<6} | problem\n", "member", "server", "status");
+    let w0 = rows
+        .iter()
+        .map(|r| r.member.len())
+        .max()
+        .unwrap_or(0)
+        .max(6);
+    let w1 = rows
+        .iter()
+        .map(|r| r.server.len())
+        .max()
+        .unwrap_or(0)
+        .max(6);
+    let mut out = format!(
+        "{:<w0$} | {:<w1$} | {:<6} | problem\n",
+        "member", "server", "status"
+    );
     for r in rows {
         let status = if r.ok { "ok" } else { "FAIL" };
         let problem = if r.ok { "" } else { r.problem.as_str() };
-        out.push_str(&format!("{:<w0$} | {:<w1$} | {:<6} | {problem}\n", r.member, r.server, status));
+        out.push_str(&format!(
+            "{:<w0$} | {:<w1$} | {:<6} | {problem}\n",
+            r.member, r.server, status
+        ));
     }
     out
 }

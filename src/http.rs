@@ -27,7 +27,11 @@ pub struct BindError {
 }
 
 /// Binds `addr` and serves the health endpoints until `shutdown`. Returns the bound address.
-pub async fn serve_health(addr: &str, state: Arc<FleetState>, shutdown: CancellationToken) -> Result<SocketAddr, BindError> {
+pub async fn serve_health(
+    addr: &str,
+    state: Arc<FleetState>,
+    shutdown: CancellationToken,
+) -> Result<SocketAddr, BindError> {
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -37,14 +41,21 @@ pub async fn serve_health(addr: &str, state: Arc<FleetState>, shutdown: Cancella
 }
 
 /// Binds `addr` and serves `/metrics` until `shutdown`. Returns the bound address.
-pub async fn serve_metrics(addr: &str, render: RenderMetrics, shutdown: CancellationToken) -> Result<SocketAddr, BindError> {
+pub async fn serve_metrics(
+    addr: &str,
+    render: RenderMetrics,
+    shutdown: CancellationToken,
+) -> Result<SocketAddr, BindError> {
     let app = Router::new().route(
         "/metrics",
         get(move || {
             let render = render.clone();
             async move {
                 (
-                    [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                    [(
+                        header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
                     render(),
                 )
             }
@@ -53,13 +64,20 @@ pub async fn serve_metrics(addr: &str, render: RenderMetrics, shutdown: Cancella
     serve(addr, "metrics", app, shutdown).await
 }
 
-async fn serve(addr: &str, what: &'static str, app: Router, shutdown: CancellationToken) -> Result<SocketAddr, BindError> {
+async fn serve(
+    addr: &str,
+    what: &'static str,
+    app: Router,
+    shutdown: CancellationToken,
+) -> Result<SocketAddr, BindError> {
     let bind_err = |source| BindError {
         addr: addr.to_string(),
         what,
         source,
     };
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(bind_err)?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(bind_err)?;
     let local = listener.local_addr().map_err(bind_err)?;
     tokio::spawn(async move {
         let served = axum::serve(listener, app)

@@ -9,6 +9,6 @@ pub mod client;
 pub mod export;
 pub mod fleet;
 pub mod http;
-pub mod sandbox;
 pub mod metrics;
+pub mod sandbox;
 pub mod telemetry;

@@ -9,7 +9,11 @@ use fleetnet_hub::client::Limits;
 use fleetnet_hub::fleet::RuntimeConfig;
 
 #[derive(Parser)]
-#[command(name = "fleetnet-hub", version, about = "Exports every member cluster's Services to the Azure Kubernetes Fleet hub, from one process in the hub")]
+#[command(
+    name = "fleetnet-hub",
+    version,
+    about = "Exports every member cluster's Services to the Azure Kubernetes Fleet hub, from one process in the hub"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -43,7 +47,11 @@ pub struct RunArgs {
     #[arg(long, env = "FLEETNET_KUBECONFIG_DIR", default_value = "kubeconfigs")]
     kubeconfig_dir: PathBuf,
     /// Hub namespace of member `m` is `<prefix><m>`.
-    #[arg(long, env = "FLEETNET_HUB_NAMESPACE_PREFIX", default_value = "fleet-member-")]
+    #[arg(
+        long,
+        env = "FLEETNET_HUB_NAMESPACE_PREFIX",
+        default_value = "fleet-member-"
+    )]
     hub_namespace_prefix: String,
     /// Elect a leader on a Lease in the hub; standbys keep watches warm and do not write.
     #[arg(long, env = "FLEETNET_LEADER_ELECT")]
@@ -52,13 +60,25 @@ pub struct RunArgs {
     #[arg(long, env = "FLEETNET_LEADER_ELECTION_NAMESPACE")]
     leader_election_namespace: Option<String>,
     /// Name of the leader Lease.
-    #[arg(long, env = "FLEETNET_LEADER_ELECTION_ID", default_value = "fleetnet-hub")]
+    #[arg(
+        long,
+        env = "FLEETNET_LEADER_ELECTION_ID",
+        default_value = "fleetnet-hub"
+    )]
     leader_election_id: String,
     /// Prometheus metrics address.
-    #[arg(long, env = "FLEETNET_METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
+    #[arg(
+        long,
+        env = "FLEETNET_METRICS_BIND_ADDRESS",
+        default_value = "0.0.0.0:8080"
+    )]
     metrics_bind_address: String,
     /// `/healthz`, `/readyz` and `/members` address.
-    #[arg(long, env = "FLEETNET_HEALTH_PROBE_BIND_ADDRESS", default_value = "0.0.0.0:8081")]
+    #[arg(
+        long,
+        env = "FLEETNET_HEALTH_PROBE_BIND_ADDRESS",
+        default_value = "0.0.0.0:8081"
+    )]
     health_probe_bind_address: String,
     /// Sustained requests per second to each member's API server.
     #[arg(long, env = "FLEETNET_KUBE_API_QPS", default_value_t = 20.0)]
@@ -98,13 +118,25 @@ pub struct RunArgs {
 #[derive(Args, Clone, Debug)]
 pub struct AzureArgs {
     /// ARM endpoint (sovereign clouds, tests).
-    #[arg(long, env = "FLEETNET_AZURE_ARM_ENDPOINT", default_value = "https://management.azure.com")]
+    #[arg(
+        long,
+        env = "FLEETNET_AZURE_ARM_ENDPOINT",
+        default_value = "https://management.azure.com"
+    )]
     azure_arm_endpoint: String,
     /// Microsoft Entra authority host (token endpoint).
-    #[arg(long, env = "FLEETNET_AZURE_AUTHORITY_HOST", default_value = "https://login.microsoftonline.com")]
+    #[arg(
+        long,
+        env = "FLEETNET_AZURE_AUTHORITY_HOST",
+        default_value = "https://login.microsoftonline.com"
+    )]
     azure_authority_host: String,
     /// `workload-identity`, `managed-identity`, `client-secret` or `azure-cli`.
-    #[arg(long, env = "FLEETNET_AZURE_CREDENTIAL", default_value = "workload-identity")]
+    #[arg(
+        long,
+        env = "FLEETNET_AZURE_CREDENTIAL",
+        default_value = "workload-identity"
+    )]
     azure_credential: String,
     #[arg(long, env = "AZURE_TENANT_ID")]
     azure_tenant_id: Option<String>,
@@ -138,7 +170,11 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         "s" => n,
         "m" => n * 60.0,
         "h" => n * 3600.0,
-        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m or h)")),
+        _ => {
+            return Err(format!(
+                "invalid duration unit in {s:?} (use ms, s, m or h)"
+            ));
+        }
     };
     Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {s:?}: {e}"))
 }
@@ -172,20 +208,28 @@ impl AzureArgs {
             cache_ttl: self.public_ip_cache_ttl,
             ..AzureConfig::default()
         };
-        config.validate().map_err(|e| format!("Azure configuration: {e}"))?;
+        config
+            .validate()
+            .map_err(|e| format!("Azure configuration: {e}"))?;
         Ok(config)
     }
 }
 
 impl RunArgs {
     fn app_config(&self) -> Result<AppConfig, String> {
-        for (name, qps) in [("--kube-api-qps", self.kube_api_qps), ("--hub-api-qps", self.hub_api_qps)] {
+        for (name, qps) in [
+            ("--kube-api-qps", self.kube_api_qps),
+            ("--hub-api-qps", self.hub_api_qps),
+        ] {
             if !(qps.is_finite() && qps > 0.0) {
                 return Err(format!("{name} must be a positive number, got {qps}"));
             }
         }
         if !(0.0..=1.0).contains(&self.trace_sampling_ratio) {
-            return Err(format!("--trace-sampling-ratio must be in [0, 1], got {}", self.trace_sampling_ratio));
+            return Err(format!(
+                "--trace-sampling-ratio must be in [0, 1], got {}",
+                self.trace_sampling_ratio
+            ));
         }
         let instance = std::env::var("POD_NAME").unwrap_or_else(|_| hostname());
         let leader_election = self.leader_elect.then(|| LeaderElection {
@@ -255,13 +299,18 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-
 fn crdgen(out: &std::path::Path) -> anyhow::Result<()> {
     use fleetnet_hub::api::{crd_yaml, internal_service_export_crd, service_export_crd};
     std::fs::create_dir_all(out)?;
     for (file, crd) in [
-        ("networking.fleet.azure.com_serviceexports.yaml", service_export_crd()),
-        ("networking.fleet.azure.com_internalserviceexports.yaml", internal_service_export_crd()),
+        (
+            "networking.fleet.azure.com_serviceexports.yaml",
+            service_export_crd(),
+        ),
+        (
+            "networking.fleet.azure.com_internalserviceexports.yaml",
+            internal_service_export_crd(),
+        ),
     ] {
         std::fs::write(out.join(file), crd_yaml(&crd)?)?;
     }
@@ -271,7 +320,9 @@ fn crdgen(out: &std::path::Path) -> anyhow::Result<()> {
 fn init_logs(format: &str) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().flatten_event(true).init();
     } else {
@@ -289,8 +340,12 @@ async fn main() -> std::process::ExitCode {
     init_logs(&log_format);
     let result = match cli.command {
         Command::Run(args) => run(*args).await,
-        Command::Check { kubeconfig_dir } => fleetnet_hub::check::run(&kubeconfig_dir).await.map_err(anyhow::Error::msg),
-        Command::Sandbox => fleetnet_hub::sandbox::run().await.map_err(anyhow::Error::msg),
+        Command::Check { kubeconfig_dir } => fleetnet_hub::check::run(&kubeconfig_dir)
+            .await
+            .map_err(anyhow::Error::msg),
+        Command::Sandbox => fleetnet_hub::sandbox::run()
+            .await
+            .map_err(anyhow::Error::msg),
         Command::Crdgen { out } => crdgen(&out),
     };
     match result {
@@ -318,13 +373,30 @@ mod tests {
 
     #[test]
     fn flags_parse_and_validate() {
-        let cli = Cli::try_parse_from(["fleetnet-hub", "run", "--kubeconfig-dir", "/tmp", "--leader-elect", "--kube-api-qps", "5"]).expect("parses");
-        let Command::Run(args) = cli.command else { panic!("run") };
+        let cli = Cli::try_parse_from([
+            "fleetnet-hub",
+            "run",
+            "--kubeconfig-dir",
+            "/tmp",
+            "--leader-elect",
+            "--kube-api-qps",
+            "5",
+        ])
+        .expect("parses");
+        let Command::Run(args) = cli.command else {
+            panic!("run")
+        };
         let cfg = args.app_config().expect("valid");
         assert_eq!(cfg.runtime.member_limits.qps, 5.0);
         assert!(cfg.leader_election.is_some());
-        let cli = Cli::try_parse_from(["fleetnet-hub", "run", "--kube-api-qps", "0"]).expect("parses");
-        let Command::Run(args) = cli.command else { panic!("run") };
-        assert!(args.app_config().is_err_and(|e| e.contains("--kube-api-qps")));
+        let cli =
+            Cli::try_parse_from(["fleetnet-hub", "run", "--kube-api-qps", "0"]).expect("parses");
+        let Command::Run(args) = cli.command else {
+            panic!("run")
+        };
+        assert!(
+            args.app_config()
+                .is_err_and(|e| e.contains("--kube-api-qps"))
+        );
     }
 }

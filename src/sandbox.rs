@@ -15,7 +15,9 @@ const MEMBERS: [&str; 2] = ["member-1", "member-2"];
 
 /// Runs until Ctrl-C; everything started is stopped and removed on exit.
 pub async fn run() -> Result<(), String> {
-    eprintln!("starting a hub and two member clusters (real kube-apiserver + etcd; the first run builds them, which takes minutes)...");
+    eprintln!(
+        "starting a hub and two member clusters (real kube-apiserver + etcd; the first run builds them, which takes minutes)..."
+    );
     let fleet = fleetnet_testenv::Fleet::builder()
         .members(MEMBERS)
         .start()
@@ -23,7 +25,11 @@ pub async fn run() -> Result<(), String> {
         .map_err(|e| format!("starting the local clusters: {e}"))?;
     let config = AppConfig {
         hub_kubeconfig: Some(fleet.hub().kubeconfig_path().to_path_buf()),
-        hub_limits: Limits { qps: 100.0, burst: 200, ..Limits::default() },
+        hub_limits: Limits {
+            qps: 100.0,
+            burst: 200,
+            ..Limits::default()
+        },
         runtime: RuntimeConfig {
             kubeconfig_dir: fleet.member_kubeconfig_dir(),
             namespace_prefix: fleetnet_testenv::DEFAULT_HUB_NAMESPACE_PREFIX.into(),
@@ -38,26 +44,45 @@ pub async fn run() -> Result<(), String> {
         metrics_bind_address: "127.0.0.1:0".into(),
         health_probe_bind_address: "127.0.0.1:0".into(),
     };
-    let running = app::start(config, Extensions::default()).await.map_err(|e| e.to_string())?;
+    let running = app::start(config, Extensions::default())
+        .await
+        .map_err(|e| e.to_string())?;
 
     for member in MEMBERS {
-        let client = fleet.member(member).client().await.map_err(|e| e.to_string())?;
+        let client = fleet
+            .member(member)
+            .client()
+            .await
+            .map_err(|e| e.to_string())?;
         create_sample(&client, member).await?;
     }
     let hub = fleet.hub().client().await.map_err(|e| e.to_string())?;
     for member in MEMBERS {
         let ise = wait_for_ise(&hub, &fleet.hub_namespace(member), "demo-hello").await?;
-        println!("--- InternalServiceExport {}/demo-hello (from {member})", fleet.hub_namespace(member));
+        println!(
+            "--- InternalServiceExport {}/demo-hello (from {member})",
+            fleet.hub_namespace(member)
+        );
         println!("{}", serde_saphyr::to_string(&ise.spec).unwrap_or_default());
     }
     println!("fleetnet-hub sandbox is running.");
-    println!("  hub:       kubectl --kubeconfig {} get internalserviceexports -A", fleet.hub().kubeconfig_path().display());
+    println!(
+        "  hub:       kubectl --kubeconfig {} get internalserviceexports -A",
+        fleet.hub().kubeconfig_path().display()
+    );
     for m in fleet.members() {
-        println!("  {:<10} kubectl --kubeconfig {} get serviceexports -A", format!("{}:", m.name()), m.kubeconfig_path().display());
+        println!(
+            "  {:<10} kubectl --kubeconfig {} get serviceexports -A",
+            format!("{}:", m.name()),
+            m.kubeconfig_path().display()
+        );
     }
     println!("  health:    http://{}/members", running.health_address);
     println!("  metrics:   http://{}/metrics", running.metrics_address);
-    println!("Add a member kubeconfig to {} to engage it; Ctrl-C (or SIGTERM) stops everything.", fleet.member_kubeconfig_dir().display());
+    println!(
+        "Add a member kubeconfig to {} to engage it; Ctrl-C (or SIGTERM) stops everything.",
+        fleet.member_kubeconfig_dir().display()
+    );
     app::wait_for_signal().await;
     eprintln!("stopping...");
     running.shutdown().await;
@@ -66,11 +91,21 @@ pub async fn run() -> Result<(), String> {
 }
 
 async fn create_sample(client: &kube::Client, member: &str) -> Result<(), String> {
-    fleetnet_testenv::ensure_namespace(client, member, "demo").await.map_err(|e| e.to_string())?;
+    fleetnet_testenv::ensure_namespace(client, member, "demo")
+        .await
+        .map_err(|e| e.to_string())?;
     let svc = Service {
-        metadata: ObjectMeta { name: Some("hello".into()), namespace: Some("demo".into()), ..Default::default() },
+        metadata: ObjectMeta {
+            name: Some("hello".into()),
+            namespace: Some("demo".into()),
+            ..Default::default()
+        },
         spec: Some(ServiceSpec {
-            ports: Some(vec![ServicePort { name: Some("http".into()), port: 80, ..Default::default() }]),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port: 80,
+                ..Default::default()
+            }]),
             ..Default::default()
         }),
         ..Default::default()
@@ -80,18 +115,32 @@ async fn create_sample(client: &kube::Client, member: &str) -> Result<(), String
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
         Err(e) => Err(format!("{member}: create {what}: {e}")),
     };
-    created(Api::<Service>::namespaced(client.clone(), "demo").create(&PostParams::default(), &svc).await.map(|_| ()), "Service demo/hello")?;
-    let se = ServiceExport::new("demo", "hello", ServiceExportVersion::V1Beta1);
     created(
-        Api::<ServiceExport>::namespaced_with(client.clone(), "demo", &ServiceExportVersion::V1Beta1)
-            .create(&PostParams::default(), &se)
+        Api::<Service>::namespaced(client.clone(), "demo")
+            .create(&PostParams::default(), &svc)
             .await
             .map(|_| ()),
+        "Service demo/hello",
+    )?;
+    let se = ServiceExport::new("demo", "hello", ServiceExportVersion::V1Beta1);
+    created(
+        Api::<ServiceExport>::namespaced_with(
+            client.clone(),
+            "demo",
+            &ServiceExportVersion::V1Beta1,
+        )
+        .create(&PostParams::default(), &se)
+        .await
+        .map(|_| ()),
         "ServiceExport demo/hello",
     )
 }
 
-async fn wait_for_ise(hub: &kube::Client, ns: &str, name: &str) -> Result<InternalServiceExport, String> {
+async fn wait_for_ise(
+    hub: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> Result<InternalServiceExport, String> {
     let api: Api<InternalServiceExport> = Api::namespaced(hub.clone(), ns);
     for _ in 0..600 {
         if let Ok(Some(ise)) = api.get_opt(name).await {
@@ -99,5 +148,7 @@ async fn wait_for_ise(hub: &kube::Client, ns: &str, name: &str) -> Result<Intern
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Err(format!("InternalServiceExport {ns}/{name} did not appear within 60 s"))
+    Err(format!(
+        "InternalServiceExport {ns}/{name} did not appear within 60 s"
+    ))
 }

@@ -29,18 +29,36 @@ struct Clusters {
 }
 
 async fn clusters() -> Clusters {
-    let prefix = std::env::var("FLEETNET_E2E_NAMESPACE_PREFIX").unwrap_or_else(|_| "fleet-member-".into());
-    if let (Ok(hub), Ok(dir)) = (std::env::var("FLEETNET_E2E_HUB_KUBECONFIG"), std::env::var("FLEETNET_E2E_MEMBER_KUBECONFIG_DIR")) {
+    let prefix =
+        std::env::var("FLEETNET_E2E_NAMESPACE_PREFIX").unwrap_or_else(|_| "fleet-member-".into());
+    if let (Ok(hub), Ok(dir)) = (
+        std::env::var("FLEETNET_E2E_HUB_KUBECONFIG"),
+        std::env::var("FLEETNET_E2E_MEMBER_KUBECONFIG_DIR"),
+    ) {
         let dir = PathBuf::from(dir);
         let members = registry::scan(&dir)
             .expect("FLEETNET_E2E_MEMBER_KUBECONFIG_DIR readable")
             .into_iter()
             .map(|(name, src)| (name, src.path))
             .collect();
-        return Clusters { hub: hub.into(), members, member_dir: dir, prefix, _substrate: None };
+        return Clusters {
+            hub: hub.into(),
+            members,
+            member_dir: dir,
+            prefix,
+            _substrate: None,
+        };
     }
-    let fleet = Fleet::builder().members(["member-1", "member-2"]).start().await.expect("substrate");
-    let members = fleet.members().iter().map(|m| (m.name().to_string(), m.kubeconfig_path().to_path_buf())).collect();
+    let fleet = Fleet::builder()
+        .members(["member-1", "member-2"])
+        .start()
+        .await
+        .expect("substrate");
+    let members = fleet
+        .members()
+        .iter()
+        .map(|m| (m.name().to_string(), m.kubeconfig_path().to_path_buf()))
+        .collect();
     Clusters {
         hub: fleet.hub().kubeconfig_path().to_path_buf(),
         members,
@@ -56,7 +74,11 @@ async fn controller(c: &Clusters) -> Option<Running> {
     }
     let config = AppConfig {
         hub_kubeconfig: Some(c.hub.clone()),
-        hub_limits: Limits { qps: 100.0, burst: 200, ..Limits::default() },
+        hub_limits: Limits {
+            qps: 100.0,
+            burst: 200,
+            ..Limits::default()
+        },
         runtime: RuntimeConfig {
             kubeconfig_dir: c.member_dir.clone(),
             namespace_prefix: c.prefix.clone(),
@@ -71,8 +93,13 @@ async fn controller(c: &Clusters) -> Option<Running> {
         metrics_bind_address: "127.0.0.1:0".into(),
         health_probe_bind_address: "127.0.0.1:0".into(),
     };
-    let running = app::start(config, Extensions::default()).await.expect("controller starts");
-    eventually("controller ready", || async { running.state.ready().then_some(()) }).await;
+    let running = app::start(config, Extensions::default())
+        .await
+        .expect("controller starts");
+    eventually("controller ready", || async {
+        running.state.ready().then_some(())
+    })
+    .await;
     Some(running)
 }
 
@@ -81,10 +108,14 @@ async fn exports_from_every_member_land_in_their_hub_namespace() {
     let c = clusters().await;
     assert!(!c.members.is_empty(), "no member clusters");
     let running = controller(&c).await;
-    let hub = client_from_kubeconfig("hub", &c.hub).await.expect("hub client");
+    let hub = client_from_kubeconfig("hub", &c.hub)
+        .await
+        .expect("hub client");
     let ns = format!("e2e-{:06x}", rand::random::<u32>() & 0xffffff);
     for (member, kubeconfig) in &c.members {
-        let client = client_from_kubeconfig(member, kubeconfig).await.expect("member client");
+        let client = client_from_kubeconfig(member, kubeconfig)
+            .await
+            .expect("member client");
         namespace(&client, &ns).await;
         create_service(&client, &service(&ns, "echo", 8080)).await;
         create_export(&client, &ns, "echo", &[]).await;
@@ -93,13 +124,26 @@ async fn exports_from_every_member_land_in_their_hub_namespace() {
         let hub_ns = format!("{}{member}", c.prefix);
         let ise = wait_ise(&hub, &hub_ns, &format!("{ns}-echo"), |_| true).await;
         assert_eq!(ise.spec.service_reference.cluster_id, *member);
-        assert_eq!(ise.spec.service_reference.namespaced_name, format!("{ns}/echo"));
+        assert_eq!(
+            ise.spec.service_reference.namespaced_name,
+            format!("{ns}/echo")
+        );
         assert_eq!(ise.spec.ports[0].port, 8080);
     }
     for (member, kubeconfig) in &c.members {
-        let client = client_from_kubeconfig(member, kubeconfig).await.expect("member client");
-        exports(&client, &ns).delete("echo", &DeleteParams::default()).await.expect("delete export");
-        wait_ise_gone(&hub, &format!("{}{member}", c.prefix), &format!("{ns}-echo")).await;
+        let client = client_from_kubeconfig(member, kubeconfig)
+            .await
+            .expect("member client");
+        exports(&client, &ns)
+            .delete("echo", &DeleteParams::default())
+            .await
+            .expect("delete export");
+        wait_ise_gone(
+            &hub,
+            &format!("{}{member}", c.prefix),
+            &format!("{ns}-echo"),
+        )
+        .await;
     }
     if let Some(running) = running {
         running.shutdown().await;

@@ -15,7 +15,11 @@ use support::*;
 fn config(fleet: &Fleet, dir: &Path) -> AppConfig {
     AppConfig {
         hub_kubeconfig: Some(fleet.hub().kubeconfig_path().to_path_buf()),
-        hub_limits: Limits { qps: 200.0, burst: 400, ..Limits::default() },
+        hub_limits: Limits {
+            qps: 200.0,
+            burst: 400,
+            ..Limits::default()
+        },
         runtime: RuntimeConfig {
             kubeconfig_dir: dir.to_path_buf(),
             namespace_prefix: "fleet-member-".into(),
@@ -34,7 +38,9 @@ fn config(fleet: &Fleet, dir: &Path) -> AppConfig {
 
 /// A kubeconfig directory of our own, seeded with some of the fleet's members.
 fn member_dir(fleet: &Fleet, members: &[&str]) -> PathBuf {
-    let dir = fleet.scratch_dir().join(format!("kubeconfigs-{}", rand_suffix()));
+    let dir = fleet
+        .scratch_dir()
+        .join(format!("kubeconfigs-{}", rand_suffix()));
     std::fs::create_dir_all(&dir).expect("mkdir");
     for m in members {
         add_member(fleet, &dir, m);
@@ -56,13 +62,20 @@ fn add_member(fleet: &Fleet, dir: &Path, member: &str) {
 
 async fn wait_phase(running: &Running, member: &str, phase: Phase) {
     eventually(&format!("member {member} {phase:?}"), || async {
-        running.state.member(member).filter(|m| m.phase == phase).map(|_| ())
+        running
+            .state
+            .member(member)
+            .filter(|m| m.phase == phase)
+            .map(|_| ())
     })
     .await;
 }
 
 async fn wait_ready(running: &Running) {
-    eventually("process ready", || async { running.state.ready().then_some(()) }).await;
+    eventually("process ready", || async {
+        running.state.ready().then_some(())
+    })
+    .await;
 }
 
 /// Creates `ns/name` Service + ServiceExport in `member` and waits for the ISE in the hub.
@@ -73,9 +86,12 @@ async fn export_and_wait(fleet: &Fleet, member: &str, ns: &str, name: &str) -> D
     create_service(&client, &service(ns, name, 80)).await;
     create_export(&client, ns, name, &[]).await;
     let hub = fleet.hub().client().await.expect("hub client");
-    wait_ise(&hub, &fleet.hub_namespace(member), &format!("{ns}-{name}"), |i| {
-        i.spec.service_reference.cluster_id == member
-    })
+    wait_ise(
+        &hub,
+        &fleet.hub_namespace(member),
+        &format!("{ns}-{name}"),
+        |i| i.spec.service_reference.cluster_id == member,
+    )
     .await;
     started.elapsed()
 }
@@ -96,19 +112,37 @@ async fn ise_names(fleet: &Fleet, member: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_export_into_their_own_namespaces_and_come_and_go() {
-    let fleet = Fleet::builder().members(["alpha", "beta", "gamma"]).start().await.expect("fleet");
+    let fleet = Fleet::builder()
+        .members(["alpha", "beta", "gamma"])
+        .start()
+        .await
+        .expect("fleet");
     let dir = member_dir(&fleet, &["alpha", "beta"]);
     // A malformed kubeconfig and a bad name next to good ones: errors for those only.
     std::fs::write(dir.join("broken.yaml"), "this: [is not a kubeconfig").expect("write");
     std::fs::write(dir.join("Not_A_Label.yaml"), "x").expect("write");
-    let running = app::start(config(&fleet, &dir), Extensions::default()).await.expect("starts");
+    let running = app::start(config(&fleet, &dir), Extensions::default())
+        .await
+        .expect("starts");
     wait_phase(&running, "alpha", Phase::Ready).await;
     wait_phase(&running, "beta", Phase::Ready).await;
     wait_phase(&running, "broken", Phase::Failing).await;
     let bad_name = running.state.member("Not_A_Label").expect("tracked");
-    assert!(bad_name.last_error.as_deref().is_some_and(|e| e.contains("DNS-1123")), "{bad_name:?}");
+    assert!(
+        bad_name
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("DNS-1123")),
+        "{bad_name:?}"
+    );
     let broken = running.state.member("broken").expect("tracked");
-    assert!(broken.last_error.as_deref().is_some_and(|e| e.contains("kubeconfig")), "{broken:?}");
+    assert!(
+        broken
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("kubeconfig")),
+        "{broken:?}"
+    );
     wait_ready(&running).await;
 
     // The same ns/name from two members: two ISEs, each in its member's namespace only.
@@ -116,12 +150,22 @@ async fn three_members_export_into_their_own_namespaces_and_come_and_go() {
     export_and_wait(&fleet, "beta", "shop", "cart").await;
     assert_eq!(ise_names(&fleet, "alpha").await, vec!["shop-cart"]);
     assert_eq!(ise_names(&fleet, "beta").await, vec!["shop-cart"]);
-    assert!(ise_names(&fleet, "gamma").await.is_empty(), "gamma is not a member yet");
+    assert!(
+        ise_names(&fleet, "gamma").await.is_empty(),
+        "gamma is not a member yet"
+    );
 
     // /members and /readyz over HTTP.
     let body = http_get(running.health_address, "/members").await;
-    assert!(body.contains("\"alpha\"") && body.contains("\"ready\""), "{body}");
-    assert!(http_get(running.health_address, "/readyz").await.starts_with("ok"));
+    assert!(
+        body.contains("\"alpha\"") && body.contains("\"ready\""),
+        "{body}"
+    );
+    assert!(
+        http_get(running.health_address, "/readyz")
+            .await
+            .starts_with("ok")
+    );
 
     // A member joins at runtime: its file appears.
     add_member(&fleet, &dir, "gamma");
@@ -130,34 +174,59 @@ async fn three_members_export_into_their_own_namespaces_and_come_and_go() {
 
     // A member leaves: its watches stop; what it exported stays (no --cleanup-on-remove).
     std::fs::remove_file(dir.join("beta.yaml")).expect("remove");
-    eventually("beta gone", || async { running.state.member("beta").is_none().then_some(()) }).await;
+    eventually("beta gone", || async {
+        running.state.member("beta").is_none().then_some(())
+    })
+    .await;
     let beta = fleet.member("beta").client().await.expect("beta client");
     create_service(&beta, &service("shop", "after-leave", 80)).await;
     create_export(&beta, "shop", "after-leave", &[]).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(ise_names(&fleet, "beta").await, vec!["shop-cart"], "a removed member is not reconciled");
+    assert_eq!(
+        ise_names(&fleet, "beta").await,
+        vec!["shop-cart"],
+        "a removed member is not reconciled"
+    );
 
     // Rotation: new content for alpha (a fresh scoped-free copy with another token order is
     // enough: the hash changes) re-engages alpha only.
-    let before_alpha = running.state.member("alpha").expect("alpha").kubeconfig_hash;
+    let before_alpha = running
+        .state
+        .member("alpha")
+        .expect("alpha")
+        .kubeconfig_hash;
     let before_gamma = running.state.member("gamma").expect("gamma").since;
     let rotated = std::fs::read_to_string(dir.join("alpha.yaml")).expect("read") + "\n# rotated\n";
     std::fs::write(dir.join(".alpha.new"), rotated).expect("write");
     std::fs::rename(dir.join(".alpha.new"), dir.join("alpha.yaml")).expect("swap");
     eventually("alpha re-engaged", || async {
-        running.state.member("alpha").filter(|m| m.kubeconfig_hash != before_alpha && m.phase == Phase::Ready).map(|_| ())
+        running
+            .state
+            .member("alpha")
+            .filter(|m| m.kubeconfig_hash != before_alpha && m.phase == Phase::Ready)
+            .map(|_| ())
     })
     .await;
-    assert_eq!(running.state.member("gamma").expect("gamma").since, before_gamma, "gamma untouched by alpha's rotation");
+    assert_eq!(
+        running.state.member("gamma").expect("gamma").since,
+        before_gamma,
+        "gamma untouched by alpha's rotation"
+    );
     export_and_wait(&fleet, "alpha", "shop", "after-rotation").await;
     running.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_outage_does_not_delay_the_others_and_nothing_is_lost() {
-    let mut fleet = Fleet::builder().members(["alpha", "beta"]).start().await.expect("fleet");
+    let mut fleet = Fleet::builder()
+        .members(["alpha", "beta"])
+        .start()
+        .await
+        .expect("fleet");
     let dir = member_dir(&fleet, &["alpha", "beta"]);
-    let running = app::start(config(&fleet, &dir), Extensions::default()).await.expect("starts");
+    let running = app::start(config(&fleet, &dir), Extensions::default())
+        .await
+        .expect("starts");
     wait_ready(&running).await;
     let baseline = export_and_wait(&fleet, "beta", "ns1", "baseline").await;
 
@@ -170,11 +239,20 @@ async fn a_member_outage_does_not_delay_the_others_and_nothing_is_lost() {
 
     // beta converges in normal time while alpha is down.
     let during = export_and_wait(&fleet, "beta", "ns1", "while-alpha-down").await;
-    assert!(during < baseline + Duration::from_secs(5), "beta slowed by alpha's outage: {during:?} vs {baseline:?}");
+    assert!(
+        during < baseline + Duration::from_secs(5),
+        "beta slowed by alpha's outage: {during:?} vs {baseline:?}"
+    );
 
     fleet.member_mut("alpha").start().await.expect("alpha back");
     let hub = fleet.hub().client().await.expect("hub client");
-    wait_ise(&hub, &fleet.hub_namespace("alpha"), "ns1-during-outage", |_| true).await;
+    wait_ise(
+        &hub,
+        &fleet.hub_namespace("alpha"),
+        "ns1-during-outage",
+        |_| true,
+    )
+    .await;
     // Nothing duplicated: exactly the ISEs of what alpha exports.
     assert_eq!(ise_names(&fleet, "alpha").await, vec!["ns1-during-outage"]);
     running.shutdown().await;
@@ -182,48 +260,93 @@ async fn a_member_outage_does_not_delay_the_others_and_nothing_is_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hub_outage_and_return() {
-    let mut fleet = Fleet::builder().members(["alpha"]).start().await.expect("fleet");
+    let mut fleet = Fleet::builder()
+        .members(["alpha"])
+        .start()
+        .await
+        .expect("fleet");
     let dir = member_dir(&fleet, &["alpha"]);
-    let running = app::start(config(&fleet, &dir), Extensions::default()).await.expect("starts");
+    let running = app::start(config(&fleet, &dir), Extensions::default())
+        .await
+        .expect("starts");
     wait_ready(&running).await;
     export_and_wait(&fleet, "alpha", "ns1", "before").await;
 
     fleet.hub_mut().stop();
-    eventually("hub unreachable noticed", || async { (!running.state.hub_reachable()).then_some(()) }).await;
+    eventually("hub unreachable noticed", || async {
+        (!running.state.hub_reachable()).then_some(())
+    })
+    .await;
     let alpha = fleet.member("alpha").client().await.expect("alpha client");
     create_service(&alpha, &service("ns1", "during-hub-outage", 80)).await;
     create_export(&alpha, "ns1", "during-hub-outage", &[]).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     fleet.hub_mut().start().await.expect("hub back");
     let hub = fleet.hub().client().await.expect("hub client");
-    wait_ise(&hub, &fleet.hub_namespace("alpha"), "ns1-during-hub-outage", |_| true).await;
-    assert_eq!(ise_names(&fleet, "alpha").await, vec!["ns1-before", "ns1-during-hub-outage"]);
-    eventually("hub reachable again", || async { running.state.hub_reachable().then_some(()) }).await;
+    wait_ise(
+        &hub,
+        &fleet.hub_namespace("alpha"),
+        "ns1-during-hub-outage",
+        |_| true,
+    )
+    .await;
+    assert_eq!(
+        ise_names(&fleet, "alpha").await,
+        vec!["ns1-before", "ns1-during-hub-outage"]
+    );
+    eventually("hub reachable again", || async {
+        running.state.hub_reachable().then_some(())
+    })
+    .await;
     running.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cleanup_on_remove_and_leader_election() {
-    let fleet = Fleet::builder().members(["alpha"]).start().await.expect("fleet");
+    let fleet = Fleet::builder()
+        .members(["alpha"])
+        .start()
+        .await
+        .expect("fleet");
     let dir = member_dir(&fleet, &["alpha"]);
     let hub = fleet.hub().client().await.expect("hub client");
-    fleetnet_testenv::ensure_namespace(&hub, "hub", "fleetnet-system").await.expect("ns");
+    fleetnet_testenv::ensure_namespace(&hub, "hub", "fleetnet-system")
+        .await
+        .expect("ns");
     let mut cfg = config(&fleet, &dir);
     cfg.runtime.cleanup_on_remove = true;
-    cfg.leader_election = Some(LeaderElection { namespace: "fleetnet-system".into(), name: "fleetnet-hub".into(), identity: "replica-a".into() });
+    cfg.leader_election = Some(LeaderElection {
+        namespace: "fleetnet-system".into(),
+        name: "fleetnet-hub".into(),
+        identity: "replica-a".into(),
+    });
     let mut standby_cfg = cfg.clone();
-    standby_cfg.leader_election = Some(LeaderElection { namespace: "fleetnet-system".into(), name: "fleetnet-hub".into(), identity: "replica-b".into() });
+    standby_cfg.leader_election = Some(LeaderElection {
+        namespace: "fleetnet-system".into(),
+        name: "fleetnet-hub".into(),
+        identity: "replica-b".into(),
+    });
 
-    let leader = app::start(cfg, Extensions::default()).await.expect("starts");
-    eventually("replica-a leads", || async { leader.leader.borrow().then_some(()) }).await;
-    let standby = app::start(standby_cfg, Extensions::default()).await.expect("standby starts");
+    let leader = app::start(cfg, Extensions::default())
+        .await
+        .expect("starts");
+    eventually("replica-a leads", || async {
+        leader.leader.borrow().then_some(())
+    })
+    .await;
+    let standby = app::start(standby_cfg, Extensions::default())
+        .await
+        .expect("standby starts");
     wait_phase(&standby, "alpha", Phase::Ready).await;
     assert!(!*standby.leader.borrow(), "one leader at a time");
     export_and_wait(&fleet, "alpha", "ns1", "web").await;
 
     // The leader stops (releasing its lease): the standby takes over and keeps exporting.
     leader.shutdown().await;
-    eventually("replica-b leads", || async { standby.leader.borrow().then_some(()) }).await;
+    eventually("replica-b leads", || async {
+        standby.leader.borrow().then_some(())
+    })
+    .await;
     export_and_wait(&fleet, "alpha", "ns1", "after-failover").await;
 
     // --cleanup-on-remove: the member's ISEs go, its finalizers too.
@@ -236,7 +359,10 @@ async fn cleanup_on_remove_and_leader_election() {
         let api = exports(&alpha, "ns1");
         async move {
             let list = api.list(&Default::default()).await.ok()?;
-            list.items.iter().all(|se| se.metadata.finalizers.is_none()).then_some(())
+            list.items
+                .iter()
+                .all(|se| se.metadata.finalizers.is_none())
+                .then_some(())
         }
     })
     .await;
@@ -247,17 +373,25 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
         .await
         .expect("write");
     let mut out = String::new();
     stream.read_to_string(&mut out).await.expect("read");
-    out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or(out)
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or(out)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_member_fails_alone_and_check_reports_every_member() {
-    let mut fleet = Fleet::builder().members(["alpha", "beta", "gamma"]).start().await.expect("fleet");
+    let mut fleet = Fleet::builder()
+        .members(["alpha", "beta", "gamma"])
+        .start()
+        .await
+        .expect("fleet");
     let dir = member_dir(&fleet, &["alpha", "beta"]);
     // gamma: an identity without any RBAC.
     let no_rbac = fleetnet_testenv::ScopedIdentity {
@@ -267,7 +401,11 @@ async fn unreachable_member_fails_alone_and_check_reports_every_member() {
         role: None,
         role_namespaces: vec![],
     };
-    fleet.member("gamma").issue_scoped_kubeconfig(&no_rbac, &dir.join("gamma.yaml")).await.expect("scoped kubeconfig");
+    fleet
+        .member("gamma")
+        .issue_scoped_kubeconfig(&no_rbac, &dir.join("gamma.yaml"))
+        .await
+        .expect("scoped kubeconfig");
     // beta is down before it is ever engaged: its first sync cannot finish.
     fleet.member_mut("beta").stop();
 
@@ -275,18 +413,37 @@ async fn unreachable_member_fails_alone_and_check_reports_every_member() {
         let members = fleetnet_hub::fleet::registry::scan(&dir).expect("scan");
         let mut rows = vec![];
         for (name, src) in members {
-            rows.push(fleetnet_hub::check::check_member(&name, &src.kubeconfig.expect("readable")).await);
+            rows.push(
+                fleetnet_hub::check::check_member(&name, &src.kubeconfig.expect("readable")).await,
+            );
         }
         rows
     };
     let table = fleetnet_hub::check::table(&report);
     eprintln!("{table}");
-    assert!(report.iter().any(|r| r.member == "alpha" && r.ok), "{table}");
-    assert!(report.iter().any(|r| r.member == "beta" && !r.ok), "{table}");
-    assert!(report.iter().any(|r| r.member == "gamma" && !r.ok && r.problem.contains("missing RBAC") && r.problem.contains("serviceexports")), "{table}");
-    assert!(fleetnet_hub::check::run(&dir).await.is_err(), "check fails when a member is unusable");
+    assert!(
+        report.iter().any(|r| r.member == "alpha" && r.ok),
+        "{table}"
+    );
+    assert!(
+        report.iter().any(|r| r.member == "beta" && !r.ok),
+        "{table}"
+    );
+    assert!(
+        report.iter().any(|r| r.member == "gamma"
+            && !r.ok
+            && r.problem.contains("missing RBAC")
+            && r.problem.contains("serviceexports")),
+        "{table}"
+    );
+    assert!(
+        fleetnet_hub::check::run(&dir).await.is_err(),
+        "check fails when a member is unusable"
+    );
 
-    let running = app::start(config(&fleet, &dir), Extensions::default()).await.expect("starts");
+    let running = app::start(config(&fleet, &dir), Extensions::default())
+        .await
+        .expect("starts");
     wait_phase(&running, "alpha", Phase::Ready).await;
     wait_phase(&running, "beta", Phase::Failing).await;
     // A failing member does not hold readiness nor the others' work.
@@ -301,27 +458,47 @@ async fn unreachable_member_fails_alone_and_check_reports_every_member() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_serving_only_v1alpha1_is_read_through_v1alpha1() {
-    use fleetnet_hub::api::{ServiceExportVersion, crd_yaml, internal_service_export_crd, service_export_crd};
+    use fleetnet_hub::api::{
+        ServiceExportVersion, crd_yaml, internal_service_export_crd, service_export_crd,
+    };
     let crds = tempfile::tempdir().expect("tempdir");
     let mut se = service_export_crd();
     se.spec.versions.retain(|v| v.name == "v1alpha1");
     se.spec.versions[0].storage = true;
     std::fs::write(crds.path().join("se.yaml"), crd_yaml(&se).expect("yaml")).expect("write");
-    std::fs::write(crds.path().join("ise.yaml"), crd_yaml(&internal_service_export_crd()).expect("yaml")).expect("write");
-    let fleet = Fleet::builder().members(["old"]).crds_dir(crds.path()).start().await.expect("fleet");
+    std::fs::write(
+        crds.path().join("ise.yaml"),
+        crd_yaml(&internal_service_export_crd()).expect("yaml"),
+    )
+    .expect("write");
+    let fleet = Fleet::builder()
+        .members(["old"])
+        .crds_dir(crds.path())
+        .start()
+        .await
+        .expect("fleet");
     let client = fleet.member("old").client().await.expect("client");
-    assert_eq!(fleetnet_hub::fleet::discover_version(&client).await, Ok(ServiceExportVersion::V1Alpha1));
+    assert_eq!(
+        fleetnet_hub::fleet::discover_version(&client).await,
+        Ok(ServiceExportVersion::V1Alpha1)
+    );
 
     let dir = member_dir(&fleet, &["old"]);
-    let running = app::start(config(&fleet, &dir), Extensions::default()).await.expect("starts");
+    let running = app::start(config(&fleet, &dir), Extensions::default())
+        .await
+        .expect("starts");
     wait_ready(&running).await;
     namespace(&client, "ns1").await;
     create_service(&client, &service("ns1", "web", 80)).await;
     let se = fleetnet_hub::api::ServiceExport::new("ns1", "web", ServiceExportVersion::V1Alpha1);
-    kube::api::Api::<fleetnet_hub::api::ServiceExport>::namespaced_with(client.clone(), "ns1", &ServiceExportVersion::V1Alpha1)
-        .create(&Default::default(), &se)
-        .await
-        .expect("create v1alpha1 ServiceExport");
+    kube::api::Api::<fleetnet_hub::api::ServiceExport>::namespaced_with(
+        client.clone(),
+        "ns1",
+        &ServiceExportVersion::V1Alpha1,
+    )
+    .create(&Default::default(), &se)
+    .await
+    .expect("create v1alpha1 ServiceExport");
     let hub = fleet.hub().client().await.expect("hub");
     wait_ise(&hub, &fleet.hub_namespace("old"), "ns1-web", |_| true).await;
     running.shutdown().await;

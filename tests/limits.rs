@@ -16,14 +16,32 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_bucket_spaces_requests_beyond_the_burst_but_not_watches() {
-    let fleet = Fleet::builder().members(["alpha"]).start().await.expect("fleet");
+    let fleet = Fleet::builder()
+        .members(["alpha"])
+        .start()
+        .await
+        .expect("fleet");
     let stats = Arc::new(ClientStats::default());
-    let limits = Limits { qps: 10.0, burst: 3, ..Limits::default() };
-    let client = limited_client("alpha", fleet.member("alpha").kubeconfig_path(), &limits, stats.clone()).await;
+    let limits = Limits {
+        qps: 10.0,
+        burst: 3,
+        ..Limits::default()
+    };
+    let client = limited_client(
+        "alpha",
+        fleet.member("alpha").kubeconfig_path(),
+        &limits,
+        stats.clone(),
+    )
+    .await;
     let api: Api<Namespace> = Api::all(client.clone());
 
     // A watch is open the whole time and must not take tokens from the GETs.
-    let watch = watcher(Api::<ConfigMap>::all(client.clone()), watcher::Config::default()).applied_objects();
+    let watch = watcher(
+        Api::<ConfigMap>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .applied_objects();
     let watching = tokio::spawn(watch.for_each(|_| futures::future::ready(())));
     eventually("watch open", || {
         let stats = stats.clone();
@@ -44,18 +62,37 @@ async fn token_bucket_spaces_requests_beyond_the_burst_but_not_watches() {
     done.sort();
     let total = *done.last().expect("13 requests");
     // 3 at once from the burst, then 10 more at 10/s: about 1 s. Generous lower bound only.
-    eprintln!("13 GETs at qps=10 burst=3: first {:?}, last {:?}, waited {:?}", done[0], total, stats.waited());
-    assert!(total >= Duration::from_millis(850), "requests beyond the burst were not spaced: {total:?}");
-    assert!(done[2] < Duration::from_millis(500), "the burst passed at once: {:?}", &done[..3]);
+    eprintln!(
+        "13 GETs at qps=10 burst=3: first {:?}, last {:?}, waited {:?}",
+        done[0],
+        total,
+        stats.waited()
+    );
+    assert!(
+        total >= Duration::from_millis(850),
+        "requests beyond the burst were not spaced: {total:?}"
+    );
+    assert!(
+        done[2] < Duration::from_millis(500),
+        "the burst passed at once: {:?}",
+        &done[..3]
+    );
     let gaps: Vec<Duration> = done.windows(2).skip(3).map(|w| w[1] - w[0]).collect();
-    assert!(gaps.iter().all(|g| *g < Duration::from_millis(400)), "steady spacing near 100 ms: {gaps:?}");
+    assert!(
+        gaps.iter().all(|g| *g < Duration::from_millis(400)),
+        "steady spacing near 100 ms: {gaps:?}"
+    );
     assert!(stats.waited() >= Duration::from_millis(500));
     watching.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_flooding_its_limiter_does_not_slow_another() {
-    let fleet = Fleet::builder().members(["slow", "fast"]).start().await.expect("fleet");
+    let fleet = Fleet::builder()
+        .members(["slow", "fast"])
+        .start()
+        .await
+        .expect("fleet");
     let slow = fleet.member("slow").client().await.expect("client");
     let fast = fleet.member("fast").client().await.expect("client");
     let hub = fleet.hub().client().await.expect("hub");
@@ -64,7 +101,14 @@ async fn a_member_flooding_its_limiter_does_not_slow_another() {
     let throttled = start_exporter(
         &fleet,
         "slow",
-        ExporterOptions { member_limits: Some(Limits { qps: 2.0, burst: 1, ..Limits::default() }), ..Default::default() },
+        ExporterOptions {
+            member_limits: Some(Limits {
+                qps: 2.0,
+                burst: 1,
+                ..Limits::default()
+            }),
+            ..Default::default()
+        },
     )
     .await;
     let normal = start_exporter(&fleet, "fast", ExporterOptions::default()).await;
@@ -79,10 +123,20 @@ async fn a_member_flooding_its_limiter_does_not_slow_another() {
     create_export(&fast, "load", "probe", &[]).await;
     wait_ise(&hub, &fleet.hub_namespace("fast"), "load-probe", |_| true).await;
     let fast_took = started.elapsed();
-    let slow_done = ises(&hub, &fleet.hub_namespace("slow")).list(&Default::default()).await.expect("list").items.len();
-    eprintln!("fast member exported in {fast_took:?} while the slow member had {slow_done}/15 exported");
+    let slow_done = ises(&hub, &fleet.hub_namespace("slow"))
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .items
+        .len();
+    eprintln!(
+        "fast member exported in {fast_took:?} while the slow member had {slow_done}/15 exported"
+    );
     assert!(slow_done < 15, "the slow member should still be backlogged");
-    assert!(fast_took < Duration::from_secs(5), "the other member was slowed: {fast_took:?}");
+    assert!(
+        fast_took < Duration::from_secs(5),
+        "the other member was slowed: {fast_took:?}"
+    );
     assert!(throttled.member_stats.waited() > normal.member_stats.waited());
     throttled.stop().await;
     normal.stop().await;

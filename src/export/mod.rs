@@ -331,7 +331,8 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
                         .export_latency(&ctx.member, elapsed_since(since, now));
                 }
                 if let Some(since) = conflict_resolved_since(&export, &plan, now) {
-                    ctx.observer.conflict_reflected(&ctx.member, elapsed_since(since, now));
+                    ctx.observer
+                        .conflict_reflected(&ctx.member, elapsed_since(since, now));
                 }
                 if let Some(message) = plan.pending {
                     return Err(Error::Pending {
@@ -387,7 +388,11 @@ fn record_hub_writes(ctx: &Context, plan: &decide::Plan, done: act::Performed) {
 
 /// When the plan reflects the hub's verdict (a resolved `Conflict`), the export time it
 /// resolves: the last-seen timestamp on the ServiceExport.
-fn conflict_resolved_since(se: &ServiceExport, plan: &decide::Plan, now: Timestamp) -> Option<Timestamp> {
+fn conflict_resolved_since(
+    se: &ServiceExport,
+    plan: &decide::Plan,
+    now: Timestamp,
+) -> Option<Timestamp> {
     let resolved = plan
         .conditions
         .iter()
@@ -395,7 +400,11 @@ fn conflict_resolved_since(se: &ServiceExport, plan: &decide::Plan, now: Timesta
     if !resolved {
         return None;
     }
-    let stamp = se.metadata.annotations.as_ref()?.get(crate::api::LAST_SEEN_TIMESTAMP_ANNOTATION)?;
+    let stamp = se
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(crate::api::LAST_SEEN_TIMESTAMP_ANNOTATION)?;
     stamp.parse::<Timestamp>().ok().filter(|t| *t <= now)
 }
 

@@ -24,7 +24,12 @@ pub struct LeaseConfig {
 
 /// Runs the election until `shutdown`; `leader` follows whether this replica holds the lease.
 /// On shutdown a held lease is released so a standby takes over without waiting it out.
-pub async fn run(api: Api<Lease>, cfg: LeaseConfig, leader: watch::Sender<bool>, shutdown: CancellationToken) {
+pub async fn run(
+    api: Api<Lease>,
+    cfg: LeaseConfig,
+    leader: watch::Sender<bool>,
+    shutdown: CancellationToken,
+) {
     let mut last_renew: Option<tokio::time::Instant> = None;
     loop {
         let held = match try_acquire_or_renew(&api, &cfg).await {
@@ -39,7 +44,9 @@ pub async fn run(api: Api<Lease>, cfg: LeaseConfig, leader: watch::Sender<bool>,
             last_renew = Some(now);
         }
         // Keep leading through short API hiccups, but never past the renew deadline.
-        let leading = held || last_renew.is_some_and(|t| *leader.borrow() && now.duration_since(t) < cfg.renew_deadline);
+        let leading = held
+            || last_renew
+                .is_some_and(|t| *leader.borrow() && now.duration_since(t) < cfg.renew_deadline);
         if leading != *leader.borrow() {
             tracing::info!(lease = %cfg.name, identity = %cfg.identity, leading, "leadership changed");
             leader.send_replace(leading);
@@ -62,7 +69,9 @@ async fn try_acquire_or_renew(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<boo
     let now = Timestamp::now();
     let spec = |transitions: i32, acquired: Option<MicroTime>| LeaseSpec {
         holder_identity: Some(cfg.identity.clone()),
-        lease_duration_seconds: Some(i32::try_from(cfg.lease_duration.as_secs()).unwrap_or(i32::MAX)),
+        lease_duration_seconds: Some(
+            i32::try_from(cfg.lease_duration.as_secs()).unwrap_or(i32::MAX),
+        ),
         acquire_time: acquired.or(Some(MicroTime(now))),
         renew_time: Some(MicroTime(now)),
         lease_transitions: Some(transitions),
@@ -87,14 +96,19 @@ async fn try_acquire_or_renew(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<boo
     let holder = current.holder_identity.clone().unwrap_or_default();
     let mine = holder == cfg.identity;
     let expired = current.renew_time.as_ref().is_none_or(|t| {
-        let duration = jiff::SignedDuration::from_secs(i64::from(current.lease_duration_seconds.unwrap_or(0)));
+        let duration =
+            jiff::SignedDuration::from_secs(i64::from(current.lease_duration_seconds.unwrap_or(0)));
         t.0.checked_add(duration).map_or(true, |end| end < now)
     });
     if !mine && !holder.is_empty() && !expired {
         return Ok(false);
     }
     let transitions = current.lease_transitions.unwrap_or(0) + i32::from(!mine);
-    let acquired = if mine { current.acquire_time.clone() } else { None };
+    let acquired = if mine {
+        current.acquire_time.clone()
+    } else {
+        None
+    };
     lease.spec = Some(spec(transitions, acquired));
     // `replace` carries the resourceVersion read: two candidates cannot both win.
     match api.replace(&cfg.name, &PostParams::default(), &lease).await {
@@ -114,5 +128,7 @@ async fn release(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<(), kube::Error>
     }
     spec.holder_identity = None;
     spec.lease_duration_seconds = Some(1);
-    api.replace(&cfg.name, &PostParams::default(), &lease).await.map(|_| ())
+    api.replace(&cfg.name, &PostParams::default(), &lease)
+        .await
+        .map(|_| ())
 }

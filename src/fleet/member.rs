@@ -8,15 +8,20 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::state::Phase;
 use super::Shared;
+use super::state::Phase;
 use crate::api::{GROUP, ServiceExportVersion};
 use crate::client::{self, ClientStats};
 use crate::export::{MemberExporter, Settings};
 
 /// Runs the member until `cancel`: connect, discover, start the exporter, track its phase;
 /// any failure is retried with the member's own backoff, never affecting other members.
-pub(super) async fn run(name: String, kubeconfig: String, shared: Arc<Shared>, cancel: CancellationToken) {
+pub(super) async fn run(
+    name: String,
+    kubeconfig: String,
+    shared: Arc<Shared>,
+    cancel: CancellationToken,
+) {
     let mut failures = 0u32;
     while !cancel.is_cancelled() {
         shared.state.set_phase(&name, Phase::Connecting, None);
@@ -24,7 +29,8 @@ pub(super) async fn run(name: String, kubeconfig: String, shared: Arc<Shared>, c
             Ok(()) => break,
             Err(e) => {
                 failures = failures.saturating_add(1);
-                let delay = crate::export::backoff(failures, rand::random::<f64>()).min(Duration::from_secs(60));
+                let delay = crate::export::backoff(failures, rand::random::<f64>())
+                    .min(Duration::from_secs(60));
                 tracing::warn!(member = %name, error = %e, retry_in = ?delay, "member failing");
                 shared.state.set_phase(&name, Phase::Failing, Some(e));
                 tokio::select! {
@@ -44,38 +50,57 @@ pub async fn member_client(
     limits: &client::Limits,
     stats: Arc<ClientStats>,
 ) -> Result<(kube::Client, String), String> {
-    let parsed = Kubeconfig::from_yaml(kubeconfig).map_err(|e| format!("invalid kubeconfig: {e}"))?;
+    let parsed =
+        Kubeconfig::from_yaml(kubeconfig).map_err(|e| format!("invalid kubeconfig: {e}"))?;
     let config = kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
         .await
         .map_err(|e| format!("unusable kubeconfig: {e}"))?;
     let server = config.cluster_url.to_string();
-    let client = client::build(&format!("member:{name}"), config, limits, stats).map_err(|e| e.to_string())?;
+    let client = client::build(&format!("member:{name}"), config, limits, stats)
+        .map_err(|e| e.to_string())?;
     Ok((client, server))
 }
 
 /// The ServiceExport version the member serves, preferring v1beta1.
 pub async fn discover_version(client: &kube::Client) -> Result<ServiceExportVersion, String> {
-    let group = kube::discovery::group(client, GROUP)
-        .await
-        .map_err(|e| format!("API group {GROUP} not served (is the ServiceExport CRD installed?): {e}"))?;
+    let group = kube::discovery::group(client, GROUP).await.map_err(|e| {
+        format!("API group {GROUP} not served (is the ServiceExport CRD installed?): {e}")
+    })?;
     let served: Vec<String> = group
         .versions()
-        .filter(|v| group.versioned_resources(v).iter().any(|(r, _)| r.kind == "ServiceExport"))
+        .filter(|v| {
+            group
+                .versioned_resources(v)
+                .iter()
+                .any(|(r, _)| r.kind == "ServiceExport")
+        })
         .map(str::to_string)
         .collect();
-    ServiceExportVersion::prefer(served.iter().map(String::as_str))
-        .ok_or_else(|| format!("ServiceExport is not served in v1beta1 or v1alpha1 (served: {served:?})"))
+    ServiceExportVersion::prefer(served.iter().map(String::as_str)).ok_or_else(|| {
+        format!("ServiceExport is not served in v1beta1 or v1alpha1 (served: {served:?})")
+    })
 }
 
-async fn run_once(name: &str, kubeconfig: &str, shared: &Arc<Shared>, cancel: &CancellationToken) -> Result<(), String> {
+async fn run_once(
+    name: &str,
+    kubeconfig: &str,
+    shared: &Arc<Shared>,
+    cancel: &CancellationToken,
+) -> Result<(), String> {
     let cfg = &shared.config;
     let stats = Arc::new(ClientStats::default());
-    let (client, server) = member_client(name, kubeconfig, &cfg.member_limits, stats.clone()).await?;
+    let (client, server) =
+        member_client(name, kubeconfig, &cfg.member_limits, stats.clone()).await?;
     shared.state.set_server(name, &server);
     shared.hooks.member_engaged(name, stats);
     let version = tokio::time::timeout(cfg.member_sync_timeout, discover_version(&client))
         .await
-        .map_err(|_| format!("API discovery did not answer within {:?}", cfg.member_sync_timeout))??;
+        .map_err(|_| {
+            format!(
+                "API discovery did not answer within {:?}",
+                cfg.member_sync_timeout
+            )
+        })??;
     shared.state.set_phase(name, Phase::Syncing, None);
     let (public_ips, default_resource_group) = match &shared.azure {
         Some(azure) if cfg.traffic_manager => {
@@ -111,7 +136,8 @@ async fn run_once(name: &str, kubeconfig: &str, shared: &Arc<Shared>, cancel: &C
         match tokio::time::timeout(sync_timeout, synced.wait()).await {
             Ok(()) => state.set_phase(&member, Phase::Ready, None),
             Err(_) => {
-                let e = format!("initial sync did not finish within {sync_timeout:?}; still trying");
+                let e =
+                    format!("initial sync did not finish within {sync_timeout:?}; still trying");
                 tracing::warn!(member = %member, "{e}");
                 state.set_phase(&member, Phase::Failing, Some(e));
                 synced.wait().await;

@@ -118,7 +118,8 @@ impl ReconcileObserver for StateObserver {
         self.inner.conflict_reflected(member, latency);
     }
     fn controller_error(&self, member: &str, error: &str) {
-        self.state.set_phase(member, Phase::Failing, Some(error.to_string()));
+        self.state
+            .set_phase(member, Phase::Failing, Some(error.to_string()));
         self.inner.controller_error(member, error);
     }
 }
@@ -135,7 +136,10 @@ impl Engagement {
         self.cancel.cancel();
         if let Some(task) = self.task.take() {
             // In-flight reconciles finish; a stuck member cannot hold the others' shutdown.
-            if tokio::time::timeout(Duration::from_secs(15), task).await.is_err() {
+            if tokio::time::timeout(Duration::from_secs(15), task)
+                .await
+                .is_err()
+            {
                 tracing::warn!("member did not stop within 15 s");
             }
         }
@@ -164,7 +168,12 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
         }
     }
     tracing::info!(members = engaged.len(), "shutting down: stopping members");
-    futures::future::join_all(std::mem::take(&mut engaged).into_values().map(Engagement::stop)).await;
+    futures::future::join_all(
+        std::mem::take(&mut engaged)
+            .into_values()
+            .map(Engagement::stop),
+    )
+    .await;
     hub_probe.abort();
 }
 
@@ -192,7 +201,11 @@ async fn sync_members(shared: &Arc<Shared>, engaged: &mut BTreeMap<String, Engag
             return;
         }
     };
-    let gone: Vec<String> = engaged.keys().filter(|n| !desired.contains_key(*n)).cloned().collect();
+    let gone: Vec<String> = engaged
+        .keys()
+        .filter(|n| !desired.contains_key(*n))
+        .cloned()
+        .collect();
     for name in gone {
         if let Some(e) = engaged.remove(&name) {
             tracing::info!(member = %name, "member removed");
@@ -217,7 +230,12 @@ async fn sync_members(shared: &Arc<Shared>, engaged: &mut BTreeMap<String, Engag
         let cancel = CancellationToken::new();
         let (task, kubeconfig) = match source.kubeconfig {
             Ok(kubeconfig) => {
-                let task = tokio::spawn(member::run(name.clone(), kubeconfig.clone(), shared.clone(), cancel.clone()));
+                let task = tokio::spawn(member::run(
+                    name.clone(),
+                    kubeconfig.clone(),
+                    shared.clone(),
+                    cancel.clone(),
+                ));
                 (Some(task), Some(kubeconfig))
             }
             Err(e) => {
@@ -226,7 +244,15 @@ async fn sync_members(shared: &Arc<Shared>, engaged: &mut BTreeMap<String, Engag
                 (None, None)
             }
         };
-        engaged.insert(name, Engagement { hash: source.hash, kubeconfig, cancel, task });
+        engaged.insert(
+            name,
+            Engagement {
+                hash: source.hash,
+                kubeconfig,
+                cancel,
+                task,
+            },
+        );
     }
 }
 
@@ -248,31 +274,69 @@ async fn cleanup(shared: &Arc<Shared>, name: &str, kubeconfig: Option<&str>) {
         Ok::<_, kube::Error>(())
     };
     match tokio::time::timeout(Duration::from_secs(30), hub_side).await {
-        Ok(Ok(())) => tracing::info!(member = %name, namespace = %ns, "removed the member's exports from the hub"),
-        Ok(Err(e)) => tracing::warn!(member = %name, namespace = %ns, error = %e, "cleanup of the hub namespace failed"),
-        Err(_) => tracing::warn!(member = %name, namespace = %ns, "cleanup of the hub namespace timed out"),
+        Ok(Ok(())) => {
+            tracing::info!(member = %name, namespace = %ns, "removed the member's exports from the hub")
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(member = %name, namespace = %ns, error = %e, "cleanup of the hub namespace failed")
+        }
+        Err(_) => {
+            tracing::warn!(member = %name, namespace = %ns, "cleanup of the hub namespace timed out")
+        }
     }
     let Some(kubeconfig) = kubeconfig else { return };
     let member_side = async {
-        let (client, _) = member::member_client(name, kubeconfig, &shared.config.member_limits, Arc::default()).await?;
+        let (client, _) = member::member_client(
+            name,
+            kubeconfig,
+            &shared.config.member_limits,
+            Arc::default(),
+        )
+        .await?;
         let version = discover_version(&client).await?;
         let all: Api<ServiceExport> = Api::all_with(client.clone(), &version);
-        let list = all.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
-        for se in list.items.into_iter().filter(|se| se.metadata.finalizers.iter().flatten().any(|f| f == CLEANUP_FINALIZER)) {
+        let list = all
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        for se in list.items.into_iter().filter(|se| {
+            se.metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == CLEANUP_FINALIZER)
+        }) {
             let ns = se.metadata.namespace.clone().unwrap_or_default();
-            let rest: Vec<String> = se.metadata.finalizers.iter().flatten().filter(|f| *f != CLEANUP_FINALIZER).cloned().collect();
+            let rest: Vec<String> = se
+                .metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .filter(|f| *f != CLEANUP_FINALIZER)
+                .cloned()
+                .collect();
             let patch = serde_json::json!({"metadata": {"resourceVersion": se.metadata.resource_version, "finalizers": rest}});
             Api::<ServiceExport>::namespaced_with(client.clone(), &ns, &version)
-                .patch(se.metadata.name.as_deref().unwrap_or_default(), &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(
+                    se.metadata.name.as_deref().unwrap_or_default(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
                 .await
                 .map_err(|e| e.to_string())?;
         }
         Ok::<_, String>(())
     };
     match tokio::time::timeout(Duration::from_secs(30), member_side).await {
-        Ok(Ok(())) => tracing::info!(member = %name, "removed finalizers from the member's ServiceExports"),
-        Ok(Err(e)) => tracing::warn!(member = %name, error = %e, "member unreachable: finalizers left in place"),
-        Err(_) => tracing::warn!(member = %name, "member cleanup timed out: finalizers left in place"),
+        Ok(Ok(())) => {
+            tracing::info!(member = %name, "removed finalizers from the member's ServiceExports")
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(member = %name, error = %e, "member unreachable: finalizers left in place")
+        }
+        Err(_) => {
+            tracing::warn!(member = %name, "member cleanup timed out: finalizers left in place")
+        }
     }
 }
 
@@ -284,9 +348,12 @@ async fn probe_hub(shared: Arc<Shared>, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => return,
             _ = ticker.tick() => {}
         }
-        let ok = tokio::time::timeout(Duration::from_secs(5), shared.hub_client.apiserver_version())
-            .await
-            .is_ok_and(|r| r.is_ok());
+        let ok = tokio::time::timeout(
+            Duration::from_secs(5),
+            shared.hub_client.apiserver_version(),
+        )
+        .await
+        .is_ok_and(|r| r.is_ok());
         if ok != shared.state.hub_reachable() {
             tracing::info!(reachable = ok, "hub reachability changed");
         }

@@ -29,7 +29,12 @@ fn is_member_file(file_name: &str) -> bool {
 /// The member name of a file: its name without the extension (`alpha.yaml` → `alpha`).
 pub fn member_name(file_name: &str) -> &str {
     match file_name.rsplit_once('.') {
-        Some((stem, ext)) if !stem.is_empty() && matches!(ext, "yaml" | "yml" | "kubeconfig" | "conf" | "json") => stem,
+        Some((stem, ext))
+            if !stem.is_empty()
+                && matches!(ext, "yaml" | "yml" | "kubeconfig" | "conf" | "json") =>
+        {
+            stem
+        }
         _ => file_name,
     }
 }
@@ -38,7 +43,9 @@ pub fn member_name(file_name: &str) -> &str {
 pub fn validate_member_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 63
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-')
         && !name.ends_with('-');
     if ok {
@@ -68,13 +75,21 @@ pub fn scan(dir: &Path) -> std::io::Result<BTreeMap<String, MemberSource>> {
         }
         let name = member_name(&file_name).to_string();
         let kubeconfig = validate_member_name(&name).and_then(|()| {
-            std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+            std::fs::read_to_string(&path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))
         });
         let hash = match &kubeconfig {
             Ok(text) => hex(&Sha256::digest(text.as_bytes())),
             Err(e) => hex(&Sha256::digest(e.as_bytes())),
         };
-        members.insert(name, MemberSource { path, kubeconfig, hash });
+        members.insert(
+            name,
+            MemberSource {
+                path,
+                kubeconfig,
+                hash,
+            },
+        );
     }
     Ok(members)
 }
@@ -114,10 +129,18 @@ mod tests {
         std::os::unix::fs::symlink("..2026_12_02", p.join("..data")).expect("link");
         std::os::unix::fs::symlink("..data/beta.yaml", p.join("beta.yaml")).expect("link");
         let members = scan(p).expect("scan");
-        assert_eq!(members.keys().collect::<Vec<_>>(), vec!["Bad_Name", "alpha", "beta"]);
+        assert_eq!(
+            members.keys().collect::<Vec<_>>(),
+            vec!["Bad_Name", "alpha", "beta"]
+        );
         assert_eq!(members["alpha"].kubeconfig.as_deref(), Ok("a"));
         assert_eq!(members["beta"].kubeconfig.as_deref(), Ok("b1"));
-        assert!(members["Bad_Name"].kubeconfig.as_ref().is_err_and(|e| e.contains("DNS-1123")));
+        assert!(
+            members["Bad_Name"]
+                .kubeconfig
+                .as_ref()
+                .is_err_and(|e| e.contains("DNS-1123"))
+        );
 
         // Atomic swap of the Secret's data: same name, new content, new hash.
         let before = members["beta"].hash.clone();

@@ -23,7 +23,12 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase, for gauges that export one series per phase.
-    pub const ALL: [Phase; 4] = [Phase::Connecting, Phase::Syncing, Phase::Ready, Phase::Failing];
+    pub const ALL: [Phase; 4] = [
+        Phase::Connecting,
+        Phase::Syncing,
+        Phase::Ready,
+        Phase::Failing,
+    ];
 
     /// Lower-case name.
     pub fn as_str(self) -> &'static str {
@@ -62,12 +67,19 @@ pub struct FleetState {
 impl FleetState {
     /// A copy of every member's status.
     pub fn members(&self) -> BTreeMap<String, MemberStatus> {
-        self.members.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.members
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The status of one member.
     pub fn member(&self, name: &str) -> Option<MemberStatus> {
-        self.members.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+        self.members
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
     }
 
     /// Starts tracking a (new engagement of a) member, in `Connecting`.
@@ -153,7 +165,10 @@ mod tests {
         assert!(state.ready(), "a failing member does not hold readiness");
         state.set_phase("a", Phase::Failing, Some("watch error".into()));
         state.set_phase("a", Phase::Ready, None);
-        assert_eq!(state.member("a").and_then(|m| m.last_error).as_deref(), Some("watch error"));
+        assert_eq!(
+            state.member("a").and_then(|m| m.last_error).as_deref(),
+            Some("watch error")
+        );
         state.set_hub_reachable(false);
         assert!(!state.ready(), "hub unreachable");
     }

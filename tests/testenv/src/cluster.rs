@@ -150,14 +150,24 @@ impl Cluster {
         loop {
             self.check_alive()?;
             let pem = std::fs::read(self.dir.join("certs/apiserver.crt")).unwrap_or_default();
-            let complete = String::from_utf8_lossy(&pem).trim_end().ends_with("-----END CERTIFICATE-----");
+            let complete = String::from_utf8_lossy(&pem)
+                .trim_end()
+                .ends_with("-----END CERTIFICATE-----");
             if complete && trusted.as_ref().is_none_or(|(seen, _)| *seen != pem) {
-                write_token_kubeconfig(&self.kubeconfig, &self.name, &self.server(), &pem, ADMIN_USER, &self.admin_token)?;
+                write_token_kubeconfig(
+                    &self.kubeconfig,
+                    &self.name,
+                    &self.server(),
+                    &pem,
+                    ADMIN_USER,
+                    &self.admin_token,
+                )?;
                 trusted = Some((pem, self.client().await?));
             }
             if let Some((_, client)) = &trusted
                 && let Ok(req) = http::Request::get("/readyz").body(Vec::new())
-                && let Ok(answer) = tokio::time::timeout(Duration::from_secs(5), client.request_text(req)).await
+                && let Ok(answer) =
+                    tokio::time::timeout(Duration::from_secs(5), client.request_text(req)).await
                 && matches!(answer.as_deref(), Ok("ok"))
             {
                 self.last_ready_after = Some(started.elapsed());
