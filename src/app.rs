@@ -14,11 +14,9 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{self, ClientStats, Limits};
-use crate::export::{NoObserver, ReconcileObserver};
-use crate::fleet::{
-    self, FleetState, MemberAzure, MemberHooks, NoHooks, RuntimeConfig, leader::LeaseConfig,
-};
+use crate::fleet::{self, FleetState, MemberAzure, RuntimeConfig, leader::LeaseConfig};
 use crate::http;
+use crate::metrics::Metrics;
 
 /// Leader election settings.
 #[derive(Debug, Clone)]
@@ -68,27 +66,13 @@ pub struct AppConfig {
     pub health_probe_bind_address: String,
 }
 
-/// Optional parts supplied by the caller (metrics, Azure).
-#[derive(Clone)]
+/// Optional parts supplied by the caller.
+#[derive(Clone, Default)]
 pub struct Extensions {
-    pub observer: Arc<dyn ReconcileObserver>,
-    pub hooks: Arc<dyn MemberHooks>,
+    /// Traffic Manager: the shared Azure client, per member.
     pub azure: Option<Arc<dyn MemberAzure>>,
-    pub render_metrics: http::RenderMetrics,
-    /// Counters of the shared hub client.
-    pub hub_stats: Arc<ClientStats>,
-}
-
-impl Default for Extensions {
-    fn default() -> Self {
-        Self {
-            observer: Arc::new(NoObserver),
-            hooks: Arc::new(NoHooks),
-            azure: None,
-            render_metrics: Arc::new(String::new),
-            hub_stats: Arc::default(),
-        }
-    }
+    /// The Azure client's counters, for metrics.
+    pub azure_counters: Option<crate::metrics::AzureSource>,
 }
 
 /// Start-up failures.
@@ -107,6 +91,7 @@ pub struct Running {
     pub health_address: SocketAddr,
     pub metrics_address: SocketAddr,
     pub state: Arc<FleetState>,
+    pub metrics: Arc<Metrics>,
     pub leader: watch::Receiver<bool>,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<()>,
@@ -161,26 +146,33 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
             config.runtime.kubeconfig_dir.display()
         )));
     }
+    let hub_stats = Arc::new(ClientStats::default());
     let hub = hub_client(
         config.hub_kubeconfig.as_deref(),
         &config.hub_limits,
-        ext.hub_stats.clone(),
+        hub_stats.clone(),
     )
     .await?;
     let shutdown = CancellationToken::new();
     let state = Arc::new(FleetState::default());
+    let metrics = Arc::new(Metrics::new());
+    metrics.set_fleet_state(state.clone());
+    metrics.set_hub_client(hub_stats);
+    if let Some(source) = ext.azure_counters {
+        metrics.set_azure_source(source);
+    }
+    let render: http::RenderMetrics = {
+        let metrics = metrics.clone();
+        Arc::new(move || metrics.encode())
+    };
     let health_address = http::serve_health(
         &config.health_probe_bind_address,
         state.clone(),
         shutdown.clone(),
     )
     .await?;
-    let metrics_address = http::serve_metrics(
-        &config.metrics_bind_address,
-        ext.render_metrics.clone(),
-        shutdown.clone(),
-    )
-    .await?;
+    let metrics_address =
+        http::serve_metrics(&config.metrics_bind_address, render, shutdown.clone()).await?;
 
     let (leader_tx, leader_rx) = watch::channel(config.leader_election.is_none());
     // The election outlives the fleet's shutdown by a little: the lease is released after
@@ -208,8 +200,8 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
         config: config.runtime,
         hub_client: hub,
         state: state.clone(),
-        observer: ext.observer,
-        hooks: ext.hooks,
+        observer: metrics.clone(),
+        hooks: metrics.clone(),
         azure: ext.azure,
         leader: leader_rx.clone(),
     });
@@ -225,6 +217,7 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
         health_address,
         metrics_address,
         state,
+        metrics,
         leader: leader_rx,
         shutdown,
         task,

@@ -286,6 +286,19 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.enable_traffic_manager {
         let azure = args.azure.azure_config().map_err(anyhow::Error::msg)?;
         let fleet = fleetnet_hub::azure::AzureFleet::new(azure)?;
+        let stats = fleet.stats_handle();
+        ext.azure_counters = Some(std::sync::Arc::new(move || {
+            let s = stats.snapshot();
+            fleetnet_hub::metrics::AzureCounters {
+                list_calls: s.list_calls,
+                arm_requests: s.arm_requests,
+                cache_hits: s.cache_hits,
+                cache_misses: s.cache_misses,
+                retries: s.retries,
+                throttled: s.throttled,
+                limiter_wait: s.limiter_wait,
+            }
+        }));
         ext.azure = Some(std::sync::Arc::new(app::AzureMembers {
             fleet,
             members,
@@ -317,27 +330,34 @@ fn crdgen(out: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn init_logs(format: &str) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if format == "json" {
-        builder.json().flatten_event(true).init();
-    } else {
-        builder.init();
+/// Logs (and OTLP traces when `OTEL_EXPORTER_OTLP_*` is set), sampled per member.
+fn init_telemetry(cli: &Cli) -> anyhow::Result<fleetnet_hub::telemetry::TelemetryGuard> {
+    use fleetnet_hub::telemetry::{self, TelemetryConfig};
+    let mut config = TelemetryConfig::from_env()?;
+    if let Command::Run(args) = &cli.command {
+        config.log_format = args.log_format.parse()?;
+        config.sampling.default_ratio = args.trace_sampling_ratio;
+        if let Some(path) = &args.member_config {
+            for (member, settings) in app::MemberConfigFile::load(path)?.members {
+                if let Some(ratio) = settings.trace_sampling_ratio {
+                    config.sampling.members.insert(member, ratio);
+                }
+            }
+        }
     }
+    Ok(telemetry::init(config)?)
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let log_format = match &cli.command {
-        Command::Run(args) => args.log_format.clone(),
-        _ => "text".into(),
+    let telemetry = match init_telemetry(&cli) {
+        Ok(guard) => guard,
+        Err(e) => {
+            eprintln!("fleetnet-hub: {e:#}");
+            return std::process::ExitCode::FAILURE;
+        }
     };
-    init_logs(&log_format);
     let result = match cli.command {
         Command::Run(args) => run(*args).await,
         Command::Check { kubeconfig_dir } => fleetnet_hub::check::run(&kubeconfig_dir)
@@ -348,6 +368,10 @@ async fn main() -> std::process::ExitCode {
             .map_err(anyhow::Error::msg),
         Command::Crdgen { out } => crdgen(&out),
     };
+    // Flushes pending spans, bounded.
+    if let Err(e) = telemetry.shutdown() {
+        eprintln!("fleetnet-hub: telemetry shutdown: {e}");
+    }
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -44,14 +44,14 @@ use tracing_subscriber::{Layer, fmt as tfmt};
 /// The span attribute the sampler reads on root spans.
 pub const MEMBER_ATTRIBUTE: &str = "fleet.member";
 
-/// Filter of the OpenTelemetry layer when none is configured: our spans at INFO, kube's
-/// per-request `HTTP` spans (DEBUG), never the exporter's own stack (no feedback loop), and
-/// not kube-runtime's `reconciling object` span: our `reconcile` span is the trace root (it
-/// carries the member the sampler needs), the runtime's would be a second, member-less root
-/// per reconcile that per-member sampling could not suppress.
-pub const DEFAULT_TRACE_FILTER: &str = "info,kube_client=debug,kube_runtime=warn,\
-opentelemetry=off,opentelemetry_sdk=off,opentelemetry_otlp=off,tonic=off,h2=off,hyper=off,\
-hyper_util=off,reqwest=off,tower=off";
+/// Filter of the OpenTelemetry layer when none is configured: our spans at INFO (our client
+/// layer's at DEBUG), kube's per-request `HTTP` spans (DEBUG), never the exporter's own stack
+/// (no feedback loop), and not kube-runtime's `reconciling object` span: our `reconcile` span
+/// is the trace root (it carries the member the sampler needs); the runtime's would be a
+/// second, member-less root per reconcile that per-member sampling could not suppress.
+pub const DEFAULT_TRACE_FILTER: &str = "info,kube_client=debug,fleetnet_hub::client=debug,\
+kube_runtime=warn,opentelemetry=off,opentelemetry_sdk=off,opentelemetry_otlp=off,tonic=off,\
+h2=off,hyper=off,hyper_util=off,reqwest=off,tower=off";
 
 /// Env var of the per-member sampling ratios ([`SamplingConfig`] syntax).
 pub const SAMPLING_ENV: &str = "FLEETNET_TRACE_SAMPLING";

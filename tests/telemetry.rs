@@ -207,16 +207,24 @@ fn check_traces(spans: &[ExportedSpan], run: &ChildRun, sampled: &[&str], suppre
             mine.iter().any(|r| r.attr("outcome") == Some("exported")),
             "no exported outcome for {member}: {mine:?}"
         );
-        // kube's HTTP client spans, children of the member's reconcile, same trace.
+        // kube's HTTP client spans, descendants of the member's reconcile (linked by parent
+        // span id, possibly through an intermediate span), same trace.
         let children: Vec<&ExportedSpan> = spans
             .iter()
             .filter(|s| s.attributes.contains_key("http.method"))
             .filter(|s| {
-                by_id.get(s.parent_span_id.as_str()).is_some_and(|p| {
-                    p.name == "reconcile"
-                        && p.attr("fleet.member") == Some(member)
-                        && p.trace_id == s.trace_id
-                })
+                let mut parent = by_id.get(s.parent_span_id.as_str());
+                for _ in 0..4 {
+                    match parent {
+                        Some(p) if p.trace_id != s.trace_id => return false,
+                        Some(p) if p.name == "reconcile" => {
+                            return p.attr("fleet.member") == Some(member);
+                        }
+                        Some(p) => parent = by_id.get(p.parent_span_id.as_str()),
+                        None => return false,
+                    }
+                }
+                false
             })
             .collect();
         assert!(

@@ -158,30 +158,37 @@ where
         let kind = classify(req.method(), req.uri());
         let shared = self.shared.clone();
         let inner = self.inner.clone();
-        Box::pin(async move {
-            if kind.verb == "watch" {
+        // The verb and resource, which kube's own HTTP span cannot know.
+        let span = tracing::debug_span!(
+            "k8s.request",
+            k8s.verb = kind.verb,
+            k8s.resource = %kind.resource,
+            http.status_code = tracing::field::Empty,
+        );
+        let fut = async move {
+            let res = if kind.verb == "watch" {
                 // Long-running: neither a QPS token nor an in-flight slot, or watches stall.
-                let res = inner.oneshot(req).await.map_err(Into::into);
-                shared
-                    .stats
-                    .record(&kind, res.as_ref().map(|r| r.status().as_u16()).ok());
-                return res;
-            }
-            let waited = Instant::now();
-            shared.limiter.until_ready().await;
-            let _slot = shared.in_flight.acquire().await.map_err(BoxError::from)?;
-            shared.stats.add_wait(waited.elapsed());
-            let res = match tokio::time::timeout(shared.timeout, inner.oneshot(req)).await {
-                Ok(res) => res.map_err(Into::into),
-                Err(_) => Err(BoxError::from(format!(
-                    "{} {} timed out after {:?}",
-                    kind.verb, kind.resource, shared.timeout
-                ))),
+                inner.oneshot(req).await.map_err(Into::into)
+            } else {
+                let waited = Instant::now();
+                shared.limiter.until_ready().await;
+                let _slot = shared.in_flight.acquire().await.map_err(BoxError::from)?;
+                shared.stats.add_wait(waited.elapsed());
+                match tokio::time::timeout(shared.timeout, inner.oneshot(req)).await {
+                    Ok(res) => res.map_err(Into::into),
+                    Err(_) => Err(BoxError::from(format!(
+                        "{} {} timed out after {:?}",
+                        kind.verb, kind.resource, shared.timeout
+                    ))),
+                }
             };
-            shared
-                .stats
-                .record(&kind, res.as_ref().map(|r| r.status().as_u16()).ok());
+            let code = res.as_ref().map(|r| r.status().as_u16()).ok();
+            if let Some(code) = code {
+                tracing::Span::current().record("http.status_code", code);
+            }
+            shared.stats.record(&kind, code);
             res
-        })
+        };
+        Box::pin(tracing::Instrument::instrument(fut, span))
     }
 }

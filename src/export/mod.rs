@@ -279,8 +279,11 @@ async fn reconcile(se: Arc<ServiceExport>, ctx: Arc<Context>) -> Result<Action, 
             span.in_scope(|| tracing::warn!(error = %e, "reconcile failed"));
         }
     }
-    ctx.observer
-        .reconciled(&ctx.member, &label, started.elapsed());
+    // Inside the span, so the duration sample can carry the trace id as an exemplar.
+    span.in_scope(|| {
+        ctx.observer
+            .reconciled(&ctx.member, &label, started.elapsed())
+    });
     result.map(|(_, action)| action)
 }
 
@@ -327,8 +330,10 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
             Ok(done) => {
                 record_hub_writes(ctx, &plan, done);
                 if let Some(since) = plan.exported_since.filter(|_| done.hub_writes > 0) {
+                    // Until the ISE is written, not until the decision.
+                    let written = Timestamp::now();
                     ctx.observer
-                        .export_latency(&ctx.member, elapsed_since(since, now));
+                        .export_latency(&ctx.member, elapsed_since(since, written));
                 }
                 if let Some(since) = conflict_resolved_since(&export, &plan, now) {
                     ctx.observer
