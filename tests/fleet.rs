@@ -60,6 +60,14 @@ fn add_member(fleet: &Fleet, dir: &Path, member: &str) {
     std::fs::rename(&tmp, dir.join(format!("{member}.yaml"))).expect("rename kubeconfig");
 }
 
+/// Writes `file` into a new timestamped directory and points `..data` at it atomically.
+fn secret_swap(dir: &Path, version: &str, file: &str, content: &str) {
+    std::fs::create_dir(dir.join(version)).expect("mkdir");
+    std::fs::write(dir.join(version).join(file), content).expect("write");
+    std::os::unix::fs::symlink(version, dir.join("..data_tmp")).expect("link");
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).expect("swap");
+}
+
 async fn wait_phase(running: &Running, member: &str, phase: Phase) {
     eventually(&format!("member {member} {phase:?}"), || async {
         running
@@ -168,7 +176,12 @@ async fn three_members_export_into_their_own_namespaces_and_come_and_go() {
     );
 
     // A member joins at runtime: its file appears.
-    add_member(&fleet, &dir, "gamma");
+    // gamma joins the way a mounted Secret presents it: `gamma.yaml -> ..data/gamma.yaml`,
+    // `..data -> ..<timestamp>`.
+    let gamma_kubeconfig =
+        std::fs::read_to_string(fleet.member("gamma").kubeconfig_path()).expect("read");
+    secret_swap(&dir, "..2026_12_02_a", "gamma.yaml", &gamma_kubeconfig);
+    std::os::unix::fs::symlink("..data/gamma.yaml", dir.join("gamma.yaml")).expect("link");
     wait_phase(&running, "gamma", Phase::Ready).await;
     export_and_wait(&fleet, "gamma", "shop", "cart").await;
 
@@ -213,6 +226,28 @@ async fn three_members_export_into_their_own_namespaces_and_come_and_go() {
         "gamma untouched by alpha's rotation"
     );
     export_and_wait(&fleet, "alpha", "shop", "after-rotation").await;
+
+    // A Secret update: the kubelet swaps `..data` atomically; gamma alone is re-engaged.
+    let before_gamma = running
+        .state
+        .member("gamma")
+        .expect("gamma")
+        .kubeconfig_hash;
+    secret_swap(
+        &dir,
+        "..2026_12_02_b",
+        "gamma.yaml",
+        &format!("{gamma_kubeconfig}\n# rotated\n"),
+    );
+    eventually("gamma re-engaged after the symlink swap", || async {
+        running
+            .state
+            .member("gamma")
+            .filter(|m| m.kubeconfig_hash != before_gamma && m.phase == Phase::Ready)
+            .map(|_| ())
+    })
+    .await;
+    export_and_wait(&fleet, "gamma", "shop", "after-swap").await;
     running.shutdown().await;
 }
 

@@ -112,11 +112,13 @@ impl<L: GroupLister> GroupCache<L> {
         let (generation, flight) = match self.plan(&group, resource_group, &ip) {
             Plan::Answer(answer) => {
                 AzureStats::incr(&self.stats.cache_hits);
+                tracing::Span::current().record("azure.cache", "hit");
                 return Ok(answer);
             }
             Plan::Fail(error) => return Err(error),
             Plan::Wait(generation, flight) => {
                 AzureStats::incr(&self.stats.cache_misses);
+                tracing::Span::current().record("azure.cache", "miss");
                 (generation, flight)
             }
         };
@@ -184,41 +186,50 @@ impl<L: GroupLister> GroupCache<L> {
         let rg = resource_group.to_owned();
         let hold = self.timing.miss_refresh_interval;
         // Spawned, so a reconcile that gives up waiting does not cancel the LIST for the rest.
-        let task = tokio::spawn(async move {
-            let result = lister.list(&rg).await;
-            let done = Instant::now();
-            let mut state = task_group.lock();
-            let result = match result {
-                Ok(by_ip) => {
-                    let snapshot = Arc::new(Snapshot {
-                        by_ip,
-                        fetched_at: done,
-                    });
-                    state.snapshot = Some(Arc::clone(&snapshot));
-                    state.error_until = None;
-                    Ok(snapshot)
+        // The LIST is a child of the lookup that started it, whoever else waits for it.
+        let span = tracing::info_span!(
+            parent: &tracing::Span::current(),
+            "azure.arm.list_public_ips",
+            azure.resource_group = %rg,
+        );
+        let task = tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let result = lister.list(&rg).await;
+                let done = Instant::now();
+                let mut state = task_group.lock();
+                let result = match result {
+                    Ok(by_ip) => {
+                        let snapshot = Arc::new(Snapshot {
+                            by_ip,
+                            fetched_at: done,
+                        });
+                        state.snapshot = Some(Arc::clone(&snapshot));
+                        state.error_until = None;
+                        Ok(snapshot)
+                    }
+                    Err(error) => {
+                        let hold = match &error {
+                            LookupError::Throttled {
+                                retry_after: Some(after),
+                                ..
+                            } => hold.max(*after),
+                            _ => hold,
+                        };
+                        state.error_until = Some((done + hold, error.clone()));
+                        Err(error)
+                    }
+                };
+                if state
+                    .in_flight
+                    .as_ref()
+                    .is_some_and(|(g, _)| *g == generation)
+                {
+                    state.in_flight = None;
                 }
-                Err(error) => {
-                    let hold = match &error {
-                        LookupError::Throttled {
-                            retry_after: Some(after),
-                            ..
-                        } => hold.max(*after),
-                        _ => hold,
-                    };
-                    state.error_until = Some((done + hold, error.clone()));
-                    Err(error)
-                }
-            };
-            if state
-                .in_flight
-                .as_ref()
-                .is_some_and(|(g, _)| *g == generation)
-            {
-                state.in_flight = None;
-            }
-            result
-        });
+                result
+            },
+            span,
+        ));
         let rg = resource_group.to_owned();
         let flight: Flight = async move {
             match task.await {

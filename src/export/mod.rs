@@ -425,7 +425,7 @@ async fn observe_public_ip(ctx: &Context, service: Option<&Service>) -> PublicIp
     let Some((rg, ip)) = public_ip_query(&ctx.settings, service) else {
         return PublicIpObservation::NotNeeded;
     };
-    let span = tracing::info_span!("azure.public_ip.lookup", azure.resource_group = %rg, ip = %ip, found = field::Empty);
+    let span = tracing::info_span!("azure.public_ip.lookup", azure.resource_group = %rg, ip = %ip, found = field::Empty, azure.cache = field::Empty);
     let result = lookup
         .find_by_address(&rg, &ip)
         .instrument(span.clone())
