@@ -287,18 +287,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         let azure = args.azure.azure_config().map_err(anyhow::Error::msg)?;
         let fleet = fleetnet_hub::azure::AzureFleet::new(azure)?;
         let stats = fleet.stats_handle();
-        ext.azure_counters = Some(std::sync::Arc::new(move || {
-            let s = stats.snapshot();
-            fleetnet_hub::metrics::AzureCounters {
-                list_calls: s.list_calls,
-                arm_requests: s.arm_requests,
-                cache_hits: s.cache_hits,
-                cache_misses: s.cache_misses,
-                retries: s.retries,
-                throttled: s.throttled,
-                limiter_wait: s.limiter_wait,
-            }
-        }));
+        ext.azure_counters = Some(std::sync::Arc::new(move || stats.snapshot()));
         ext.azure = Some(std::sync::Arc::new(app::AzureMembers {
             fleet,
             members,

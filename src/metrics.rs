@@ -46,23 +46,7 @@ const LATENCY_BUCKETS: [f64; 15] = [
 ];
 
 /// Azure counters at one instant, as the Azure client reports them (monotonic totals).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct AzureCounters {
-    /// Public IP LIST operations against ARM.
-    pub list_calls: u64,
-    /// HTTP requests sent to ARM (every page, every retry).
-    pub arm_requests: u64,
-    /// Lookups answered from the cache.
-    pub cache_hits: u64,
-    /// Lookups that had to wait for a LIST.
-    pub cache_misses: u64,
-    /// ARM requests re-sent.
-    pub retries: u64,
-    /// 429 responses from ARM.
-    pub throttled: u64,
-    /// Total time ARM requests waited for the rate limiter.
-    pub limiter_wait: Duration,
-}
+pub use crate::azure::AzureStatsSnapshot as AzureCounters;
 
 /// Reads the Azure counters at scrape time.
 pub type AzureSource = Arc<dyn Fn() -> AzureCounters + Send + Sync>;
