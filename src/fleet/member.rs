@@ -50,11 +50,11 @@ pub async fn member_client(
     limits: &client::Limits,
     stats: Arc<ClientStats>,
 ) -> Result<(kube::Client, String), String> {
-    let parsed =
-        Kubeconfig::from_yaml(kubeconfig).map_err(|e| format!("invalid kubeconfig: {e}"))?;
+    let parsed = Kubeconfig::from_yaml(kubeconfig)
+        .map_err(|e| format!("invalid kubeconfig: {}", redact_quoted(&e.to_string())))?;
     let config = kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
         .await
-        .map_err(|e| format!("unusable kubeconfig: {e}"))?;
+        .map_err(|e| format!("unusable kubeconfig: {}", redact_quoted(&e.to_string())))?;
     let server = config.cluster_url.to_string();
     let client = client::build(&format!("member:{name}"), config, limits, stats)
         .map_err(|e| e.to_string())?;
@@ -149,4 +149,43 @@ async fn run_once(
     let result = run.await;
     watcher.abort();
     result.map_err(|e| format!("member task ended abnormally: {e}"))
+}
+
+/// Parser errors quote the offending value, which in a kubeconfig may be a token or a key:
+/// keep the message and position, drop what is quoted.
+fn redact_quoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut quoted = false;
+    for c in message.chars() {
+        match (c, quoted) {
+            ('"' | '`', false) => {
+                quoted = true;
+                out.push_str("\"…");
+            }
+            ('"' | '`', true) => {
+                quoted = false;
+                out.push('"');
+            }
+            (_, true) => {}
+            (c, false) => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_quoted;
+
+    #[test]
+    fn quoted_values_never_reach_errors() {
+        let e = redact_quoted(
+            "invalid type: string \"sk-secret-token\", expected a map at line 3 column 5",
+        );
+        assert_eq!(
+            e,
+            "invalid type: string \"…\", expected a map at line 3 column 5"
+        );
+        assert!(!e.contains("secret"));
+    }
 }
