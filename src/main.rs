@@ -302,18 +302,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 fn crdgen(out: &std::path::Path) -> anyhow::Result<()> {
-    use fleetnet_hub::api::{crd_yaml, internal_service_export_crd, service_export_crd};
+    use fleetnet_hub::api::{crd_files, crd_yaml};
     std::fs::create_dir_all(out)?;
-    for (file, crd) in [
-        (
-            "networking.fleet.azure.com_serviceexports.yaml",
-            service_export_crd(),
-        ),
-        (
-            "networking.fleet.azure.com_internalserviceexports.yaml",
-            internal_service_export_crd(),
-        ),
-    ] {
+    for (file, crd) in crd_files() {
         std::fs::write(out.join(file), crd_yaml(&crd)?)?;
     }
     Ok(())

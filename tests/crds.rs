@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use fleetnet_hub::api::{crd_yaml, internal_service_export_crd, service_export_crd};
+use fleetnet_hub::api::{crd_files, crd_yaml, internal_service_export_crd};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::Value;
 
@@ -11,22 +11,9 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn generated() -> Vec<(&'static str, CustomResourceDefinition)> {
-    vec![
-        (
-            "networking.fleet.azure.com_serviceexports.yaml",
-            service_export_crd(),
-        ),
-        (
-            "networking.fleet.azure.com_internalserviceexports.yaml",
-            internal_service_export_crd(),
-        ),
-    ]
-}
-
 #[test]
 fn committed_crds_are_fresh() {
-    for (file, crd) in generated() {
+    for (file, crd) in crd_files() {
         let path = repo().join("charts/fleetnet-hub/crds").join(file);
         let committed =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -91,7 +78,7 @@ fn differences(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
 
 #[test]
 fn generated_crds_are_wire_compatible_with_fleet_networking() {
-    for (file, crd) in generated() {
+    for (file, crd) in crd_files() {
         let reference = repo()
             .join("tests/fixtures/fleet-networking-crds")
             .join(file);

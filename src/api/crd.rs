@@ -83,6 +83,20 @@ pub fn internal_service_export_crd() -> CustomResourceDefinition {
     )
 }
 
+/// Every generated CRD with its file name under the chart's `crds/`.
+pub fn crd_files() -> Vec<(&'static str, CustomResourceDefinition)> {
+    vec![
+        (
+            "networking.fleet.azure.com_serviceexports.yaml",
+            service_export_crd(),
+        ),
+        (
+            "networking.fleet.azure.com_internalserviceexports.yaml",
+            internal_service_export_crd(),
+        ),
+    ]
+}
+
 /// YAML of a CRD as committed under the chart's `crds/`.
 pub fn crd_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_saphyr::SerializeError> {
     let body = serde_saphyr::to_string(crd)?;

@@ -10,7 +10,7 @@ pub use conditions::{
     CONDITION_CONFLICT, CONDITION_VALID, ConditionSpec, condition_matches, find_condition,
     set_condition,
 };
-pub use crd::{crd_yaml, internal_service_export_crd, service_export_crd};
+pub use crd::{crd_files, crd_yaml, internal_service_export_crd, service_export_crd};
 pub use internal_service_export::{
     ExportedObjectReference, InternalServiceExport, InternalServiceExportSpec,
     InternalServiceExportStatus, ServicePort,

@@ -10,13 +10,18 @@ pub struct RequestKind {
     pub resource: String,
 }
 
+/// Whether a Kubernetes verb changes state.
+pub fn is_write_verb(verb: &str) -> bool {
+    matches!(
+        verb,
+        "create" | "update" | "patch" | "delete" | "deletecollection"
+    )
+}
+
 impl RequestKind {
     /// Whether the request changes state.
     pub fn is_write(&self) -> bool {
-        matches!(
-            self.verb,
-            "create" | "update" | "patch" | "delete" | "deletecollection"
-        )
+        is_write_verb(self.verb)
     }
 }
 

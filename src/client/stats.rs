@@ -20,10 +20,7 @@ pub struct RequestCount {
 impl RequestCount {
     /// Whether the request changed state.
     pub fn is_write(&self) -> bool {
-        matches!(
-            self.verb,
-            "create" | "update" | "patch" | "delete" | "deletecollection"
-        )
+        super::classify::is_write_verb(self.verb)
     }
 }
 

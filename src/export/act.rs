@@ -31,15 +31,7 @@ pub async fn perform(
 ) -> Result<Performed, Error> {
     let ns = se.metadata.namespace.as_deref().unwrap_or_default();
     let name = se.metadata.name.as_deref().unwrap_or_default();
-    let err = |step: Step| {
-        move |source: kube::Error| Error::Kube {
-            member: ctx.member.clone(),
-            namespace: ns.to_string(),
-            name: name.to_string(),
-            step,
-            source: Box::new(source),
-        }
-    };
+    let err = |step: Step| Error::kube(&ctx.member, ns, name, step);
     let exports: Api<ServiceExport> =
         Api::namespaced_with(ctx.member_client.clone(), ns, &ctx.se_version);
     let mut done = Performed::default();

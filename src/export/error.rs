@@ -68,6 +68,24 @@ pub enum Error {
 }
 
 impl Error {
+    /// Maps a failed API call of `step` on `namespace/name` of `member` to an [`Error`].
+    pub fn kube(
+        member: &str,
+        namespace: &str,
+        name: &str,
+        step: Step,
+    ) -> impl FnOnce(kube::Error) -> Self {
+        let (member, namespace, name) =
+            (member.to_string(), namespace.to_string(), name.to_string());
+        move |source| Self::Kube {
+            member,
+            namespace,
+            name,
+            step,
+            source: Box::new(source),
+        }
+    }
+
     /// Stable label for metrics: the failed step, `pending` or `not_leader`.
     pub fn category(&self) -> &'static str {
         match self {

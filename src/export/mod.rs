@@ -297,16 +297,7 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
     let name = se.name_any();
     let mut export = se.clone();
     let mut fresh_ise: Option<InternalServiceExport> = None;
-    let kube_err = |step: Step| {
-        let (ns, name) = (ns.clone(), name.clone());
-        move |source| Error::Kube {
-            member: ctx.member.clone(),
-            namespace: ns,
-            name,
-            step,
-            source: Box::new(source),
-        }
-    };
+    let kube_err = |step: Step| Error::kube(&ctx.member, &ns, &name, step);
     for attempt in 0..3 {
         let now = Timestamp::now();
         let service = ctx.services.get(&ObjectRef::new(&name).within(&ns));
