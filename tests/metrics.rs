@@ -7,7 +7,7 @@ mod otlp;
 mod support;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fleetnet_hub::fleet::{FleetState, Phase};
 use fleetnet_hub::metrics::{AzureCounters, Metrics};
@@ -76,34 +76,7 @@ async fn metrics_of_two_exporting_members_and_removal() {
         wait_ise(&hub, &fleet.hub_namespace(member), "shop-cart", |_| true).await;
     }
     // Settled: exported for both, nothing in flight for a second.
-    let mut quiet_since: Option<Instant> = None;
-    eventually("reconciles settled", || {
-        let text = metrics.encode();
-        let done = MEMBERS.iter().all(|m| {
-            sample(
-                &text,
-                &format!(r#"fleetnet_reconcile_total{{member="{m}",outcome="exported"}}"#),
-            )
-            .is_some()
-                && sample(
-                    &text,
-                    &format!(r#"fleetnet_reconciles_in_flight{{member="{m}"}}"#),
-                ) == Some(0.0)
-        });
-        let ready = match (done, quiet_since) {
-            (false, _) => {
-                quiet_since = None;
-                false
-            }
-            (true, None) => {
-                quiet_since = Some(Instant::now());
-                false
-            }
-            (true, Some(t)) => t.elapsed() >= Duration::from_secs(1),
-        };
-        async move { ready.then_some(()) }
-    })
-    .await;
+    reconciles_settled(&metrics, &MEMBERS).await;
 
     let text = metrics.encode();
     assert!(

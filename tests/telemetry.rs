@@ -400,7 +400,7 @@ async fn child_two_members() {
     for member in MEMBERS {
         wait_ise(&hub, &fleet.hub_namespace(member), "shop-cart", |_| true).await;
     }
-    settle(&metrics).await;
+    reconciles_settled(&metrics, &MEMBERS).await;
     for exporter in exporters {
         exporter.stop().await;
     }
@@ -412,32 +412,4 @@ async fn child_two_members() {
     let started = Instant::now();
     guard.shutdown().expect("spans flushed");
     eprintln!("telemetry shut down in {:?}", started.elapsed());
-}
-
-/// Waits until both members reconciled to `exported` and nothing is in flight for 1 s.
-async fn settle(metrics: &Metrics) {
-    let mut quiet_since: Option<Instant> = None;
-    eventually("reconciles settled", || {
-        let text = metrics.encode();
-        let done = MEMBERS.iter().all(|m| {
-            text.contains(&format!(
-                "fleetnet_reconcile_total{{member=\"{m}\",outcome=\"exported\"}}"
-            )) && text.contains(&format!(
-                "fleetnet_reconciles_in_flight{{member=\"{m}\"}} 0"
-            ))
-        });
-        let ready = match (done, quiet_since) {
-            (false, _) => {
-                quiet_since = None;
-                false
-            }
-            (true, None) => {
-                quiet_since = Some(Instant::now());
-                false
-            }
-            (true, Some(t)) => t.elapsed() >= Duration::from_secs(1),
-        };
-        async move { ready.then_some(()) }
-    })
-    .await;
 }

@@ -327,3 +327,31 @@ pub async fn settled_writes(exporter: &RunningExporter, quiet: Duration) -> u64 
         assert!(Instant::now() < deadline, "writes never settled");
     }
 }
+
+/// Waits until every member in `members` has an `exported` reconcile and none in flight, and
+/// that has held for 1 s (read from the metrics a test's exporters report to).
+pub async fn reconciles_settled(metrics: &fleetnet_hub::metrics::Metrics, members: &[&str]) {
+    let mut quiet_since: Option<Instant> = None;
+    eventually("reconciles settled", || {
+        let text = metrics.encode();
+        let done = members.iter().all(|m| {
+            let exported =
+                format!("fleetnet_reconcile_total{{member=\"{m}\",outcome=\"exported\"}}");
+            let idle = format!("fleetnet_reconciles_in_flight{{member=\"{m}\"}} 0");
+            text.lines().any(|l| l.starts_with(&exported)) && text.lines().any(|l| l == idle)
+        });
+        let ready = match (done, quiet_since) {
+            (false, _) => {
+                quiet_since = None;
+                false
+            }
+            (true, None) => {
+                quiet_since = Some(Instant::now());
+                false
+            }
+            (true, Some(t)) => t.elapsed() >= Duration::from_secs(1),
+        };
+        async move { ready.then_some(()) }
+    })
+    .await;
+}
