@@ -78,6 +78,28 @@ impl ServiceExport {
         }
     }
 
+    /// Whether the export holds the cleanup finalizer (it may have been exported).
+    pub fn has_cleanup_finalizer(&self) -> bool {
+        self.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == super::CLEANUP_FINALIZER)
+    }
+
+    /// A merge patch that drops the cleanup finalizer and keeps any others; with
+    /// `resource_version` it fails (409) if the object changed since it was read.
+    pub fn finalizer_removal_patch(&self, resource_version: Option<&str>) -> serde_json::Value {
+        let rest: Vec<&String> = self
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .filter(|f| *f != super::CLEANUP_FINALIZER)
+            .collect();
+        serde_json::json!({"metadata": {"resourceVersion": resource_version, "finalizers": rest}})
+    }
+
     /// The export's conditions (empty when it has no status yet).
     pub fn conditions(&self) -> &[Condition] {
         self.status.as_ref().map_or(&[], |s| &s.conditions)

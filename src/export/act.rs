@@ -68,14 +68,7 @@ pub async fn perform(
 
     if plan.remove_finalizer {
         ctx.ensure_leader(ns, name)?;
-        let rest: Vec<&String> = se
-            .metadata
-            .finalizers
-            .iter()
-            .flatten()
-            .filter(|f| *f != CLEANUP_FINALIZER)
-            .collect();
-        let body = json!({"metadata": {"resourceVersion": resource_version, "finalizers": rest}});
+        let body = se.finalizer_removal_patch(resource_version.as_deref());
         match exports
             .patch(name, &PatchParams::default(), &Patch::Merge(&body))
             .await

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::public_ip::PublicIp;
 use crate::api::{
-    CLEANUP_FINALIZER, CONDITION_CONFLICT, CONDITION_VALID, ConditionSpec, ExportedObjectReference,
+    CONDITION_CONFLICT, CONDITION_VALID, ConditionSpec, ExportedObjectReference,
     InternalServiceExport, InternalServiceExportSpec, LAST_SEEN_RESOURCE_VERSION_ANNOTATION,
     LAST_SEEN_TIMESTAMP_ANNOTATION, ServiceExport, ServicePort, WEIGHT_ANNOTATION,
     condition_matches, find_condition,
@@ -228,11 +228,7 @@ pub fn decide(settings: &Settings, obs: &Observation<'_>) -> Plan {
     let se = obs.export;
     let ns = se.metadata.namespace.as_deref().unwrap_or_default();
     let name = se.metadata.name.as_deref().unwrap_or_default();
-    let has_finalizer = se
-        .metadata
-        .finalizers
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|f| f == CLEANUP_FINALIZER));
+    let has_finalizer = se.has_cleanup_finalizer();
     let generation = se.metadata.generation;
     let namespaced_name = format!("{ns}/{name}");
     // Only an ISE exported for this very `<ns>/<name>` is ours to delete or update.

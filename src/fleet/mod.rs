@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 pub use member::{discover_version, member_client};
 pub use state::{FleetState, MemberStatus, Phase};
 
-use crate::api::{CLEANUP_FINALIZER, InternalServiceExport, ServiceExport};
+use crate::api::{InternalServiceExport, ServiceExport};
 use crate::client::{ClientStats, Limits};
 use crate::export::{PublicIpLookup, ReconcileObserver};
 
@@ -299,23 +299,13 @@ async fn cleanup(shared: &Arc<Shared>, name: &str, kubeconfig: Option<&str>) {
             .list(&ListParams::default())
             .await
             .map_err(|e| e.to_string())?;
-        for se in list.items.into_iter().filter(|se| {
-            se.metadata
-                .finalizers
-                .iter()
-                .flatten()
-                .any(|f| f == CLEANUP_FINALIZER)
-        }) {
+        for se in list
+            .items
+            .into_iter()
+            .filter(ServiceExport::has_cleanup_finalizer)
+        {
             let ns = se.metadata.namespace.clone().unwrap_or_default();
-            let rest: Vec<String> = se
-                .metadata
-                .finalizers
-                .iter()
-                .flatten()
-                .filter(|f| *f != CLEANUP_FINALIZER)
-                .cloned()
-                .collect();
-            let patch = serde_json::json!({"metadata": {"resourceVersion": se.metadata.resource_version, "finalizers": rest}});
+            let patch = se.finalizer_removal_patch(se.metadata.resource_version.as_deref());
             Api::<ServiceExport>::namespaced_with(client.clone(), &ns, &version)
                 .patch(
                     se.metadata.name.as_deref().unwrap_or_default(),

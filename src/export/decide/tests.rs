@@ -1,6 +1,7 @@
 use super::*;
 use crate::api::{
-    InternalServiceExportStatus, ServiceExportStatus, ServiceExportVersion, set_condition,
+    CLEANUP_FINALIZER, InternalServiceExportStatus, ServiceExportStatus, ServiceExportVersion,
+    set_condition,
 };
 use k8s_openapi::api::core::v1::{
     LoadBalancerIngress, LoadBalancerStatus, ServicePort as CorePort, ServiceSpec, ServiceStatus,
