@@ -377,6 +377,11 @@ async fn server_errors_are_retried_then_failed() {
         "1 try + 3 retries, then stop"
     );
     assert_eq!(fleet.stats().retries, 5);
+    assert_eq!(
+        fleet.stats().arm_requests,
+        arm.requests(&path(RG)) + arm.requests(&path("rg-down")),
+        "every attempt the server saw was counted"
+    );
     eprintln!("5xx exhausted: {err}");
 }
 
@@ -746,4 +751,205 @@ async fn invalid_config_and_names_are_rejected_without_network() {
     );
     assert!(arm.lists().is_empty());
     assert_eq!(arm.token_requests(), 0);
+}
+
+#[tokio::test]
+async fn each_retry_takes_its_own_limiter_token() {
+    let arm = FakeArm::start().await;
+    arm.set_ips(SUB, RG, ips("20.16.0", 1));
+    let mut cfg = config(&arm);
+    // One token per 200 ms and no burst; backoff of a few ms: the spacing is the limiter's.
+    cfg.arm_qps = 5.0;
+    cfg.arm_burst = 1;
+    cfg.retry_base_delay = Duration::from_millis(1);
+    let fleet = fleet(cfg);
+    arm.push_faults([Fault::Status(503), Fault::Status(503)]);
+    assert!(
+        fleet
+            .for_member(None)
+            .unwrap()
+            .find_by_address(RG, "20.16.0.0")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let seen = arm.lists();
+    assert_eq!(seen.len(), 3, "1 try + 2 retries");
+    let gaps: Vec<Duration> = seen.windows(2).map(|w| w[1].at - w[0].at).collect();
+    for gap in &gaps {
+        assert!(*gap >= Duration::from_millis(150), "gaps {gaps:?}");
+    }
+    let stats = fleet.stats();
+    assert_eq!(stats.arm_requests, arm.requests(&path(RG)));
+    assert_eq!(stats.arm_requests, 3);
+    assert_eq!(stats.retries, 2);
+    assert!(
+        stats.limiter_wait >= Duration::from_millis(300),
+        "limiter wait {:?}",
+        stats.limiter_wait
+    );
+    let tokens = fleet.token_stats();
+    assert_eq!(
+        (tokens.requests, tokens.retries),
+        (1, 0),
+        "the token request is not an ARM request"
+    );
+    eprintln!(
+        "503, 503, 200 at qps 5 burst 1: gaps {gaps:?}, limiter wait {:?}",
+        stats.limiter_wait
+    );
+}
+
+#[tokio::test]
+async fn token_requests_are_retried_by_the_token_transport() {
+    let arm = FakeArm::start().await;
+    arm.set_ips(SUB, "rg-a", ips("20.17.0", 1));
+    arm.set_ips(SUB, "rg-b", ips("20.17.1", 1));
+    let mut cfg = config(&arm);
+    cfg.request_timeout = Duration::from_millis(500);
+    let fleet = fleet(cfg);
+    let lookup = fleet.for_member(None).unwrap();
+    let token_path = format!("/{TENANT}/oauth2/v2.0/token");
+
+    // Client secret: 503, then 429 with Retry-After: 0, then a token.
+    arm.push_token_faults([
+        Fault::Status(503),
+        Fault::Throttle {
+            retry_after_secs: 0,
+        },
+    ]);
+    assert!(
+        lookup
+            .find_by_address("rg-a", "20.17.0.0")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(arm.requests(&token_path), 3);
+    let tokens = fleet.token_stats();
+    assert_eq!(
+        (tokens.requests, tokens.retries, tokens.throttled),
+        (3, 2, 1)
+    );
+    let stats = fleet.stats();
+    assert_eq!(
+        (stats.arm_requests, stats.retries, stats.throttled),
+        (1, 0, 0),
+        "token retries are not ARM retries"
+    );
+
+    // Managed identity: an IMDS answer slower than the timeout is abandoned and asked again.
+    let cfg = AzureConfig {
+        credential: CredentialKind::ManagedIdentity,
+        tenant_id: None,
+        client_id: None,
+        client_secret: None,
+        managed_identity_endpoint: arm.imds_endpoint(),
+        request_timeout: Duration::from_millis(300),
+        ..config(&arm)
+    };
+    let fleet = AzureFleet::new(cfg).unwrap();
+    arm.push_token_faults([Fault::Slow(Duration::from_secs(2))]);
+    let started = Instant::now();
+    assert!(
+        fleet
+            .for_member(None)
+            .unwrap()
+            .find_by_address("rg-b", "20.17.1.0")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(arm.imds_queries().len(), 2);
+    assert_eq!(fleet.token_stats().retries, 1);
+
+    // A refused credential (400) is the credential's answer: not retried.
+    let mut cfg = config(&arm);
+    cfg.client_secret = Some("wrong".into());
+    let before = arm.requests(&token_path);
+    let err = AzureFleet::new(cfg)
+        .unwrap()
+        .for_member(None)
+        .unwrap()
+        .find_by_address("rg-a", "20.17.0.0")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("token"), "{err}");
+    assert_eq!(arm.requests(&token_path), before + 1);
+}
+
+/// The real `AzureCliCredential` runs `az` from PATH; here that is a script printing the JSON
+/// of `az account get-access-token --output json` with a token the fake ARM accepts.
+#[cfg(unix)]
+#[tokio::test]
+async fn azure_cli_credential_runs_az_and_sends_its_token() {
+    use std::os::unix::fs::PermissionsExt;
+
+    const CLI_TOKEN: &str = "token-from-the-az-script";
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("az-invocations.log");
+    let script = format!(
+        r#"#!/bin/sh
+printf '%s\n' "$*" >> '{log}'
+cat <<'JSON'
+{{"accessToken": "{CLI_TOKEN}", "expiresOn": "2099-01-01 00:00:00.000000", "expires_on": 4070908800, "subscription": "{SUB}", "tenant": "{TENANT}", "tokenType": "Bearer"}}
+JSON
+"#,
+        log = log.display()
+    );
+    let az = dir.path().join("az");
+    std::fs::write(&az, script).unwrap();
+    std::fs::set_permissions(&az, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // PATH is process-wide. It is set once, first thing, and never restored: the fake `az`
+    // only shadows a real one, and no other test in this binary spawns `az`.
+    let path = std::iter::once(dir.path().to_owned())
+        .chain(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        ))
+        .collect::<Vec<_>>();
+    let path = std::env::join_paths(path).unwrap();
+    // SAFETY: the other tests of this binary read the environment only through std (which
+    // locks it); none calls C's getenv while this runs.
+    unsafe { std::env::set_var("PATH", path) };
+
+    let arm = FakeArm::start().await;
+    arm.set_ips(SUB, "rg-a", ips("20.18.0", 1));
+    arm.set_ips(SUB, "rg-b", ips("20.18.1", 1));
+    arm.accept_token(CLI_TOKEN);
+    let cfg = AzureConfig {
+        credential: CredentialKind::AzureCli,
+        tenant_id: None,
+        client_id: None,
+        client_secret: None,
+        ..config(&arm)
+    };
+    let fleet = fleet(cfg);
+    let lookup = fleet.for_member(None).unwrap();
+    for (rg, ip) in [("rg-a", "20.18.0.0"), ("rg-b", "20.18.1.0")] {
+        assert!(
+            lookup.find_by_address(rg, ip).await.unwrap().is_some(),
+            "{rg}"
+        );
+    }
+
+    let seen = arm.lists();
+    assert_eq!(seen.len(), 2);
+    for list in &seen {
+        assert_eq!(list.bearer.as_deref(), Some(CLI_TOKEN));
+    }
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        calls.lines().collect::<Vec<_>>(),
+        [format!(
+            "account get-access-token --output json --scope {}/.default",
+            arm.base()
+        )],
+        "az ran once; its token was cached"
+    );
+    assert_eq!(arm.token_requests(), 0, "no HTTP token request");
 }

@@ -13,9 +13,10 @@ use super::cache::{CacheTiming, GroupCache};
 use super::config::{AzureConfig, parse_http_url};
 use super::credential;
 use super::error::AzureError;
+use super::http_client::{ArmHttpClient, TokenHttpClient};
 use super::lookup::{ArmLister, SubscriptionPublicIps, as_port};
-use super::policy::{ArmBudget, ArmPolicy};
-use super::stats::{AzureStats, AzureStatsSnapshot};
+use super::stats::{AzureStats, AzureStatsSnapshot, TokenStatsSnapshot};
+use super::transport::{ArmBudget, arm_stack, token_stack};
 use crate::export::PublicIpLookup;
 
 /// Subscription ids go into the ARM URL path: GUID-like characters only.
@@ -62,32 +63,28 @@ impl AzureFleet {
         let endpoint = parse_http_url("arm_endpoint", &config.arm_endpoint)?;
 
         // azure_core 0.21's default transport sets `pool_max_idle_per_host(0)` (no connection
-        // reuse); ours pools. Its timeout bounds token requests (same client); for ARM requests
-        // it is only a backstop behind ArmPolicy's own per-attempt deadline.
+        // reuse); ours pools. Deadlines are the stacks' per-attempt timeouts, not reqwest's.
         let http = reqwest::Client::builder()
-            .timeout(config.request_timeout + Duration::from_secs(1))
             .connect_timeout(config.request_timeout.min(Duration::from_secs(10)))
             .pool_idle_timeout(Duration::from_secs(90))
             .build()
             .map_err(|e| AzureError::Transport(e.to_string()))?;
-        let http: Arc<dyn HttpClient> = Arc::new(http);
-
-        let credential = credential::build(&config, Arc::clone(&http))?;
 
         let stats = Arc::new(AzureStats::default());
-        let budget = Arc::new(ArmBudget::new(&config));
-        // ONE retry policy: the SDK's is switched off (`RetryOptions::none()`), ours
-        // (`ArmPolicy`, see policy.rs) runs per attempt right before the transport.
-        let mut options = ClientOptions::new(TransportOptions::new(Arc::clone(&http)))
-            .retry(RetryOptions::none());
-        options
-            .per_retry_policies_mut()
-            .push(Arc::new(ArmPolicy::new(
-                &config,
-                endpoint.clone(),
-                budget,
-                Arc::clone(&stats),
-            )));
+        let tokens: Arc<dyn HttpClient> = Arc::new(TokenHttpClient::new(token_stack(
+            http.clone(),
+            &config,
+            Arc::clone(&stats.token),
+        )));
+        let credential = credential::build(&config, tokens)?;
+
+        let budget = ArmBudget::new(&config);
+        let arm: Arc<dyn HttpClient> = Arc::new(ArmHttpClient::new(
+            endpoint.clone(),
+            arm_stack(http, &config, &budget, Arc::clone(&stats.arm)),
+        ));
+        // ONE retry loop: the SDK's is switched off, ours is the stack's retry layer.
+        let options = ClientOptions::new(TransportOptions::new(arm)).retry(RetryOptions::none());
         let client = NetworkClient::new(
             endpoint,
             Arc::clone(&credential),
@@ -161,6 +158,11 @@ impl AzureFleet {
     /// The process-wide counters now.
     pub fn stats(&self) -> AzureStatsSnapshot {
         self.stats.snapshot()
+    }
+
+    /// The token transport's counters now (requests to Entra ID / IMDS, not to ARM).
+    pub fn token_stats(&self) -> TokenStatsSnapshot {
+        self.stats.token_snapshot()
     }
 
     /// The live counters, for a metrics collector to read whenever it scrapes.

@@ -7,7 +7,7 @@ use azure_mgmt_network::package_2024_03::public_ip_addresses;
 use futures::StreamExt;
 
 use super::cache::{GroupCache, GroupLister, IpIndex, normalize_ip};
-use super::policy::{ArmFailure, error_chain};
+use super::http_client::{ArmFailure, error_chain};
 use crate::export::{LookupError, PublicIp, PublicIpLookup};
 
 /// A LIST whose `nextLink`s go on longer than this is treated as broken (a paging loop).

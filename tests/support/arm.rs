@@ -3,6 +3,9 @@
 //!
 //! - `POST /{tenant}/oauth2/v2.0/token` — client credentials (secret or federated assertion).
 //! - `GET /metadata/identity/oauth2/token` — managed identity (needs `Metadata: true`).
+//!
+//! Both token routes take their own scripted faults ([`FakeArm::push_token_faults`]); tokens
+//! minted elsewhere (e.g. by a fake `az`) are accepted after [`FakeArm::accept_token`].
 //! - `GET /subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Network/publicIPAddresses`
 //!   — needs `Authorization: Bearer <issued token>` and `api-version`; pages of `page_size`
 //!   with an absolute `nextLink`.
@@ -25,7 +28,8 @@ pub const TENANT: &str = "tenant-1";
 pub const CLIENT_ID: &str = "client-1";
 pub const CLIENT_SECRET: &str = "s3cret-value";
 
-/// One scripted misbehaviour, consumed by the next public IP LIST request (any group).
+/// One scripted misbehaviour, consumed by the next public IP LIST request (any group), or by
+/// the next token request for the token queue.
 #[derive(Debug, Clone)]
 pub enum Fault {
     /// 429 with `Retry-After: secs`.
@@ -67,6 +71,8 @@ pub struct SeenList {
     pub subscription: String,
     pub resource_group: String,
     pub first_page: bool,
+    /// The `Authorization: Bearer` token sent, if any.
+    pub bearer: Option<String>,
 }
 
 #[derive(Default)]
@@ -75,6 +81,7 @@ struct Inner {
     groups: Mutex<HashMap<(String, String), Vec<FakeIp>>>,
     page_size: AtomicUsize,
     faults: Mutex<VecDeque<Fault>>,
+    token_faults: Mutex<VecDeque<Fault>>,
     delay: Mutex<Duration>,
     next_link_base: Mutex<Option<String>>,
     path_counts: Mutex<HashMap<String, u64>>,
@@ -187,6 +194,16 @@ impl FakeArm {
         self.inner.faults.lock().unwrap().extend(faults);
     }
 
+    /// Faults for the next token requests (either token route), one per request.
+    pub fn push_token_faults(&self, faults: impl IntoIterator<Item = Fault>) {
+        self.inner.token_faults.lock().unwrap().extend(faults);
+    }
+
+    /// ARM accepts `token` as if this server had issued it.
+    pub fn accept_token(&self, token: &str) {
+        self.inner.issued.lock().unwrap().push(token.to_owned());
+    }
+
     /// `nextLink`s point at this base instead of the server's own.
     pub fn set_next_link_base(&self, base: &str) {
         *self.inner.next_link_base.lock().unwrap() = Some(base.to_owned());
@@ -259,6 +276,45 @@ fn count(inner: &Inner, path: &str) {
         .or_default() += 1;
 }
 
+/// The next scripted token fault: `Some(answer)` to send instead of a token. A `Slow` fault
+/// sleeps here and lets the request be answered normally.
+async fn token_fault(inner: &Inner) -> Option<Response> {
+    let fault = inner.token_faults.lock().unwrap().pop_front()?;
+    match fault {
+        Fault::Throttle { retry_after_secs } => {
+            let mut response = (
+                StatusCode::TOO_MANY_REQUESTS,
+                Json(json!({"error": "temporarily_unavailable", "error_description": "throttled"})),
+            )
+                .into_response();
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                retry_after_secs.to_string().parse().unwrap(),
+            );
+            Some(response)
+        }
+        Fault::Status(code) => Some(
+            (
+                StatusCode::from_u16(code).unwrap(),
+                Json(json!({"error": "server_error", "error_description": "try again"})),
+            )
+                .into_response(),
+        ),
+        Fault::Malformed => Some(
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                r#"{"access_token": "#,
+            )
+                .into_response(),
+        ),
+        Fault::Slow(d) => {
+            tokio::time::sleep(d).await;
+            None
+        }
+    }
+}
+
 fn issue(inner: &Inner) -> Response {
     let n = inner.token_counter.fetch_add(1, Ordering::SeqCst);
     let token = format!("fake-access-token-{n}");
@@ -283,6 +339,9 @@ async fn token(
     count(&inner, &format!("/{tenant}/oauth2/v2.0/token"));
     inner.token_requests.fetch_add(1, Ordering::SeqCst);
     inner.token_forms.lock().unwrap().push(form.clone());
+    if let Some(fault) = token_fault(&inner).await {
+        return fault;
+    }
     let bad = |description: &str| {
         (
             StatusCode::BAD_REQUEST,
@@ -320,6 +379,9 @@ async fn imds(
     count(&inner, "/metadata/identity/oauth2/token");
     inner.token_requests.fetch_add(1, Ordering::SeqCst);
     inner.imds_queries.lock().unwrap().push(query.clone());
+    if let Some(fault) = token_fault(&inner).await {
+        return fault;
+    }
     if headers.get("metadata").and_then(|v| v.to_str().ok()) != Some("true") {
         return (
             StatusCode::BAD_REQUEST,
@@ -418,18 +480,18 @@ async fn list(
         .get("$skiptoken")
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
     inner.lists.lock().unwrap().push(SeenList {
         at: Instant::now(),
         subscription: sub.clone(),
         resource_group: rg.clone(),
         first_page: skip == 0,
+        bearer: auth.map(str::to_owned),
     });
     let _in_flight = InFlight::enter(&inner);
-
-    let auth = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
     let authorized = auth.is_some_and(|t| inner.issued.lock().unwrap().iter().any(|i| i == t));
     if !authorized {
         return arm_error(
