@@ -489,6 +489,16 @@ impl Collector for ScrapeCollector {
                 ConstCounter::new(client.stats.waited().as_secs_f64())
                     .encode(m.encode_family(&labels)?)?;
             }
+            let mut m = encoder.encode_descriptor(
+                "fleetnet_api_retries",
+                "Kubernetes API requests sent again by the client's retry layer (429; 5xx or no answer for reads).",
+                None,
+                MetricType::Counter,
+            )?;
+            for client in &clients {
+                let labels = client.labels();
+                ConstCounter::new(client.stats.retries()).encode(m.encode_family(&labels)?)?;
+            }
         }
 
         let azure = read(&self.0.azure).clone();
@@ -602,6 +612,7 @@ mod tests {
             r#"fleetnet_member_state{member="a",state="connecting"} 0"#,
             r#"fleetnet_member_state{member="b",state="connecting"} 1"#,
             r#"fleetnet_rate_limiter_wait_seconds_total{client="member",member="a"} 0"#,
+            r#"fleetnet_api_retries_total{client="member",member="a"} 0"#,
             "fleetnet_azure_list_calls_total 3",
             "fleetnet_azure_cache_hits_total 7",
             "fleetnet_azure_limiter_wait_seconds_total 0",

@@ -2,10 +2,12 @@
 //! (one per client, never per request), a concurrency limit and a timeout for every request
 //! except long-running watches, and per-verb request counting.
 //!
-//! Retries of 429 / 503 / 504 (honouring `Retry-After`) are done by kube's own retry layer,
-//! below this one: a retried request is counted and rate-limited once.
+//! Above the limit layer sits the retry layer ([`retry`]): 429 for every verb, 5xx and lost
+//! answers for reads, after `Retry-After` or a jittered backoff, bounded. Each attempt takes
+//! its own token and is counted; retries are counted too.
 
 mod classify;
+pub mod retry;
 mod stats;
 
 use std::num::NonZeroU32;
@@ -18,9 +20,10 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use http::{Request, Response};
 use kube::client::{Body, ClientBuilder};
 use tokio::sync::Semaphore;
-use tower::{BoxError, Layer, Service, ServiceExt, buffer::BufferLayer};
+use tower::{BoxError, Layer, Service, ServiceExt, buffer::BufferLayer, retry::RetryLayer};
 
 pub use classify::{RequestKind, classify};
+pub use retry::RetryLimits;
 pub use stats::{ClientStats, RequestCount};
 
 /// Limits of one client's outbound requests.
@@ -34,6 +37,8 @@ pub struct Limits {
     pub max_in_flight: usize,
     /// Deadline of one request, watches excluded.
     pub timeout: Duration,
+    /// Retries of refused or failed requests.
+    pub retry: RetryLimits,
 }
 
 impl Default for Limits {
@@ -43,6 +48,7 @@ impl Default for Limits {
             burst: 30,
             max_in_flight: 32,
             timeout: Duration::from_secs(30),
+            retry: RetryLimits::default(),
         }
     }
 }
@@ -63,11 +69,14 @@ pub enum Error {
 /// Builds a client for `config` whose requests all pass through `limits`, counted in `stats`.
 pub fn build(
     name: &str,
-    config: kube::Config,
+    mut config: kube::Config,
     limits: &Limits,
     stats: Arc<ClientStats>,
 ) -> Result<kube::Client, Error> {
-    let layer = LimitLayer::new(name, limits, stats)?;
+    let layer = LimitLayer::new(name, limits, stats.clone())?;
+    let retry = RetryLayer::new(retry::RetryPolicy::new(limits.retry.clone(), stats));
+    // Ours is the one retry layer (see `retry`).
+    config.default_retry = false;
     let builder = ClientBuilder::try_from(config).map_err(|source| Error::Kube {
         client: name.to_string(),
         source,
@@ -77,6 +86,7 @@ pub fn build(
     Ok(builder
         .with_layer(&BufferLayer::new(1024))
         .with_layer(&layer)
+        .with_layer(&retry)
         .build())
 }
 

@@ -32,6 +32,7 @@ type RequestKey = (&'static str, String, Option<u16>);
 pub struct ClientStats {
     requests: Mutex<BTreeMap<RequestKey, u64>>,
     wait_micros: AtomicU64,
+    retries: AtomicU64,
 }
 
 impl ClientStats {
@@ -44,6 +45,15 @@ impl ClientStats {
     pub(super) fn add_wait(&self, waited: Duration) {
         let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
         self.wait_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    pub(super) fn record_retry(&self) {
+        self.retries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests sent again by the client's retry layer (each retry is also a request above).
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
     }
 
     /// Every counter, sorted.

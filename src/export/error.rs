@@ -57,6 +57,8 @@ pub enum Error {
         namespace: String,
         name: String,
         message: String,
+        /// How long the service that refused asked us to wait (ARM's `Retry-After`).
+        retry_after: Option<std::time::Duration>,
     },
     /// Writes are not allowed (this replica lost or does not hold the leader lease).
     #[error("member {member}: not writing {namespace}/{name}: this replica is not the leader")]
@@ -92,6 +94,14 @@ impl Error {
             Self::Kube { step, .. } => step.as_str(),
             Self::Pending { .. } => "pending",
             Self::NotLeader { .. } => "not_leader",
+        }
+    }
+
+    /// The wait a throttling server asked for, which the requeue must not undercut.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Self::Pending { retry_after, .. } => *retry_after,
+            _ => None,
         }
     }
 

@@ -305,7 +305,7 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
             .ises
             .get(&ObjectRef::new(&ise_name(&ns, &name)).within(&ctx.hub_namespace));
         let ise = fresh_ise.as_ref().or(cached_ise.as_deref());
-        let public_ip = observe_public_ip(ctx, service.as_deref()).await;
+        let (public_ip, throttled_for) = observe_public_ip(ctx, service.as_deref()).await;
         let plan = decide(
             &ctx.settings,
             &Observation {
@@ -336,6 +336,7 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
                         namespace: ns,
                         name,
                         message,
+                        retry_after: throttled_for,
                     });
                 }
                 let action = if plan.requeue_now {
@@ -409,12 +410,16 @@ fn elapsed_since(since: Timestamp, now: Timestamp) -> Duration {
 }
 
 /// The public IP lookup is an observation: done before deciding, only when a field needs it.
-async fn observe_public_ip(ctx: &Context, service: Option<&Service>) -> PublicIpObservation {
+/// Also returns how long ARM asked us to wait when it throttled the lookup.
+async fn observe_public_ip(
+    ctx: &Context,
+    service: Option<&Service>,
+) -> (PublicIpObservation, Option<Duration>) {
     let (Some(lookup), Some(service)) = (&ctx.public_ips, service) else {
-        return PublicIpObservation::NotNeeded;
+        return (PublicIpObservation::NotNeeded, None);
     };
     let Some((rg, ip)) = public_ip_query(&ctx.settings, service) else {
-        return PublicIpObservation::NotNeeded;
+        return (PublicIpObservation::NotNeeded, None);
     };
     let span = tracing::info_span!("azure.public_ip.lookup", azure.resource_group = %rg, ip = %ip, found = field::Empty, azure.cache = field::Empty);
     let result = lookup
@@ -424,13 +429,19 @@ async fn observe_public_ip(ctx: &Context, service: Option<&Service>) -> PublicIp
     match result {
         Ok(Some(pip)) => {
             span.record("found", true);
-            PublicIpObservation::Found(pip)
+            (PublicIpObservation::Found(pip), None)
         }
         Ok(None) => {
             span.record("found", false);
-            PublicIpObservation::NotFound
+            (PublicIpObservation::NotFound, None)
         }
-        Err(e) => PublicIpObservation::Failed(e.to_string()),
+        Err(e) => {
+            let retry_after = match &e {
+                LookupError::Throttled { retry_after, .. } => *retry_after,
+                LookupError::Failed { .. } => None,
+            };
+            (PublicIpObservation::Failed(e.to_string()), retry_after)
+        }
     }
 }
 
@@ -446,13 +457,25 @@ fn error_policy(se: Arc<ServiceExport>, error: &Error, ctx: Arc<Context>) -> Act
         *n = n.saturating_add(1);
         *n
     };
-    Action::requeue(backoff(failures, rand::random::<f64>()))
+    Action::requeue(requeue_delay(
+        failures,
+        rand::random::<f64>(),
+        error.retry_after(),
+    ))
 }
+
+/// The backoff, but never sooner than a server asked (`Retry-After`), capped at 5 minutes.
+fn requeue_delay(failures: u32, jitter: f64, retry_after: Option<Duration>) -> Duration {
+    let asked = retry_after.unwrap_or_default().min(MAX_BACKOFF);
+    backoff(failures, jitter).max(asked)
+}
+
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// Delay after `failures` consecutive failures; `jitter` in [0, 1) spreads it by ±20%.
 pub fn backoff(failures: u32, jitter: f64) -> Duration {
     let base = Duration::from_secs(1).saturating_mul(1u32 << failures.saturating_sub(1).min(16));
-    let capped = base.min(Duration::from_secs(300));
+    let capped = base.min(MAX_BACKOFF);
     capped.mul_f64(0.8 + 0.4 * jitter.clamp(0.0, 1.0))
 }
 
@@ -462,7 +485,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
-    use super::backoff;
+    use super::{backoff, requeue_delay};
     use std::time::Duration;
 
     #[test]
@@ -473,5 +496,24 @@ mod tests {
         assert_eq!(backoff(30, 0.5), Duration::from_secs(300));
         assert_eq!(backoff(1, 0.0), Duration::from_millis(800));
         assert!(backoff(1, 0.999) < Duration::from_millis(1200));
+    }
+
+    #[test]
+    fn requeue_waits_at_least_what_the_server_asked() {
+        assert_eq!(requeue_delay(1, 0.5, None), Duration::from_secs(1));
+        assert_eq!(
+            requeue_delay(1, 0.5, Some(Duration::from_secs(20))),
+            Duration::from_secs(20)
+        );
+        // The backoff wins when it is longer already.
+        assert_eq!(
+            requeue_delay(6, 0.5, Some(Duration::from_secs(2))),
+            Duration::from_secs(32)
+        );
+        // A bogus Retry-After cannot park an object for longer than the backoff's cap.
+        assert_eq!(
+            requeue_delay(1, 0.5, Some(Duration::from_secs(86_400))),
+            Duration::from_secs(300)
+        );
     }
 }

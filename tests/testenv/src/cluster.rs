@@ -24,6 +24,7 @@ pub struct Cluster {
     etcd_url: String,
     admin_token: String,
     kubeconfig: PathBuf,
+    extra_args: Vec<String>,
     process: Option<ProcessGuard>,
     last_ready_after: Option<Duration>,
 }
@@ -36,6 +37,7 @@ impl Cluster {
         etcd_url: &str,
         kubeconfig: PathBuf,
         sa_key_dir: &Path,
+        extra_args: Vec<String>,
     ) -> Result<Self> {
         let dir = root.join(format!("cluster-{name}"));
         std::fs::create_dir_all(dir.join("certs"))
@@ -57,6 +59,7 @@ impl Cluster {
             etcd_url: etcd_url.to_string(),
             admin_token,
             kubeconfig,
+            extra_args,
             process: None,
             last_ready_after: None,
         })
@@ -132,7 +135,8 @@ impl Cluster {
                 d.join("sa.key").display()
             ))
             .arg("--endpoint-reconciler-type=none")
-            .arg("--v=0");
+            .arg("--v=0")
+            .args(&self.extra_args);
         self.process = Some(ProcessGuard::spawn(
             &format!("kube-apiserver[{}]", self.name),
             cmd,

@@ -1,5 +1,6 @@
 //! A hub and N members sharing one etcd.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -23,6 +24,7 @@ pub struct FleetBuilder {
     crds_dir: PathBuf,
     namespace_prefix: String,
     quiet: bool,
+    extra_args: BTreeMap<String, Vec<String>>,
 }
 
 impl Default for FleetBuilder {
@@ -32,6 +34,7 @@ impl Default for FleetBuilder {
             crds_dir: chart_crds_dir(),
             namespace_prefix: DEFAULT_HUB_NAMESPACE_PREFIX.into(),
             quiet: false,
+            extra_args: BTreeMap::new(),
         }
     }
 }
@@ -50,6 +53,20 @@ impl FleetBuilder {
     /// Where the CRD YAMLs are (default: the chart's `crds/`).
     pub fn crds_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.crds_dir = dir.into();
+        self
+    }
+
+    /// More `kube-apiserver` flags for one cluster (`hub` or a member name), e.g. tight
+    /// in-flight limits to make it answer 429.
+    pub fn apiserver_args<I, S>(mut self, cluster: &str, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.extra_args
+            .entry(cluster.to_string())
+            .or_default()
+            .extend(args.into_iter().map(Into::into));
         self
     }
 
@@ -81,6 +98,7 @@ impl FleetBuilder {
             &etcd.client_url,
             root.join("hub.kubeconfig"),
             &root,
+            self.extra_args.get("hub").cloned().unwrap_or_default(),
         )?;
         let mut members = Vec::new();
         for name in &self.members {
@@ -91,6 +109,7 @@ impl FleetBuilder {
                 &etcd.client_url,
                 member_dir.join(format!("{name}.yaml")),
                 &root,
+                self.extra_args.get(name).cloned().unwrap_or_default(),
             )?);
         }
         // Each cluster is spawned, then all are awaited together: boot time overlaps.
