@@ -288,11 +288,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         let fleet = fleetnet_hub::azure::AzureFleet::new(azure)?;
         let stats = fleet.stats_handle();
         ext.azure_counters = Some(std::sync::Arc::new(move || stats.snapshot()));
-        ext.azure = Some(std::sync::Arc::new(app::AzureMembers {
+        ext.azure = Some(std::sync::Arc::new(app::AzureMembers::new(
             fleet,
+            args.member_config.clone(),
             members,
-            default_resource_group: args.azure.azure_resource_group.clone(),
-        }));
+            args.azure.azure_resource_group.clone(),
+        )));
     }
     let running = app::start(config, ext).await?;
     app::wait_for_signal().await;

@@ -64,6 +64,8 @@ impl MemberHooks for NoHooks {
 /// resource group.
 pub trait MemberAzure: Send + Sync + 'static {
     fn for_member(&self, member: &str) -> (Arc<dyn PublicIpLookup>, String);
+    /// Changes when the member's Azure settings change: the member is then re-engaged.
+    fn settings_key(&self, member: &str) -> String;
 }
 
 /// What the runtime shares with every member.
@@ -126,6 +128,8 @@ impl ReconcileObserver for StateObserver {
 
 struct Engagement {
     hash: String,
+    /// The member's Azure settings when it was engaged ([`MemberAzure::settings_key`]).
+    settings: String,
     kubeconfig: Option<String>,
     cancel: CancellationToken,
     task: Option<tokio::task::JoinHandle<()>>,
@@ -219,11 +223,22 @@ async fn sync_members(shared: &Arc<Shared>, engaged: &mut BTreeMap<String, Engag
         }
     }
     for (name, source) in desired {
-        if engaged.get(&name).is_some_and(|e| e.hash == source.hash) {
+        let settings = match &shared.azure {
+            Some(azure) if shared.config.traffic_manager => azure.settings_key(&name),
+            _ => String::new(),
+        };
+        if engaged
+            .get(&name)
+            .is_some_and(|e| e.hash == source.hash && e.settings == settings)
+        {
             continue;
         }
         if let Some(old) = engaged.remove(&name) {
-            tracing::info!(member = %name, "member kubeconfig changed: re-engaging");
+            if old.hash == source.hash {
+                tracing::info!(member = %name, azure = %settings, "member settings changed: re-engaging");
+            } else {
+                tracing::info!(member = %name, "member kubeconfig changed: re-engaging");
+            }
             old.stop().await;
         }
         shared.state.engage(&name, &source.hash[..12]);
@@ -248,6 +263,7 @@ async fn sync_members(shared: &Arc<Shared>, engaged: &mut BTreeMap<String, Engag
             name,
             Engagement {
                 hash: source.hash,
+                settings,
                 kubeconfig,
                 cancel,
                 task,
