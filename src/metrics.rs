@@ -531,6 +531,21 @@ impl Collector for ScrapeCollector {
                     "429 responses received from ARM.",
                     c.throttled,
                 ),
+                (
+                    "fleetnet_azure_token_requests",
+                    "HTTP requests sent to the token endpoint (Entra ID or IMDS), every retry included.",
+                    c.token.requests,
+                ),
+                (
+                    "fleetnet_azure_token_retries",
+                    "Token requests sent again.",
+                    c.token.retries,
+                ),
+                (
+                    "fleetnet_azure_token_throttled",
+                    "429 responses received from the token endpoint.",
+                    c.token.throttled,
+                ),
             ] {
                 let m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
                 ConstCounter::new(value).encode(m)?;

@@ -9,6 +9,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fleetnet_hub::azure::TokenStatsSnapshot;
 use fleetnet_hub::fleet::{FleetState, Phase};
 use fleetnet_hub::metrics::{AzureCounters, Metrics};
 use fleetnet_testenv::Fleet;
@@ -57,6 +58,11 @@ async fn metrics_of_two_exporting_members_and_removal() {
         retries: 1,
         throttled: 1,
         limiter_wait: Duration::from_millis(1500),
+        token: TokenStatsSnapshot {
+            requests: 4,
+            retries: 1,
+            throttled: 0,
+        },
     }));
 
     let mut exporters = vec![];
@@ -225,6 +231,9 @@ async fn metrics_of_two_exporting_members_and_removal() {
         ("fleetnet_azure_retries_total", 1.0),
         ("fleetnet_azure_throttled_total", 1.0),
         ("fleetnet_azure_limiter_wait_seconds_total", 1.5),
+        ("fleetnet_azure_token_requests_total", 4.0),
+        ("fleetnet_azure_token_retries_total", 1.0),
+        ("fleetnet_azure_token_throttled_total", 0.0),
     ] {
         assert_eq!(value(&text, series), want, "{series}");
     }

@@ -7,32 +7,11 @@ use std::time::Duration;
 
 use http::HeaderMap;
 
+pub(crate) use crate::client::retry::RetryLimits;
+use crate::client::retry::{Answer, backoff};
+
 use super::stats::TransportStats;
 use super::transport::{HttpRequest, HttpResponse, SendError};
-
-/// How a stack retries.
-#[derive(Debug, Clone)]
-pub(crate) struct RetryLimits {
-    /// Retries of one request after the first attempt.
-    pub max_retries: u32,
-    /// First backoff when the server gives no `Retry-After` (doubles per retry, jittered).
-    pub base_delay: Duration,
-    /// The longest wait before a retry. A `Retry-After` above it is not waited out here: the
-    /// answer goes back to the caller at once (a lookup then fails with `Throttled`).
-    pub max_wait: Duration,
-}
-
-/// What one attempt ended with, as far as retrying is concerned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Answer {
-    /// A non-success HTTP status, with the server's `Retry-After` when it sent one.
-    Status {
-        code: u16,
-        retry_after: Option<Duration>,
-    },
-    /// No answer: timeout or transport error.
-    NoAnswer,
-}
 
 /// Whether to retry, and after how long. `retries` is how many retries were done already,
 /// `jitter` a number in [0, 1).
@@ -60,13 +39,6 @@ pub(crate) fn decide(
     let wait =
         retry_after.unwrap_or_else(|| backoff(limits.base_delay, retries, limits.max_wait, jitter));
     (wait <= limits.max_wait).then_some(wait)
-}
-
-/// Exponential backoff with "equal jitter": between half and all of `base * 2^retry`, capped
-/// at `max`. `jitter` in [0, 1).
-pub(crate) fn backoff(base: Duration, retry: u32, max: Duration, jitter: f64) -> Duration {
-    let exp = base.saturating_mul(2u32.saturating_pow(retry.min(16)));
-    exp.min(max).mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
 }
 
 /// Azure's `Retry-After` family: `retry-after-ms`, `x-ms-retry-after-ms` (milliseconds), then
@@ -275,17 +247,6 @@ mod tests {
             decide(status(429, Some(5)), 0, &limits(), 0.0),
             Some(Duration::from_secs(5))
         );
-    }
-
-    #[test]
-    fn backoff_doubles_with_equal_jitter_and_caps() {
-        let base = Duration::from_millis(100);
-        let max = Duration::from_secs(1);
-        assert_eq!(backoff(base, 0, max, 0.0), Duration::from_millis(50));
-        assert_eq!(backoff(base, 0, max, 1.0), Duration::from_millis(100));
-        assert_eq!(backoff(base, 2, max, 1.0), Duration::from_millis(400));
-        assert_eq!(backoff(base, 10, max, 1.0), max);
-        assert_eq!(backoff(base, u32::MAX, max, 0.0), max / 2);
     }
 
     #[test]

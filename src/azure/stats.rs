@@ -82,6 +82,8 @@ pub struct AzureStatsSnapshot {
     pub throttled: u64,
     /// Total time ARM requests waited for the shared rate limiter.
     pub limiter_wait: Duration,
+    /// The token transport's counters.
+    pub token: TokenStatsSnapshot,
 }
 
 /// A copy of the token transport's counters at one instant.
@@ -107,6 +109,7 @@ impl AzureStats {
             retries: self.arm.retries(),
             throttled: self.arm.throttled(),
             limiter_wait: self.arm.limiter_wait(),
+            token: self.token_snapshot(),
         }
     }
 
