@@ -151,8 +151,23 @@ impl Cluster {
         // The apiserver writes its self-signed certificate while starting: a half-written file
         // must not become the kubeconfig's CA for good, so the client follows the file.
         let mut trusted: Option<(Vec<u8>, kube::Client)> = None;
+        let mut respawns = 0;
         loop {
-            self.check_alive()?;
+            if let Err(e) = self.check_alive() {
+                // The port was free when picked but taken before the apiserver bound it.
+                if respawns < 3 && self.lost_its_port() {
+                    respawns += 1;
+                    self.port = free_port()?;
+                    eprintln!(
+                        "[testenv] cluster {}: port taken, starting again on {}",
+                        self.name, self.port
+                    );
+                    trusted = None;
+                    self.spawn()?;
+                    continue;
+                }
+                return Err(e);
+            }
             let pem = std::fs::read(self.dir.join("certs/apiserver.crt")).unwrap_or_default();
             let complete = String::from_utf8_lossy(&pem)
                 .trim_end()
@@ -217,6 +232,10 @@ impl Cluster {
             }
             Some(None) => Ok(()),
         }
+    }
+
+    fn lost_its_port(&self) -> bool {
+        tail(&self.dir.join("kube-apiserver.log"), 3).contains("address already in use")
     }
 
     fn check_deadline(&self, deadline: Instant) -> Result<()> {

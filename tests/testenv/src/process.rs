@@ -93,8 +93,26 @@ impl Drop for ProcessGuard {
     }
 }
 
-/// A port on 127.0.0.1 that was free a moment ago.
+/// Listening ports are picked below Linux's ephemeral range (32768–60999 by default): a port
+/// picked there can be taken, between the pick and the server's bind, by any outgoing
+/// connection (an apiserver opens dozens to etcd), and the server then fails to start.
+const LISTEN_PORTS: std::ops::Range<u16> = 20000..32000;
+
+/// A port on 127.0.0.1 that was free a moment ago, never the same twice in one process.
 pub(crate) fn free_port() -> Result<u16> {
+    use std::sync::Mutex;
+    static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
+    for _ in 0..200 {
+        let port = rand::random_range(LISTEN_PORTS);
+        if handed_out.contains(&port) {
+            continue;
+        }
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.push(port);
+            return Ok(port);
+        }
+    }
     let listener =
         std::net::TcpListener::bind("127.0.0.1:0").map_err(io_err("bind 127.0.0.1:0"))?;
     Ok(listener
