@@ -17,27 +17,6 @@ use support::*;
 
 const MEMBERS: [&str; 2] = ["alpha", "beta"];
 
-/// The value of the sample `series` (name and labels exactly as encoded).
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-}
-
-fn value(text: &str, series: &str) -> f64 {
-    sample(text, series).unwrap_or_else(|| panic!("no sample {series} in\n{text}"))
-}
-
-/// Sum of the samples of `name` whose labels contain every one of `labels`.
-fn sum(text: &str, name: &str, labels: &[&str]) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")))
-        .filter(|l| labels.iter().all(|want| l.contains(want)))
-        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_of_two_exporting_members_and_removal() {
     let fleet = Fleet::builder()

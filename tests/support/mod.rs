@@ -355,3 +355,25 @@ pub async fn reconciles_settled(metrics: &fleetnet_hub::metrics::Metrics, member
     })
     .await;
 }
+
+/// The value of the sample `series` (name and labels exactly as encoded).
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Like [`sample`], panicking with the whole text when the series is missing.
+pub fn value(text: &str, series: &str) -> f64 {
+    sample(text, series).unwrap_or_else(|| panic!("no sample {series} in\n{text}"))
+}
+
+/// Sum of the samples of `name` whose labels contain every one of `labels`.
+pub fn sum(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum()
+}
