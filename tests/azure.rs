@@ -7,7 +7,7 @@ mod arm;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arm::{CLIENT_ID, CLIENT_SECRET, FakeArm, FakeIp, Fault, TENANT};
+use arm::{FakeArm, FakeIp, Fault, TENANT};
 use fleetnet_hub::azure::{AzureConfig, AzureError, AzureFleet, CredentialKind};
 use fleetnet_hub::export::{LookupError, PublicIpLookup};
 
@@ -17,23 +17,8 @@ const RG: &str = "MC_fleet_member_eastus";
 
 fn config(arm: &FakeArm) -> AzureConfig {
     AzureConfig {
-        arm_endpoint: arm.base().to_owned(),
-        authority_host: arm.base().to_owned(),
-        credential: CredentialKind::ClientSecret,
-        tenant_id: Some(TENANT.into()),
-        client_id: Some(CLIENT_ID.into()),
-        client_secret: Some(CLIENT_SECRET.into()),
         default_subscription_id: Some(SUB.into()),
-        arm_qps: 1000.0,
-        arm_burst: 1000,
-        max_concurrency: 16,
-        cache_ttl: Duration::from_secs(10),
-        miss_refresh_interval: Duration::from_secs(1),
-        request_timeout: Duration::from_secs(5),
-        max_retries: 3,
-        retry_base_delay: Duration::from_millis(20),
-        max_retry_wait: Duration::from_secs(3),
-        ..AzureConfig::default()
+        ..arm::client_secret_config(arm)
     }
 }
 

@@ -14,10 +14,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arm::{CLIENT_ID, CLIENT_SECRET, FakeArm, FakeIp, Fault, TENANT};
+use arm::{FakeArm, FakeIp, Fault};
 use fleetnet_hub::api::InternalServiceExport;
 use fleetnet_hub::app::{self, AppConfig, AzureMembers, Extensions, MemberConfigFile};
-use fleetnet_hub::azure::{AzureConfig, AzureFleet, CredentialKind};
+use fleetnet_hub::azure::{AzureConfig, AzureFleet};
 use fleetnet_hub::client::Limits;
 use fleetnet_hub::fleet::RuntimeConfig;
 use fleetnet_testenv::Fleet;
@@ -36,19 +36,10 @@ fn member_config(west_group: &str) -> String {
 
 fn azure_config(arm: &FakeArm) -> AzureConfig {
     AzureConfig {
-        arm_endpoint: arm.base().to_owned(),
-        authority_host: arm.base().to_owned(),
-        credential: CredentialKind::ClientSecret,
-        tenant_id: Some(TENANT.into()),
-        client_id: Some(CLIENT_ID.into()),
-        client_secret: Some(CLIENT_SECRET.into()),
         cache_ttl: Duration::from_secs(30),
-        miss_refresh_interval: Duration::from_secs(1),
-        request_timeout: Duration::from_secs(5),
-        retry_base_delay: Duration::from_millis(20),
         // A Retry-After above this is the reconcile's to wait out, not the request's.
         max_retry_wait: Duration::from_secs(1),
-        ..AzureConfig::default()
+        ..arm::client_secret_config(arm)
     }
 }
 

@@ -153,24 +153,10 @@ impl tower::retry::Policy<HttpRequest, HttpResponse, SendError> for RetryPolicy 
 mod tests {
     use super::*;
     use crate::azure::transport::{Payload, SendErrorKind};
+    use crate::client::retry::fixtures::{limits, status};
     use bytes::Bytes;
     use http::{HeaderValue, Method, StatusCode};
     use tower::retry::Policy;
-
-    fn limits() -> RetryLimits {
-        RetryLimits {
-            max_retries: 3,
-            base_delay: Duration::from_millis(100),
-            max_wait: Duration::from_secs(5),
-        }
-    }
-
-    fn status(code: u16, after: Option<u64>) -> Answer {
-        Answer::Status {
-            code,
-            retry_after: after.map(Duration::from_secs),
-        }
-    }
 
     fn request(body: Payload) -> HttpRequest {
         HttpRequest {

@@ -177,11 +177,13 @@ impl<B> tower::retry::Policy<Request<Body>, Response<B>, BoxError> for RetryPoli
     }
 }
 
+/// Inputs shared by the retry tests here and in `crate::azure`.
 #[cfg(test)]
-mod tests {
+pub(crate) mod fixtures {
     use super::*;
 
-    fn limits() -> RetryLimits {
+    /// 3 retries, 100 ms first backoff, 5 s longest wait.
+    pub(crate) fn limits() -> RetryLimits {
         RetryLimits {
             max_retries: 3,
             base_delay: Duration::from_millis(100),
@@ -189,12 +191,19 @@ mod tests {
         }
     }
 
-    fn status(code: u16, after: Option<u64>) -> Answer {
+    /// An HTTP answer with an optional `Retry-After` in seconds.
+    pub(crate) fn status(code: u16, after: Option<u64>) -> Answer {
         Answer::Status {
             code,
             retry_after: after.map(Duration::from_secs),
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::{limits, status};
+    use super::*;
 
     #[test]
     fn throttling_is_retried_for_every_verb_after_retry_after() {

@@ -109,6 +109,29 @@ impl Drop for FakeArm {
     }
 }
 
+/// The product's Azure configuration pointed at `arm`: the client secret credential the fake
+/// accepts, quick retries, a generous budget. Tests override what they exercise.
+pub fn client_secret_config(arm: &FakeArm) -> fleetnet_hub::azure::AzureConfig {
+    fleetnet_hub::azure::AzureConfig {
+        arm_endpoint: arm.base().to_owned(),
+        authority_host: arm.base().to_owned(),
+        credential: fleetnet_hub::azure::CredentialKind::ClientSecret,
+        tenant_id: Some(TENANT.into()),
+        client_id: Some(CLIENT_ID.into()),
+        client_secret: Some(CLIENT_SECRET.into()),
+        arm_qps: 1000.0,
+        arm_burst: 1000,
+        max_concurrency: 16,
+        cache_ttl: Duration::from_secs(10),
+        miss_refresh_interval: Duration::from_secs(1),
+        request_timeout: Duration::from_secs(5),
+        max_retries: 3,
+        retry_base_delay: Duration::from_millis(20),
+        max_retry_wait: Duration::from_secs(3),
+        ..fleetnet_hub::azure::AzureConfig::default()
+    }
+}
+
 fn arm_error(status: StatusCode, code: &str, message: &str) -> Response {
     (
         status,
