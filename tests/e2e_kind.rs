@@ -83,7 +83,9 @@ async fn controller(c: &Clusters) -> Option<Running> {
             kubeconfig_dir: c.member_dir.clone(),
             namespace_prefix: c.prefix.clone(),
             member_limits: Limits::default(),
-            member_sync_timeout: Duration::from_secs(30),
+            // Far above the 30 s the test waits for readiness: a member must be Ready because
+            // its watches listed, never because this timeout woke a lost sync signal.
+            member_sync_timeout: Duration::from_secs(120),
             cleanup_on_remove: false,
             traffic_manager: false,
             rescan_interval: Duration::from_secs(30),
@@ -105,6 +107,7 @@ async fn controller(c: &Clusters) -> Option<Running> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exports_from_every_member_land_in_their_hub_namespace() {
+    init_test_logs();
     let c = clusters().await;
     assert!(!c.members.is_empty(), "no member clusters");
     let running = controller(&c).await;

@@ -51,7 +51,7 @@ fn app_config(fleet: &Fleet, dir: &Path) -> AppConfig {
             kubeconfig_dir: dir.to_path_buf(),
             namespace_prefix: fleetnet_testenv::DEFAULT_HUB_NAMESPACE_PREFIX.into(),
             member_limits: Limits::default(),
-            member_sync_timeout: Duration::from_secs(10),
+            member_sync_timeout: Duration::from_secs(120),
             cleanup_on_remove: false,
             traffic_manager: true,
             rescan_interval: Duration::from_secs(1),

@@ -81,26 +81,42 @@ pub struct MemberExporter {
     pub instance: String,
 }
 
-/// Reflector stores of a running exporter; ready once every watch has listed once.
+/// Tells when a running exporter's watches have each delivered their initial list.
+///
+/// Not `Store::wait_until_ready`: the store's readiness is a oneshot channel that wakes only
+/// the task that polled it last, and the controller itself waits on the ServiceExport store.
+/// Two waiters there lose a wake-up: the member would look unsynced until something else
+/// polled it again (seen as exactly `--member-sync-timeout` before Ready).
 #[derive(Clone)]
 pub struct Synced {
     exports: Store<ServiceExport>,
-    services: Store<Service>,
-    ises: Store<InternalServiceExport>,
+    listed: [watch::Receiver<bool>; 3],
 }
 
 impl Synced {
-    /// Resolves once all three watches have produced their initial list.
+    /// Resolves once all three watches have produced their initial list (or the exporter
+    /// stopped: then there is nothing to wait for).
     pub async fn wait(&self) {
-        // Err only when the writer is gone, i.e. the exporter stopped: nothing to wait for.
-        let _ = self.exports.wait_until_ready().await;
-        let _ = self.services.wait_until_ready().await;
-        let _ = self.ises.wait_until_ready().await;
+        for listed in &self.listed {
+            let mut listed = listed.clone();
+            let _ = listed.wait_for(|done| *done).await;
+        }
     }
 
     /// ServiceExports currently known.
     pub fn exports(&self) -> usize {
         self.exports.state().len()
+    }
+}
+
+/// Marks `listed` once the watch stream it inspects has delivered its initial list.
+fn mark_listed<K>(
+    listed: watch::Sender<bool>,
+) -> impl FnMut(&Result<watcher::Event<K>, watcher::Error>) {
+    move |event| {
+        if matches!(event, Ok(watcher::Event::InitDone)) {
+            listed.send_replace(true);
+        }
     }
 }
 
@@ -151,19 +167,30 @@ impl MemberExporter {
 
         let (services, services_writer) = reflector::store::<Service>();
         let (ises, ises_writer) = reflector::store::<InternalServiceExport>();
+        let exports_writer = reflector::store::Writer::<ServiceExport>::new(version);
+        let exports = exports_writer.as_reader();
+        let (exports_listed, exports_listed_rx) = watch::channel(false);
+        let (services_listed, services_listed_rx) = watch::channel(false);
+        let (ises_listed, ises_listed_rx) = watch::channel(false);
         let service_events = watcher(services_api, watcher::Config::default())
             .default_backoff()
             .modify(|s: &mut Service| s.managed_fields_mut().clear())
             .reflect(services_writer)
+            .inspect(mark_listed(services_listed))
             .touched_objects();
         let ise_events = watcher(hub_api.clone(), watcher::Config::default())
             .default_backoff()
             .modify(|i: &mut InternalServiceExport| i.managed_fields_mut().clear())
             .reflect(ises_writer)
+            .inspect(mark_listed(ises_listed))
             .touched_objects();
+        // What `Controller::new_with` builds, plus the initial-list signal.
+        let export_events = watcher(exports_api, watcher::Config::default())
+            .reflect(exports_writer)
+            .inspect(mark_listed(exports_listed))
+            .applied_objects();
 
-        let controller = Controller::new_with(exports_api, watcher::Config::default(), version);
-        let exports = controller.store();
+        let controller = Controller::for_stream_with(export_events, exports.clone(), version);
         let controller = controller
             .watches_stream_with(
                 service_events,
@@ -224,8 +251,7 @@ impl MemberExporter {
             run,
             Synced {
                 exports,
-                services,
-                ises,
+                listed: [exports_listed_rx, services_listed_rx, ises_listed_rx],
             },
         )
     }
