@@ -227,10 +227,10 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
 /// Azure per member: subscription and default resource group from `--member-config`,
 /// falling back to the process defaults; one shared client per subscription.
 ///
-/// The file is read again whenever the fleet asks (each directory rescan and each engagement),
-/// so a member added at runtime gets its settings without a restart, and a member whose
-/// settings change is re-engaged. A file that became unreadable or invalid keeps the last
-/// good settings (and says so in the log).
+/// The file is read again once per directory rescan ([`MemberAzure::reload`]), so a member
+/// added at runtime gets its settings without a restart, and a member whose settings change is
+/// re-engaged. A file that became unreadable or invalid keeps the last good settings (and says
+/// so in the log, once per rescan).
 pub struct AzureMembers {
     fleet: crate::azure::AzureFleet,
     path: Option<PathBuf>,
@@ -262,21 +262,16 @@ impl AzureMembers {
         }
     }
 
-    /// The member's settings from the current file.
+    /// The member's settings as of the last [`MemberAzure::reload`].
     pub fn resolve(&self, member: &str) -> ResolvedAzure {
-        let mut last_good = self
+        let settings = self
             .last_good
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(path) = &self.path {
-            match MemberConfigFile::load(path) {
-                Ok(file) => *last_good = file,
-                Err(e) => {
-                    tracing::warn!(member, error = %e, "keeping the last valid member config")
-                }
-            }
-        }
-        let settings = last_good.members.get(member).cloned().unwrap_or_default();
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .members
+            .get(member)
+            .cloned()
+            .unwrap_or_default();
         ResolvedAzure {
             subscription: settings
                 .azure_subscription_id
@@ -290,6 +285,19 @@ impl AzureMembers {
 }
 
 impl MemberAzure for AzureMembers {
+    fn reload(&self) {
+        let Some(path) = &self.path else { return };
+        match MemberConfigFile::load(path) {
+            Ok(file) => {
+                *self
+                    .last_good
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = file;
+            }
+            Err(e) => tracing::warn!(error = %e, "keeping the last valid member config"),
+        }
+    }
+
     fn for_member(&self, member: &str) -> (Arc<dyn crate::export::PublicIpLookup>, String) {
         let resolved = self.resolve(member);
         let lookup = match self.fleet.for_member(resolved.subscription.as_deref()) {
@@ -398,6 +406,7 @@ mod tests {
             "members:\n  east:\n    azureSubscriptionId: 00000000-0000-0000-0000-0000000000e1\n    azureResourceGroup: mc_east_2\n  west:\n    azureResourceGroup: mc_west\n",
         )
         .expect("write");
+        members.reload();
         assert_eq!(members.resolve("west").resource_group, "mc_west");
         assert_ne!(members.settings_key("east"), east_before);
         assert_ne!(members.settings_key("west"), west_before);
@@ -414,8 +423,10 @@ mod tests {
 
         // A broken edit does not take the members' settings away.
         std::fs::write(&path, "members: [not, a, map").expect("write");
+        members.reload();
         assert_eq!(members.resolve("west").resource_group, "mc_west");
         std::fs::remove_file(&path).expect("remove");
+        members.reload();
         assert_eq!(members.resolve("east").resource_group, "mc_east_2");
     }
 }

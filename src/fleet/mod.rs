@@ -63,6 +63,8 @@ impl MemberHooks for NoHooks {
 /// Per-member Azure access: the lookup for the member's subscription and its default
 /// resource group.
 pub trait MemberAzure: Send + Sync + 'static {
+    /// Reads the members' settings again; called once per rescan, before any of the below.
+    fn reload(&self);
     fn for_member(&self, member: &str) -> (Arc<dyn PublicIpLookup>, String);
     /// Changes when the member's Azure settings change: the member is then re-engaged.
     fn settings_key(&self, member: &str) -> String;
@@ -222,10 +224,17 @@ async fn sync_members(shared: &Arc<Shared>, engaged: &mut BTreeMap<String, Engag
             shared.hooks.member_left(&name);
         }
     }
+    let azure = shared
+        .azure
+        .as_ref()
+        .filter(|_| shared.config.traffic_manager);
+    if let Some(azure) = azure {
+        azure.reload();
+    }
     for (name, source) in desired {
-        let settings = match &shared.azure {
-            Some(azure) if shared.config.traffic_manager => azure.settings_key(&name),
-            _ => String::new(),
+        let settings = match azure {
+            Some(azure) => azure.settings_key(&name),
+            None => String::new(),
         };
         if engaged
             .get(&name)
