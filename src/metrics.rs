@@ -79,6 +79,30 @@ fn reconcile_histogram() -> ExemplarHistogram {
     HistogramWithExemplars::new(RECONCILE_BUCKETS.into_iter())
 }
 
+/// fleet-networking's export-duration metric, as its dashboards and perf tests query it.
+const EXPORT_DURATION_METRIC: &str = "fleet_networking_service_export_duration_milliseconds";
+const EXPORT_DURATION_BUCKETS_MS: [f64; 6] = [1000.0, 2500.0, 5000.0, 10000.0, 25000.0, 50000.0];
+/// The reference caps a data point here so outliers do not skew averages.
+const EXPORT_DURATION_CAP_MS: u128 = 100_000;
+
+fn export_duration_histogram() -> Histogram {
+    Histogram::new(EXPORT_DURATION_BUCKETS_MS)
+}
+
+/// The reference's rules: a duration that does not make sense (<= 0) counts as one second;
+/// larger ones are capped.
+fn export_duration_ms(took: Duration) -> f64 {
+    match took.as_millis() {
+        0 => 1000.0,
+        ms => ms.min(EXPORT_DURATION_CAP_MS) as f64,
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OriginLabels {
+    origin_cluster_id: String,
+}
+
 /// What Metrics knows of one member.
 #[derive(Default)]
 struct MemberEntry {
@@ -109,6 +133,7 @@ pub struct Metrics {
     ise_writes: Family<OpLabels, Counter>,
     export_latency: ExemplarHistogram,
     conflict_latency: Histogram,
+    export_duration: Family<OriginLabels, Histogram, fn() -> Histogram>,
 }
 
 impl fmt::Debug for Metrics {
@@ -136,6 +161,8 @@ impl Metrics {
         let ise_writes = Family::<OpLabels, Counter>::default();
         let export_latency = HistogramWithExemplars::new(LATENCY_BUCKETS.into_iter());
         let conflict_latency = Histogram::new(LATENCY_BUCKETS);
+        let export_duration: Family<OriginLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(export_duration_histogram);
 
         registry.register(
             "fleetnet_reconcile",
@@ -175,6 +202,11 @@ impl Metrics {
             Unit::Seconds,
             conflict_latency.clone(),
         );
+        registry.register(
+            EXPORT_DURATION_METRIC,
+            "Time from a Service export (exportedSince) to the hub's conflict verdict reflected on its ServiceExport, in milliseconds, by member (origin_cluster_id); fleet-networking's metric",
+            export_duration.clone(),
+        );
         registry.register_collector(Box::new(ScrapeCollector(shared.clone())));
         Self {
             registry,
@@ -186,6 +218,7 @@ impl Metrics {
             ise_writes,
             export_latency,
             conflict_latency,
+            export_duration,
         }
     }
 
@@ -237,6 +270,9 @@ impl Metrics {
         self.durations.remove(&labels);
         self.in_flight.remove(&labels);
         self.controller_errors.remove(&labels);
+        self.export_duration.remove(&OriginLabels {
+            origin_cluster_id: member.to_string(),
+        });
     }
 
     /// Members with series, sorted.
@@ -322,8 +358,13 @@ impl ReconcileObserver for Metrics {
             .observe(latency.as_secs_f64(), current_trace(), None);
     }
 
-    fn conflict_reflected(&self, _member: &str, latency: Duration) {
+    fn conflict_reflected(&self, member: &str, latency: Duration) {
         self.conflict_latency.observe(latency.as_secs_f64());
+        self.export_duration
+            .get_or_create(&OriginLabels {
+                origin_cluster_id: member.to_string(),
+            })
+            .observe(export_duration_ms(latency));
     }
 
     fn controller_error(&self, member: &str, _error: &str) {
@@ -651,6 +692,29 @@ mod tests {
             m.encode_prometheus()
                 .contains(r#"fleetnet_reconcile_total{member="b",outcome="exported"} 1"#)
         );
+    }
+
+    #[test]
+    fn export_duration_follows_fleet_networking_rules() {
+        let m = Metrics::new();
+        // 0 counts as one second; 300 s is capped at 100 s; 3 s falls in the 5000 bucket.
+        for took in [0, 300_000, 3_000] {
+            m.conflict_reflected("east", Duration::from_millis(took));
+        }
+        let text = m.encode_prometheus();
+        for want in [
+            r#"fleet_networking_service_export_duration_milliseconds_bucket{origin_cluster_id="east",le="1000"} 1"#,
+            r#"fleet_networking_service_export_duration_milliseconds_bucket{origin_cluster_id="east",le="2500"} 1"#,
+            r#"fleet_networking_service_export_duration_milliseconds_bucket{origin_cluster_id="east",le="5000"} 2"#,
+            r#"fleet_networking_service_export_duration_milliseconds_bucket{origin_cluster_id="east",le="50000"} 2"#,
+            r#"fleet_networking_service_export_duration_milliseconds_bucket{origin_cluster_id="east",le="+Inf"} 3"#,
+            r#"fleet_networking_service_export_duration_milliseconds_sum{origin_cluster_id="east"} 104000.0"#,
+            r#"fleet_networking_service_export_duration_milliseconds_count{origin_cluster_id="east"} 3"#,
+        ] {
+            assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+        m.remove_member("east");
+        assert!(!m.encode().contains("origin_cluster_id=\"east\""));
     }
 
     #[test]

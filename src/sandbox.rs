@@ -1,10 +1,13 @@
 //! `fleetnet-hub sandbox`: a local hub and two members on real apiservers (the test
 //! substrate), the controller running against them, one sample export per member.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
 use crate::app::{self, AppConfig, Extensions};
@@ -47,6 +50,8 @@ pub async fn run() -> Result<(), String> {
     let running = app::start(config, Extensions::default())
         .await
         .map_err(|e| e.to_string())?;
+    let hub = fleet.hub().client().await.map_err(|e| e.to_string())?;
+    let mirror = tokio::spawn(mirror_export_namespaces(hub.clone()));
 
     for member in MEMBERS {
         let client = fleet
@@ -56,7 +61,6 @@ pub async fn run() -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         create_sample(&client, member).await?;
     }
-    let hub = fleet.hub().client().await.map_err(|e| e.to_string())?;
     for member in MEMBERS {
         let ise = wait_for_ise(&hub, &fleet.hub_namespace(member), "demo-hello").await?;
         println!(
@@ -85,6 +89,7 @@ pub async fn run() -> Result<(), String> {
     );
     app::wait_for_signal().await;
     eprintln!("stopping...");
+    mirror.abort();
     running.shutdown().await;
     drop(fleet);
     Ok(())
@@ -151,4 +156,38 @@ async fn wait_for_ise(
     Err(format!(
         "InternalServiceExport {ns}/{name} did not appear within 60 s"
     ))
+}
+
+/// What fleet's placement does in a real fleet: every exported Service's namespace exists on
+/// the hub (fleet-networking's hub controllers create ServiceImports there and loop on
+/// `namespaces "<ns>" not found` otherwise). Runs until aborted.
+pub async fn mirror_export_namespaces(hub: kube::Client) {
+    let ises: Api<InternalServiceExport> = Api::all(hub.clone());
+    let mut made = BTreeSet::new();
+    let mut events = watcher(ises, watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    while let Some(event) = events.next().await {
+        let ise = match event {
+            Ok(ise) => ise,
+            Err(e) => {
+                tracing::debug!(error = %e, "sandbox: watching InternalServiceExports");
+                continue;
+            }
+        };
+        let ns = ise.spec.service_reference.namespace;
+        if ns.is_empty() || made.contains(&ns) {
+            continue;
+        }
+        match fleetnet_testenv::ensure_namespace(&hub, "hub", &ns).await {
+            Ok(()) => {
+                tracing::info!(namespace = %ns, "sandbox: exported Service's namespace present on the hub");
+                made.insert(ns);
+            }
+            Err(e) => {
+                tracing::warn!(namespace = %ns, error = %e, "sandbox: cannot create namespace on the hub")
+            }
+        }
+    }
 }

@@ -21,8 +21,9 @@ pub struct Performed {
     pub member_writes: u32,
 }
 
-/// Performs the plan's writes in order: metadata → hub delete → finalizer removal → status →
-/// hub create/update; then its events. A 409 is returned as is, for the caller to re-observe.
+/// Performs the plan's writes in order: metadata → hub delete → finalizer removal → status
+/// (then its events, which belong to the status change and so are never lost to a later
+/// failing step) → hub create/update. A 409 is returned as is, for the caller to re-observe.
 pub async fn perform(
     ctx: &Context,
     se: &ServiceExport,
@@ -50,19 +51,27 @@ pub async fn perform(
     }
 
     if let Some(HubWrite::Delete { uid }) = &plan.hub {
-        ctx.ensure_leader(ns, name)?;
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: uid.clone(),
-                resource_version: None,
-            }),
-            ..Default::default()
+        let uid = match uid {
+            Some(uid) => Some(uid.clone()),
+            None => own_ise_uid(ctx, ns, name).await?,
         };
-        match ctx.hub.delete(&ise_name(ns, name), &params).await {
-            Ok(_) => done.hub_writes += 1,
-            // Already gone: fine. A precondition failure means the name now holds another object.
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(err(Step::DeleteInternalServiceExport)(e)),
+        if let Some(uid) = uid {
+            ctx.ensure_leader(ns, name)?;
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            // Accepted (gone, or terminating behind the hub's finalizer) or already gone: the
+            // export is withdrawn and the finalizer may go. A failed precondition (409) means
+            // the name now holds another object: the caller re-observes.
+            match ctx.hub.delete(&ise_name(ns, name), &params).await {
+                Ok(_) => done.hub_writes += 1,
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(err(Step::DeleteInternalServiceExport)(e)),
+            }
         }
     }
 
@@ -95,6 +104,7 @@ pub async fn perform(
             .await
             .map_err(err(Step::PatchStatus))?;
         done.member_writes += 1;
+        publish_events(ctx, se, plan).await;
     }
 
     match &plan.hub {
@@ -125,6 +135,32 @@ pub async fn perform(
         _ => {}
     }
 
+    Ok(done)
+}
+
+/// The UID of this export's ISE, read live: `None` when the name is free, already terminating,
+/// or held by another export (a name collision, or another member's object) — never ours to delete.
+async fn own_ise_uid(ctx: &Context, ns: &str, name: &str) -> Result<Option<String>, Error> {
+    let live = ctx
+        .hub
+        .get_opt(&ise_name(ns, name))
+        .await
+        .map_err(Error::kube(
+            &ctx.member,
+            ns,
+            name,
+            Step::GetInternalServiceExport,
+        ))?;
+    Ok(live
+        .filter(|ise| {
+            ise.metadata.deletion_timestamp.is_none()
+                && ise.spec.service_reference.cluster_id == ctx.member
+                && ise.spec.service_reference.namespaced_name == format!("{ns}/{name}")
+        })
+        .and_then(|ise| ise.metadata.uid))
+}
+
+async fn publish_events(ctx: &Context, se: &ServiceExport, plan: &Plan) {
     let reference = kube::Resource::object_ref(se, &ctx.se_version);
     for event in &plan.events {
         let ev = Event {
@@ -142,7 +178,6 @@ pub async fn perform(
             tracing::warn!(error = %e, reason = event.reason, "could not record event");
         }
     }
-    Ok(done)
 }
 
 fn metadata_patch(

@@ -91,7 +91,9 @@ pub enum HubWrite {
     Create(Box<InternalServiceExport>),
     /// Replace the spec (every field, so stale ones are cleared).
     UpdateSpec(Box<InternalServiceExportSpec>),
-    /// Delete the ISE; `uid` is a precondition so only the object observed is deleted.
+    /// Delete this export's ISE. `uid` (from the view) is a precondition so only the object
+    /// observed is deleted; `None`: the view has none, so `act` reads the name live and deletes
+    /// only an ISE exported for this very member and Service.
     Delete {
         uid: Option<String>,
     },
@@ -150,8 +152,9 @@ pub struct Plan {
     /// Conditions to set; empty means no status write.
     pub conditions: Vec<ConditionSpec>,
     pub events: Vec<EventSpec>,
-    /// Reconcile again right away (after a UID-mismatch unexport).
-    pub requeue_now: bool,
+    /// Reconcile again after a bounded backoff even if nothing changes (after a UID-mismatch
+    /// unexport; a public IP that is not listed yet).
+    pub recheck: bool,
     /// The export cannot complete yet (Azure lookup failed, DNS label pending): the reconcile
     /// fails with this message after the other writes, and is retried with backoff.
     pub pending: Option<String>,
@@ -168,11 +171,17 @@ impl Plan {
             remove_finalizer: false,
             conditions: vec![],
             events: vec![],
-            requeue_now: false,
+            recheck: false,
             pending: None,
             exported_since: None,
             outcome,
         }
+    }
+
+    /// Whether the plan withdraws an export (deletes an ISE or drops the cleanup finalizer):
+    /// such a plan is only carried out once the observations it rests on are confirmed live.
+    pub fn unexports(&self) -> bool {
+        matches!(self.hub, Some(HubWrite::Delete { .. })) || self.remove_finalizer
     }
 
     /// Number of API writes the plan makes, Events not counted.
@@ -206,20 +215,26 @@ pub fn public_ip_query(settings: &Settings, service: &Service) -> Option<(String
     Some((rg.to_string(), ip.to_string()))
 }
 
-/// The weight annotation: absent → 1; otherwise an integer in [0, 1000].
+/// The weight annotation: absent → 1; otherwise an integer in [0, 1000]. The errors are
+/// fleet-networking's words, with the annotation as written.
 pub fn parse_weight(export: &ServiceExport) -> Result<i64, String> {
     let Some(raw) = annotation(&export.metadata.annotations, WEIGHT_ANNOTATION) else {
         return Ok(1);
     };
     let weight: i64 = raw
         .parse()
-        .map_err(|_| format!("strconv.Atoi: parsing {raw:?}: invalid syntax"))?;
+        .map_err(|_| format!("the weight annotation is not a valid integer: {raw}"))?;
     if !(0..=1000).contains(&weight) {
         return Err(format!(
-            "the weight annotation value {weight} is out of range [0, 1000]"
+            "the weight annotation is not in the range [0, 1000]: {raw}"
         ));
     }
     Ok(weight)
+}
+
+/// Whether the object is being deleted (a finalizer holds it).
+fn terminating(ise: &InternalServiceExport) -> bool {
+    ise.metadata.deletion_timestamp.is_some()
 }
 
 /// Decides the writes for one ServiceExport. Running it on the state its own plan produces
@@ -368,13 +383,14 @@ pub fn decide(settings: &Settings, obs: &Observation<'_>) -> Plan {
     }
 
     let service_uid = service.metadata.uid.as_deref().unwrap_or_default();
-    if let Some(ise) = own_ise
+    if let Some(ise) = own_ise.filter(|ise| !terminating(ise))
         && ise.spec.service_reference.uid != service_uid
     {
-        // The Service was deleted and re-created: unexport the old one, then export afresh.
+        // The Service was deleted and re-created: unexport the old one, then export afresh
+        // (the ISE's deletion triggers that; the recheck is the fallback).
         let mut plan = Plan::new(Outcome::Unexported);
         unexport(&mut plan, Some(ise), has_finalizer);
-        plan.requeue_now = true;
+        plan.recheck = true;
         return plan;
     }
 
@@ -416,21 +432,27 @@ fn export(
             format!("Service {name} is valid for export"),
         ),
     );
+    // An ISE being deleted is on its way out: its verdict is not this export's, and its name
+    // cannot be written until it is gone (its deletion triggers the next reconcile).
+    let leaving = own_ise.is_some_and(terminating);
+    let own_ise = own_ise.filter(|ise| !terminating(ise));
     let hub_conflict = own_ise.and_then(|ise| find_condition(ise.conditions(), CONDITION_CONFLICT));
     let current_conflict = find_condition(se.conditions(), CONDITION_CONFLICT);
     if let Some(hub) = hub_conflict {
         // The hub resolved the conflict: reflect it, in the ServiceExport's own generation.
-        set_if_changed(
-            &mut plan,
-            se,
-            ConditionSpec {
-                type_: CONDITION_CONFLICT.into(),
-                status: hub.status.clone(),
-                reason: hub.reason.clone(),
-                message: hub.message.clone(),
-                observed_generation: generation,
-            },
-        );
+        let verdict = ConditionSpec {
+            type_: CONDITION_CONFLICT.into(),
+            status: hub.status.clone(),
+            reason: hub.reason.clone(),
+            message: hub.message.clone(),
+            observed_generation: generation,
+        };
+        match verdict_event(name, &hub.status) {
+            Some(event) => set_and_tell(&mut plan, se, verdict, event),
+            None => {
+                set_if_changed(&mut plan, se, verdict);
+            }
+        }
     } else if current_conflict.is_none() || own_ise.is_none() {
         // No verdict yet, or a verdict about an export that no longer exists: re-arm.
         let pending = ConditionSpec::new(
@@ -467,8 +489,11 @@ fn export(
     spec = tm_fields.apply(spec);
     plan.pending = tm_pending;
 
+    // Not listed yet (a new LoadBalancer's address is newer than the list): look again later.
+    plan.recheck = matches!(obs.public_ip, PublicIpObservation::NotFound)
+        && public_ip_query(settings, service).is_some();
     let needs_write = match own_ise {
-        None => true,
+        None => !leaving,
         Some(ise) => !same_export(&ise.spec, &spec),
     };
     if needs_write && plan.pending.is_none() {
@@ -502,14 +527,36 @@ fn export(
     plan
 }
 
-/// Unexport: delete our ISE (if there is one) and then drop the finalizer (if we hold it).
+/// Unexport: delete our ISE and then drop the finalizer (if we hold it). An ISE missing from
+/// the view is still deleted by name (the view may be behind); one already terminating is gone.
 fn unexport(plan: &mut Plan, own_ise: Option<&InternalServiceExport>, has_finalizer: bool) {
-    if let Some(ise) = own_ise {
-        plan.hub = Some(HubWrite::Delete {
-            uid: ise.metadata.uid.clone(),
-        });
+    match own_ise {
+        Some(ise) if terminating(ise) => {}
+        Some(ise) => {
+            plan.hub = Some(HubWrite::Delete {
+                uid: ise.metadata.uid.clone(),
+            })
+        }
+        None => plan.hub = Some(HubWrite::Delete { uid: None }),
     }
     plan.remove_finalizer = has_finalizer;
+}
+
+/// The event fleet-networking records when it copies the hub's verdict to the export.
+fn verdict_event(name: &str, status: &str) -> Option<EventSpec> {
+    match status {
+        "True" => Some(EventSpec::new(
+            EventKind::Warning,
+            "ServiceExportConflictFound",
+            format!("Service {name} is in conflict with other exported services"),
+        )),
+        "False" => Some(EventSpec::new(
+            EventKind::Normal,
+            "NoServiceExportConflictFound",
+            format!("Service {name} is exported without conflict"),
+        )),
+        _ => None,
+    }
 }
 
 /// Not-found, ineligible and weight 0: unexport if we hold the finalizer, set `Valid`, and tell

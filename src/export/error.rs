@@ -4,6 +4,7 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
     GetServiceExport,
+    GetService,
     PatchMetadata,
     PatchStatus,
     RemoveFinalizer,
@@ -19,6 +20,7 @@ impl Step {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::GetServiceExport => "get_serviceexport",
+            Self::GetService => "get_service",
             Self::PatchMetadata => "patch_serviceexport_metadata",
             Self::PatchStatus => "patch_serviceexport_status",
             Self::RemoveFinalizer => "remove_finalizer",

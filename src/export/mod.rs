@@ -6,9 +6,11 @@
 //! reflector stores; writes go to the member and to a hub API scoped to the member's namespace.
 
 mod act;
+mod dangling;
 pub mod decide;
 mod error;
 pub mod public_ip;
+mod views;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -32,6 +34,8 @@ pub use public_ip::{LookupError, PublicIp, PublicIpLookup};
 
 use crate::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
 use decide::{Observation, PublicIpObservation, decide, ise_name, public_ip_query};
+pub use views::Synced;
+use views::{WatchHealth, exports_sharing_hub_name, watch_backoff};
 
 /// Receives what reconciles did, for metrics. Implemented by `crate::telemetry`.
 pub trait ReconcileObserver: Send + Sync + 'static {
@@ -47,6 +51,8 @@ pub trait ReconcileObserver: Send + Sync + 'static {
     fn conflict_reflected(&self, member: &str, latency: Duration);
     /// The controller reported an error outside a reconcile (a watch failing, for example).
     fn controller_error(&self, member: &str, error: &str);
+    /// Every watch that had failed has listed again: the member's views are current.
+    fn watches_recovered(&self, _member: &str) {}
 }
 
 /// An observer that records nothing.
@@ -81,45 +87,6 @@ pub struct MemberExporter {
     pub instance: String,
 }
 
-/// Tells when a running exporter's watches have each delivered their initial list.
-///
-/// Not `Store::wait_until_ready`: the store's readiness is a oneshot channel that wakes only
-/// the task that polled it last, and the controller itself waits on the ServiceExport store.
-/// Two waiters there lose a wake-up: the member would look unsynced until something else
-/// polled it again (seen as exactly `--member-sync-timeout` before Ready).
-#[derive(Clone)]
-pub struct Synced {
-    exports: Store<ServiceExport>,
-    listed: [watch::Receiver<bool>; 3],
-}
-
-impl Synced {
-    /// Resolves once all three watches have produced their initial list (or the exporter
-    /// stopped: then there is nothing to wait for).
-    pub async fn wait(&self) {
-        for listed in &self.listed {
-            let mut listed = listed.clone();
-            let _ = listed.wait_for(|done| *done).await;
-        }
-    }
-
-    /// ServiceExports currently known.
-    pub fn exports(&self) -> usize {
-        self.exports.state().len()
-    }
-}
-
-/// Marks `listed` once the watch stream it inspects has delivered its initial list.
-fn mark_listed<K>(
-    listed: watch::Sender<bool>,
-) -> impl FnMut(&Result<watcher::Event<K>, watcher::Error>) {
-    move |event| {
-        if matches!(event, Ok(watcher::Event::InitDone)) {
-            listed.send_replace(true);
-        }
-    }
-}
-
 /// Shared by every reconcile of one member.
 pub struct Context {
     pub member: String,
@@ -135,7 +102,11 @@ pub struct Context {
     pub public_ips: Option<Arc<dyn PublicIpLookup>>,
     pub leader: watch::Receiver<bool>,
     pub observer: Arc<dyn ReconcileObserver>,
+    /// No reconcile decides before every view has listed once.
+    views: Synced,
     failures: Mutex<HashMap<ObjectRef<ServiceExport>, u32>>,
+    /// Consecutive rechecks (a public IP not listed yet, a UID-mismatch unexport) per export.
+    rechecks: Mutex<HashMap<ObjectRef<ServiceExport>, u32>>,
 }
 
 impl Context {
@@ -169,28 +140,35 @@ impl MemberExporter {
         let (ises, ises_writer) = reflector::store::<InternalServiceExport>();
         let exports_writer = reflector::store::Writer::<ServiceExport>::new(version);
         let exports = exports_writer.as_reader();
-        let (exports_listed, exports_listed_rx) = watch::channel(false);
-        let (services_listed, services_listed_rx) = watch::channel(false);
-        let (ises_listed, ises_listed_rx) = watch::channel(false);
+        let health = Arc::new(WatchHealth::new(&self.member, self.observer.clone()));
+        let (dangling_tx, dangling_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let service_events = watcher(services_api, watcher::Config::default())
-            .default_backoff()
+            .backoff(watch_backoff())
             .modify(|s: &mut Service| s.managed_fields_mut().clear())
             .reflect(services_writer)
-            .inspect(mark_listed(services_listed))
+            .inspect(health.inspector(views::View::Services))
             .touched_objects();
         let ise_events = watcher(hub_api.clone(), watcher::Config::default())
-            .default_backoff()
+            .backoff(watch_backoff())
             .modify(|i: &mut InternalServiceExport| i.managed_fields_mut().clear())
             .reflect(ises_writer)
-            .inspect(mark_listed(ises_listed))
+            .inspect(health.inspector(views::View::InternalServiceExports))
+            .inspect(move |event| {
+                // Every ISE seen (listed or changed) is checked for a missing ServiceExport.
+                if let Ok(watcher::Event::Apply(ise) | watcher::Event::InitApply(ise)) = event {
+                    let _ = dangling_tx.send(ise.name_any());
+                }
+            })
             .touched_objects();
         // What `Controller::new_with` builds, plus the initial-list signal.
         let export_events = watcher(exports_api, watcher::Config::default())
+            .backoff(watch_backoff())
             .reflect(exports_writer)
-            .inspect(mark_listed(exports_listed))
+            .inspect(health.inspector(views::View::ServiceExports))
             .applied_objects();
 
         let controller = Controller::for_stream_with(export_events, exports.clone(), version);
+        let loser_index = exports.clone();
         let controller = controller
             .watches_stream_with(
                 service_events,
@@ -203,14 +181,25 @@ impl MemberExporter {
             .watches_stream_with(
                 ise_events,
                 move |ise: InternalServiceExport| {
-                    let (ns, name) = ise.spec.service_reference.namespaced_name.split_once('/')?;
-                    Some(ObjectRef::new_with(name, version).within(ns))
+                    // The export it carries, and any other export of the same hub name (the
+                    // loser of a name collision takes over when the winner's ISE goes).
+                    let owner = ise
+                        .spec
+                        .service_reference
+                        .namespaced_name
+                        .split_once('/')
+                        .map(|(ns, name)| ObjectRef::new_with(name, version).within(ns));
+                    let mut refs = exports_sharing_hub_name(&loser_index, version, &ise.name_any());
+                    refs.extend(owner);
+                    refs.dedup();
+                    refs
                 },
                 (),
             )
             // Becoming leader: everything is reconciled once, from the warm caches.
             .reconcile_all_on(leadership_gained(self.leader.clone()))
             .graceful_shutdown_on(shutdown);
+        let synced = health.synced(exports.clone());
 
         let reporter = Reporter {
             controller: "fleetnet-hub".into(),
@@ -229,31 +218,24 @@ impl MemberExporter {
             public_ips: self.public_ips,
             leader: self.leader,
             observer: self.observer,
+            views: synced.clone(),
             failures: Mutex::default(),
+            rechecks: Mutex::default(),
         });
-        let member = self.member;
-        let observer = ctx.observer.clone();
+        let sweeper = dangling::sweep(ctx.clone(), exports, dangling_rx);
         let run = async move {
-            controller
+            // Reconcile errors are handled (and logged) in `reconcile`, watch errors where the
+            // watches are inspected: nothing is left to do with the controller's own items.
+            let controller = controller
                 .run(reconcile, error_policy, ctx)
-                .for_each(|res| {
-                    // Reconcile errors are handled (and logged) in `reconcile`; what is left
-                    // here are watch and queue errors.
-                    if let Err(kube::runtime::controller::Error::QueueError(e)) = res {
-                        tracing::warn!(member = %member, error = %e, "watch failed; retrying with backoff");
-                        observer.controller_error(&member, &e.to_string());
-                    }
-                    futures::future::ready(())
-                })
-                .await;
+                .for_each(|_| futures::future::ready(()));
+            // The sweeper has no end of its own: it stops with the controller.
+            tokio::select! {
+                () = controller => {}
+                () = sweeper => {}
+            }
         };
-        (
-            run,
-            Synced {
-                exports,
-                listed: [exports_listed_rx, services_listed_rx, ises_listed_rx],
-            },
-        )
+        (run, synced)
     }
 }
 
@@ -313,36 +295,61 @@ async fn reconcile(se: Arc<ServiceExport>, ctx: Arc<Context>) -> Result<Action, 
     result.map(|(_, action)| action)
 }
 
-/// Observe → decide → act; a 409 (stale cache, concurrent writer) re-observes from the API.
+/// Observe → decide → act. Nothing is decided before every view has listed; a plan that
+/// withdraws an export is decided again on live reads of the Service and the ISE before it
+/// is carried out; a 409 (stale view, concurrent writer) re-observes from the API.
 async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, Action), Error> {
+    ctx.views.wait().await;
     if !*ctx.leader.borrow() {
         // Standby: caches stay warm; becoming leader reconciles everything.
         return Ok((Outcome::Skipped, Action::await_change()));
     }
     let ns = se.namespace().unwrap_or_default();
     let name = se.name_any();
+    let key = ObjectRef::from_obj_with(se, ctx.se_version);
     let mut export = se.clone();
-    let mut fresh_ise: Option<InternalServiceExport> = None;
+    // `Some(x)`: read live this reconcile, and what was read (`None`: not there).
+    let mut live_service: Option<Option<Service>> = None;
+    let mut live_ise: Option<Option<InternalServiceExport>> = None;
     let kube_err = |step: Step| Error::kube(&ctx.member, &ns, &name, step);
-    for attempt in 0..3 {
+    let mut conflicts = 0;
+    loop {
         let now = Timestamp::now();
-        let service = ctx.services.get(&ObjectRef::new(&name).within(&ns));
+        let cached_service = ctx.services.get(&ObjectRef::new(&name).within(&ns));
+        let service = live_service
+            .as_ref()
+            .map_or(cached_service.as_deref(), Option::as_ref);
         let cached_ise = ctx
             .ises
             .get(&ObjectRef::new(&ise_name(&ns, &name)).within(&ctx.hub_namespace));
-        let ise = fresh_ise.as_ref().or(cached_ise.as_deref());
-        let (public_ip, throttled_for) = observe_public_ip(ctx, service.as_deref()).await;
+        let ise = live_ise
+            .as_ref()
+            .map_or(cached_ise.as_deref(), Option::as_ref);
+        let (public_ip, throttled_for) = observe_public_ip(ctx, service).await;
         let plan = decide(
             &ctx.settings,
             &Observation {
                 export: &export,
-                service: service.as_deref(),
+                service,
                 ise,
                 public_ip: &public_ip,
                 now,
             },
         );
         tracing::debug!(writes = plan.writes(), outcome = %plan.outcome.label(), "decided");
+        let deleting = export.metadata.deletion_timestamp.is_some();
+        if plan.unexports() && !deleting && live_service.is_none() {
+            // Views may be behind: withdraw an export only on what the API says now.
+            let services: Api<Service> = Api::namespaced(ctx.member_client.clone(), &ns);
+            live_service = Some(
+                services
+                    .get_opt(&name)
+                    .await
+                    .map_err(kube_err(Step::GetService))?,
+            );
+            live_ise = Some(read_ise(ctx, &ns, &name).await?);
+            continue;
+        }
         match act::perform(ctx, &export, &plan, now).await {
             Ok(done) => {
                 record_hub_writes(ctx, &plan, done);
@@ -365,14 +372,17 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
                         retry_after: throttled_for,
                     });
                 }
-                let action = if plan.requeue_now {
-                    Action::requeue(Duration::from_millis(10))
+                let action = if plan.recheck {
+                    let n = bump(&ctx.rechecks, key);
+                    Action::requeue(backoff(n, rand::random::<f64>()).min(MAX_RECHECK))
                 } else {
+                    lock(&ctx.rechecks).remove(&key);
                     Action::await_change()
                 };
                 return Ok((plan.outcome, action));
             }
-            Err(e) if e.is_conflict() && attempt < 2 => {
+            Err(e) if e.is_conflict() && conflicts < 2 => {
+                conflicts += 1;
                 tracing::debug!(error = %e, "conflict; reading the objects again");
                 let exports: Api<ServiceExport> =
                     Api::namespaced_with(ctx.member_client.clone(), &ns, &ctx.se_version);
@@ -384,16 +394,27 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
                     Some(latest) => export = latest,
                     None => return Ok((Outcome::Skipped, Action::await_change())),
                 }
-                fresh_ise = ctx
-                    .hub
-                    .get_opt(&ise_name(&ns, &name))
-                    .await
-                    .map_err(kube_err(Step::GetInternalServiceExport))?;
+                live_ise = Some(read_ise(ctx, &ns, &name).await?);
             }
             Err(e) => return Err(e),
         }
     }
-    unreachable!("the last attempt returns")
+}
+
+async fn read_ise(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+) -> Result<Option<InternalServiceExport>, Error> {
+    ctx.hub
+        .get_opt(&ise_name(ns, name))
+        .await
+        .map_err(Error::kube(
+            &ctx.member,
+            ns,
+            name,
+            Step::GetInternalServiceExport,
+        ))
 }
 
 fn record_hub_writes(ctx: &Context, plan: &decide::Plan, done: act::Performed) {
@@ -477,12 +498,7 @@ fn error_policy(se: Arc<ServiceExport>, error: &Error, ctx: Arc<Context>) -> Act
         return Action::await_change();
     }
     let key = ObjectRef::from_obj_with(se.as_ref(), ctx.se_version);
-    let failures = {
-        let mut map = lock(&ctx.failures);
-        let n = map.entry(key).or_insert(0);
-        *n = n.saturating_add(1);
-        *n
-    };
+    let failures = bump(&ctx.failures, key);
     Action::requeue(requeue_delay(
         failures,
         rand::random::<f64>(),
@@ -497,6 +513,21 @@ fn requeue_delay(failures: u32, jitter: f64, retry_after: Option<Duration>) -> D
 }
 
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// Rechecks back off like failures, but an export waiting for a public IP is looked at
+/// at least once a minute.
+const MAX_RECHECK: Duration = Duration::from_secs(60);
+
+/// Increments and returns the counter of `key`.
+fn bump(
+    counters: &Mutex<HashMap<ObjectRef<ServiceExport>, u32>>,
+    key: ObjectRef<ServiceExport>,
+) -> u32 {
+    let mut map = lock(counters);
+    let n = map.entry(key).or_insert(0);
+    *n = n.saturating_add(1);
+    *n
+}
 
 /// Delay after `failures` consecutive failures; `jitter` in [0, 1) spreads it by ±20%.
 pub fn backoff(failures: u32, jitter: f64) -> Duration {

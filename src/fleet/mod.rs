@@ -126,6 +126,15 @@ impl ReconcileObserver for StateObserver {
             .set_phase(member, Phase::Failing, Some(error.to_string()));
         self.inner.controller_error(member, error);
     }
+    fn watches_recovered(&self, member: &str) {
+        if let Some(s) = self.state.member(member)
+            && s.phase == Phase::Failing
+            && s.last_sync.is_some()
+        {
+            self.state.set_phase(member, Phase::Ready, None);
+        }
+        self.inner.watches_recovered(member);
+    }
 }
 
 struct Engagement {
@@ -232,6 +241,10 @@ async fn sync_members(shared: &Arc<Shared>, engaged: &mut BTreeMap<String, Engag
         azure.reload();
     }
     for (name, source) in desired {
+        if source.unreadable && engaged.get(&name).is_some_and(|e| e.task.is_some()) {
+            tracing::warn!(member = %name, file = %source.path.display(), "kubeconfig unreadable this time; the member keeps running on the one it has");
+            continue;
+        }
         let settings = match azure {
             Some(azure) => azure.settings_key(&name),
             None => String::new(),

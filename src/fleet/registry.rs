@@ -13,6 +13,9 @@ pub struct MemberSource {
     pub kubeconfig: Result<String, String>,
     /// SHA-256 of the content (hex); a new hash is a new engagement.
     pub hash: String,
+    /// The file exists but could not be read this time: a member already running from it keeps
+    /// running (a transient I/O error must not tear down a healthy member).
+    pub unreadable: bool,
 }
 
 /// Files that are not members: hidden files (this covers the `..data` links of a mounted
@@ -74,9 +77,12 @@ pub fn scan(dir: &Path) -> std::io::Result<BTreeMap<String, MemberSource>> {
             _ => {}
         }
         let name = member_name(&file_name).to_string();
+        let mut unreadable = false;
         let kubeconfig = validate_member_name(&name).and_then(|()| {
-            std::fs::read_to_string(&path)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))
+            std::fs::read_to_string(&path).map_err(|e| {
+                unreadable = true;
+                format!("cannot read {}: {e}", path.display())
+            })
         });
         let hash = match &kubeconfig {
             Ok(text) => hex(&Sha256::digest(text.as_bytes())),
@@ -88,6 +94,7 @@ pub fn scan(dir: &Path) -> std::io::Result<BTreeMap<String, MemberSource>> {
                 path,
                 kubeconfig,
                 hash,
+                unreadable,
             },
         );
     }

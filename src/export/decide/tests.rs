@@ -231,8 +231,15 @@ fn deleted_export_with_finalizer_deletes_ise_then_drops_finalizer() {
     assert!(plan.remove_finalizer);
     assert!(plan.conditions.is_empty());
     assert_eq!(plan.outcome, Outcome::Unexported);
-    // The ISE already gone is fine: only the finalizer goes.
+    // No ISE in the view: the view may be behind, so the name is deleted (guarded, live).
     let plan = run(&settings(), &se, Some(&service()), None);
+    assert_eq!(plan.hub, Some(HubWrite::Delete { uid: None }));
+    assert!(plan.remove_finalizer);
+    assert!(plan.unexports());
+    // An ISE already terminating is gone as far as this export is concerned.
+    let mut leaving = ise.expect("ise");
+    leaving.metadata.deletion_timestamp = Some(Time(now()));
+    let plan = run(&settings(), &se, Some(&service()), Some(&leaving));
     assert_eq!(plan.hub, None);
     assert!(plan.remove_finalizer);
 }
@@ -407,7 +414,11 @@ fn ineligible_services_are_not_exported() {
         assert_eq!(valid.message, "service ns/web is not eligible for export");
         assert_eq!(event_reasons(&plan), vec!["ServiceNotEligible"]);
         assert!(plan.remove_finalizer);
-        assert!(plan.hub.is_none(), "no ISE observed, nothing to delete");
+        assert_eq!(
+            plan.hub,
+            Some(HubWrite::Delete { uid: None }),
+            "no ISE in the view: deleted by name, in case the view is behind"
+        );
     }
 }
 
@@ -424,20 +435,21 @@ fn invalid_weight_keeps_the_export_and_reports_once() {
             (valid.status.as_str(), valid.reason.as_str()),
             ("False", reason::INVALID_WEIGHT)
         );
-        assert!(
-            valid
-                .message
-                .starts_with("serviceExport ns/web has an invalid weight annotation, err = "),
-            "{}",
-            valid.message
-        );
-        assert!(
-            valid.message.contains(bad),
-            "parse error in the message: {}",
-            valid.message
+        let why = if bad == "abc" || bad == "1.5" {
+            format!("the weight annotation is not a valid integer: {bad}")
+        } else {
+            format!("the weight annotation is not in the range [0, 1000]: {bad}")
+        };
+        assert_eq!(
+            valid.message,
+            format!("serviceExport ns/web has an invalid weight annotation, err = {why}")
         );
         assert_eq!(event_reasons(&plan), vec![reason::INVALID_WEIGHT]);
-        assert!(!plan.requeue_now && plan.pending.is_none(), "no requeue");
+        assert_eq!(
+            plan.events[0].note,
+            "ServiceExport web has invalid weight value in the annotation"
+        );
+        assert!(!plan.recheck && plan.pending.is_none(), "no requeue");
         let (se2, ise2) = apply(&plan, se.clone(), ise.clone());
         assert_eq!(
             run(&settings(), &se2, Some(&service()), ise2.as_ref()).writes(),
@@ -534,7 +546,7 @@ fn uid_mismatch_unexports_and_requeues() {
         })
     );
     assert!(plan.remove_finalizer);
-    assert!(plan.requeue_now);
+    assert!(plan.recheck, "looked at again with backoff, not spun on");
     let (se, ise) = apply(&plan, se, ise);
     let plan = run(&settings(), &se, Some(&recreated), ise.as_ref());
     let Some(HubWrite::Create(new)) = &plan.hub else {
@@ -572,7 +584,11 @@ fn name_collision_is_reported_not_flapped() {
     let mut se = with_finalizer(se);
     se.metadata.deletion_timestamp = Some(Time(now()));
     let plan = run(&settings(), &se, Some(&svc), Some(&other));
-    assert!(plan.hub.is_none());
+    assert_eq!(
+        plan.hub,
+        Some(HubWrite::Delete { uid: None }),
+        "never the other's uid: by name, and act deletes only an ISE of this very export"
+    );
     assert!(plan.remove_finalizer);
 }
 
@@ -597,16 +613,112 @@ fn hub_conflict_verdict_is_copied_with_the_export_generation() {
         (c.status.as_str(), c.reason.as_str()),
         ("False", "NoConflictFound")
     );
+    assert_eq!(event_reasons(&plan), vec!["NoServiceExportConflictFound"]);
+    assert_eq!(plan.events[0].kind, EventKind::Normal);
+    assert_eq!(
+        plan.events[0].note,
+        "Service web is exported without conflict"
+    );
     assert_eq!(
         c.observed_generation,
         Some(1),
         "the ServiceExport's generation, not the ISE's"
     );
     let (se, ise) = apply(&plan, se, Some(ise));
+    let again = run(&settings(), &se, Some(&service()), ise.as_ref());
+    assert_eq!(again.writes(), 0, "unchanged verdict costs nothing");
+    assert!(again.events.is_empty(), "no event on resync");
+
+    // The hub finds a conflict: copied once, with a warning.
+    let mut ise = ise.expect("ise");
+    ise.status = Some(InternalServiceExportStatus {
+        conditions: vec![Condition {
+            type_: CONDITION_CONFLICT.into(),
+            status: "True".into(),
+            reason: "ConflictFound".into(),
+            message: "service ns/web is in conflict with other exported services".into(),
+            observed_generation: Some(7),
+            last_transition_time: Time(now()),
+        }],
+    });
+    let plan = run(&settings(), &se, Some(&service()), Some(&ise));
+    assert_eq!(event_reasons(&plan), vec!["ServiceExportConflictFound"]);
+    assert_eq!(plan.events[0].kind, EventKind::Warning);
     assert_eq!(
-        run(&settings(), &se, Some(&service()), ise.as_ref()).writes(),
-        0,
-        "unchanged verdict costs nothing"
+        plan.events[0].note,
+        "Service web is in conflict with other exported services"
+    );
+    let (se, ise) = apply(&plan, se, Some(ise));
+    let again = run(&settings(), &se, Some(&service()), ise.as_ref());
+    assert_eq!((again.writes(), again.events.len()), (0, 0));
+}
+
+#[test]
+fn a_terminating_ise_is_neither_a_verdict_nor_written_over() {
+    let (se, ise) = converge(&settings(), export(), &service(), None);
+    let mut ise = ise.expect("ise");
+    ise.status = Some(InternalServiceExportStatus {
+        conditions: vec![Condition {
+            type_: CONDITION_CONFLICT.into(),
+            status: "True".into(),
+            reason: "ConflictFound".into(),
+            message: "in conflict".into(),
+            observed_generation: Some(1),
+            last_transition_time: Time(now()),
+        }],
+    });
+    ise.metadata.deletion_timestamp = Some(Time(now()));
+    // A port change while the old ISE is still terminating.
+    let mut svc = service();
+    svc.metadata.resource_version = Some("102".into());
+    if let Some(ports) = svc.spec.as_mut().and_then(|s| s.ports.as_mut()) {
+        ports[0].port = 8080;
+    }
+    let plan = run(&settings(), &se, Some(&svc), Some(&ise));
+    assert_eq!(plan.hub, None, "the name is taken until the ISE is gone");
+    assert!(!plan.unexports());
+    assert!(
+        cond(&plan, CONDITION_CONFLICT).is_none(),
+        "still pending: the terminating ISE's verdict is not copied"
+    );
+    assert!(plan.events.is_empty());
+    // A different Service UID against a terminating ISE: nothing to delete twice.
+    let mut recreated = service();
+    recreated.metadata.uid = Some("svc-uid-2".into());
+    let plan = run(&settings(), &se, Some(&recreated), Some(&ise));
+    assert_eq!(plan.hub, None);
+    assert!(!plan.remove_finalizer);
+    // Once it is gone, exported afresh.
+    let plan = run(&settings(), &se, Some(&svc), None);
+    assert!(matches!(plan.hub, Some(HubWrite::Create(_))));
+}
+
+#[test]
+fn a_verdict_on_a_terminating_ise_re_arms_a_copied_one() {
+    let (se, ise) = converge(&settings(), export(), &service(), None);
+    let mut ise = ise.expect("ise");
+    ise.status = Some(InternalServiceExportStatus {
+        conditions: vec![Condition {
+            type_: CONDITION_CONFLICT.into(),
+            status: "False".into(),
+            reason: "NoConflictFound".into(),
+            message: "ok".into(),
+            observed_generation: Some(1),
+            last_transition_time: Time(now()),
+        }],
+    });
+    let (se, ise) = apply(
+        &run(&settings(), &se, Some(&service()), Some(&ise)),
+        se,
+        Some(ise),
+    );
+    let mut ise = ise.expect("ise");
+    ise.metadata.deletion_timestamp = Some(Time(now()));
+    let plan = run(&settings(), &se, Some(&service()), Some(&ise));
+    let c = cond(&plan, CONDITION_CONFLICT).expect("re-armed");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("Unknown", reason::PENDING_CONFLICT_RESOLUTION)
     );
 }
 
@@ -734,6 +846,12 @@ fn public_ip_not_found_exports_without_the_fields_and_failure_retries() {
     );
     assert_eq!(created_spec(&plan).public_ip_resource_id, None);
     assert!(plan.pending.is_none());
+    assert!(
+        plan.recheck,
+        "looked up again later, without waiting for a Service edit"
+    );
+    let found = run_pip(&tm_settings(), &export(), Some(&svc), None, &pip(false));
+    assert!(!found.recheck);
     let plan = run_pip(
         &tm_settings(),
         &export(),
@@ -775,8 +893,23 @@ fn weight_parsing() {
         parse_weight(&annotate(export(), WEIGHT_ANNOTATION, "0")),
         Ok(0)
     );
-    assert!(parse_weight(&annotate(export(), WEIGHT_ANNOTATION, "")).is_err());
-    assert!(parse_weight(&annotate(export(), WEIGHT_ANNOTATION, "1001")).is_err());
+    assert_eq!(
+        parse_weight(&annotate(export(), WEIGHT_ANNOTATION, "")),
+        Err("the weight annotation is not a valid integer: ".into())
+    );
+    assert_eq!(
+        parse_weight(&annotate(export(), WEIGHT_ANNOTATION, "1001")),
+        Err("the weight annotation is not in the range [0, 1000]: 1001".into())
+    );
+    assert_eq!(
+        parse_weight(&annotate(export(), WEIGHT_ANNOTATION, "-1")),
+        Err("the weight annotation is not in the range [0, 1000]: -1".into())
+    );
+    assert_eq!(
+        parse_weight(&annotate(export(), WEIGHT_ANNOTATION, " 5")),
+        Err("the weight annotation is not a valid integer:  5".into()),
+        "as written, like strconv.Atoi"
+    );
 }
 
 #[test]
