@@ -16,28 +16,33 @@ use super::decide::ise_name;
 use crate::api::{InternalServiceExport, ServiceExport};
 
 /// Checks every ISE once the views have listed and each time this replica becomes leader, then
-/// each ISE named on `seen` (every ISE the watch delivers). Runs until the channel closes.
+/// each ISE named on `seen` (every ISE the watch delivers). Never returns: it ends when the
+/// exporter drops it.
 pub(super) async fn sweep(
     ctx: Arc<Context>,
     exports: Store<ServiceExport>,
     mut seen: mpsc::UnboundedReceiver<String>,
 ) {
     ctx.views.wait().await;
-    let mut leader = ctx.leader.clone();
     check_all(&ctx, &exports).await;
+    // Without a sender (no leader election) leadership never changes: stop listening for it.
+    let mut leader = Some(ctx.leader.clone());
     loop {
+        let gained = async {
+            match leader.as_mut() {
+                Some(rx) => rx.changed().await.map(|()| *rx.borrow_and_update()),
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             name = seen.recv() => match name {
                 Some(name) => check(&ctx, &exports, &name).await,
-                None => return,
+                None => std::future::pending().await,
             },
-            changed = leader.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-                if *leader.borrow_and_update() {
-                    check_all(&ctx, &exports).await;
-                }
+            gained = gained => match gained {
+                Ok(true) => check_all(&ctx, &exports).await,
+                Ok(false) => {}
+                Err(_) => leader = None,
             }
         }
     }
