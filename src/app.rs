@@ -123,11 +123,18 @@ pub async fn hub_client(
 ) -> Result<kube::Client, Error> {
     let config = match path {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| Error::Hub(format!("kubeconfig {}: {e}", path.display())))?;
+            // Parser errors quote the offending value, which may be a token or a key.
+            let failed = |e: &dyn std::fmt::Display| {
+                Error::Hub(format!(
+                    "kubeconfig {}: {}",
+                    path.display(),
+                    crate::fleet::redact_quoted(&e.to_string())
+                ))
+            };
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| failed(&e))?;
             kube::Config::from_custom_kubeconfig(kc, &Default::default())
                 .await
-                .map_err(|e| Error::Hub(format!("kubeconfig {}: {e}", path.display())))?
+                .map_err(|e| failed(&e))?
         }
         None => kube::Config::incluster().map_err(|e| {
             Error::Hub(format!(

@@ -13,7 +13,7 @@ use kube::api::{Api, PostParams};
 
 use crate::api::GROUP;
 use crate::client::Limits;
-use crate::fleet::{discover_version, member_client, registry};
+use crate::fleet::{TrustPolicy, discover_version, member_client, registry};
 
 /// `(group, resource, verb)` the reconciler needs in each member.
 pub const MEMBER_PERMISSIONS: &[(&str, &str, &str)] = &[
@@ -42,22 +42,28 @@ pub struct MemberCheck {
 }
 
 /// Checks one member kubeconfig.
-pub async fn check_member(name: &str, kubeconfig: &str) -> MemberCheck {
+pub async fn check_member(name: &str, kubeconfig: &str, trust: TrustPolicy) -> MemberCheck {
     let mut row = MemberCheck {
         member: name.into(),
         server: "-".into(),
         ok: false,
         problem: String::new(),
     };
-    let (client, server) =
-        match member_client(name, kubeconfig, &Limits::default(), Arc::default()).await {
+    let member =
+        match member_client(name, kubeconfig, trust, &Limits::default(), Arc::default()).await {
             Ok(c) => c,
             Err(e) => {
                 row.problem = e;
                 return row;
             }
         };
-    row.server = server;
+    row.server = member.server;
+    let client = member.client;
+    let insecure = if member.tls_verify_disabled {
+        "; TLS verification DISABLED"
+    } else {
+        ""
+    };
     let version =
         match tokio::time::timeout(Duration::from_secs(15), discover_version(&client)).await {
             Ok(Ok(v)) => v,
@@ -107,7 +113,7 @@ pub async fn check_member(name: &str, kubeconfig: &str) -> MemberCheck {
     }
     if missing.is_empty() {
         row.ok = true;
-        row.problem = format!("ok (ServiceExport {})", version.as_str());
+        row.problem = format!("ok (ServiceExport {}){insecure}", version.as_str());
     } else {
         row.problem = format!("missing RBAC: {}", missing.join(", "));
     }
@@ -115,7 +121,7 @@ pub async fn check_member(name: &str, kubeconfig: &str) -> MemberCheck {
 }
 
 /// Checks every member of `dir`, prints the table, fails if any member is unusable.
-pub async fn run(dir: &Path) -> Result<(), String> {
+pub async fn run(dir: &Path, trust: TrustPolicy) -> Result<(), String> {
     let members = registry::scan(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
     if members.is_empty() {
         return Err(format!("no member kubeconfigs in {}", dir.display()));
@@ -123,7 +129,7 @@ pub async fn run(dir: &Path) -> Result<(), String> {
     let mut rows = vec![];
     for (name, source) in members {
         rows.push(match source.kubeconfig {
-            Ok(k) => check_member(&name, &k).await,
+            Ok(k) => check_member(&name, &k, trust).await,
             Err(e) => MemberCheck {
                 member: name,
                 server: "-".into(),

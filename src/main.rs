@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use fleetnet_hub::app::{self, AppConfig, Extensions, LeaderElection};
 use fleetnet_hub::client::Limits;
 use fleetnet_hub::fleet::RuntimeConfig;
+use fleetnet_hub::fleet::TrustPolicy;
 
 #[derive(Parser)]
 #[command(
@@ -27,6 +28,8 @@ enum Command {
     Check {
         #[arg(long, env = "FLEETNET_KUBECONFIG_DIR", default_value = "kubeconfigs")]
         kubeconfig_dir: PathBuf,
+        #[command(flatten)]
+        trust: TrustArgs,
     },
     /// Start a local hub and two members (real apiservers), run the controller against them.
     Sandbox,
@@ -111,7 +114,42 @@ pub struct RunArgs {
     #[arg(long, env = "FLEETNET_LOG_FORMAT", default_value = "text")]
     log_format: String,
     #[command(flatten)]
+    trust: TrustArgs,
+    #[command(flatten)]
     azure: AzureArgs,
+}
+
+/// What member kubeconfigs may use beyond inline credentials (both off by default).
+#[derive(Args, Clone, Debug, Default)]
+pub struct TrustArgs {
+    /// Allow `exec` credential plugins in member kubeconfigs (e.g. kubelogin). They run as
+    /// this process, with its files and tokens: only for kubeconfigs you fully trust.
+    #[arg(long, env = "FLEETNET_ALLOW_MEMBER_EXEC_PLUGINS")]
+    allow_member_exec_plugins: bool,
+    /// Allow `insecure-skip-tls-verify: true` in member kubeconfigs; such members are flagged
+    /// on /members, in `check` and in `fleetnet_member_tls_verify_disabled`.
+    #[arg(long, env = "FLEETNET_ALLOW_INSECURE_MEMBER_TLS")]
+    allow_insecure_member_tls: bool,
+}
+
+impl TrustArgs {
+    /// The policy, announced loudly when it widens trust.
+    fn policy(&self) -> TrustPolicy {
+        if self.allow_member_exec_plugins {
+            tracing::warn!(
+                "--allow-member-exec-plugins: member kubeconfigs may run programs in this process's pod"
+            );
+        }
+        if self.allow_insecure_member_tls {
+            tracing::warn!(
+                "--allow-insecure-member-tls: member kubeconfigs may disable TLS verification"
+            );
+        }
+        TrustPolicy {
+            allow_exec: self.allow_member_exec_plugins,
+            allow_insecure_tls: self.allow_insecure_member_tls,
+        }
+    }
 }
 
 /// Azure flags (Traffic Manager feature).
@@ -231,6 +269,8 @@ impl RunArgs {
                 self.trace_sampling_ratio
             ));
         }
+        fleetnet_hub::fleet::registry::validate_namespace_prefix(&self.hub_namespace_prefix)
+            .map_err(|e| format!("--hub-namespace-prefix: {e}"))?;
         let instance = std::env::var("POD_NAME").unwrap_or_else(|_| hostname());
         let leader_election = self.leader_elect.then(|| LeaderElection {
             namespace: self
@@ -261,6 +301,7 @@ impl RunArgs {
                 traffic_manager: self.enable_traffic_manager,
                 rescan_interval: Duration::from_secs(30),
                 instance,
+                trust: self.trust.policy(),
             },
             leader_election,
             metrics_bind_address: self.metrics_bind_address.clone(),
@@ -341,7 +382,10 @@ async fn main() -> std::process::ExitCode {
     };
     let result = match cli.command {
         Command::Run(args) => run(*args).await,
-        Command::Check { kubeconfig_dir } => fleetnet_hub::check::run(&kubeconfig_dir)
+        Command::Check {
+            kubeconfig_dir,
+            trust,
+        } => fleetnet_hub::check::run(&kubeconfig_dir, trust.policy())
             .await
             .map_err(anyhow::Error::msg),
         Command::Sandbox => fleetnet_hub::sandbox::run()

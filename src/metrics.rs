@@ -27,7 +27,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::client::{ClientStats, RequestCount};
 use crate::export::ReconcileObserver;
-use crate::fleet::{FleetState, MemberHooks, Phase};
+use crate::fleet::{FleetState, MemberHooks, MemberStatus, Phase};
 
 /// `Content-Type` of [`Metrics::encode`] (OpenMetrics text 1.0, exemplars included).
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -430,15 +430,11 @@ impl Collector for ScrapeCollector {
         // Copy what is needed, so no lock is held while encoding.
         let (states, clients) = {
             let members = read(&self.0.members);
-            let states: Vec<(String, Phase, Option<f64>)> = match read(&self.0.fleet).as_ref() {
+            let states: Vec<(String, MemberStatus)> = match read(&self.0.fleet).as_ref() {
                 Some(fleet) => fleet
                     .members()
                     .into_iter()
                     .filter(|(name, _)| members.contains_key(name))
-                    .map(|(name, s)| {
-                        let last_sync = s.last_sync.map(|t| t.as_millisecond() as f64 / 1000.0);
-                        (name, s.phase, last_sync)
-                    })
                     .collect(),
                 None => vec![],
             };
@@ -473,14 +469,32 @@ impl Collector for ScrapeCollector {
                 None,
                 MetricType::Gauge,
             )?;
-            for (name, phase, _) in &states {
+            for (name, s) in &states {
                 for p in Phase::ALL {
                     let labels = [("member", name.as_str()), ("state", p.as_str())];
-                    ConstGauge::new(i64::from(*phase == p)).encode(m.encode_family(&labels)?)?;
+                    ConstGauge::new(i64::from(s.phase == p)).encode(m.encode_family(&labels)?)?;
+                }
+            }
+            for (metric, help, flag) in [
+                (
+                    "fleetnet_member_kubeconfig_refused",
+                    "1 when the member's kubeconfig was refused (file paths, plugins, insecure TLS, name): never connected.",
+                    (|s: &MemberStatus| s.refused) as fn(&MemberStatus) -> bool,
+                ),
+                (
+                    "fleetnet_member_tls_verify_disabled",
+                    "1 when TLS verification of the member's API server is off (--allow-insecure-member-tls).",
+                    |s: &MemberStatus| s.tls_verify_disabled,
+                ),
+            ] {
+                let mut m = encoder.encode_descriptor(metric, help, None, MetricType::Gauge)?;
+                for (name, s) in &states {
+                    let labels = [("member", name.as_str())];
+                    ConstGauge::new(i64::from(flag(s))).encode(m.encode_family(&labels)?)?;
                 }
             }
         }
-        if states.iter().any(|(_, _, s)| s.is_some()) {
+        if states.iter().any(|(_, s)| s.last_sync.is_some()) {
             let unit = Unit::Other("seconds".into());
             let mut m = encoder.encode_descriptor(
                 "fleetnet_member_last_sync_timestamp",
@@ -488,10 +502,11 @@ impl Collector for ScrapeCollector {
                 Some(&unit),
                 MetricType::Gauge,
             )?;
-            for (name, _, last_sync) in &states {
-                if let Some(t) = last_sync {
+            for (name, s) in &states {
+                if let Some(t) = s.last_sync {
                     let labels = [("member", name.as_str())];
-                    ConstGauge::new(*t).encode(m.encode_family(&labels)?)?;
+                    ConstGauge::new(t.as_millisecond() as f64 / 1000.0)
+                        .encode(m.encode_family(&labels)?)?;
                 }
             }
         }

@@ -42,6 +42,7 @@ pub async fn run() -> Result<(), String> {
             traffic_manager: false,
             rescan_interval: Duration::from_secs(30),
             instance: "sandbox".into(),
+            trust: Default::default(),
         },
         leader_election: None,
         metrics_bind_address: "127.0.0.1:0".into(),

@@ -29,6 +29,7 @@ fn config(fleet: &Fleet, dir: &Path) -> AppConfig {
             traffic_manager: false,
             rescan_interval: Duration::from_secs(30),
             instance: "test".into(),
+            trust: Default::default(),
         },
         leader_election: None,
         metrics_bind_address: "127.0.0.1:0".into(),
@@ -449,7 +450,12 @@ async fn unreachable_member_fails_alone_and_check_reports_every_member() {
         let mut rows = vec![];
         for (name, src) in members {
             rows.push(
-                fleetnet_hub::check::check_member(&name, &src.kubeconfig.expect("readable")).await,
+                fleetnet_hub::check::check_member(
+                    &name,
+                    &src.kubeconfig.expect("readable"),
+                    Default::default(),
+                )
+                .await,
             );
         }
         rows
@@ -472,7 +478,9 @@ async fn unreachable_member_fails_alone_and_check_reports_every_member() {
         "{table}"
     );
     assert!(
-        fleetnet_hub::check::run(&dir).await.is_err(),
+        fleetnet_hub::check::run(&dir, Default::default())
+            .await
+            .is_err(),
         "check fails when a member is unusable"
     );
 

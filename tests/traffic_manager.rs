@@ -56,6 +56,7 @@ fn app_config(fleet: &Fleet, dir: &Path) -> AppConfig {
             traffic_manager: true,
             rescan_interval: Duration::from_secs(1),
             instance: "test".into(),
+            trust: Default::default(),
         },
         leader_election: None,
         metrics_bind_address: "127.0.0.1:0".into(),

@@ -154,11 +154,33 @@ pub(crate) fn parse_http_url(field: &'static str, value: &str) -> Result<Url, Co
     Ok(url)
 }
 
+/// Bearer tokens and client secrets travel to these endpoints: plain http only on loopback
+/// (a local test server), never across a network.
+fn require_https_off_loopback(field: &'static str, value: &str) -> Result<(), ConfigError> {
+    let url = parse_http_url(field, value)?;
+    let host = url.host_str().unwrap_or_default();
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if url.scheme() == "https" || loopback {
+        Ok(())
+    } else {
+        Err(ConfigError::InvalidUrl {
+            field,
+            value: value.to_owned(),
+            reason: "must be https (http only on loopback)".to_owned(),
+        })
+    }
+}
+
 impl AzureConfig {
     /// Checks every field; the error names the offending field.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        parse_http_url("arm_endpoint", &self.arm_endpoint)?;
-        parse_http_url("authority_host", &self.authority_host)?;
+        require_https_off_loopback("arm_endpoint", &self.arm_endpoint)?;
+        require_https_off_loopback("authority_host", &self.authority_host)?;
         if let Some(scope) = &self.arm_scope
             && scope.trim().is_empty()
         {
@@ -299,6 +321,30 @@ mod tests {
         c.arm_endpoint = "not a url".into();
         let err = c.validate().unwrap_err().to_string();
         assert!(err.contains("arm_endpoint"), "{err}");
+
+        for (arm, authority, ok) in [
+            (
+                "http://management.example.com",
+                "https://login.example.com",
+                false,
+            ),
+            (
+                "https://management.example.com",
+                "http://10.0.0.5:8080",
+                false,
+            ),
+            ("http://127.0.0.1:8080", "http://localhost:9090", true),
+            ("http://[::1]:8080", "https://login.example.com", true),
+        ] {
+            let mut c = secret_config();
+            c.arm_endpoint = arm.into();
+            c.authority_host = authority.into();
+            assert_eq!(c.validate().is_ok(), ok, "{arm} {authority}");
+            if !ok {
+                let err = c.validate().unwrap_err().to_string();
+                assert!(err.contains("must be https"), "{err}");
+            }
+        }
 
         let mut c = secret_config();
         c.arm_qps = 0.0;

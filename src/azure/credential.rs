@@ -204,12 +204,24 @@ impl ManagedIdentityCredential {
         let (status, _, body) = response.deconstruct();
         let body = body.collect().await?;
         if !status.is_success() {
+            // Only the OAuth error fields: the body itself is never echoed (it may carry anything).
+            let reason = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .map(|v| {
+                    ["error", "error_description"]
+                        .iter()
+                        .filter_map(|k| v.get(*k).and_then(|e| e.as_str()))
+                        .map(|e| e.chars().take(200).collect::<String>())
+                        .collect::<Vec<_>>()
+                        .join(": ")
+                })
+                .filter(|r| !r.is_empty())
+                .unwrap_or_else(|| format!("{} bytes, not an OAuth error", body.len()));
             return Err(Error::with_message(ErrorKind::Credential, || {
                 format!(
-                    "managed identity endpoint {} answered HTTP {}: {}",
+                    "managed identity endpoint {} answered HTTP {}: {reason}",
                     self.endpoint,
                     u16::from(status),
-                    String::from_utf8_lossy(&body[..body.len().min(300)])
                 )
             }));
         }

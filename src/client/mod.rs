@@ -84,10 +84,46 @@ pub fn build(
     // The buffer makes kube's boxed stack cloneable, so a request can wait for its token
     // without holding the service.
     Ok(builder
+        .with_layer(&tower::util::MapRequestLayer::new(identify))
         .with_layer(&BufferLayer::new(1024))
         .with_layer(&layer)
         .with_layer(&retry)
         .build())
+}
+
+/// The field manager every write of fleetnet-hub is recorded under (managedFields).
+pub const FIELD_MANAGER: &str = "fleetnet-hub";
+
+/// `fleetnet-hub/<version>`, the User-Agent of every request.
+pub const USER_AGENT: &str = concat!("fleetnet-hub/", env!("CARGO_PKG_VERSION"));
+
+/// Names the product on every request: its User-Agent, and `fieldManager` on every write
+/// that does not name one already (server-side apply always does).
+fn identify(mut req: Request<Body>) -> Request<Body> {
+    req.headers_mut()
+        .entry(http::header::USER_AGENT)
+        .or_insert(http::HeaderValue::from_static(USER_AGENT));
+    let write = matches!(
+        *req.method(),
+        http::Method::POST | http::Method::PUT | http::Method::PATCH
+    );
+    if write && let Some(uri) = with_field_manager(req.uri()) {
+        *req.uri_mut() = uri;
+    }
+    req
+}
+
+/// `uri` with `fieldManager=fleetnet-hub` added, unless it already names a field manager.
+fn with_field_manager(uri: &http::Uri) -> Option<http::Uri> {
+    let query = uri.query().unwrap_or_default();
+    if query.split('&').any(|kv| kv.starts_with("fieldManager=")) {
+        return None;
+    }
+    let sep = if query.is_empty() { "" } else { "&" };
+    let path_and_query = format!("{}?{query}{sep}fieldManager={FIELD_MANAGER}", uri.path());
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = path_and_query.parse().ok();
+    http::Uri::from_parts(parts).ok()
 }
 
 /// The tower layer: token bucket + concurrency + timeout + counting.
@@ -200,5 +236,46 @@ where
             res
         };
         Box::pin(tracing::Instrument::instrument(fut, span))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(method: http::Method, uri: &str) -> Request<Body> {
+        Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(Body::empty())
+            .expect("request")
+    }
+
+    #[test]
+    fn every_request_names_the_product_and_writes_its_field_manager() {
+        let r = identify(req(http::Method::GET, "/api/v1/services?watch=true"));
+        assert_eq!(r.headers()[http::header::USER_AGENT], USER_AGENT);
+        assert!(USER_AGENT.starts_with("fleetnet-hub/"));
+        assert_eq!(
+            r.uri().query(),
+            Some("watch=true"),
+            "reads are left as they are"
+        );
+        let r = identify(req(
+            http::Method::PATCH,
+            "/apis/g/v1/namespaces/n/serviceexports/s/status",
+        ));
+        assert_eq!(r.uri().query(), Some("fieldManager=fleetnet-hub"));
+        let r = identify(req(
+            http::Method::POST,
+            "https://h:6443/apis/g/v1/x?dryRun=All",
+        ));
+        assert_eq!(
+            r.uri().query(),
+            Some("dryRun=All&fieldManager=fleetnet-hub")
+        );
+        assert_eq!(r.uri().host(), Some("h"));
+        let r = identify(req(http::Method::PATCH, "/x?fieldManager=mine&force=true"));
+        assert_eq!(r.uri().query(), Some("fieldManager=mine&force=true"));
     }
 }

@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use super::Shared;
 use super::state::Phase;
+use super::vet::{self, TrustPolicy};
 use crate::api::{GROUP, ServiceExportVersion};
 use crate::client::{self, ClientStats};
 use crate::export::{MemberExporter, Settings};
@@ -22,6 +23,15 @@ pub(super) async fn run(
     shared: Arc<Shared>,
     cancel: CancellationToken,
 ) {
+    // A refused kubeconfig stays refused until its content changes (a new engagement): no
+    // retries, and never a connection to its server.
+    if let Err(e) = parse_and_vet(&kubeconfig, shared.config.trust) {
+        tracing::error!(member = %name, error = %e, "member kubeconfig refused; not connecting");
+        shared.state.refuse(&name, e);
+        shared.hooks.member_engaged(&name, Arc::default());
+        cancel.cancelled().await;
+        return;
+    }
     let mut failures = 0u32;
     while !cancel.is_cancelled() {
         shared.state.set_phase(&name, Phase::Connecting, None);
@@ -43,22 +53,43 @@ pub(super) async fn run(
     tracing::info!(member = %name, "member stopped");
 }
 
-/// A client for a member kubeconfig, through a fresh limiter counted in `stats`; also its server URL.
+/// A member's client, built from its vetted kubeconfig.
+pub struct MemberClient {
+    pub client: kube::Client,
+    /// The server URL.
+    pub server: String,
+    /// TLS verification is off for this member (allowed by the trust policy).
+    pub tls_verify_disabled: bool,
+}
+
+fn parse_and_vet(kubeconfig: &str, trust: TrustPolicy) -> Result<vet::Vetted, String> {
+    let parsed = Kubeconfig::from_yaml(kubeconfig)
+        .map_err(|e| format!("invalid kubeconfig: {}", redact_quoted(&e.to_string())))?;
+    vet::vet(parsed, trust)
+}
+
+/// A client for a member kubeconfig that passes `trust`, through a fresh limiter counted in
+/// `stats`. A refused kubeconfig never gets as far as a connection.
 pub async fn member_client(
     name: &str,
     kubeconfig: &str,
+    trust: TrustPolicy,
     limits: &client::Limits,
     stats: Arc<ClientStats>,
-) -> Result<(kube::Client, String), String> {
-    let parsed = Kubeconfig::from_yaml(kubeconfig)
-        .map_err(|e| format!("invalid kubeconfig: {}", redact_quoted(&e.to_string())))?;
-    let config = kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| format!("unusable kubeconfig: {}", redact_quoted(&e.to_string())))?;
+) -> Result<MemberClient, String> {
+    let vetted = parse_and_vet(kubeconfig, trust)?;
+    let config =
+        kube::Config::from_custom_kubeconfig(vetted.kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| format!("unusable kubeconfig: {}", redact_quoted(&e.to_string())))?;
     let server = config.cluster_url.to_string();
     let client = client::build(&format!("member:{name}"), config, limits, stats)
         .map_err(|e| e.to_string())?;
-    Ok((client, server))
+    Ok(MemberClient {
+        client,
+        server,
+        tls_verify_disabled: vetted.tls_verify_disabled,
+    })
 }
 
 /// The ServiceExport version the member serves, preferring v1beta1.
@@ -89,9 +120,22 @@ async fn run_once(
 ) -> Result<(), String> {
     let cfg = &shared.config;
     let stats = Arc::new(ClientStats::default());
-    let (client, server) =
-        member_client(name, kubeconfig, &cfg.member_limits, stats.clone()).await?;
-    shared.state.set_server(name, &server);
+    let MemberClient {
+        client,
+        server,
+        tls_verify_disabled,
+    } = member_client(
+        name,
+        kubeconfig,
+        cfg.trust,
+        &cfg.member_limits,
+        stats.clone(),
+    )
+    .await?;
+    if tls_verify_disabled {
+        tracing::warn!(member = %name, server = %server, "TLS verification of this member is DISABLED (--allow-insecure-member-tls)");
+    }
+    shared.state.set_server(name, &server, tls_verify_disabled);
     shared.hooks.member_engaged(name, stats);
     let version = tokio::time::timeout(cfg.member_sync_timeout, discover_version(&client))
         .await
@@ -153,7 +197,7 @@ async fn run_once(
 
 /// Parser errors quote the offending value, which in a kubeconfig may be a token or a key:
 /// keep the message and position, drop what is quoted.
-fn redact_quoted(message: &str) -> String {
+pub(crate) fn redact_quoted(message: &str) -> String {
     let mut out = String::with_capacity(message.len());
     let mut quoted = false;
     for c in message.chars() {

@@ -7,6 +7,7 @@ pub mod leader;
 mod member;
 pub mod registry;
 pub mod state;
+pub mod vet;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -17,8 +18,10 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-pub use member::{discover_version, member_client};
+pub(crate) use member::redact_quoted;
+pub use member::{MemberClient, discover_version, member_client};
 pub use state::{FleetState, MemberStatus, Phase};
+pub use vet::TrustPolicy;
 
 use crate::api::{InternalServiceExport, ServiceExport};
 use crate::client::{ClientStats, Limits};
@@ -41,6 +44,8 @@ pub struct RuntimeConfig {
     pub rescan_interval: Duration,
     /// This replica's name (Events' reporting instance).
     pub instance: String,
+    /// What member kubeconfigs may use beyond inline credentials.
+    pub trust: TrustPolicy,
 }
 
 /// Notified when a member engagement starts and when a member leaves (metrics series).
@@ -265,7 +270,8 @@ async fn sync_members(shared: &Arc<Shared>, engaged: &mut BTreeMap<String, Engag
         }
         shared.state.engage(&name, &source.hash[..12]);
         let cancel = CancellationToken::new();
-        let (task, kubeconfig) = match source.kubeconfig {
+        let namespace = registry::hub_namespace(&shared.config.namespace_prefix, &name);
+        let (task, kubeconfig) = match source.kubeconfig.and_then(|k| namespace.map(|_| k)) {
             Ok(kubeconfig) => {
                 let task = tokio::spawn(member::run(
                     name.clone(),
@@ -277,7 +283,9 @@ async fn sync_members(shared: &Arc<Shared>, engaged: &mut BTreeMap<String, Engag
             }
             Err(e) => {
                 tracing::error!(member = %name, file = %source.path.display(), error = %e, "member not started");
-                shared.state.set_phase(&name, Phase::Failing, Some(e));
+                shared.state.refuse(&name, e);
+                // Its series show the refusal on /metrics too.
+                shared.hooks.member_engaged(&name, Arc::default());
                 (None, None)
             }
         };
@@ -324,13 +332,15 @@ async fn cleanup(shared: &Arc<Shared>, name: &str, kubeconfig: Option<&str>) {
     }
     let Some(kubeconfig) = kubeconfig else { return };
     let member_side = async {
-        let (client, _) = member::member_client(
+        let client = member::member_client(
             name,
             kubeconfig,
+            shared.config.trust,
             &shared.config.member_limits,
             Arc::default(),
         )
-        .await?;
+        .await?
+        .client;
         let version = discover_version(&client).await?;
         let all: Api<ServiceExport> = Api::all_with(client.clone(), &version);
         let list = all

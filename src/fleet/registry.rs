@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 /// One member as declared by a file of the kubeconfig directory.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct MemberSource {
     pub path: PathBuf,
     /// The file's content, when it could be read and the name is valid.
@@ -60,10 +60,57 @@ pub fn validate_member_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// `--hub-namespace-prefix`: empty, or the start of a DNS-1123 label (lower-case letters,
+/// digits and '-', starting with a letter or digit) that leaves room for a member name.
+pub fn validate_namespace_prefix(prefix: &str) -> Result<(), String> {
+    let ok = prefix.len() <= 62
+        && prefix
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !prefix.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid hub namespace prefix {prefix:?}: lower-case letters, digits and '-', not starting with '-', at most 62 characters"
+        ))
+    }
+}
+
+/// The hub namespace of `member`: `<prefix><member>`, which must be a valid namespace name
+/// (a DNS-1123 label of at most 63 characters).
+pub fn hub_namespace(prefix: &str, member: &str) -> Result<String, String> {
+    let ns = format!("{prefix}{member}");
+    if ns.len() > 63 {
+        return Err(format!(
+            "hub namespace {ns:?} of member {member:?} is longer than 63 characters: shorten the member name or --hub-namespace-prefix"
+        ));
+    }
+    validate_member_name(&ns).map_err(|e| format!("hub namespace of member {member:?}: {e}"))?;
+    Ok(ns)
+}
+
+/// Whether `path` (a file of `dir`) resolves inside `dir`: a mounted Secret's links do, a link
+/// to the pod's own secrets does not.
+fn resolves_inside(dir: &Path, path: &Path) -> Result<(), String> {
+    let inside = std::fs::canonicalize(dir)
+        .and_then(|d| std::fs::canonicalize(path).map(|p| p.starts_with(d)))
+        .map_err(|e| format!("cannot resolve {}: {e}", path.display()))?;
+    if inside {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} is a symlink to a file outside the kubeconfig directory: refused",
+            path.display()
+        ))
+    }
+}
+
 /// Reads the directory. Errors of one file are that member's error; an unreadable directory
-/// is the caller's (it keeps the members it has).
+/// is the caller's (it keeps the members it has). Two files naming one member (`a.yaml`,
+/// `a.yml`) refuse that member, naming both files.
 pub fn scan(dir: &Path) -> std::io::Result<BTreeMap<String, MemberSource>> {
-    let mut members = BTreeMap::new();
+    let mut members: BTreeMap<String, MemberSource> = BTreeMap::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let file_name = entry.file_name().to_string_lossy().into_owned();
@@ -78,27 +125,76 @@ pub fn scan(dir: &Path) -> std::io::Result<BTreeMap<String, MemberSource>> {
         }
         let name = member_name(&file_name).to_string();
         let mut unreadable = false;
-        let kubeconfig = validate_member_name(&name).and_then(|()| {
-            std::fs::read_to_string(&path).map_err(|e| {
-                unreadable = true;
-                format!("cannot read {}: {e}", path.display())
+        let is_link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink());
+        let kubeconfig = validate_member_name(&name)
+            .and_then(|()| {
+                if is_link {
+                    resolves_inside(dir, &path)
+                } else {
+                    Ok(())
+                }
             })
-        });
+            .and_then(|()| {
+                std::fs::read_to_string(&path).map_err(|e| {
+                    unreadable = true;
+                    format!("cannot read {}: {e}", path.display())
+                })
+            });
         let hash = match &kubeconfig {
             Ok(text) => hex(&Sha256::digest(text.as_bytes())),
             Err(e) => hex(&Sha256::digest(e.as_bytes())),
         };
-        members.insert(
-            name,
-            MemberSource {
-                path,
-                kubeconfig,
-                hash,
-                unreadable,
-            },
-        );
+        let source = MemberSource {
+            path,
+            kubeconfig,
+            hash,
+            unreadable,
+        };
+        match members.remove(&name) {
+            None => {
+                members.insert(name, source);
+            }
+            Some(first) => {
+                // Sorted, so the error (and its hash) is the same whatever order the directory lists.
+                let mut paths = [first.path, source.path];
+                paths.sort();
+                let e = format!(
+                    "files {} and {} both declare member {name:?}: remove or rename one",
+                    paths[0].display(),
+                    paths[1].display()
+                );
+                let [path, _] = paths;
+                members.insert(
+                    name,
+                    MemberSource {
+                        hash: hex(&Sha256::digest(e.as_bytes())),
+                        kubeconfig: Err(e),
+                        unreadable: false,
+                        path,
+                    },
+                );
+            }
+        }
     }
     Ok(members)
+}
+
+/// Never the kubeconfig's content: it holds credentials.
+impl std::fmt::Debug for MemberSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberSource")
+            .field("path", &self.path)
+            .field(
+                "kubeconfig",
+                &self
+                    .kubeconfig
+                    .as_ref()
+                    .map(|k| format!("<{} bytes>", k.len())),
+            )
+            .field("hash", &self.hash)
+            .field("unreadable", &self.unreadable)
+            .finish()
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -158,5 +254,62 @@ mod tests {
         let members = scan(p).expect("scan");
         assert_eq!(members["beta"].kubeconfig.as_deref(), Ok("b2"));
         assert_ne!(members["beta"].hash, before);
+    }
+
+    #[test]
+    fn two_files_for_one_member_refuse_it_naming_both() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path();
+        std::fs::write(p.join("alpha.yaml"), "a").expect("write");
+        std::fs::write(p.join("alpha.yml"), "b").expect("write");
+        std::fs::write(p.join("gamma.yaml"), "g").expect("write");
+        let members = scan(p).expect("scan");
+        let e = members["alpha"].kubeconfig.as_ref().expect_err("refused");
+        assert!(e.contains("alpha.yaml") && e.contains("alpha.yml"), "{e}");
+        assert_eq!(
+            members["gamma"].kubeconfig.as_deref(),
+            Ok("g"),
+            "others unaffected"
+        );
+        assert_eq!(scan(p).expect("scan")["alpha"].hash, members["alpha"].hash);
+    }
+
+    #[test]
+    fn symlinks_are_followed_only_inside_the_directory() {
+        let outside = tempfile::tempdir().expect("tempdir");
+        std::fs::write(outside.path().join("token"), "hub-sa-token").expect("write");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path();
+        std::os::unix::fs::symlink(outside.path().join("token"), p.join("evil.yaml"))
+            .expect("link");
+        std::fs::create_dir(p.join("..2026_12_03")).expect("mkdir");
+        std::fs::write(p.join("..2026_12_03/good.yaml"), "g").expect("write");
+        std::os::unix::fs::symlink("..2026_12_03", p.join("..data")).expect("link");
+        std::os::unix::fs::symlink("..data/good.yaml", p.join("good.yaml")).expect("link");
+        let members = scan(p).expect("scan");
+        let e = members["evil"].kubeconfig.as_ref().expect_err("refused");
+        assert!(e.contains("outside the kubeconfig directory"), "{e}");
+        assert!(!e.contains("hub-sa-token"));
+        assert!(
+            !members["evil"].unreadable,
+            "a refusal, not a passing read error"
+        );
+        assert_eq!(members["good"].kubeconfig.as_deref(), Ok("g"));
+    }
+
+    #[test]
+    fn prefix_and_hub_namespace_names() {
+        assert!(validate_namespace_prefix("fleet-member-").is_ok());
+        assert!(validate_namespace_prefix("").is_ok());
+        for bad in ["Fleet-", "-x", "a_b-", "a.b-", &"x".repeat(63)] {
+            assert!(validate_namespace_prefix(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            hub_namespace("fleet-member-", "m1").as_deref(),
+            Ok("fleet-member-m1")
+        );
+        let long = "m".repeat(51);
+        assert!(hub_namespace("fleet-member-", &long).is_err_and(|e| e.contains("longer than 63")));
+        assert!(hub_namespace("fleet-member-", &"m".repeat(50)).is_ok());
     }
 }

@@ -55,6 +55,10 @@ pub struct MemberStatus {
     pub kubeconfig_hash: String,
     /// When the phase last changed.
     pub since: Timestamp,
+    /// The kubeconfig was refused (file paths, plugins, insecure TLS): no connection is made.
+    pub refused: bool,
+    /// TLS verification of the member's server is off (allowed by `--allow-insecure-member-tls`).
+    pub tls_verify_disabled: bool,
 }
 
 /// All members' states, plus hub reachability.
@@ -91,6 +95,8 @@ impl FleetState {
             server: None,
             kubeconfig_hash: kubeconfig_hash.to_string(),
             since: Timestamp::now(),
+            refused: false,
+            tls_verify_disabled: false,
         };
         self.write().insert(name.to_string(), status);
     }
@@ -116,10 +122,19 @@ impl FleetState {
         }
     }
 
-    /// Records the member's API server URL.
-    pub fn set_server(&self, name: &str, server: &str) {
+    /// Records the member's API server URL and whether its TLS verification is off.
+    pub fn set_server(&self, name: &str, server: &str, tls_verify_disabled: bool) {
         if let Some(s) = self.write().get_mut(name) {
             s.server = Some(server.to_string());
+            s.tls_verify_disabled = tls_verify_disabled;
+        }
+    }
+
+    /// Marks the member's kubeconfig refused: failing with `error`, never connected.
+    pub fn refuse(&self, name: &str, error: String) {
+        self.set_phase(name, Phase::Failing, Some(error));
+        if let Some(s) = self.write().get_mut(name) {
+            s.refused = true;
         }
     }
 

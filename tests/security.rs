@@ -1,0 +1,375 @@
+//! A member kubeconfig, a flag or an endpoint can never silently widen trust, on real
+//! apiservers: refused kubeconfigs (exec, tokenFile, insecure TLS, a symlink out of the
+//! directory, two files for one member) never reach their server and leave the other members
+//! alone; the opt-in for insecure TLS is shown per member; every write carries fleetnet-hub's
+//! field manager; no secret reaches a log line, an error, `/members`, `/metrics` or `check`.
+
+mod support;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use fleetnet_hub::app::{self, AppConfig, Extensions, Running};
+use fleetnet_hub::client::Limits;
+use fleetnet_hub::fleet::{Phase, RuntimeConfig, TrustPolicy};
+use fleetnet_testenv::Fleet;
+use support::*;
+
+const SECRETS: [&str; 6] = [
+    "SECRET-EXEC-TOKEN-7f3a",
+    "SECRET-FILE-CONTENT-91bc",
+    "SECRET-INSECURE-TOKEN-5d2e",
+    "SECRET-YAML-TOKEN-0c4f",
+    "SECRET-WRONG-TOKEN-8e1d",
+    "SECRET-AZURE-CLIENT-SECRET-3b9a",
+];
+
+/// Everything the process logs, at debug, for the whole test binary.
+fn captured() -> &'static Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let sink = buf.clone();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
+            .with_writer(move || Capture(sink.clone()))
+            .try_init();
+        buf
+    })
+}
+
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A TCP listener standing in as a refused member's server: counts connections, answers none.
+async fn decoy() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = count.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            seen.fetch_add(1, Ordering::SeqCst);
+            drop(stream);
+        }
+    });
+    (addr, count)
+}
+
+fn kubeconfig(server: &str, cluster_extra: &str, user: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {{cluster: k, user: u}}\nclusters:\n- name: k\n  cluster:\n    server: {server}\n{cluster_extra}users:\n- name: u\n  user:\n{user}"
+    )
+}
+
+fn config(fleet: &Fleet, dir: &Path, trust: TrustPolicy) -> AppConfig {
+    AppConfig {
+        hub_kubeconfig: Some(fleet.hub().kubeconfig_path().to_path_buf()),
+        hub_limits: Limits::default(),
+        runtime: RuntimeConfig {
+            kubeconfig_dir: dir.to_path_buf(),
+            namespace_prefix: fleetnet_testenv::DEFAULT_HUB_NAMESPACE_PREFIX.into(),
+            member_limits: Limits::default(),
+            member_sync_timeout: Duration::from_secs(60),
+            cleanup_on_remove: false,
+            traffic_manager: false,
+            rescan_interval: Duration::from_secs(1),
+            instance: "security-test".into(),
+            trust,
+        },
+        leader_election: None,
+        metrics_bind_address: "127.0.0.1:0".into(),
+        health_probe_bind_address: "127.0.0.1:0".into(),
+    }
+}
+
+async fn http_get(addr: SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .expect("write");
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.expect("read");
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or(out)
+}
+
+async fn wait_phase(running: &Running, member: &str, phase: Phase) {
+    eventually(&format!("{member} {phase:?}"), || async {
+        running
+            .state
+            .member(member)
+            .filter(|m| m.phase == phase)
+            .map(|_| ())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_kubeconfigs_never_connect_and_no_secret_is_emitted() {
+    let logs = captured();
+    let fleet = Fleet::builder()
+        .members(["good"])
+        .start()
+        .await
+        .expect("fleet starts");
+    let (decoy_addr, connections) = decoy().await;
+    let decoy_url = format!("https://{decoy_addr}");
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let dir = scratch.path().join("kubeconfigs");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let marker = scratch.path().join("exec-ran");
+    let secret_file = scratch.path().join("hub-token");
+    std::fs::write(&secret_file, SECRETS[1]).expect("write");
+    let good = std::fs::read_to_string(fleet.member("good").kubeconfig_path()).expect("read");
+    std::fs::write(dir.join("good.yaml"), &good).expect("write");
+    std::fs::write(
+        dir.join("exec.yaml"),
+        kubeconfig(
+            &decoy_url,
+            "",
+            &format!(
+                "    token: {}\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n      args: [\"-c\", \"touch {}\"]\n",
+                SECRETS[0],
+                marker.display()
+            ),
+        ),
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("tokenfile.yaml"),
+        kubeconfig(
+            &decoy_url,
+            "",
+            &format!("    tokenFile: {}\n", secret_file.display()),
+        ),
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("insecure.yaml"),
+        kubeconfig(
+            &decoy_url,
+            "    insecure-skip-tls-verify: true\n",
+            &format!("    token: {}\n", SECRETS[2]),
+        ),
+    )
+    .expect("write");
+    let outside = scratch.path().join("outside.yaml");
+    std::fs::write(&outside, kubeconfig(&decoy_url, "", "    token: x\n")).expect("write");
+    std::os::unix::fs::symlink(&outside, dir.join("escape.yaml")).expect("symlink");
+    std::fs::write(
+        dir.join("twice.yaml"),
+        kubeconfig(&decoy_url, "", "    token: a\n"),
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("twice.yml"),
+        kubeconfig(&decoy_url, "", "    token: b\n"),
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("badyaml.yaml"),
+        format!("apiVersion: v1\nusers: \"{}\"\n", SECRETS[3]),
+    )
+    .expect("write");
+    let wrong_token: String = good
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with("token:") {
+                format!("    token: {}", SECRETS[4])
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(dir.join("wrongtoken.yaml"), wrong_token).expect("write");
+
+    let running = app::start(
+        config(&fleet, &dir, TrustPolicy::default()),
+        Extensions::default(),
+    )
+    .await
+    .expect("starts");
+    wait_phase(&running, "good", Phase::Ready).await;
+    let refused = [
+        ("exec", "users[u].exec"),
+        ("tokenfile", "users[u].tokenFile"),
+        ("insecure", "clusters[k].insecure-skip-tls-verify"),
+        ("escape", "outside the kubeconfig directory"),
+        ("twice", "both declare member"),
+    ];
+    for (member, why) in refused {
+        wait_phase(&running, member, Phase::Failing).await;
+        let status = running.state.member(member).expect("tracked");
+        assert!(status.refused, "{member} marked refused");
+        let error = status.last_error.unwrap_or_default();
+        assert!(error.contains(why), "{member}: {error}");
+    }
+    wait_phase(&running, "badyaml", Phase::Failing).await;
+    wait_phase(&running, "wrongtoken", Phase::Failing).await;
+
+    // The good member is unaffected: it exports.
+    let client = fleet.member("good").client().await.expect("client");
+    let hub = fleet.hub().client().await.expect("hub");
+    namespace(&client, "shop").await;
+    create_service(&client, &service("shop", "cart", 80)).await;
+    create_export(&client, "shop", "cart", &[]).await;
+    let ise = wait_ise(&hub, &fleet.hub_namespace("good"), "shop-cart", |_| true).await;
+    // Every write carries fleetnet-hub's field manager: the hub records it.
+    let managers: Vec<String> = ise
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|f| f.manager.clone())
+        .collect();
+    assert_eq!(managers, vec!["fleetnet-hub".to_string()], "ISE managers");
+    // Surfaces that show the refusal.
+    let members = http_get(running.health_address, "/members").await;
+    let metrics = http_get(running.metrics_address, "/metrics").await;
+    for (member, _) in refused {
+        assert!(
+            metrics.contains(&format!(
+                "fleetnet_member_kubeconfig_refused{{member=\"{member}\"}} 1"
+            )),
+            "{member} in\n{metrics}"
+        );
+    }
+    assert!(metrics.contains("fleetnet_member_kubeconfig_refused{member=\"good\"} 0"));
+    let mut check_rows = String::new();
+    for member in ["exec", "tokenfile", "insecure", "wrongtoken"] {
+        let text = std::fs::read_to_string(dir.join(format!("{member}.yaml"))).expect("read");
+        let row = fleetnet_hub::check::check_member(member, &text, TrustPolicy::default()).await;
+        assert!(!row.ok, "{member}: {row:?}");
+        check_rows.push_str(&format!("{row:?}\n"));
+    }
+    assert!(check_rows.contains("kubeconfig refused"), "{check_rows}");
+
+    // Give every refused member a few rescans: still nothing reaches the decoy.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        0,
+        "a refused member's server was contacted"
+    );
+    assert!(!marker.exists(), "the exec plugin ran");
+
+    // Azure settings with a secret and a refused endpoint: the error and Debug stay clean.
+    let azure = fleetnet_hub::azure::AzureConfig {
+        credential: fleetnet_hub::azure::CredentialKind::ClientSecret,
+        tenant_id: Some("t".into()),
+        client_id: Some("c".into()),
+        client_secret: Some(SECRETS[5].into()),
+        arm_endpoint: "http://management.example.com".into(),
+        ..Default::default()
+    };
+    let azure_error = azure.validate().expect_err("http off loopback").to_string();
+    assert!(azure_error.contains("must be https"), "{azure_error}");
+    let azure_debug = format!("{azure:?}");
+
+    running.shutdown().await;
+    let logs = String::from_utf8_lossy(&logs.lock().unwrap_or_else(|p| p.into_inner())).to_string();
+    assert!(
+        logs.contains("kubeconfig refused"),
+        "the refusals are logged"
+    );
+    let emitted = [
+        ("logs", logs.as_str()),
+        ("/members", members.as_str()),
+        ("/metrics", metrics.as_str()),
+        ("check", check_rows.as_str()),
+        ("azure error", azure_error.as_str()),
+        ("azure Debug", azure_debug.as_str()),
+    ];
+    for (surface, text) in emitted {
+        for secret in SECRETS {
+            assert!(!text.contains(secret), "{secret} leaked into {surface}");
+        }
+    }
+    println!(
+        "security: {} refused members, 0 decoy connections, {} bytes of logs grepped for {} secrets",
+        refused.len(),
+        logs.len(),
+        SECRETS.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insecure_tls_only_with_the_opt_in_and_then_flagged() {
+    captured();
+    let fleet = Fleet::builder()
+        .members(["lax"])
+        .start()
+        .await
+        .expect("fleet starts");
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let good = std::fs::read_to_string(fleet.member("lax").kubeconfig_path()).expect("read");
+    // The real member, its CA dropped and verification off.
+    let lax: String = good
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with("certificate-authority-data:") {
+                "    insecure-skip-tls-verify: true".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(scratch.path().join("lax.yaml"), &lax).expect("write");
+    let trust = TrustPolicy {
+        allow_insecure_tls: true,
+        ..Default::default()
+    };
+    let running = app::start(config(&fleet, scratch.path(), trust), Extensions::default())
+        .await
+        .expect("starts");
+    wait_phase(&running, "lax", Phase::Ready).await;
+    let status = running.state.member("lax").expect("tracked");
+    assert!(status.tls_verify_disabled && !status.refused);
+    let members = http_get(running.health_address, "/members").await;
+    assert!(
+        members.contains("\"tls_verify_disabled\":true"),
+        "{members}"
+    );
+    let metrics = http_get(running.metrics_address, "/metrics").await;
+    assert!(
+        metrics.contains("fleetnet_member_tls_verify_disabled{member=\"lax\"} 1"),
+        "{metrics}"
+    );
+    let row = fleetnet_hub::check::check_member("lax", &lax, trust).await;
+    assert!(
+        row.ok && row.problem.contains("TLS verification DISABLED"),
+        "{row:?}"
+    );
+    let row = fleetnet_hub::check::check_member("lax", &lax, TrustPolicy::default()).await;
+    assert!(
+        !row.ok && row.problem.contains("insecure-skip-tls-verify"),
+        "{row:?}"
+    );
+    running.shutdown().await;
+}
