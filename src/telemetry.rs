@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use opentelemetry::trace::{Link, SpanKind, TraceContextExt, TraceId, TracerProvider};
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::resource::{EnvResourceDetector, TelemetryResourceDetector};
 use opentelemetry_sdk::trace::{
@@ -130,6 +130,46 @@ pub struct OtlpConfig {
     pub protocol: OtlpProtocol,
     /// Deadline of one export request.
     pub timeout: Duration,
+    /// PEM file of the CA that signs the collector's certificate
+    /// (`OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE` / `OTEL_EXPORTER_OTLP_CERTIFICATE`).
+    pub ca_certificate: Option<std::path::PathBuf>,
+}
+
+/// Spans name members and objects: they go over https, except to a collector on loopback or
+/// when `FLEETNET_OTLP_ALLOW_HTTP=true` says plain http is wanted (logged at start).
+fn check_otlp_scheme(endpoint: &str, allow_http: bool) -> Result<(), Error> {
+    let (scheme, rest) = endpoint.split_once("://").ok_or_else(|| {
+        Error::Config(format!(
+            "OTLP endpoint {endpoint:?}: expected http(s)://host:port"
+        ))
+    })?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.rsplit_once(':') {
+        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
+        _ => authority,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    match scheme {
+        "https" => Ok(()),
+        "http" if loopback => Ok(()),
+        "http" if allow_http => {
+            tracing::warn!(
+                endpoint,
+                "FLEETNET_OTLP_ALLOW_HTTP: spans go to the collector in cleartext"
+            );
+            Ok(())
+        }
+        "http" => Err(Error::Config(format!(
+            "OTLP endpoint {endpoint:?} is plain http off loopback: use https (a private CA via OTEL_EXPORTER_OTLP_CERTIFICATE), or set FLEETNET_OTLP_ALLOW_HTTP=true"
+        ))),
+        other => Err(Error::Config(format!(
+            "OTLP endpoint {endpoint:?}: unsupported scheme {other:?}"
+        ))),
+    }
 }
 
 impl OtlpConfig {
@@ -176,10 +216,17 @@ impl OtlpConfig {
             })?),
             None => Duration::from_secs(10),
         };
+        let allow_http =
+            get("FLEETNET_OTLP_ALLOW_HTTP").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        check_otlp_scheme(&endpoint, allow_http)?;
+        let ca_certificate = get("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE")
+            .or_else(|| get("OTEL_EXPORTER_OTLP_CERTIFICATE"))
+            .map(std::path::PathBuf::from);
         Ok(Some(Self {
             endpoint,
             protocol,
             timeout,
+            ca_certificate,
         }))
     }
 }
@@ -438,6 +485,14 @@ pub fn tracer_provider(
     sampling: &SamplingConfig,
     service_name: &str,
 ) -> Result<SdkTracerProvider, Error> {
+    let ca =
+        match &otlp.ca_certificate {
+            Some(path) => Some(std::fs::read(path).map_err(|e| {
+                Error::Config(format!("OTLP CA certificate {}: {e}", path.display()))
+            })?),
+            None => None,
+        };
+    let tls = otlp.endpoint.starts_with("https://");
     let exporter = match otlp.protocol {
         OtlpProtocol::Grpc => {
             // tonic's channel spawns its worker on the current runtime.
@@ -446,18 +501,41 @@ pub fn tracer_provider(
                     "the grpc OTLP exporter must be built inside a tokio runtime".into(),
                 ));
             }
-            opentelemetry_otlp::SpanExporter::builder()
+            let builder = opentelemetry_otlp::SpanExporter::builder()
                 .with_tonic()
+                .with_endpoint(otlp.endpoint.clone())
+                .with_timeout(otlp.timeout);
+            let builder = if tls {
+                use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig};
+                let config = match &ca {
+                    Some(pem) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)),
+                    None => ClientTlsConfig::new().with_webpki_roots(),
+                };
+                builder.with_tls_config(config)
+            } else {
+                builder
+            };
+            builder.build()?
+        }
+        OtlpProtocol::HttpProtobuf => {
+            install_crypto_provider();
+            let mut client = reqwest_otlp::blocking::Client::builder()
+                .tls_backend_rustls()
+                .timeout(otlp.timeout);
+            if let Some(pem) = &ca {
+                let cert = reqwest_otlp::Certificate::from_pem(pem)
+                    .map_err(|e| Error::Config(format!("OTLP CA certificate is not PEM: {e}")))?;
+                client = client.add_root_certificate(cert);
+            }
+            let client = build_blocking(client)?;
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_http_client(client)
+                .with_protocol(Protocol::HttpBinary)
                 .with_endpoint(otlp.endpoint.clone())
                 .with_timeout(otlp.timeout)
                 .build()?
         }
-        OtlpProtocol::HttpProtobuf => opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_protocol(Protocol::HttpBinary)
-            .with_endpoint(otlp.endpoint.clone())
-            .with_timeout(otlp.timeout)
-            .build()?,
     };
     let processor = BatchSpanProcessor::builder(exporter)
         .with_batch_config(BatchConfigBuilder::default().build())
@@ -467,6 +545,29 @@ pub fn tracer_provider(
         .with_sampler(MemberSampler::new(sampling))
         .with_resource(resource(service_name))
         .build())
+}
+
+/// rustls' process-wide provider: ring, as kube's own TLS uses (no second crypto library).
+pub fn install_crypto_provider() {
+    // Already installed (by us or a library) is fine.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// reqwest's blocking client runs its own runtime and must not be built on a runtime thread.
+fn build_blocking(
+    builder: reqwest_otlp::blocking::ClientBuilder,
+) -> Result<reqwest_otlp::blocking::Client, Error> {
+    let build = || {
+        builder
+            .build()
+            .map_err(|e| Error::Config(format!("OTLP http client: {e}")))
+    };
+    if tokio::runtime::Handle::try_current().is_ok() {
+        std::thread::scope(|s| s.spawn(build).join())
+            .map_err(|_| Error::Config("OTLP http client: building panicked".into()))?
+    } else {
+        build()
+    }
 }
 
 /// `service.name` (ours unless the environment names one), `service.version`, the SDK's
@@ -676,13 +777,13 @@ mod tests {
         };
         assert_eq!(OtlpConfig::from_vars(vars(&[])).unwrap(), None);
         let http =
-            OtlpConfig::from_vars(vars(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/")]))
+            OtlpConfig::from_vars(vars(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4318/")]))
                 .unwrap()
                 .unwrap();
         assert_eq!(http.protocol, OtlpProtocol::HttpProtobuf);
-        assert_eq!(http.endpoint, "http://c:4318/v1/traces");
+        assert_eq!(http.endpoint, "https://c:4318/v1/traces");
         let grpc = OtlpConfig::from_vars(vars(&[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4317"),
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
             ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
         ]))
@@ -692,20 +793,20 @@ mod tests {
             (grpc.protocol, grpc.endpoint.as_str(), grpc.timeout),
             (
                 OtlpProtocol::Grpc,
-                "http://c:4317",
+                "https://c:4317",
                 Duration::from_millis(2500)
             )
         );
         let traces = OtlpConfig::from_vars(vars(&[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
-            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://t:9/custom"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4318"),
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://t:9/custom"),
         ]))
         .unwrap()
         .unwrap();
-        assert_eq!(traces.endpoint, "http://t:9/custom");
+        assert_eq!(traces.endpoint, "https://t:9/custom");
         assert!(
             OtlpConfig::from_vars(vars(&[
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4318"),
                 ("OTEL_SDK_DISABLED", "true"),
             ]))
             .unwrap()
@@ -713,10 +814,37 @@ mod tests {
         );
         assert!(
             OtlpConfig::from_vars(vars(&[
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4318"),
                 ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
             ]))
             .is_err()
+        );
+        // Plain http only on loopback, or when asked for in so many words.
+        let plain = |endpoint: &'static str, allow: &'static str| {
+            OtlpConfig::from_vars(move |k: &str| match k {
+                "OTEL_EXPORTER_OTLP_ENDPOINT" => Some(endpoint.to_string()),
+                "FLEETNET_OTLP_ALLOW_HTTP" => Some(allow.to_string()),
+                _ => None,
+            })
+        };
+        assert!(
+            plain("http://collector.observability:4318", "")
+                .is_err_and(|e| e.to_string().contains("FLEETNET_OTLP_ALLOW_HTTP"))
+        );
+        assert!(plain("http://collector.observability:4318", "true").is_ok());
+        assert!(plain("http://127.0.0.1:4318", "").is_ok());
+        assert!(plain("http://[::1]:4318", "").is_ok());
+        assert!(plain("http://localhost:4318", "").is_ok());
+        assert!(plain("ftp://c:1", "true").is_err());
+        let with_ca = OtlpConfig::from_vars(vars(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4318"),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/etc/otel/ca.pem"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            with_ca.ca_certificate.as_deref(),
+            Some(std::path::Path::new("/etc/otel/ca.pem"))
         );
     }
 
@@ -784,6 +912,7 @@ mod tests {
             endpoint: format!("http://{addr}/v1/traces"),
             protocol: OtlpProtocol::HttpProtobuf,
             timeout: Duration::from_secs(30),
+            ca_certificate: None,
         };
         let provider = tracer_provider(&otlp, &SamplingConfig::default(), "t").unwrap();
         {

@@ -94,9 +94,142 @@ impl TraceService for GrpcTraces {
     }
 }
 
+/// A private CA and a certificate for 127.0.0.1 it signed, made with the openssl CLI.
+pub struct TestPki {
+    _dir: tempfile::TempDir,
+    /// The CA certificate (PEM file), for `OTEL_EXPORTER_OTLP_CERTIFICATE`.
+    pub ca_pem: std::path::PathBuf,
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+}
+
+impl TestPki {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .current_dir(d)
+                .output()
+                .expect("run openssl");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        std::fs::write(d.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").expect("write");
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=fleetnet test CA",
+        ]);
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ]);
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "1",
+            "-extfile",
+            "san.ext",
+        ]);
+        Self {
+            ca_pem: d.join("ca.pem"),
+            cert_pem: std::fs::read(d.join("server.pem")).expect("read"),
+            key_pem: std::fs::read(d.join("server.key")).expect("read"),
+            _dir: dir,
+        }
+    }
+}
+
+/// TLS connections accepted one after another, handshakes that fail skipped.
+struct TlsListener {
+    tcp: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Ok((stream, addr)) = self.tcp.accept().await else {
+                continue;
+            };
+            if let Ok(tls) = self.acceptor.accept(stream).await {
+                return (tls, addr);
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.tcp.local_addr()
+    }
+}
+
+fn tls_acceptor(pki: &TestPki) -> tokio_rustls::TlsAcceptor {
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pki.cert_pem)
+        .collect::<Result<_, _>>()
+        .expect("certificate PEM");
+    let key = PrivateKeyDer::from_pem_slice(&pki.key_pem).expect("key PEM");
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("protocols")
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .expect("server certificate");
+    tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config))
+}
+
 impl Receiver {
     /// A gRPC `opentelemetry.proto.collector.trace.v1.TraceService` server.
     pub async fn grpc() -> Self {
+        Self::grpc_with(None).await
+    }
+
+    /// The gRPC receiver over TLS with `pki`'s certificate (`https://127.0.0.1:<port>`).
+    pub async fn grpc_tls(pki: &TestPki) -> Self {
+        Self::grpc_with(Some(pki)).await
+    }
+
+    async fn grpc_with(pki: Option<&TestPki>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind grpc receiver");
@@ -104,8 +237,16 @@ impl Receiver {
         let received = Arc::new(Mutex::new(Received::default()));
         let (stop, stopped) = oneshot::channel::<()>();
         let service = TraceServiceServer::new(GrpcTraces(received.clone()));
+        let mut server = tonic::transport::Server::builder();
+        if let Some(pki) = pki {
+            server = server
+                .tls_config(tonic::transport::ServerTlsConfig::new().identity(
+                    tonic::transport::Identity::from_pem(&pki.cert_pem, &pki.key_pem),
+                ))
+                .expect("server TLS");
+        }
         let task = tokio::spawn(async move {
-            tonic::transport::Server::builder()
+            server
                 .add_service(service)
                 .serve_with_incoming_shutdown(
                     tonic::transport::server::TcpIncoming::from(listener),
@@ -117,7 +258,7 @@ impl Receiver {
                 .expect("grpc receiver");
         });
         Self {
-            endpoint: format!("http://{addr}"),
+            endpoint: format!("{}://{addr}", if pki.is_some() { "https" } else { "http" }),
             received,
             stop: Some(stop),
             task,
@@ -126,6 +267,15 @@ impl Receiver {
 
     /// An HTTP server decoding `ExportTraceServiceRequest` protobuf bodies on `/v1/traces`.
     pub async fn http() -> Self {
+        Self::http_with(None).await
+    }
+
+    /// The HTTP receiver over TLS with `pki`'s certificate (`https://127.0.0.1:<port>`).
+    pub async fn https(pki: &TestPki) -> Self {
+        Self::http_with(Some(pki)).await
+    }
+
+    async fn http_with(pki: Option<&TestPki>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind http receiver");
@@ -140,16 +290,31 @@ impl Receiver {
             }),
         );
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stopped.await;
+        let shutdown = async {
+            let _ = stopped.await;
+        };
+        let task = match pki {
+            None => tokio::spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(shutdown)
+                    .await
+                    .expect("http receiver");
+            }),
+            Some(pki) => {
+                let listener = TlsListener {
+                    tcp: listener,
+                    acceptor: tls_acceptor(pki),
+                };
+                tokio::spawn(async move {
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(shutdown)
+                        .await
+                        .expect("https receiver");
                 })
-                .await
-                .expect("http receiver");
-        });
+            }
+        };
         Self {
-            endpoint: format!("http://{addr}"),
+            endpoint: format!("{}://{addr}", if pki.is_some() { "https" } else { "http" }),
             received,
             stop: Some(stop),
             task,
