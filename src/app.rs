@@ -121,6 +121,17 @@ pub async fn hub_client(
     limits: &Limits,
     stats: Arc<ClientStats>,
 ) -> Result<kube::Client, Error> {
+    fenced_hub_client("hub", path, limits, stats, client::Fence::open()).await
+}
+
+/// [`hub_client`], named `name`, its writes fenced by `fence`.
+async fn fenced_hub_client(
+    name: &str,
+    path: Option<&std::path::Path>,
+    limits: &Limits,
+    stats: Arc<ClientStats>,
+    fence: client::Fence,
+) -> Result<kube::Client, Error> {
     let config = match path {
         Some(path) => {
             // Parser errors quote the offending value, which may be a token or a key.
@@ -142,7 +153,7 @@ pub async fn hub_client(
             ))
         })?,
     };
-    client::build("hub", config, limits, stats).map_err(|e| Error::Hub(e.to_string()))
+    client::build_fenced(name, config, limits, stats, fence).map_err(|e| Error::Hub(e.to_string()))
 }
 
 /// Starts everything and returns at once; [`Running::shutdown`] stops it.
@@ -153,13 +164,40 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
             config.runtime.kubeconfig_dir.display()
         )));
     }
+    let (hold_tx, hold_rx) = watch::channel(if config.leader_election.is_some() {
+        client::Hold::Never
+    } else {
+        client::Hold::Always
+    });
+    let fence = client::Fence::new(hold_rx);
     let hub_stats = Arc::new(ClientStats::default());
-    let hub = hub_client(
+    let hub = fenced_hub_client(
+        "hub",
         config.hub_kubeconfig.as_deref(),
         &config.hub_limits,
         hub_stats.clone(),
+        fence.clone(),
     )
     .await?;
+    // The lease has its own client and budget: members' writes never delay a renew.
+    let lease_client = match &config.leader_election {
+        Some(_) => Some(
+            fenced_hub_client(
+                "lease",
+                config.hub_kubeconfig.as_deref(),
+                &Limits {
+                    qps: 5.0,
+                    burst: 10,
+                    max_in_flight: 2,
+                    ..Limits::default()
+                },
+                Arc::default(),
+                client::Fence::open(),
+            )
+            .await?,
+        ),
+        None => None,
+    };
     let shutdown = CancellationToken::new();
     let state = Arc::new(FleetState::default());
     let metrics = Arc::new(Metrics::new());
@@ -185,23 +223,28 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
     // The election outlives the fleet's shutdown by a little: the lease is released after
     // the members have stopped writing.
     let election_stop = CancellationToken::new();
-    let election = config.leader_election.clone().map(|le| {
-        let api: Api<Lease> = Api::namespaced(hub.clone(), &le.namespace);
-        let cfg = LeaseConfig {
-            namespace: le.namespace,
-            name: le.name,
-            identity: le.identity,
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry_period: Duration::from_secs(2),
-        };
-        tokio::spawn(fleet::leader::run(
-            api,
-            cfg,
-            leader_tx,
-            election_stop.clone(),
-        ))
-    });
+    let election = config
+        .leader_election
+        .clone()
+        .zip(lease_client)
+        .map(|(le, lease_client)| {
+            let api: Api<Lease> = Api::namespaced(lease_client, &le.namespace);
+            let cfg = LeaseConfig {
+                namespace: le.namespace,
+                name: le.name,
+                identity: le.identity,
+                lease_duration: Duration::from_secs(15),
+                renew_deadline: Duration::from_secs(10),
+                retry_period: Duration::from_secs(2),
+            };
+            tokio::spawn(fleet::leader::run(
+                api,
+                cfg,
+                leader_tx,
+                hold_tx,
+                election_stop.clone(),
+            ))
+        });
 
     let shared = Arc::new(fleet::Shared {
         config: config.runtime,
@@ -211,6 +254,7 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
         hooks: metrics.clone(),
         azure: ext.azure,
         leader: leader_rx.clone(),
+        fence,
     });
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {

@@ -49,14 +49,22 @@ pub async fn check_member(name: &str, kubeconfig: &str, trust: TrustPolicy) -> M
         ok: false,
         problem: String::new(),
     };
-    let member =
-        match member_client(name, kubeconfig, trust, &Limits::default(), Arc::default()).await {
-            Ok(c) => c,
-            Err(e) => {
-                row.problem = e;
-                return row;
-            }
-        };
+    let member = match member_client(
+        name,
+        kubeconfig,
+        trust,
+        &Limits::default(),
+        Arc::default(),
+        crate::client::Fence::open(),
+    )
+    .await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            row.problem = e;
+            return row;
+        }
+    };
     row.server = member.server;
     let client = member.client;
     let insecure = if member.tls_verify_disabled {

@@ -33,7 +33,7 @@ pub async fn serve_health(
     shutdown: CancellationToken,
 ) -> Result<SocketAddr, BindError> {
     let app = Router::new()
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/members", get(members))
         .with_state(state);
@@ -89,6 +89,16 @@ async fn serve(
     });
     tracing::info!(address = %local, "serving {what}");
     Ok(local)
+}
+
+/// Live while the fleet runtime runs: a runtime task that died (or never started) fails the
+/// probe, so the pod is restarted instead of serving stale health.
+async fn healthz(State(state): State<Arc<FleetState>>) -> Response {
+    if state.runtime_alive() {
+        (StatusCode::OK, "ok").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "fleet runtime not running").into_response()
+    }
 }
 
 async fn readyz(State(state): State<Arc<FleetState>>) -> Response {

@@ -7,6 +7,7 @@
 //! its own token and is counted; retries are counted too.
 
 mod classify;
+pub mod fence;
 pub mod retry;
 mod stats;
 
@@ -23,6 +24,7 @@ use tokio::sync::Semaphore;
 use tower::{BoxError, Layer, Service, ServiceExt, buffer::BufferLayer, retry::RetryLayer};
 
 pub use classify::{RequestKind, classify};
+pub use fence::{Fence, Hold};
 pub use retry::RetryLimits;
 pub use stats::{ClientStats, RequestCount};
 
@@ -69,9 +71,21 @@ pub enum Error {
 /// Builds a client for `config` whose requests all pass through `limits`, counted in `stats`.
 pub fn build(
     name: &str,
+    config: kube::Config,
+    limits: &Limits,
+    stats: Arc<ClientStats>,
+) -> Result<kube::Client, Error> {
+    build_fenced(name, config, limits, stats, Fence::open())
+}
+
+/// [`build`], and every write refused unless `fence` holds at the moment it is sent (each
+/// attempt, after its wait for a token).
+pub fn build_fenced(
+    name: &str,
     mut config: kube::Config,
     limits: &Limits,
     stats: Arc<ClientStats>,
+    fence: Fence,
 ) -> Result<kube::Client, Error> {
     let layer = LimitLayer::new(name, limits, stats.clone())?;
     let retry = RetryLayer::new(retry::RetryPolicy::new(limits.retry.clone(), stats));
@@ -84,6 +98,7 @@ pub fn build(
     // The buffer makes kube's boxed stack cloneable, so a request can wait for its token
     // without holding the service.
     Ok(builder
+        .with_layer(&fence::FenceLayer(fence))
         .with_layer(&tower::util::MapRequestLayer::new(identify))
         .with_layer(&BufferLayer::new(1024))
         .with_layer(&layer)

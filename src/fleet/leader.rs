@@ -1,5 +1,13 @@
-//! Leader election on a `coordination.k8s.io/v1` Lease in the hub, client-go style: every
-//! replica keeps its watches warm; only the holder writes. Losing the lease stops writes at once.
+//! Leader election on a `coordination.k8s.io/v1` Lease in the hub, with client-go's semantics:
+//! every replica keeps its watches warm; only the holder writes.
+//!
+//! - Expiry is judged by the local time at which this replica last saw the lease record
+//!   change, never by comparing another host's `renewTime` with the local clock.
+//! - A renew attempt is bounded by what is left of the renew deadline.
+//! - The hold is a local deadline (start of the last successful renew + renew deadline, which is
+//!   shorter than the lease duration): the write fence ([`crate::client::Fence`]) closes at that
+//!   instant by the clock alone, before anyone else may take the lease.
+//! - Lease requests go through their own client and budget, never behind members' writes.
 
 use std::time::Duration;
 
@@ -8,7 +16,10 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ObjectMeta, PostParams};
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use crate::client::Hold;
 
 /// Lease timing, as client-go's defaults.
 #[derive(Debug, Clone)]
@@ -22,50 +33,113 @@ pub struct LeaseConfig {
     pub retry_period: Duration,
 }
 
-/// Runs the election until `shutdown`; `leader` follows whether this replica holds the lease.
+/// The parts of a lease record whose change proves its holder alive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Record {
+    holder: String,
+    renew_time: Option<String>,
+    acquire_time: Option<String>,
+    transitions: i32,
+    duration_secs: i32,
+}
+
+impl Record {
+    fn of(spec: &LeaseSpec) -> Self {
+        Self {
+            holder: spec.holder_identity.clone().unwrap_or_default(),
+            renew_time: spec.renew_time.as_ref().map(|t| t.0.to_string()),
+            acquire_time: spec.acquire_time.as_ref().map(|t| t.0.to_string()),
+            transitions: spec.lease_transitions.unwrap_or(0),
+            duration_secs: spec.lease_duration_seconds.unwrap_or(0),
+        }
+    }
+}
+
+/// What this replica saw of the lease and when (its own monotonic clock).
+#[derive(Debug, Clone)]
+struct Observed {
+    record: Record,
+    at: Instant,
+}
+
+/// Whether `identity` may write the lease now: it holds it, nobody does, or the record has
+/// not changed for a whole lease duration since this replica first saw it that way.
+fn may_take(observed: &Observed, identity: &str, now: Instant) -> bool {
+    let r = &observed.record;
+    let duration = Duration::from_secs(u64::try_from(r.duration_secs).unwrap_or(0));
+    r.holder == identity || r.holder.is_empty() || now >= observed.at + duration
+}
+
+/// Runs the election until `shutdown`. `hold` carries the write fence's deadline; `leader`
+/// follows whether the hold is valid (for what only needs to know: re-list on gaining it).
 /// On shutdown a held lease is released so a standby takes over without waiting it out.
 pub async fn run(
     api: Api<Lease>,
     cfg: LeaseConfig,
     leader: watch::Sender<bool>,
+    hold: watch::Sender<Hold>,
     shutdown: CancellationToken,
 ) {
-    let mut last_renew: Option<tokio::time::Instant> = None;
+    let mut observed: Option<Observed> = None;
     loop {
-        let held = match try_acquire_or_renew(&api, &cfg).await {
-            Ok(held) => held,
-            Err(e) => {
-                tracing::warn!(lease = %cfg.name, error = %e, "lease update failed");
-                false
-            }
+        let start = Instant::now();
+        let held_until = match *hold.borrow() {
+            Hold::Until(t) if t > start => Some(t),
+            _ => None,
         };
-        let now = tokio::time::Instant::now();
-        if held {
-            last_renew = Some(now);
+        // A holder may spend only what is left of its renew deadline; a candidate, a whole one.
+        let budget = held_until.map_or(cfg.renew_deadline, |t| t - start);
+        let attempt = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            r = tokio::time::timeout(budget, try_acquire_or_renew(&api, &cfg, &mut observed)) => r,
+        };
+        match attempt {
+            Ok(Ok(true)) => {
+                hold.send_replace(Hold::Until(start + cfg.renew_deadline));
+            }
+            Ok(Ok(false)) => {
+                hold.send_replace(Hold::Never);
+            }
+            Ok(Err(e)) => tracing::warn!(lease = %cfg.name, error = %e, "lease update failed"),
+            Err(_) => {
+                tracing::warn!(lease = %cfg.name, budget = ?budget, "lease update did not answer in time")
+            }
         }
-        // Keep leading through short API hiccups, but never past the renew deadline.
-        let leading = held
-            || last_renew
-                .is_some_and(|t| *leader.borrow() && now.duration_since(t) < cfg.renew_deadline);
-        if leading != *leader.borrow() {
-            tracing::info!(lease = %cfg.name, identity = %cfg.identity, leading, "leadership changed");
-            leader.send_replace(leading);
+        let valid = hold.borrow().valid_at(Instant::now());
+        if !valid && !matches!(*hold.borrow(), Hold::Never) {
+            hold.send_replace(Hold::Never);
         }
-        if !leading {
-            last_renew = None;
+        if valid != *leader.borrow() {
+            tracing::info!(lease = %cfg.name, identity = %cfg.identity, leading = valid, "leadership changed");
+            leader.send_replace(valid);
         }
+        // Wake at the next retry, or sooner when the hold runs out (the fence closes by the
+        // clock anyway; this keeps `leader` honest too).
+        let wake = match *hold.borrow() {
+            Hold::Until(t) => (Instant::now() + cfg.retry_period).min(t),
+            _ => Instant::now() + cfg.retry_period,
+        };
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            _ = tokio::time::sleep(cfg.retry_period) => {}
+            _ = tokio::time::sleep_until(wake) => {}
         }
     }
     let was_leading = leader.send_replace(false);
-    if was_leading && let Err(e) = release(&api, &cfg).await {
+    hold.send_replace(Hold::Never);
+    if was_leading
+        && let Err(e) = tokio::time::timeout(cfg.renew_deadline, release(&api, &cfg))
+            .await
+            .unwrap_or_else(|_| Err(kube::Error::Service("timed out".into())))
+    {
         tracing::warn!(lease = %cfg.name, error = %e, "could not release the lease");
     }
 }
 
-async fn try_acquire_or_renew(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<bool, kube::Error> {
+async fn try_acquire_or_renew(
+    api: &Api<Lease>,
+    cfg: &LeaseConfig,
+    observed: &mut Option<Observed>,
+) -> Result<bool, kube::Error> {
     let now = Timestamp::now();
     let spec = |transitions: i32, acquired: Option<MicroTime>| LeaseSpec {
         holder_identity: Some(cfg.identity.clone()),
@@ -93,14 +167,19 @@ async fn try_acquire_or_renew(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<boo
         };
     };
     let current = lease.spec.clone().unwrap_or_default();
-    let holder = current.holder_identity.clone().unwrap_or_default();
-    let mine = holder == cfg.identity;
-    let expired = current.renew_time.as_ref().is_none_or(|t| {
-        let duration =
-            jiff::SignedDuration::from_secs(i64::from(current.lease_duration_seconds.unwrap_or(0)));
-        t.0.checked_add(duration).map_or(true, |end| end < now)
-    });
-    if !mine && !holder.is_empty() && !expired {
+    let record = Record::of(&current);
+    let seen_now = Instant::now();
+    let observation = match observed.take() {
+        Some(o) if o.record == record => o,
+        _ => Observed {
+            record,
+            at: seen_now,
+        },
+    };
+    let take = may_take(&observation, &cfg.identity, seen_now);
+    let mine = observation.record.holder == cfg.identity;
+    *observed = Some(observation);
+    if !take {
         return Ok(false);
     }
     let transitions = current.lease_transitions.unwrap_or(0) + i32::from(!mine);
@@ -131,4 +210,40 @@ async fn release(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<(), kube::Error>
     api.replace(&cfg.name, &PostParams::default(), &lease)
         .await
         .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn observed(holder: &str, secs: i32, at: Instant) -> Observed {
+        Observed {
+            record: Record {
+                holder: holder.into(),
+                renew_time: Some("2026-12-03T00:00:00Z".into()),
+                acquire_time: None,
+                transitions: 0,
+                duration_secs: secs,
+            },
+            at,
+        }
+    }
+
+    #[test]
+    fn expiry_is_judged_by_local_observation_time_only() {
+        let t0 = Instant::now();
+        let o = observed("other", 15, t0);
+        assert!(!may_take(&o, "me", t0), "fresh record of another holder");
+        assert!(!may_take(&o, "me", t0 + Duration::from_secs(14)));
+        assert!(may_take(&o, "me", t0 + Duration::from_secs(15)));
+        // The renewTime in the record plays no part: a skewed holder clock changes nothing.
+        let mut skewed = o.clone();
+        skewed.record.renew_time = Some("1999-01-01T00:00:00Z".into());
+        assert!(!may_take(&skewed, "me", t0 + Duration::from_secs(1)));
+        assert!(
+            may_take(&observed("me", 15, t0), "me", t0),
+            "own lease: renew"
+        );
+        assert!(may_take(&observed("", 1, t0), "me", t0), "released");
+    }
 }

@@ -76,6 +76,7 @@ pub async fn member_client(
     trust: TrustPolicy,
     limits: &client::Limits,
     stats: Arc<ClientStats>,
+    fence: client::Fence,
 ) -> Result<MemberClient, String> {
     let vetted = parse_and_vet(kubeconfig, trust)?;
     let config =
@@ -83,7 +84,7 @@ pub async fn member_client(
             .await
             .map_err(|e| format!("unusable kubeconfig: {}", redact_quoted(&e.to_string())))?;
     let server = config.cluster_url.to_string();
-    let client = client::build(&format!("member:{name}"), config, limits, stats)
+    let client = client::build_fenced(&format!("member:{name}"), config, limits, stats, fence)
         .map_err(|e| e.to_string())?;
     Ok(MemberClient {
         client,
@@ -130,6 +131,7 @@ async fn run_once(
         cfg.trust,
         &cfg.member_limits,
         stats.clone(),
+        shared.fence.clone(),
     )
     .await?;
     if tls_verify_disabled {

@@ -17,6 +17,7 @@ use std::time::Duration;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 pub(crate) use member::redact_quoted;
 pub use member::{MemberClient, discover_version, member_client};
@@ -85,6 +86,8 @@ pub struct Shared {
     pub hooks: Arc<dyn MemberHooks>,
     pub azure: Option<Arc<dyn MemberAzure>>,
     pub leader: watch::Receiver<bool>,
+    /// Closes every member client's writes when this replica does not hold its lease.
+    pub fence: crate::client::Fence,
 }
 
 impl Shared {
@@ -169,14 +172,19 @@ impl Engagement {
 /// Runs the fleet until `shutdown`: watches the kubeconfig directory and engages, re-engages
 /// and disengages members to match it. Returns once every member has stopped.
 pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
+    let state = shared.state.clone();
+    let _alive = state.runtime_started();
     let dir = shared.config.kubeconfig_dir.clone();
     let (tx, mut rx) = mpsc::channel::<()>(1);
     let _watcher = watch_dir(&dir, tx.clone());
     let hub_probe = tokio::spawn(probe_hub(shared.clone(), shutdown.clone()));
     let mut engaged: BTreeMap<String, Engagement> = BTreeMap::new();
+    // Stops and cleanups run here, so one slow member never holds the loop (the others'
+    // engagements, rotations, shutdown).
+    let background = TaskTracker::new();
     let mut ticker = tokio::time::interval(shared.config.rescan_interval);
     loop {
-        sync_members(&shared, &mut engaged).await;
+        sync_members(&shared, &mut engaged, &background).await;
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = ticker.tick() => {}
@@ -188,12 +196,18 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
         }
     }
     tracing::info!(members = engaged.len(), "shutting down: stopping members");
-    futures::future::join_all(
-        std::mem::take(&mut engaged)
-            .into_values()
-            .map(Engagement::stop),
-    )
-    .await;
+    for engagement in std::mem::take(&mut engaged).into_values() {
+        background.spawn(engagement.stop());
+    }
+    background.close();
+    // Every stop is bounded (15 s) and cleanups too (30 s each side): this bounds shutdown
+    // within the pod's grace period.
+    if tokio::time::timeout(Duration::from_secs(20), background.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("members still stopping after 20 s; leaving them");
+    }
     hub_probe.abort();
 }
 
@@ -211,7 +225,11 @@ fn watch_dir(dir: &std::path::Path, tx: mpsc::Sender<()>) -> Option<notify::Reco
     Some(watcher)
 }
 
-async fn sync_members(shared: &Arc<Shared>, engaged: &mut BTreeMap<String, Engagement>) {
+async fn sync_members(
+    shared: &Arc<Shared>,
+    engaged: &mut BTreeMap<String, Engagement>,
+    background: &TaskTracker,
+) {
     let dir = &shared.config.kubeconfig_dir;
     let desired = match registry::scan(dir) {
         Ok(d) => d,
@@ -230,12 +248,17 @@ async fn sync_members(shared: &Arc<Shared>, engaged: &mut BTreeMap<String, Engag
         if let Some(e) = engaged.remove(&name) {
             tracing::info!(member = %name, "member removed");
             let kubeconfig = e.kubeconfig.clone();
-            e.stop().await;
-            if shared.config.cleanup_on_remove {
-                cleanup(shared, &name, kubeconfig.as_deref()).await;
-            }
             shared.state.remove(&name);
             shared.hooks.member_left(&name);
+            // Only the lease holder cleans up (its clients' writes are fenced anyway).
+            let clean = shared.config.cleanup_on_remove && *shared.leader.borrow();
+            let shared = shared.clone();
+            background.spawn(async move {
+                e.stop().await;
+                if clean {
+                    cleanup(&shared, &name, kubeconfig.as_deref()).await;
+                }
+            });
         }
     }
     let azure = shared
@@ -266,7 +289,7 @@ async fn sync_members(shared: &Arc<Shared>, engaged: &mut BTreeMap<String, Engag
             } else {
                 tracing::info!(member = %name, "member kubeconfig changed: re-engaging");
             }
-            old.stop().await;
+            background.spawn(old.stop());
         }
         shared.state.engage(&name, &source.hash[..12]);
         let cancel = CancellationToken::new();
@@ -338,6 +361,7 @@ async fn cleanup(shared: &Arc<Shared>, name: &str, kubeconfig: Option<&str>) {
             shared.config.trust,
             &shared.config.member_limits,
             Arc::default(),
+            shared.fence.clone(),
         )
         .await?
         .client;

@@ -66,6 +66,16 @@ pub struct MemberStatus {
 pub struct FleetState {
     members: RwLock<BTreeMap<String, MemberStatus>>,
     hub_reachable: AtomicBool,
+    runtime_alive: AtomicBool,
+}
+
+/// Marks the runtime alive while it exists; dropped when the runtime returns or panics.
+pub struct AliveGuard<'a>(&'a FleetState);
+
+impl Drop for AliveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.runtime_alive.store(false, Ordering::Relaxed);
+    }
 }
 
 impl FleetState {
@@ -146,6 +156,17 @@ impl FleetState {
     /// Whether the hub answered its last probe.
     pub fn hub_reachable(&self) -> bool {
         self.hub_reachable.load(Ordering::Relaxed)
+    }
+
+    /// The runtime is alive until the returned guard drops.
+    pub fn runtime_started(&self) -> AliveGuard<'_> {
+        self.runtime_alive.store(true, Ordering::Relaxed);
+        AliveGuard(self)
+    }
+
+    /// Whether the fleet runtime is running (liveness).
+    pub fn runtime_alive(&self) -> bool {
+        self.runtime_alive.load(Ordering::Relaxed)
     }
 
     /// Ready to serve: the hub is reachable and every member has synced once or is failing.

@@ -96,6 +96,11 @@ impl Cluster {
         self.process.as_ref().and_then(ProcessGuard::rss_kib)
     }
 
+    /// PID of the apiserver process, when it runs (tests pause it with SIGSTOP).
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().and_then(ProcessGuard::pid)
+    }
+
     /// Whether the apiserver process is running.
     pub fn is_running(&self) -> bool {
         self.process.is_some()

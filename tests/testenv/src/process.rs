@@ -42,7 +42,7 @@ impl ProcessGuard {
         })
     }
 
-    pub(crate) fn pid(&self) -> Option<u32> {
+    pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 
