@@ -22,8 +22,12 @@ use crate::metrics::Metrics;
 #[derive(Debug, Clone)]
 pub struct LeaderElection {
     pub namespace: String,
+    /// The Lease's name; with `shard_members`, the prefix of every lease name.
     pub name: String,
     pub identity: String,
+    /// Shard the members across the replicas (a Lease per member, rendezvous hashing over
+    /// the replicas' announcements) instead of electing one leader for all.
+    pub shard_members: bool,
 }
 
 /// Per-member settings (`--member-config`).
@@ -164,7 +168,12 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
             config.runtime.kubeconfig_dir.display()
         )));
     }
-    let (hold_tx, hold_rx) = watch::channel(if config.leader_election.is_some() {
+    let sharded = config
+        .leader_election
+        .as_ref()
+        .is_some_and(|le| le.shard_members);
+    // Sharded, each member has its own fence; the process-wide one stays open.
+    let (hold_tx, hold_rx) = watch::channel(if config.leader_election.is_some() && !sharded {
         client::Hold::Never
     } else {
         client::Hold::Always
@@ -186,9 +195,10 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
                 "lease",
                 config.hub_kubeconfig.as_deref(),
                 &Limits {
-                    qps: 5.0,
-                    burst: 10,
-                    max_in_flight: 2,
+                    // Sharded: a renew per member per retry period.
+                    qps: if sharded { 50.0 } else { 5.0 },
+                    burst: if sharded { 100 } else { 10 },
+                    max_in_flight: if sharded { 8 } else { 2 },
                     ..Limits::default()
                 },
                 Arc::default(),
@@ -219,15 +229,13 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
     let metrics_address =
         http::serve_metrics(&config.metrics_bind_address, render, shutdown.clone()).await?;
 
-    let (leader_tx, leader_rx) = watch::channel(config.leader_election.is_none());
+    let (leader_tx, leader_rx) = watch::channel(config.leader_election.is_none() || sharded);
     // The election outlives the fleet's shutdown by a little: the lease is released after
     // the members have stopped writing.
     let election_stop = CancellationToken::new();
-    let election = config
-        .leader_election
-        .clone()
-        .zip(lease_client)
-        .map(|(le, lease_client)| {
+    let mut shards = None;
+    let election = match (config.leader_election.clone(), lease_client) {
+        (Some(le), Some(lease_client)) => {
             let api: Api<Lease> = Api::namespaced(lease_client, &le.namespace);
             let cfg = LeaseConfig {
                 namespace: le.namespace,
@@ -237,14 +245,29 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
                 renew_deadline: Duration::from_secs(10),
                 retry_period: Duration::from_secs(2),
             };
-            tokio::spawn(fleet::leader::run(
-                api,
-                cfg,
-                leader_tx,
-                hold_tx,
-                election_stop.clone(),
-            ))
-        });
+            Some(if le.shard_members {
+                let s = Arc::new(fleet::shard::Shards::new(fleet::shard::ShardConfig {
+                    namespace: cfg.namespace,
+                    prefix: cfg.name,
+                    identity: cfg.identity,
+                    lease_duration: cfg.lease_duration,
+                    renew_deadline: cfg.renew_deadline,
+                    retry_period: cfg.retry_period,
+                }));
+                shards = Some(s.clone());
+                tokio::spawn(fleet::shard::run(api, s, election_stop.clone()))
+            } else {
+                tokio::spawn(fleet::leader::run(
+                    api,
+                    cfg,
+                    leader_tx,
+                    hold_tx,
+                    election_stop.clone(),
+                ))
+            })
+        }
+        _ => None,
+    };
 
     let shared = Arc::new(fleet::Shared {
         config: config.runtime,
@@ -255,6 +278,7 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
         azure: ext.azure,
         leader: leader_rx.clone(),
         fence,
+        shards,
     });
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {

@@ -122,5 +122,6 @@ async fn members(State(state): State<Arc<FleetState>>) -> Json<serde_json::Value
         "hubReachable": state.hub_reachable(),
         "ready": state.ready(),
         "members": state.members(),
+        "owners": state.owners(),
     }))
 }

@@ -59,6 +59,11 @@ pub struct RunArgs {
     /// Elect a leader on a Lease in the hub; standbys keep watches warm and do not write.
     #[arg(long, env = "FLEETNET_LEADER_ELECT")]
     leader_elect: bool,
+    /// Shard members across the replicas: a Lease per member (named after
+    /// --leader-election-id), owners chosen by rendezvous hashing over the live replicas.
+    /// Replaces --leader-elect (the one-replica case of it).
+    #[arg(long, env = "FLEETNET_SHARD_MEMBERS")]
+    shard_members: bool,
     /// Namespace of the leader Lease (defaults to $POD_NAMESPACE, else `default`).
     #[arg(long, env = "FLEETNET_LEADER_ELECTION_NAMESPACE")]
     leader_election_namespace: Option<String>,
@@ -272,7 +277,7 @@ impl RunArgs {
         fleetnet_hub::fleet::registry::validate_namespace_prefix(&self.hub_namespace_prefix)
             .map_err(|e| format!("--hub-namespace-prefix: {e}"))?;
         let instance = std::env::var("POD_NAME").unwrap_or_else(|_| hostname());
-        let leader_election = self.leader_elect.then(|| LeaderElection {
+        let leader_election = (self.leader_elect || self.shard_members).then(|| LeaderElection {
             namespace: self
                 .leader_election_namespace
                 .clone()
@@ -280,6 +285,7 @@ impl RunArgs {
                 .unwrap_or_else(|| "default".into()),
             name: self.leader_election_id.clone(),
             identity: format!("{instance}_{:08x}", rand::random::<u32>()),
+            shard_members: self.shard_members,
         });
         Ok(AppConfig {
             hub_kubeconfig: self.hub_kubeconfig.clone(),

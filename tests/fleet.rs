@@ -355,12 +355,14 @@ async fn cleanup_on_remove_and_leader_election() {
         namespace: "fleetnet-system".into(),
         name: "fleetnet-hub".into(),
         identity: "replica-a".into(),
+        shard_members: false,
     });
     let mut standby_cfg = cfg.clone();
     standby_cfg.leader_election = Some(LeaderElection {
         namespace: "fleetnet-system".into(),
         name: "fleetnet-hub".into(),
         identity: "replica-b".into(),
+        shard_members: false,
     });
 
     let leader = app::start(cfg, Extensions::default())

@@ -36,6 +36,7 @@ fn config(fleet: &Fleet, dir: &Path, identity: &str) -> AppConfig {
             namespace: "default".into(),
             name: "fleetnet-hub".into(),
             identity: identity.into(),
+            shard_members: false,
         }),
         metrics_bind_address: "127.0.0.1:0".into(),
         health_probe_bind_address: "127.0.0.1:0".into(),

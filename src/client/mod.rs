@@ -106,6 +106,19 @@ pub fn build_fenced(
         .build())
 }
 
+/// A client that sends through `client` (its budget, retries, counters), with every write
+/// refused unless `fence` holds: one member's view of a client shared by many.
+pub fn fenced_view(client: &kube::Client, fence: Fence) -> kube::Client {
+    let shared = client.clone();
+    let service = tower::ServiceBuilder::new()
+        .layer(fence::FenceLayer(fence))
+        .service_fn(move |req: Request<Body>| {
+            let shared = shared.clone();
+            async move { shared.send(req).await.map_err(BoxError::from) }
+        });
+    kube::Client::new(service, client.default_namespace().to_string())
+}
+
 /// The field manager every write of fleetnet-hub is recorded under (managedFields).
 pub const FIELD_MANAGER: &str = "fleetnet-hub";
 

@@ -35,16 +35,16 @@ pub struct LeaseConfig {
 
 /// The parts of a lease record whose change proves its holder alive.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Record {
-    holder: String,
-    renew_time: Option<String>,
-    acquire_time: Option<String>,
-    transitions: i32,
-    duration_secs: i32,
+pub(super) struct Record {
+    pub(super) holder: String,
+    pub(super) renew_time: Option<String>,
+    pub(super) acquire_time: Option<String>,
+    pub(super) transitions: i32,
+    pub(super) duration_secs: i32,
 }
 
 impl Record {
-    fn of(spec: &LeaseSpec) -> Self {
+    pub(super) fn of(spec: &LeaseSpec) -> Self {
         Self {
             holder: spec.holder_identity.clone().unwrap_or_default(),
             renew_time: spec.renew_time.as_ref().map(|t| t.0.to_string()),
@@ -57,9 +57,9 @@ impl Record {
 
 /// What this replica saw of the lease and when (its own monotonic clock).
 #[derive(Debug, Clone)]
-struct Observed {
-    record: Record,
-    at: Instant,
+pub(super) struct Observed {
+    pub(super) record: Record,
+    pub(super) at: Instant,
 }
 
 /// Whether `identity` may write the lease now: it holds it, nobody does, or the record has
@@ -135,7 +135,7 @@ pub async fn run(
     }
 }
 
-async fn try_acquire_or_renew(
+pub(super) async fn try_acquire_or_renew(
     api: &Api<Lease>,
     cfg: &LeaseConfig,
     observed: &mut Option<Observed>,
@@ -197,7 +197,7 @@ async fn try_acquire_or_renew(
     }
 }
 
-async fn release(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<(), kube::Error> {
+pub(super) async fn release(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<(), kube::Error> {
     let Some(mut lease) = api.get_opt(&cfg.name).await? else {
         return Ok(());
     };

@@ -131,7 +131,7 @@ async fn run_once(
         cfg.trust,
         &cfg.member_limits,
         stats.clone(),
-        shared.fence.clone(),
+        shared.fence_of(name),
     )
     .await?;
     if tls_verify_disabled {
@@ -158,7 +158,11 @@ async fn run_once(
     let exporter = MemberExporter {
         member: name.to_string(),
         member_client: client,
-        hub_client: shared.hub_client.clone(),
+        hub_client: match &shared.shards {
+            // The shared hub client (one budget), each request fenced by this member's lease.
+            Some(_) => client::fenced_view(&shared.hub_client, shared.fence_of(name)),
+            None => shared.hub_client.clone(),
+        },
         hub_namespace: format!("{}{name}", cfg.namespace_prefix),
         se_version: version,
         settings: Settings {

@@ -6,6 +6,7 @@
 pub mod leader;
 mod member;
 pub mod registry;
+pub mod shard;
 pub mod state;
 pub mod vet;
 
@@ -88,6 +89,23 @@ pub struct Shared {
     pub leader: watch::Receiver<bool>,
     /// Closes every member client's writes when this replica does not hold its lease.
     pub fence: crate::client::Fence,
+    /// Sharded mode: the members this replica owns, each with its own fence.
+    pub shards: Option<Arc<shard::Shards>>,
+}
+
+impl Shared {
+    /// Whether this replica runs `member` (always, unless sharded).
+    fn owns(&self, member: &str) -> bool {
+        self.shards.as_ref().is_none_or(|s| s.owns(member))
+    }
+
+    /// The fence of `member`'s writes.
+    pub(crate) fn fence_of(&self, member: &str) -> crate::client::Fence {
+        match &self.shards {
+            Some(shards) => shards.fence(member),
+            None => self.fence.clone(),
+        }
+    }
 }
 
 impl Shared {
@@ -183,11 +201,13 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
     // engagements, rotations, shutdown).
     let background = TaskTracker::new();
     let mut ticker = tokio::time::interval(shared.config.rescan_interval);
+    let mut ownership = shared.shards.as_ref().map(|s| s.subscribe());
     loop {
         sync_members(&shared, &mut engaged, &background).await;
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = ticker.tick() => {}
+            true = ownership_changed(ownership.as_mut()) => {}
             Some(()) = rx.recv() => {
                 // A burst of events (a Secret's symlink swap) becomes one rescan.
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -209,6 +229,14 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
         tracing::warn!("members still stopping after 20 s; leaving them");
     }
     hub_probe.abort();
+}
+
+/// Resolves `true` when this replica's share of members changed; never without sharding.
+async fn ownership_changed(rx: Option<&mut tokio::sync::watch::Receiver<u64>>) -> bool {
+    match rx {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
 }
 
 fn watch_dir(dir: &std::path::Path, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
@@ -239,19 +267,32 @@ async fn sync_members(
             return;
         }
     };
+    if let Some(shards) = &shared.shards {
+        shards.set_wanted(desired.keys().cloned());
+        shared.state.set_owners(shards.owners());
+    }
     let gone: Vec<String> = engaged
         .keys()
-        .filter(|n| !desired.contains_key(*n))
+        .filter(|n| !desired.contains_key(*n) || !shared.owns(n))
         .cloned()
         .collect();
     for name in gone {
         if let Some(e) = engaged.remove(&name) {
-            tracing::info!(member = %name, "member removed");
+            let removed = !desired.contains_key(&name);
+            if removed {
+                tracing::info!(member = %name, "member removed");
+            } else {
+                tracing::info!(member = %name, "member now owned by another replica: stopping it here");
+            }
             let kubeconfig = e.kubeconfig.clone();
             shared.state.remove(&name);
             shared.hooks.member_left(&name);
-            // Only the lease holder cleans up (its clients' writes are fenced anyway).
-            let clean = shared.config.cleanup_on_remove && *shared.leader.borrow();
+            // Only the lease holder cleans up (its clients' writes are fenced anyway), and only
+            // a member that left the fleet, not one that moved to another replica.
+            let clean = removed
+                && shared.config.cleanup_on_remove
+                && *shared.leader.borrow()
+                && shared.owns(&name);
             let shared = shared.clone();
             background.spawn(async move {
                 e.stop().await;
@@ -269,6 +310,9 @@ async fn sync_members(
         azure.reload();
     }
     for (name, source) in desired {
+        if !shared.owns(&name) {
+            continue;
+        }
         if source.unreadable && engaged.get(&name).is_some_and(|e| e.task.is_some()) {
             tracing::warn!(member = %name, file = %source.path.display(), "kubeconfig unreadable this time; the member keeps running on the one it has");
             continue;

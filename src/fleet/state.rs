@@ -67,6 +67,8 @@ pub struct FleetState {
     members: RwLock<BTreeMap<String, MemberStatus>>,
     hub_reachable: AtomicBool,
     runtime_alive: AtomicBool,
+    /// Sharded: every declared member's owner (lease holder) as this replica last saw it.
+    owners: RwLock<BTreeMap<String, String>>,
 }
 
 /// Marks the runtime alive while it exists; dropped when the runtime returns or panics.
@@ -162,6 +164,19 @@ impl FleetState {
     pub fn runtime_started(&self) -> AliveGuard<'_> {
         self.runtime_alive.store(true, Ordering::Relaxed);
         AliveGuard(self)
+    }
+
+    /// Records which replica owns each member (sharded mode).
+    pub fn set_owners(&self, owners: BTreeMap<String, String>) {
+        *self.owners.write().unwrap_or_else(|p| p.into_inner()) = owners;
+    }
+
+    /// Which replica owns each member, as last seen (empty unless sharded).
+    pub fn owners(&self) -> BTreeMap<String, String> {
+        self.owners
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Whether the fleet runtime is running (liveness).
