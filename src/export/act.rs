@@ -141,16 +141,7 @@ pub async fn perform(
 /// The UID of this export's ISE, read live: `None` when the name is free, already terminating,
 /// or held by another export (a name collision, or another member's object) — never ours to delete.
 async fn own_ise_uid(ctx: &Context, ns: &str, name: &str) -> Result<Option<String>, Error> {
-    let live = ctx
-        .hub
-        .get_opt(&ise_name(ns, name))
-        .await
-        .map_err(Error::kube(
-            &ctx.member,
-            ns,
-            name,
-            Step::GetInternalServiceExport,
-        ))?;
+    let live = super::read_ise(ctx, ns, name).await?;
     Ok(live
         .filter(|ise| {
             ise.metadata.deletion_timestamp.is_none()

@@ -401,7 +401,7 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
     }
 }
 
-async fn read_ise(
+pub(super) async fn read_ise(
     ctx: &Context,
     ns: &str,
     name: &str,

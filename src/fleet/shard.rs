@@ -164,16 +164,7 @@ impl Shards {
 
     /// The write fence of `member`: open only while this replica holds its lease.
     pub fn fence(&self, member: &str) -> Fence {
-        let mut state = self.lock();
-        let lease = state
-            .members
-            .entry(member.to_string())
-            .or_insert_with(|| MemberLease {
-                observed: None,
-                hold: watch::channel(Hold::Never).0,
-                holder: String::new(),
-            });
-        Fence::new(lease.hold.subscribe())
+        Fence::new(entry(&mut self.lock(), member).hold.subscribe())
     }
 
     /// Every declared member's holder as last seen (empty: none).
@@ -452,16 +443,21 @@ async fn balance(api: &Api<Lease>, shards: &Shards, live: &BTreeSet<String>) {
 
 fn set_hold(shards: &Shards, member: &str, hold: Hold, holder: &str) {
     let mut state = shards.lock();
-    let lease = state
+    let lease = entry(&mut state, member);
+    lease.hold.send_replace(hold);
+    lease.holder = holder.to_string();
+}
+
+/// What this replica keeps about `member`'s lease, created not held.
+fn entry<'a>(state: &'a mut State, member: &str) -> &'a mut MemberLease {
+    state
         .members
         .entry(member.to_string())
         .or_insert_with(|| MemberLease {
             observed: None,
             hold: watch::channel(Hold::Never).0,
             holder: String::new(),
-        });
-    lease.hold.send_replace(hold);
-    lease.holder = holder.to_string();
+        })
 }
 
 #[cfg(test)]
