@@ -94,6 +94,15 @@ pub struct RunArgs {
     /// Burst of requests to each member's API server.
     #[arg(long, env = "FLEETNET_KUBE_API_BURST", default_value_t = 30)]
     kube_api_burst: u32,
+    /// Sustained Events per second to each member: a bucket of their own, apart from exports'.
+    #[arg(long, env = "FLEETNET_EVENT_QPS", default_value_t = 10.0)]
+    event_qps: f64,
+    /// Burst of Events to each member.
+    #[arg(long, env = "FLEETNET_EVENT_BURST", default_value_t = 25)]
+    event_burst: u32,
+    /// Reconciles of one member running at once.
+    #[arg(long, env = "FLEETNET_RECONCILE_CONCURRENCY", default_value_t = 16)]
+    reconcile_concurrency: u16,
     /// Sustained requests per second to the hub, shared by all members.
     #[arg(long, env = "FLEETNET_HUB_API_QPS", default_value_t = 100.0)]
     hub_api_qps: f64,
@@ -263,6 +272,7 @@ impl RunArgs {
         for (name, qps) in [
             ("--kube-api-qps", self.kube_api_qps),
             ("--hub-api-qps", self.hub_api_qps),
+            ("--event-qps", self.event_qps),
         ] {
             if !(qps.is_finite() && qps > 0.0) {
                 return Err(format!("{name} must be a positive number, got {qps}"));
@@ -300,6 +310,9 @@ impl RunArgs {
                 member_limits: Limits {
                     qps: self.kube_api_qps,
                     burst: self.kube_api_burst,
+                    event_qps: self.event_qps,
+                    event_burst: self.event_burst,
+                    reconcile_concurrency: self.reconcile_concurrency,
                     ..Limits::default()
                 },
                 member_sync_timeout: self.member_sync_timeout,

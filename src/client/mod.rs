@@ -41,6 +41,13 @@ pub struct Limits {
     pub timeout: Duration,
     /// Retries of refused or failed requests.
     pub retry: RetryLimits,
+    /// A member's Events have a bucket of their own (`--event-qps`, `--event-burst`): they
+    /// never take a token an export needs.
+    pub event_qps: f64,
+    pub event_burst: u32,
+    /// Reconciles of one member running at once (`--reconcile-concurrency`); the others wait
+    /// in the queue, not on the limiter.
+    pub reconcile_concurrency: u16,
 }
 
 impl Default for Limits {
@@ -51,6 +58,9 @@ impl Default for Limits {
             max_in_flight: 32,
             timeout: Duration::from_secs(30),
             retry: RetryLimits::default(),
+            event_qps: 10.0,
+            event_burst: 25,
+            reconcile_concurrency: 16,
         }
     }
 }

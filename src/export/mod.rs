@@ -73,6 +73,10 @@ pub struct MemberExporter {
     /// Member name, also its cluster ID in `serviceReference.clusterId`.
     pub member: String,
     pub member_client: kube::Client,
+    /// Events go through this one (its own budget), so they never delay exports.
+    pub events_client: kube::Client,
+    /// Reconciles running at once; 0: unbounded.
+    pub concurrency: u16,
     /// A hub client; the exporter only ever uses it inside `hub_namespace`.
     pub hub_client: kube::Client,
     pub hub_namespace: String,
@@ -197,6 +201,7 @@ impl MemberExporter {
                 (),
             )
             // Becoming leader: everything is reconciled once, from the warm caches.
+            .with_config(kube::runtime::controller::Config::default().concurrency(self.concurrency))
             .reconcile_all_on(leadership_gained(self.leader.clone()))
             .graceful_shutdown_on(shutdown);
         let synced = health.synced(exports.clone());
@@ -214,7 +219,7 @@ impl MemberExporter {
             hub_namespace: self.hub_namespace,
             services: services.clone(),
             ises: ises.clone(),
-            recorder: Recorder::new(self.member_client, reporter),
+            recorder: Recorder::new(self.events_client, reporter),
             public_ips: self.public_ips,
             leader: self.leader,
             observer: self.observer,

@@ -56,6 +56,8 @@ pub(super) async fn run(
 /// A member's client, built from its vetted kubeconfig.
 pub struct MemberClient {
     pub client: kube::Client,
+    /// For Events only: the same server and counters, its own bucket.
+    pub events: kube::Client,
     /// The server URL.
     pub server: String,
     /// TLS verification is off for this member (allowed by the trust policy).
@@ -84,10 +86,24 @@ pub async fn member_client(
             .await
             .map_err(|e| format!("unusable kubeconfig: {}", redact_quoted(&e.to_string())))?;
     let server = config.cluster_url.to_string();
+    let event_limits = client::Limits {
+        qps: limits.event_qps,
+        burst: limits.event_burst,
+        ..limits.clone()
+    };
+    let events = client::build_fenced(
+        &format!("member-events:{name}"),
+        config.clone(),
+        &event_limits,
+        stats.clone(),
+        fence.clone(),
+    )
+    .map_err(|e| e.to_string())?;
     let client = client::build_fenced(&format!("member:{name}"), config, limits, stats, fence)
         .map_err(|e| e.to_string())?;
     Ok(MemberClient {
         client,
+        events,
         server,
         tls_verify_disabled: vetted.tls_verify_disabled,
     })
@@ -123,6 +139,7 @@ async fn run_once(
     let stats = Arc::new(ClientStats::default());
     let MemberClient {
         client,
+        events,
         server,
         tls_verify_disabled,
     } = member_client(
@@ -158,6 +175,8 @@ async fn run_once(
     let exporter = MemberExporter {
         member: name.to_string(),
         member_client: client,
+        events_client: events,
+        concurrency: cfg.member_limits.reconcile_concurrency,
         hub_client: match &shared.shards {
             // The shared hub client (one budget), each request fenced by this member's lease.
             Some(_) => client::fenced_view(&shared.hub_client, shared.fence_of(name)),

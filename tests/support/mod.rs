@@ -89,6 +89,8 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
     let (_leader_tx, leader) = watch::channel(true);
     let exporter = MemberExporter {
         member: member.to_string(),
+        events_client: member_client.clone(),
+        concurrency: 0,
         member_client,
         hub_client,
         hub_namespace: fleet.hub_namespace(member),
