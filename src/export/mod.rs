@@ -151,7 +151,8 @@ impl MemberExporter {
             .modify(|s: &mut Service| s.managed_fields_mut().clear())
             .reflect(services_writer)
             .inspect(health.inspector(views::View::Services))
-            .touched_objects();
+            .touched_objects()
+            .filter_map(views::objects_only);
         let ise_events = watcher(hub_api.clone(), watcher::Config::default())
             .backoff(watch_backoff())
             .modify(|i: &mut InternalServiceExport| i.managed_fields_mut().clear())
@@ -163,13 +164,15 @@ impl MemberExporter {
                     let _ = dangling_tx.send(ise.name_any());
                 }
             })
-            .touched_objects();
+            .touched_objects()
+            .filter_map(views::objects_only);
         // What `Controller::new_with` builds, plus the initial-list signal.
         let export_events = watcher(exports_api, watcher::Config::default())
             .backoff(watch_backoff())
             .reflect(exports_writer)
             .inspect(health.inspector(views::View::ServiceExports))
-            .applied_objects();
+            .applied_objects()
+            .filter_map(views::objects_only);
 
         let controller = Controller::for_stream_with(export_events, exports.clone(), version);
         let loser_index = exports.clone();

@@ -111,6 +111,15 @@ impl WatchHealth {
     }
 }
 
+/// Drops a trigger stream's errors (each watch's own backoff and health already handled them):
+/// the controller would otherwise back off its whole merged trigger stream, every watch of the
+/// member at once, with delays growing to minutes.
+pub(super) fn objects_only<K>(
+    item: Result<K, watcher::Error>,
+) -> futures::future::Ready<Option<Result<K, watcher::Error>>> {
+    futures::future::ready(item.ok().map(Ok))
+}
+
 /// Watch retry: quick enough that a member whose apiserver returns is current again within
 /// a few seconds (kube's default waits up to 30 s, plus jitter), slow enough not to spin.
 pub(super) fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
