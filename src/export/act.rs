@@ -15,10 +15,13 @@ use crate::api::{
 };
 
 /// What `perform` changed, for metrics.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct Performed {
     pub hub_writes: u32,
     pub member_writes: u32,
+    /// The ISE as the hub answered our write (`Some(None)`: deleted), for reads of our own
+    /// writes until the view has seen them.
+    pub hub_object: Option<Option<InternalServiceExport>>,
 }
 
 /// Performs the plan's writes in order: metadata → hub delete → finalizer removal → status
@@ -68,8 +71,11 @@ pub async fn perform(
             // export is withdrawn and the finalizer may go. A failed precondition (409) means
             // the name now holds another object: the caller re-observes.
             match ctx.hub.delete(&ise_name(ns, name), &params).await {
-                Ok(_) => done.hub_writes += 1,
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Ok(_) => {
+                    done.hub_writes += 1;
+                    done.hub_object = Some(None);
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => done.hub_object = Some(None),
                 Err(e) => return Err(err(Step::DeleteInternalServiceExport)(e)),
             }
         }
@@ -113,16 +119,19 @@ pub async fn perform(
             let mut ise: InternalServiceExport = (**ise).clone();
             ise.metadata.name = Some(ise_name(ns, name));
             ise.metadata.namespace = Some(ctx.hub_namespace.clone());
-            ctx.hub
+            let created = ctx
+                .hub
                 .create(&PostParams::default(), &ise)
                 .await
                 .map_err(err(Step::CreateInternalServiceExport))?;
             done.hub_writes += 1;
+            done.hub_object = Some(Some(created));
         }
         Some(HubWrite::UpdateSpec(spec)) => {
             ctx.ensure_leader(ns, name)?;
             let body = json!({"spec": spec_with_clears(spec)});
-            ctx.hub
+            let patched = ctx
+                .hub
                 .patch(
                     &ise_name(ns, name),
                     &PatchParams::default(),
@@ -131,6 +140,7 @@ pub async fn perform(
                 .await
                 .map_err(err(Step::UpdateInternalServiceExport))?;
             done.hub_writes += 1;
+            done.hub_object = Some(Some(patched));
         }
         _ => {}
     }

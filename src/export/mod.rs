@@ -111,6 +111,36 @@ pub struct Context {
     failures: Mutex<HashMap<ObjectRef<ServiceExport>, u32>>,
     /// Consecutive rechecks (a public IP not listed yet, a UID-mismatch unexport) per export.
     rechecks: Mutex<HashMap<ObjectRef<ServiceExport>, u32>>,
+    /// ISEs this exporter wrote that the view may not show yet, by name.
+    written: Mutex<HashMap<String, Written>>,
+}
+
+/// An ISE write, until the view shows it: what the view held when it was decided (its
+/// resourceVersion) and what the hub answered (`None`: deleted).
+struct Written {
+    view_before: Option<String>,
+    after: Option<InternalServiceExport>,
+}
+
+impl Context {
+    /// Our own last write of ISE `name` while the view still shows what it showed before it
+    /// (read-your-writes: no create answered 409, no patch repeated, no delete sent twice);
+    /// `None` once the view has caught up, or nothing was written.
+    fn own_write(
+        &self,
+        name: &str,
+        view: Option<&InternalServiceExport>,
+    ) -> Option<Option<InternalServiceExport>> {
+        let mut written = lock(&self.written);
+        let entry = written.get(name)?;
+        let view_rv = view.and_then(|i| i.metadata.resource_version.clone());
+        if view_rv == entry.view_before {
+            Some(entry.after.clone())
+        } else {
+            written.remove(name);
+            None
+        }
+    }
 }
 
 impl Context {
@@ -229,6 +259,7 @@ impl MemberExporter {
             views: synced.clone(),
             failures: Mutex::default(),
             rechecks: Mutex::default(),
+            written: Mutex::default(),
         });
         let sweeper = dangling::sweep(ctx.clone(), exports, dangling_rx);
         let run = async move {
@@ -327,12 +358,15 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
         let service = live_service
             .as_ref()
             .map_or(cached_service.as_deref(), Option::as_ref);
+        let hub_name = ise_name(&ns, &name);
         let cached_ise = ctx
             .ises
-            .get(&ObjectRef::new(&ise_name(&ns, &name)).within(&ctx.hub_namespace));
-        let ise = live_ise
+            .get(&ObjectRef::new(&hub_name).within(&ctx.hub_namespace));
+        let own_write = ctx.own_write(&hub_name, cached_ise.as_deref());
+        let viewed = own_write
             .as_ref()
             .map_or(cached_ise.as_deref(), Option::as_ref);
+        let ise = live_ise.as_ref().map_or(viewed, Option::as_ref);
         let (public_ip, throttled_for) = observe_public_ip(ctx, service).await;
         let plan = decide(
             &ctx.settings,
@@ -360,7 +394,13 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
         }
         match act::perform(ctx, &export, &plan, now).await {
             Ok(done) => {
-                record_hub_writes(ctx, &plan, done);
+                record_hub_writes(ctx, &plan, &done);
+                if let Some(after) = done.hub_object.clone() {
+                    let view_before = cached_ise
+                        .as_deref()
+                        .and_then(|i| i.metadata.resource_version.clone());
+                    lock(&ctx.written).insert(hub_name.clone(), Written { view_before, after });
+                }
                 if let Some(since) = plan.exported_since.filter(|_| done.hub_writes > 0) {
                     // Until the ISE is written, not until the decision.
                     let written = Timestamp::now();
@@ -425,7 +465,7 @@ pub(super) async fn read_ise(
         ))
 }
 
-fn record_hub_writes(ctx: &Context, plan: &decide::Plan, done: act::Performed) {
+fn record_hub_writes(ctx: &Context, plan: &decide::Plan, done: &act::Performed) {
     if done.hub_writes == 0 {
         return;
     }
