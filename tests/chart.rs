@@ -79,7 +79,7 @@ async fn charts_lint_render_apply_and_grant_exactly_what_the_controller_needs() 
         .unwrap_or_else(|e| panic!("apply {} {name}: {e}", types.kind));
         applied += 1;
     }
-    assert_eq!(applied, 18, "every rendered object applied");
+    assert_eq!(applied, 16, "every rendered object applied");
 
     // Hub side: the chart's own ServiceAccount, with the RBAC just applied (no extra rules).
     let hub_identity = ScopedIdentity {

@@ -45,7 +45,6 @@ release=fleetnet-hub
 ns=fleetnet-system
 kubeconfig_secret=fleetnet-member-kubeconfigs
 member_sa=fleetnet-hub
-member_token_secret=fleetnet-hub-token
 
 log() { echo "[kind-e2e] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -164,15 +163,10 @@ for m in "${members[@]}"; do
   cluster="$(member_cluster "$m")"
   log "member $m: RBAC (charts/fleetnet-hub-member.yaml) and token kubeconfig"
   kubectl --kubeconfig "$mkc" apply -f "$root/charts/fleetnet-hub-member.yaml" >&2
-  token=""
-  for _ in $(seq 1 60); do
-    token="$(kubectl --kubeconfig "$mkc" -n "$ns" get secret "$member_token_secret" -o jsonpath='{.data.token}' 2>/dev/null || true)"
-    [ -n "$token" ] && break
-    sleep 1
-  done
-  [ -n "$token" ] || die "member $m: the token controller did not fill Secret $ns/$member_token_secret"
-  token="$(printf '%s' "$token" | base64 -d)"
-  ca="$(kubectl --kubeconfig "$mkc" -n "$ns" get secret "$member_token_secret" -o jsonpath='{.data.ca\.crt}')"
+  # A bound, expiring token (the manifest creates no legacy token Secret), as its README says.
+  token="$(kubectl --kubeconfig "$mkc" -n "$ns" create token "$member_sa" --duration=2h)"
+  [ -n "$token" ] || die "member $m: kubectl create token $member_sa returned nothing"
+  ca="$(kubectl --kubeconfig "$mkc" config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')"
   ip="$(docker inspect -f "{{with index .NetworkSettings.Networks \"$network\"}}{{.IPAddress}}{{end}}" "$cluster-control-plane")"
   [ -n "$ip" ] || die "member $m: no IP of $cluster-control-plane on docker network $network"
   # kind's apiserver certificate carries the node IP, so TLS verifies against this address.
@@ -180,14 +174,15 @@ for m in "${members[@]}"; do
   # Check the granted RBAC with the same token through the host-side address of the apiserver.
   host_server="$(kubectl --kubeconfig "$mkc" config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
   write_kubeconfig "$m" "$host_server" "$ca" "$token" "$work/token-$m.yaml"
-  for check in "watch serviceexports.networking.fleet.azure.com" "patch serviceexports.networking.fleet.azure.com --subresource=status" \
-               "update serviceexports.networking.fleet.azure.com --subresource=finalizers" "list services" "create events" \
-               "create events.events.k8s.io"; do
+  for check in "watch serviceexports.networking.fleet.azure.com" "patch serviceexports.networking.fleet.azure.com" \
+               "patch serviceexports.networking.fleet.azure.com --subresource=status" "list services" \
+               "create events.events.k8s.io" "patch events.events.k8s.io"; do
     # shellcheck disable=SC2086 # "verb resource" on purpose
     [ "$(kubectl --kubeconfig "$work/token-$m.yaml" auth can-i $check --all-namespaces 2>/dev/null)" = yes ] \
       || die "member $m: the token cannot $check"
   done
-  for check in "create services" "delete serviceexports.networking.fleet.azure.com" "get secrets"; do
+  for check in "create services" "delete serviceexports.networking.fleet.azure.com" "get secrets" \
+               "update serviceexports.networking.fleet.azure.com" "create events"; do
     # shellcheck disable=SC2086
     [ "$(kubectl --kubeconfig "$work/token-$m.yaml" auth can-i $check --all-namespaces 2>/dev/null || true)" = no ] \
       || die "member $m: the token can $check (more than the member ClusterRole grants)"
