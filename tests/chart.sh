@@ -103,9 +103,9 @@ KNOWN_FLAGS = {
     "--hub-api-burst", "--member-sync-timeout", "--cleanup-on-remove", "--enable-traffic-manager",
     "--azure-arm-endpoint", "--azure-authority-host", "--azure-credential", "--azure-tenant-id",
     "--azure-client-id", "--azure-subscription-id", "--azure-resource-group", "--member-config",
-    "--trace-sampling-ratio", "--log-format",
+    "--trace-sampling-ratio", "--log-format", "--shard-members",
 }
-BOOL_FLAGS = {"--leader-elect", "--cleanup-on-remove", "--enable-traffic-manager"}
+BOOL_FLAGS = {"--leader-elect", "--shard-members", "--cleanup-on-remove", "--enable-traffic-manager"}
 
 EXPECT = {
     "defaults": dict(members=[], replicas=2, leader=True, service_monitor=False, otlp=False,
@@ -126,6 +126,9 @@ EXPECT = {
     "client-secret": dict(members=["member-1"], replicas=2, leader=True, service_monitor=False,
                           otlp=False, credential="client-secret", namespaces=False,
                           secrets=["fleetnet-member-kubeconfigs"]),
+    "sharded": dict(members=["member-1", "member-2", "member-3"], replicas=3, leader=True, shard=True,
+                    service_monitor=False, otlp=False, credential=None, namespaces=False,
+                    secrets=["fleetnet-member-kubeconfigs"]),
     "single-replica": dict(members=["member-1"], replicas=1, leader=False, service_monitor=False,
                            otlp=False, credential=None, namespaces=False,
                            secrets=["fleetnet-member-kubeconfigs"], pdb=False),
@@ -178,8 +181,12 @@ check("bool flags carry no value", all(flags[f] == [None] for f in BOOL_FLAGS if
 check("value flags carry a value", all(v != [None] for f, v in flags.items() if f not in BOOL_FLAGS))
 check("--hub-kubeconfig unset (in-cluster config)", "--hub-kubeconfig" not in flags)
 check("--hub-namespace-prefix=fleet-member-", flags.get("--hub-namespace-prefix") == ["fleet-member-"])
+if exp.get("shard"):
+    check("args contain --shard-members, not --leader-elect",
+          "--shard-members" in args and "--leader-elect" not in args)
 if exp["leader"]:
-    check("args contain --leader-elect", "--leader-elect" in args)
+    check("args contain --leader-elect or --shard-members",
+          ("--leader-elect" in args) != bool(exp.get("shard")))
     check("--leader-election-namespace is the release namespace",
           flags.get("--leader-election-namespace") == [release_ns])
     check("--leader-election-id is the release fullname", flags.get("--leader-election-id") == [release])
@@ -329,6 +336,9 @@ if exp["leader"]:
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [lease_id], "verbs": ["get", "update"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
     ]
+    if exp.get("shard"):
+        want_rules = [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                       "verbs": ["get", "list", "create", "update", "delete"]}]
     check("release-namespace Role: leases get update (resourceNames: the Lease) + create, nothing else",
           bool(own) and own[0].get("rules") == want_rules, own[0].get("rules") if own else None)
 else:
@@ -350,6 +360,9 @@ if exp.get("pdb", True):
     if pdbs:
         check("PodDisruptionBudget selects the pods", selects(pdbs[0]["spec"]["selector"]["matchLabels"], pod_labels))
         check("PodDisruptionBudget policy/v1", pdbs[0]["apiVersion"] == "policy/v1")
+        if exp.get("shard"):
+            check("sharded: the PDB keeps a quorum of owners (minAvailable 2 of 3)",
+                  pdbs[0]["spec"].get("minAvailable") == 2, pdbs[0]["spec"])
 else:
     check("no PodDisruptionBudget", not pdbs)
 sms = of_kind("ServiceMonitor")
