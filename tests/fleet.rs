@@ -7,34 +7,16 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use fleetnet_hub::app::{self, AppConfig, Extensions, LeaderElection, Running};
-use fleetnet_hub::client::Limits;
-use fleetnet_hub::fleet::{Phase, RuntimeConfig};
+use fleetnet_hub::fleet::Phase;
 use fleetnet_testenv::Fleet;
 use support::*;
 
+async fn http_get_body(addr: std::net::SocketAddr, path: &str) -> String {
+    http_get(addr, path).await.1
+}
+
 fn config(fleet: &Fleet, dir: &Path) -> AppConfig {
-    AppConfig {
-        hub_kubeconfig: Some(fleet.hub().kubeconfig_path().to_path_buf()),
-        hub_limits: Limits {
-            qps: 200.0,
-            burst: 400,
-            ..Limits::default()
-        },
-        runtime: RuntimeConfig {
-            kubeconfig_dir: dir.to_path_buf(),
-            namespace_prefix: "fleet-member-".into(),
-            member_limits: Limits::default(),
-            member_sync_timeout: Duration::from_secs(10),
-            cleanup_on_remove: false,
-            traffic_manager: false,
-            rescan_interval: Duration::from_secs(30),
-            instance: "test".into(),
-            trust: Default::default(),
-        },
-        leader_election: None,
-        metrics_bind_address: "127.0.0.1:0".into(),
-        health_probe_bind_address: "127.0.0.1:0".into(),
-    }
+    app_config(fleet, dir)
 }
 
 /// A kubeconfig directory of our own, seeded with some of the fleet's members.
@@ -165,13 +147,13 @@ async fn three_members_export_into_their_own_namespaces_and_come_and_go() {
     );
 
     // /members and /readyz over HTTP.
-    let body = http_get(running.health_address, "/members").await;
+    let body = http_get_body(running.health_address, "/members").await;
     assert!(
         body.contains("\"alpha\"") && body.contains("\"ready\""),
         "{body}"
     );
     assert!(
-        http_get(running.health_address, "/readyz")
+        http_get_body(running.health_address, "/readyz")
             .await
             .starts_with("ok")
     );
@@ -405,22 +387,6 @@ async fn cleanup_on_remove_and_leader_election() {
     })
     .await;
     standby.shutdown().await;
-}
-
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .expect("write");
-    let mut out = String::new();
-    stream.read_to_string(&mut out).await.expect("read");
-    out.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or(out)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use fleetnet_hub::api::CLEANUP_FINALIZER;
 use fleetnet_hub::app::{self, AppConfig, Extensions, LeaderElection};
-use fleetnet_hub::client::Limits;
-use fleetnet_hub::fleet::{Phase, RuntimeConfig};
+use fleetnet_hub::fleet::Phase;
 use fleetnet_testenv::Fleet;
 use support::*;
 
@@ -18,29 +17,17 @@ use support::*;
 const LEASE_DURATION: Duration = Duration::from_secs(15);
 
 fn config(fleet: &Fleet, dir: &Path, identity: &str) -> AppConfig {
-    AppConfig {
-        hub_kubeconfig: Some(fleet.hub().kubeconfig_path().to_path_buf()),
-        hub_limits: Limits::default(),
-        runtime: RuntimeConfig {
-            kubeconfig_dir: dir.to_path_buf(),
-            namespace_prefix: fleetnet_testenv::DEFAULT_HUB_NAMESPACE_PREFIX.into(),
-            member_limits: Limits::default(),
-            member_sync_timeout: Duration::from_secs(60),
-            cleanup_on_remove: false,
-            traffic_manager: false,
-            rescan_interval: Duration::from_secs(5),
-            instance: identity.into(),
-            trust: Default::default(),
-        },
-        leader_election: Some(LeaderElection {
-            namespace: "default".into(),
-            name: "fleetnet-hub".into(),
-            identity: identity.into(),
-            shard_members: false,
-        }),
-        metrics_bind_address: "127.0.0.1:0".into(),
-        health_probe_bind_address: "127.0.0.1:0".into(),
-    }
+    let mut config = app_config(fleet, dir);
+    config.runtime.member_sync_timeout = Duration::from_secs(60);
+    config.runtime.rescan_interval = Duration::from_secs(5);
+    config.runtime.instance = identity.into();
+    config.leader_election = Some(LeaderElection {
+        namespace: "default".into(),
+        name: "fleetnet-hub".into(),
+        identity: identity.into(),
+        shard_members: false,
+    });
+    config
 }
 
 fn signal(pid: u32, sig: &str) {
@@ -49,20 +36,6 @@ fn signal(pid: u32, sig: &str) {
         .status()
         .expect("kill");
     assert!(status.success(), "kill {sig} {pid}");
-}
-
-async fn http_status(addr: std::net::SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .expect("write");
-    let mut out = String::new();
-    stream.read_to_string(&mut out).await.expect("read");
-    out.lines().next().unwrap_or_default().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,11 +66,7 @@ async fn a_holder_whose_renew_hangs_stops_writing_before_its_lease_can_expire() 
             .map(|_| ())
     })
     .await;
-    assert!(
-        http_status(running.health_address, "/healthz")
-            .await
-            .contains("200")
-    );
+    assert_eq!(http_get(running.health_address, "/healthz").await.0, 200);
 
     // The hub stops answering: every renew hangs.
     let hub_pid = fleet.hub().pid().expect("hub runs");

@@ -14,8 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use fleetnet_hub::app::{self, AppConfig, Extensions, Running};
-use fleetnet_hub::client::Limits;
-use fleetnet_hub::fleet::{Phase, RuntimeConfig, TrustPolicy};
+use fleetnet_hub::fleet::{Phase, TrustPolicy};
 use fleetnet_testenv::Fleet;
 use support::*;
 
@@ -81,40 +80,12 @@ fn kubeconfig(server: &str, cluster_extra: &str, user: &str) -> String {
 }
 
 fn config(fleet: &Fleet, dir: &Path, trust: TrustPolicy) -> AppConfig {
-    AppConfig {
-        hub_kubeconfig: Some(fleet.hub().kubeconfig_path().to_path_buf()),
-        hub_limits: Limits::default(),
-        runtime: RuntimeConfig {
-            kubeconfig_dir: dir.to_path_buf(),
-            namespace_prefix: fleetnet_testenv::DEFAULT_HUB_NAMESPACE_PREFIX.into(),
-            member_limits: Limits::default(),
-            member_sync_timeout: Duration::from_secs(60),
-            cleanup_on_remove: false,
-            traffic_manager: false,
-            rescan_interval: Duration::from_secs(1),
-            instance: "security-test".into(),
-            trust,
-        },
-        leader_election: None,
-        metrics_bind_address: "127.0.0.1:0".into(),
-        health_probe_bind_address: "127.0.0.1:0".into(),
-    }
-}
-
-async fn http_get(addr: SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .expect("write");
-    let mut out = String::new();
-    stream.read_to_string(&mut out).await.expect("read");
-    out.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or(out)
+    let mut config = app_config(fleet, dir);
+    config.runtime.member_sync_timeout = Duration::from_secs(60);
+    config.runtime.rescan_interval = Duration::from_secs(1);
+    config.runtime.instance = "security-test".into();
+    config.runtime.trust = trust;
+    config
 }
 
 async fn wait_phase(running: &Running, member: &str, phase: Phase) {
@@ -249,8 +220,8 @@ async fn refused_kubeconfigs_never_connect_and_no_secret_is_emitted() {
         .collect();
     assert_eq!(managers, vec!["fleetnet-hub".to_string()], "ISE managers");
     // Surfaces that show the refusal.
-    let members = http_get(running.health_address, "/members").await;
-    let metrics = http_get(running.metrics_address, "/metrics").await;
+    let members = http_get(running.health_address, "/members").await.1;
+    let metrics = http_get(running.metrics_address, "/metrics").await.1;
     for (member, _) in refused {
         assert!(
             metrics.contains(&format!(
@@ -351,12 +322,12 @@ async fn insecure_tls_only_with_the_opt_in_and_then_flagged() {
     wait_phase(&running, "lax", Phase::Ready).await;
     let status = running.state.member("lax").expect("tracked");
     assert!(status.tls_verify_disabled && !status.refused);
-    let members = http_get(running.health_address, "/members").await;
+    let members = http_get(running.health_address, "/members").await.1;
     assert!(
         members.contains("\"tls_verify_disabled\":true"),
         "{members}"
     );
-    let metrics = http_get(running.metrics_address, "/metrics").await;
+    let metrics = http_get(running.metrics_address, "/metrics").await.1;
     assert!(
         metrics.contains("fleetnet_member_tls_verify_disabled{member=\"lax\"} 1"),
         "{metrics}"

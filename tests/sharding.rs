@@ -78,27 +78,13 @@ fn replica(fleet: &Fleet, dir: &Path, name: &str) -> Replica {
     }
 }
 
-async fn http_get(port: u16, path: &str) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .ok()?;
-    let mut out = String::new();
-    stream.read_to_string(&mut out).await.ok()?;
-    out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
+async fn replica_get(port: u16, path: &str) -> String {
+    http_get(([127, 0, 0, 1], port).into(), path).await.1
 }
 
 /// The members a replica runs (engaged and ready), from its `/members`.
 async fn engaged(r: &Replica) -> BTreeSet<String> {
-    let Some(body) = http_get(r.health, "/members").await else {
-        return BTreeSet::new();
-    };
+    let body = replica_get(r.health, "/members").await;
     let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
     v["members"]
         .as_object()
@@ -203,7 +189,7 @@ async fn ise_deletes(hub: &kube::Client) -> f64 {
 
 /// Member-side writes a replica's clients made, per member (its own counters).
 async fn member_writes(r: &Replica) -> BTreeMap<String, f64> {
-    let text = http_get(r.metrics, "/metrics").await.unwrap_or_default();
+    let text = replica_get(r.metrics, "/metrics").await;
     let mut out = BTreeMap::new();
     for line in text.lines().filter(|l| {
         l.starts_with("fleetnet_api_requests_total{")

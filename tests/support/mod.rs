@@ -379,3 +379,54 @@ pub fn sum(text: &str, name: &str, labels: &[&str]) -> f64 {
         .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
         .sum()
 }
+
+/// The whole process's configuration for `fleet`, members from `dir`, generous hub budget,
+/// no leader election; tests change what they need.
+pub fn app_config(fleet: &Fleet, dir: &std::path::Path) -> fleetnet_hub::app::AppConfig {
+    fleetnet_hub::app::AppConfig {
+        hub_kubeconfig: Some(fleet.hub().kubeconfig_path().to_path_buf()),
+        hub_limits: Limits {
+            qps: 200.0,
+            burst: 400,
+            ..Limits::default()
+        },
+        runtime: fleetnet_hub::fleet::RuntimeConfig {
+            kubeconfig_dir: dir.to_path_buf(),
+            namespace_prefix: "fleet-member-".into(),
+            member_limits: Limits::default(),
+            member_sync_timeout: Duration::from_secs(10),
+            cleanup_on_remove: false,
+            traffic_manager: false,
+            rescan_interval: Duration::from_secs(30),
+            instance: "test".into(),
+            trust: Default::default(),
+        },
+        leader_election: None,
+        metrics_bind_address: "127.0.0.1:0".into(),
+        health_probe_bind_address: "127.0.0.1:0".into(),
+    }
+}
+
+/// `GET path` on a local HTTP endpoint: (status, body).
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .expect("write");
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.expect("read");
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
