@@ -4,6 +4,7 @@
 pub mod api;
 pub mod app;
 pub mod azure;
+pub mod bench;
 pub mod check;
 pub mod client;
 pub mod export;

@@ -1,0 +1,269 @@
+//! `fleetnet-bench`: cold convergence, server-side writes, 409s, quiet writes, churn latency,
+//! RSS and CPU of fleetnet-hub on a substrate hub + N members. The measuring is
+//! `fleetnet_hub::bench`; this is its command line.
+//!
+//! ```sh
+//! cargo run --release --bin fleetnet-bench -- --members 10 --exports 250 --churn 10 --duration 30 --svg docs/bench.svg
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use fleetnet_hub::bench::{self, Churn, Config, Report};
+use fleetnet_hub::client::Limits;
+
+/// The line a sweep point's child process prints its report on.
+const JSON_PREFIX: &str = "BENCH-JSON ";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "fleetnet-bench",
+    about = "Benchmarks fleetnet-hub (run in this process) against a substrate hub + N member kube-apiservers"
+)]
+struct Cli {
+    /// Member clusters (each a real kube-apiserver).
+    #[arg(long, default_value_t = 1)]
+    members: usize,
+    /// Service + ServiceExport pairs per member, created before the controller starts.
+    #[arg(long, default_value_t = 50)]
+    exports: usize,
+    /// Service port changes per second after convergence (and the quiet period).
+    #[arg(long)]
+    churn: Option<f64>,
+    /// How long the churn lasts, in seconds.
+    #[arg(long, default_value_t = 30.0)]
+    duration: f64,
+    /// Seconds after convergence in which writes are counted (0: skip).
+    #[arg(long, default_value_t = 60.0)]
+    quiet: f64,
+    /// The hub client's budget, shared by all members.
+    #[arg(long, default_value_t = 100.0)]
+    hub_api_qps: f64,
+    #[arg(long, default_value_t = 200)]
+    hub_api_burst: u32,
+    /// Each member client's budget.
+    #[arg(long, default_value_t = Limits::default().qps)]
+    kube_api_qps: f64,
+    #[arg(long, default_value_t = Limits::default().burst)]
+    kube_api_burst: u32,
+    /// Each member's Events budget (a bucket of its own).
+    #[arg(long, default_value_t = Limits::default().event_qps)]
+    event_qps: f64,
+    #[arg(long, default_value_t = Limits::default().event_burst)]
+    event_burst: u32,
+    /// Reconciles of one member running at once.
+    #[arg(long, default_value_t = Limits::default().reconcile_concurrency)]
+    reconcile_concurrency: u16,
+    /// Give up when not converged after this many seconds.
+    #[arg(long, default_value_t = 900.0)]
+    converge_timeout: f64,
+    /// Member counts, one run (a fresh process and substrate) per point, e.g. `1,5,10`;
+    /// `--members` is then ignored.
+    #[arg(long, value_delimiter = ',')]
+    sweep: Vec<usize>,
+    /// Write the charts here (latency CDF when churn ran; RSS and convergence against members
+    /// with `--sweep`).
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    /// Also write every report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Run nothing: print the tables (and write `--svg`) of reports saved with `--json`.
+    #[arg(long, value_delimiter = ',')]
+    replay: Vec<PathBuf>,
+    /// Print the report as one JSON line too (used by `--sweep`).
+    #[arg(long, hide = true)]
+    emit_json: bool,
+}
+
+fn seconds(name: &str, v: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(v).map_err(|e| format!("--{name} {v}: {e}"))
+}
+
+impl Cli {
+    fn config(&self) -> Result<Config, String> {
+        for (name, qps) in [
+            ("hub-api-qps", self.hub_api_qps),
+            ("kube-api-qps", self.kube_api_qps),
+            ("event-qps", self.event_qps),
+        ] {
+            if !(qps.is_finite() && qps > 0.0) {
+                return Err(format!("--{name} must be a positive number, got {qps}"));
+            }
+        }
+        let churn = match self.churn {
+            Some(rate) if rate.is_finite() && rate > 0.0 => Some(Churn {
+                rate,
+                duration: seconds("duration", self.duration)?,
+            }),
+            Some(rate) => return Err(format!("--churn must be a positive rate, got {rate}")),
+            None => None,
+        };
+        // The shipped binary next to this one, for its idle RSS as a process of its own.
+        let real_binary = std::env::current_exe()
+            .ok()
+            .and_then(|exe| Some(exe.parent()?.join("fleetnet-hub")))
+            .filter(|p| p.is_file());
+        Ok(Config {
+            members: self.members,
+            exports: self.exports,
+            hub_limits: Limits {
+                qps: self.hub_api_qps,
+                burst: self.hub_api_burst,
+                ..Limits::default()
+            },
+            member_limits: Limits {
+                qps: self.kube_api_qps,
+                burst: self.kube_api_burst,
+                event_qps: self.event_qps,
+                event_burst: self.event_burst,
+                reconcile_concurrency: self.reconcile_concurrency,
+                ..Limits::default()
+            },
+            quiet: seconds("quiet", self.quiet)?,
+            churn,
+            converge_timeout: seconds("converge-timeout", self.converge_timeout)?,
+            real_binary,
+            ..Config::default()
+        })
+    }
+
+    /// The flags of one sweep point's child process.
+    fn child_args(&self, members: usize) -> Vec<String> {
+        let mut args = vec![
+            "--members".to_string(),
+            members.to_string(),
+            "--exports".into(),
+            self.exports.to_string(),
+            "--quiet".into(),
+            self.quiet.to_string(),
+            "--hub-api-qps".into(),
+            self.hub_api_qps.to_string(),
+            "--hub-api-burst".into(),
+            self.hub_api_burst.to_string(),
+            "--kube-api-qps".into(),
+            self.kube_api_qps.to_string(),
+            "--kube-api-burst".into(),
+            self.kube_api_burst.to_string(),
+            "--event-qps".into(),
+            self.event_qps.to_string(),
+            "--event-burst".into(),
+            self.event_burst.to_string(),
+            "--reconcile-concurrency".into(),
+            self.reconcile_concurrency.to_string(),
+            "--converge-timeout".into(),
+            self.converge_timeout.to_string(),
+            "--emit-json".into(),
+        ];
+        if let Some(rate) = self.churn {
+            args.extend([
+                "--churn".into(),
+                rate.to_string(),
+                "--duration".into(),
+                self.duration.to_string(),
+            ]);
+        }
+        args
+    }
+}
+
+/// Runs each sweep point in a fresh process, so one point's memory does not leak into the next.
+async fn sweep(cli: &Cli) -> Result<Vec<Report>, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current executable: {e}"))?;
+    let mut reports = vec![];
+    for &members in &cli.sweep {
+        eprintln!("[bench] sweep point: {members} members");
+        // Progress on stderr as it comes; the report on stdout.
+        let output = tokio::process::Command::new(&exe)
+            .args(cli.child_args(members))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("running {}: {e}", exe.display()))?
+            .wait_with_output()
+            .await
+            .map_err(|e| format!("running {}: {e}", exe.display()))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        if !output.status.success() {
+            return Err(format!(
+                "sweep point {members} members failed ({}):\n{stdout}",
+                output.status
+            ));
+        }
+        let report = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(JSON_PREFIX))
+            .ok_or_else(|| format!("sweep point {members}: no report in its output"))?;
+        reports
+            .push(serde_json::from_str(report).map_err(|e| format!("sweep point {members}: {e}"))?);
+    }
+    Ok(reports)
+}
+
+async fn main_inner(cli: Cli) -> Result<(), String> {
+    let reports = if !cli.replay.is_empty() {
+        let mut reports: Vec<Report> = vec![];
+        for path in &cli.replay {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("reading {}: {e}", path.display()))?;
+            reports.extend(
+                serde_json::from_str::<Vec<Report>>(&text)
+                    .map_err(|e| format!("{}: {e}", path.display()))?,
+            );
+        }
+        reports
+    } else if cli.sweep.is_empty() {
+        let report = bench::run(&cli.config()?)
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+        if cli.emit_json {
+            println!(
+                "{JSON_PREFIX}{}",
+                serde_json::to_string(&report).map_err(|e| e.to_string())?
+            );
+        }
+        vec![report]
+    } else {
+        cli.config()?;
+        sweep(&cli).await?
+    };
+    if !cli.emit_json {
+        for r in &reports {
+            println!("{}", bench::markdown(r));
+        }
+        println!("{}", bench::summary_markdown(&reports));
+    }
+    if let Some(path) = &cli.svg {
+        std::fs::write(path, bench::svg(&reports))
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        eprintln!("[bench] wrote {}", path.display());
+    }
+    if let Some(path) = &cli.json {
+        let text = serde_json::to_string_pretty(&reports).map_err(|e| e.to_string())?;
+        std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        // The substrate's readiness polls meet 500s while apiservers start; kube's client logs
+        // each one as an error.
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new("warn,kube_client::client::builder=off")
+        });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    match main_inner(Cli::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fleetnet-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
