@@ -4,7 +4,6 @@
 pub mod api;
 pub mod app;
 pub mod azure;
-pub mod bench;
 pub mod check;
 pub mod client;
 pub mod export;

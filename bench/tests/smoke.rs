@@ -1,11 +1,11 @@
-//! Issue #15: the benchmark's measurement code (`fleetnet_hub::bench`, what `fleetnet-bench`
+//! Issue #15: the benchmark's measurement code (`fleetnet_bench`, what `fleetnet-bench`
 //! runs) on 2 members × 20 exports, asserting counts only — never timings, which depend on the
 //! machine. Writes are counted server-side by the apiservers (`apiserver_request_total`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use fleetnet_hub::bench::{self, Churn, Config, WriteCount};
+use fleetnet_bench::{self as bench, Churn, Config, WriteCount};
 
 fn by_key(writes: &[WriteCount]) -> BTreeMap<(String, String), u64> {
     writes

@@ -1,9 +1,9 @@
 //! `fleetnet-bench`: cold convergence, server-side writes, 409s, quiet writes, churn latency,
 //! RSS and CPU of fleetnet-hub on a substrate hub + N members. The measuring is
-//! `fleetnet_hub::bench`; this is its command line.
+//! the `fleetnet_bench` library; this is its command line.
 //!
 //! ```sh
-//! cargo run --release --bin fleetnet-bench -- --members 10 --exports 250 --churn 10 --duration 30 --svg docs/bench.svg
+//! cargo run --release -p fleetnet-bench -- --members 10 --exports 250 --churn 10 --duration 30 --svg docs/bench.svg
 //! ```
 
 use std::path::PathBuf;
@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use fleetnet_hub::bench::{self, Churn, Config, Report};
+use fleetnet_bench::{self as bench, Churn, Config, Report};
 use fleetnet_hub::client::Limits;
 
 /// The line a sweep point's child process prints its report on.
