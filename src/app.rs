@@ -1,7 +1,6 @@
 //! Assembles the process: hub client, leader election, HTTP servers, Azure, the fleet runtime;
 //! owns shutdown. Used by `fleetnet-hub run`, `sandbox` and the end-to-end tests alike.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -9,7 +8,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
-use serde::Deserialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -28,34 +26,6 @@ pub struct LeaderElection {
     /// Shard the members across the replicas (a Lease per member, rendezvous hashing over
     /// the replicas' announcements) instead of electing one leader for all.
     pub shard_members: bool,
-}
-
-/// Per-member settings (`--member-config`).
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct MemberSettings {
-    pub azure_subscription_id: Option<String>,
-    pub azure_resource_group: Option<String>,
-    pub trace_sampling_ratio: Option<f64>,
-}
-
-/// The `--member-config` file: `members: { <name>: MemberSettings }`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-pub struct MemberConfigFile {
-    #[serde(default)]
-    pub members: BTreeMap<String, MemberSettings>,
-}
-
-impl MemberConfigFile {
-    /// Reads and parses the file, naming it in errors.
-    pub fn load(path: &std::path::Path) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::Config(format!("cannot read member config {}: {e}", path.display()))
-        })?;
-        serde_saphyr::from_str::<Option<Self>>(&text)
-            .map(Option::unwrap_or_default)
-            .map_err(|e| Error::Config(format!("invalid member config {}: {e}", path.display())))
-    }
 }
 
 /// Everything the process needs, validated.
@@ -188,26 +158,7 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
         fence.clone(),
     )
     .await?;
-    // The lease has its own client and budget: members' writes never delay a renew.
-    let lease_client = match &config.leader_election {
-        Some(_) => Some(
-            fenced_hub_client(
-                "lease",
-                config.hub_kubeconfig.as_deref(),
-                &Limits {
-                    // Sharded: a renew per member per retry period.
-                    qps: if sharded { 50.0 } else { 5.0 },
-                    burst: if sharded { 100 } else { 10 },
-                    max_in_flight: if sharded { 8 } else { 2 },
-                    ..Limits::default()
-                },
-                Arc::default(),
-                client::Fence::open(),
-            )
-            .await?,
-        ),
-        None => None,
-    };
+    let lease_client = lease_client(&config, sharded).await?;
     let shutdown = CancellationToken::new();
     let state = Arc::new(FleetState::default());
     let metrics = Arc::new(Metrics::new());
@@ -233,40 +184,13 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
     // The election outlives the fleet's shutdown by a little: the lease is released after
     // the members have stopped writing.
     let election_stop = CancellationToken::new();
-    let mut shards = None;
-    let election = match (config.leader_election.clone(), lease_client) {
+    let (election, shards) = match (config.leader_election.clone(), lease_client) {
         (Some(le), Some(lease_client)) => {
             let api: Api<Lease> = Api::namespaced(lease_client, &le.namespace);
-            let cfg = LeaseConfig {
-                namespace: le.namespace,
-                name: le.name,
-                identity: le.identity,
-                lease_duration: Duration::from_secs(15),
-                renew_deadline: Duration::from_secs(10),
-                retry_period: Duration::from_secs(2),
-            };
-            Some(if le.shard_members {
-                let s = Arc::new(fleet::shard::Shards::new(fleet::shard::ShardConfig {
-                    namespace: cfg.namespace,
-                    prefix: cfg.name,
-                    identity: cfg.identity,
-                    lease_duration: cfg.lease_duration,
-                    renew_deadline: cfg.renew_deadline,
-                    retry_period: cfg.retry_period,
-                }));
-                shards = Some(s.clone());
-                tokio::spawn(fleet::shard::run(api, s, election_stop.clone()))
-            } else {
-                tokio::spawn(fleet::leader::run(
-                    api,
-                    cfg,
-                    leader_tx,
-                    hold_tx,
-                    election_stop.clone(),
-                ))
-            })
+            let (task, shards) = elect(api, le, leader_tx, hold_tx, election_stop.clone());
+            (Some(task), shards)
         }
-        _ => None,
+        _ => (None, None),
     };
 
     let shared = Arc::new(fleet::Shared {
@@ -299,115 +223,59 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
     })
 }
 
-/// Azure per member: subscription and default resource group from `--member-config`,
-/// falling back to the process defaults; one shared client per subscription.
-///
-/// The file is read again once per directory rescan ([`MemberAzure::reload`]), so a member
-/// added at runtime gets its settings without a restart, and a member whose settings change is
-/// re-engaged. A file that became unreadable or invalid keeps the last good settings (and says
-/// so in the log, once per rescan).
-pub struct AzureMembers {
-    fleet: crate::azure::AzureFleet,
-    path: Option<PathBuf>,
-    default_resource_group: String,
-    last_good: std::sync::Mutex<MemberConfigFile>,
+/// The lease has its own client and budget: members' writes never delay a renew.
+async fn lease_client(config: &AppConfig, sharded: bool) -> Result<Option<kube::Client>, Error> {
+    if config.leader_election.is_none() {
+        return Ok(None);
+    }
+    let limits = Limits {
+        // Sharded: a renew per member per retry period.
+        qps: if sharded { 50.0 } else { 5.0 },
+        burst: if sharded { 100 } else { 10 },
+        max_in_flight: if sharded { 8 } else { 2 },
+        ..Limits::default()
+    };
+    let path = config.hub_kubeconfig.as_deref();
+    let fence = client::Fence::open();
+    Ok(Some(
+        fenced_hub_client("lease", path, &limits, Arc::default(), fence).await?,
+    ))
 }
 
-/// A member's Azure settings after the fallbacks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResolvedAzure {
-    /// `None`: the process's default subscription.
-    pub subscription: Option<String>,
-    pub resource_group: String,
-}
-
-impl AzureMembers {
-    /// `initial` is the member config already read at start (an invalid file fails start-up).
-    pub fn new(
-        fleet: crate::azure::AzureFleet,
-        path: Option<PathBuf>,
-        initial: MemberConfigFile,
-        default_resource_group: String,
-    ) -> Self {
-        Self {
-            fleet,
-            path,
-            default_resource_group,
-            last_good: std::sync::Mutex::new(initial),
-        }
+/// Runs the election: one leader for all members, or (`shard_members`) a Lease per member
+/// among the announced replicas, whose [`fleet::shard::Shards`] is returned too.
+fn elect(
+    api: Api<Lease>,
+    le: LeaderElection,
+    leader_tx: watch::Sender<bool>,
+    hold_tx: watch::Sender<client::Hold>,
+    stop: CancellationToken,
+) -> (
+    tokio::task::JoinHandle<()>,
+    Option<Arc<fleet::shard::Shards>>,
+) {
+    let cfg = LeaseConfig {
+        namespace: le.namespace,
+        name: le.name,
+        identity: le.identity,
+        lease_duration: Duration::from_secs(15),
+        renew_deadline: Duration::from_secs(10),
+        retry_period: Duration::from_secs(2),
+    };
+    if !le.shard_members {
+        let task = tokio::spawn(fleet::leader::run(api, cfg, leader_tx, hold_tx, stop));
+        return (task, None);
     }
-
-    /// The member's settings as of the last [`MemberAzure::reload`].
-    pub fn resolve(&self, member: &str) -> ResolvedAzure {
-        let settings = self
-            .last_good
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .members
-            .get(member)
-            .cloned()
-            .unwrap_or_default();
-        ResolvedAzure {
-            subscription: settings
-                .azure_subscription_id
-                .filter(|s| !s.trim().is_empty()),
-            resource_group: settings
-                .azure_resource_group
-                .filter(|s| !s.trim().is_empty())
-                .unwrap_or_else(|| self.default_resource_group.clone()),
-        }
-    }
-}
-
-impl MemberAzure for AzureMembers {
-    fn reload(&self) {
-        let Some(path) = &self.path else { return };
-        match MemberConfigFile::load(path) {
-            Ok(file) => {
-                *self
-                    .last_good
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = file;
-            }
-            Err(e) => tracing::warn!(error = %e, "keeping the last valid member config"),
-        }
-    }
-
-    fn for_member(&self, member: &str) -> (Arc<dyn crate::export::PublicIpLookup>, String) {
-        let resolved = self.resolve(member);
-        let lookup = match self.fleet.for_member(resolved.subscription.as_deref()) {
-            Ok(lookup) => lookup,
-            Err(e) => Arc::new(Unavailable(format!("member {member}: {e}"))),
-        };
-        (lookup, resolved.resource_group)
-    }
-
-    fn settings_key(&self, member: &str) -> String {
-        let resolved = self.resolve(member);
-        format!(
-            "{}/{}",
-            resolved.subscription.unwrap_or_default(),
-            resolved.resource_group
-        )
-    }
-}
-
-/// A lookup that always fails with the reason the member has no usable Azure client: its
-/// LoadBalancer exports stay pending (retried with backoff) and the reason shows in logs.
-struct Unavailable(String);
-
-#[async_trait::async_trait]
-impl crate::export::PublicIpLookup for Unavailable {
-    async fn find_by_address(
-        &self,
-        resource_group: &str,
-        _: &str,
-    ) -> Result<Option<crate::export::PublicIp>, crate::export::LookupError> {
-        Err(crate::export::LookupError::Failed {
-            resource_group: resource_group.into(),
-            message: self.0.clone(),
-        })
-    }
+    let shards = Arc::new(fleet::shard::Shards::new(fleet::shard::ShardConfig {
+        namespace: cfg.namespace,
+        prefix: cfg.name,
+        identity: cfg.identity,
+        lease_duration: cfg.lease_duration,
+        renew_deadline: cfg.renew_deadline,
+        retry_period: cfg.retry_period,
+    }));
+    let task = tokio::spawn(fleet::shard::run(api, shards.clone(), stop));
+    (task, Some(shards))
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
@@ -423,85 +291,5 @@ pub async fn wait_for_signal() {
         Err(_) => {
             let _ = ctrl_c.await;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::azure::{AzureConfig, AzureFleet, CredentialKind};
-
-    fn azure_members(path: &std::path::Path) -> AzureMembers {
-        let fleet = AzureFleet::new(AzureConfig {
-            credential: CredentialKind::AzureCli,
-            default_subscription_id: Some("00000000-0000-0000-0000-000000000001".into()),
-            ..AzureConfig::default()
-        })
-        .expect("azure fleet");
-        let initial = MemberConfigFile::load(path).expect("initial member config");
-        AzureMembers::new(
-            fleet,
-            Some(path.to_path_buf()),
-            initial,
-            "default-rg".into(),
-        )
-    }
-
-    #[test]
-    fn member_settings_follow_the_file_and_keep_the_last_valid_one() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("members.yaml");
-        std::fs::write(
-            &path,
-            "members:\n  east:\n    azureSubscriptionId: 00000000-0000-0000-0000-0000000000e1\n    azureResourceGroup: mc_east\n",
-        )
-        .expect("write");
-        let members = azure_members(&path);
-        assert_eq!(
-            members.resolve("east"),
-            ResolvedAzure {
-                subscription: Some("00000000-0000-0000-0000-0000000000e1".into()),
-                resource_group: "mc_east".into(),
-            }
-        );
-        // Not in the file: the process defaults.
-        assert_eq!(
-            members.resolve("west"),
-            ResolvedAzure {
-                subscription: None,
-                resource_group: "default-rg".into(),
-            }
-        );
-        let east_before = members.settings_key("east");
-        let west_before = members.settings_key("west");
-
-        // A member added at runtime, and a changed group: read without a restart.
-        std::fs::write(
-            &path,
-            "members:\n  east:\n    azureSubscriptionId: 00000000-0000-0000-0000-0000000000e1\n    azureResourceGroup: mc_east_2\n  west:\n    azureResourceGroup: mc_west\n",
-        )
-        .expect("write");
-        members.reload();
-        assert_eq!(members.resolve("west").resource_group, "mc_west");
-        assert_ne!(members.settings_key("east"), east_before);
-        assert_ne!(members.settings_key("west"), west_before);
-        let (_, rg) = members.for_member("east");
-        assert_eq!(rg, "mc_east_2");
-        assert_eq!(members.fleet.subscription_count(), 1);
-        let (_, rg) = members.for_member("west");
-        assert_eq!(rg, "mc_west");
-        assert_eq!(
-            members.fleet.subscription_count(),
-            2,
-            "west uses the default subscription"
-        );
-
-        // A broken edit does not take the members' settings away.
-        std::fs::write(&path, "members: [not, a, map").expect("write");
-        members.reload();
-        assert_eq!(members.resolve("west").resource_group, "mc_west");
-        std::fs::remove_file(&path).expect("remove");
-        members.reload();
-        assert_eq!(members.resolve("east").resource_group, "mc_east_2");
     }
 }

@@ -12,8 +12,9 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::{Api, PostParams};
 
 use crate::api::GROUP;
+use crate::api::ServiceExportVersion;
 use crate::client::Limits;
-use crate::fleet::{TrustPolicy, discover_version, member_client, registry};
+use crate::fleet::{TrustPolicy, member_client, registry};
 
 /// `(group, resource, verb)` the reconciler needs in each member.
 pub const MEMBER_PERMISSIONS: &[(&str, &str, &str)] = &[
@@ -26,7 +27,6 @@ pub const MEMBER_PERMISSIONS: &[(&str, &str, &str)] = &[
     ("", "services", "list"),
     ("", "services", "watch"),
     ("events.k8s.io", "events", "create"),
-    ("events.k8s.io", "events", "patch"),
 ];
 
 /// One row of the report.
@@ -69,18 +69,22 @@ pub async fn check_member(name: &str, kubeconfig: &str, trust: TrustPolicy) -> M
     } else {
         ""
     };
-    let version =
-        match tokio::time::timeout(Duration::from_secs(15), discover_version(&client)).await {
-            Ok(Ok(v)) => v,
-            Ok(Err(e)) => {
-                row.problem = e;
-                return row;
-            }
-            Err(_) => {
-                row.problem = "no answer within 15 s".into();
-                return row;
-            }
-        };
+    let version = match tokio::time::timeout(
+        Duration::from_secs(15),
+        ServiceExportVersion::discover(&client),
+    )
+    .await
+    {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            row.problem = e;
+            return row;
+        }
+        Err(_) => {
+            row.problem = "no answer within 15 s".into();
+            return row;
+        }
+    };
     let api: Api<SelfSubjectAccessReview> = Api::all(client);
     let mut missing = vec![];
     for (group, resource, verb) in MEMBER_PERMISSIONS {

@@ -6,6 +6,7 @@ pub mod app;
 pub mod azure;
 pub mod check;
 pub mod client;
+pub mod config;
 pub mod export;
 pub mod fleet;
 pub mod http;

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use fleetnet_hub::app::{self, AppConfig, Extensions, LeaderElection};
+use fleetnet_hub::azure::{AzureConfig, AzureMembers};
 use fleetnet_hub::client::Limits;
+use fleetnet_hub::config::{MemberConfigFile, parse_duration, positive_rate};
 use fleetnet_hub::fleet::RuntimeConfig;
 use fleetnet_hub::fleet::TrustPolicy;
 
@@ -89,13 +91,13 @@ pub struct RunArgs {
     )]
     health_probe_bind_address: String,
     /// Sustained requests per second to each member's API server.
-    #[arg(long, env = "FLEETNET_KUBE_API_QPS", default_value_t = 20.0)]
+    #[arg(long, env = "FLEETNET_KUBE_API_QPS", default_value_t = 20.0, value_parser = positive_rate)]
     kube_api_qps: f64,
     /// Burst of requests to each member's API server.
     #[arg(long, env = "FLEETNET_KUBE_API_BURST", default_value_t = 30)]
     kube_api_burst: u32,
     /// Sustained Events per second to each member: a bucket of their own, apart from exports'.
-    #[arg(long, env = "FLEETNET_EVENT_QPS", default_value_t = 10.0)]
+    #[arg(long, env = "FLEETNET_EVENT_QPS", default_value_t = 10.0, value_parser = positive_rate)]
     event_qps: f64,
     /// Burst of Events to each member.
     #[arg(long, env = "FLEETNET_EVENT_BURST", default_value_t = 25)]
@@ -104,7 +106,7 @@ pub struct RunArgs {
     #[arg(long, env = "FLEETNET_RECONCILE_CONCURRENCY", default_value_t = 16)]
     reconcile_concurrency: u16,
     /// Sustained requests per second to the hub, shared by all members.
-    #[arg(long, env = "FLEETNET_HUB_API_QPS", default_value_t = 100.0)]
+    #[arg(long, env = "FLEETNET_HUB_API_QPS", default_value_t = 100.0, value_parser = positive_rate)]
     hub_api_qps: f64,
     /// Burst of requests to the hub.
     #[arg(long, env = "FLEETNET_HUB_API_BURST", default_value_t = 200)]
@@ -201,7 +203,7 @@ pub struct AzureArgs {
     #[arg(long, env = "FLEETNET_AZURE_RESOURCE_GROUP", default_value = "")]
     azure_resource_group: String,
     /// Requests per second to ARM, for the whole process.
-    #[arg(long, env = "FLEETNET_AZURE_ARM_QPS", default_value_t = 10.0)]
+    #[arg(long, env = "FLEETNET_AZURE_ARM_QPS", default_value_t = 10.0, value_parser = positive_rate)]
     azure_arm_qps: f64,
     #[arg(long, env = "FLEETNET_AZURE_ARM_BURST", default_value_t = 20)]
     azure_arm_burst: u32,
@@ -210,30 +212,9 @@ pub struct AzureArgs {
     public_ip_cache_ttl: Duration,
 }
 
-/// `90s`, `5m`, `1h`, `250ms` or plain seconds.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map_or((s, "s"), |i| s.split_at(i));
-    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => {
-            return Err(format!(
-                "invalid duration unit in {s:?} (use ms, s, m or h)"
-            ));
-        }
-    };
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {s:?}: {e}"))
-}
-
 impl AzureArgs {
-    fn azure_config(&self) -> Result<fleetnet_hub::azure::AzureConfig, String> {
-        use fleetnet_hub::azure::{AzureConfig, CredentialKind};
+    fn azure_config(&self) -> Result<AzureConfig, String> {
+        use fleetnet_hub::azure::CredentialKind;
         let credential = match self.azure_credential.as_str() {
             "workload-identity" => CredentialKind::WorkloadIdentity,
             "managed-identity" => CredentialKind::ManagedIdentity,
@@ -269,15 +250,6 @@ impl AzureArgs {
 
 impl RunArgs {
     fn app_config(&self) -> Result<AppConfig, String> {
-        for (name, qps) in [
-            ("--kube-api-qps", self.kube_api_qps),
-            ("--hub-api-qps", self.hub_api_qps),
-            ("--event-qps", self.event_qps),
-        ] {
-            if !(qps.is_finite() && qps > 0.0) {
-                return Err(format!("{name} must be a positive number, got {qps}"));
-            }
-        }
         if !(0.0..=1.0).contains(&self.trace_sampling_ratio) {
             return Err(format!(
                 "--trace-sampling-ratio must be in [0, 1], got {}",
@@ -335,27 +307,55 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "fleetnet-hub".into())
 }
 
+/// `run`'s configuration: every flag validated and the member config file read, once.
+struct RunConfig {
+    app: AppConfig,
+    /// `--member-config`: where it is (re-read at every rescan) and what it held at start.
+    member_config: Option<(PathBuf, MemberConfigFile)>,
+    /// With the Traffic Manager feature on.
+    azure: Option<AzureConfig>,
+    azure_resource_group: String,
+    log_format: String,
+    trace_sampling_ratio: f64,
+}
+
+impl RunArgs {
+    fn validate(&self) -> Result<RunConfig, String> {
+        let member_config = match &self.member_config {
+            Some(path) => Some((path.clone(), MemberConfigFile::load(path)?)),
+            None => None,
+        };
+        let azure = match self.enable_traffic_manager {
+            true => Some(self.azure.azure_config()?),
+            false => None,
+        };
+        Ok(RunConfig {
+            app: self.app_config()?,
+            member_config,
+            azure,
+            azure_resource_group: self.azure.azure_resource_group.clone(),
+            log_format: self.log_format.clone(),
+            trace_sampling_ratio: self.trace_sampling_ratio,
+        })
+    }
+}
+
 /// Runs until SIGTERM or Ctrl-C, then shuts down gracefully.
-async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let config = args.app_config().map_err(anyhow::Error::msg)?;
-    let members = match &args.member_config {
-        Some(path) => app::MemberConfigFile::load(path)?,
-        None => app::MemberConfigFile::default(),
-    };
+async fn run(config: RunConfig) -> anyhow::Result<()> {
     let mut ext = Extensions::default();
-    if args.enable_traffic_manager {
-        let azure = args.azure.azure_config().map_err(anyhow::Error::msg)?;
+    if let Some(azure) = config.azure {
         let fleet = fleetnet_hub::azure::AzureFleet::new(azure)?;
         let stats = fleet.stats_handle();
         ext.azure_counters = Some(std::sync::Arc::new(move || stats.snapshot()));
-        ext.azure = Some(std::sync::Arc::new(app::AzureMembers::new(
+        let (path, members) = config.member_config.unzip();
+        ext.azure = Some(std::sync::Arc::new(AzureMembers::new(
             fleet,
-            args.member_config.clone(),
-            members,
-            args.azure.azure_resource_group.clone(),
+            path,
+            members.unwrap_or_default(),
+            config.azure_resource_group,
         )));
     }
-    let running = app::start(config, ext).await?;
+    let running = app::start(config.app, ext).await?;
     app::wait_for_signal().await;
     tracing::info!("signal received: shutting down");
     running.shutdown().await;
@@ -372,17 +372,17 @@ fn crdgen(out: &std::path::Path) -> anyhow::Result<()> {
 }
 
 /// Logs (and OTLP traces when `OTEL_EXPORTER_OTLP_*` is set), sampled per member.
-fn init_telemetry(cli: &Cli) -> anyhow::Result<fleetnet_hub::telemetry::TelemetryGuard> {
+fn init_telemetry(
+    run: Option<&RunConfig>,
+) -> anyhow::Result<fleetnet_hub::telemetry::TelemetryGuard> {
     use fleetnet_hub::telemetry::{self, TelemetryConfig};
     let mut config = TelemetryConfig::from_env()?;
-    if let Command::Run(args) = &cli.command {
-        config.log_format = args.log_format.parse()?;
-        config.sampling.default_ratio = args.trace_sampling_ratio;
-        if let Some(path) = &args.member_config {
-            for (member, settings) in app::MemberConfigFile::load(path)?.members {
-                if let Some(ratio) = settings.trace_sampling_ratio {
-                    config.sampling.members.insert(member, ratio);
-                }
+    if let Some(run) = run {
+        config.log_format = run.log_format.parse()?;
+        config.sampling.default_ratio = run.trace_sampling_ratio;
+        for (member, settings) in run.member_config.iter().flat_map(|(_, f)| &f.members) {
+            if let Some(ratio) = settings.trace_sampling_ratio {
+                config.sampling.members.insert(member.clone(), ratio);
             }
         }
     }
@@ -392,25 +392,39 @@ fn init_telemetry(cli: &Cli) -> anyhow::Result<fleetnet_hub::telemetry::Telemetr
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let telemetry = match init_telemetry(&cli) {
+    let run_config = match &cli.command {
+        Command::Run(args) => match args.validate() {
+            Ok(config) => Some(config),
+            Err(e) => {
+                eprintln!("fleetnet-hub: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        },
+        _ => None,
+    };
+    let telemetry = match init_telemetry(run_config.as_ref()) {
         Ok(guard) => guard,
         Err(e) => {
             eprintln!("fleetnet-hub: {e:#}");
             return std::process::ExitCode::FAILURE;
         }
     };
-    let result = match cli.command {
-        Command::Run(args) => run(*args).await,
-        Command::Check {
-            kubeconfig_dir,
-            trust,
-        } => fleetnet_hub::check::run(&kubeconfig_dir, trust.policy())
+    let result = match (cli.command, run_config) {
+        (Command::Run(_), Some(config)) => run(config).await,
+        (Command::Run(_), None) => unreachable!("validated above"),
+        (
+            Command::Check {
+                kubeconfig_dir,
+                trust,
+            },
+            _,
+        ) => fleetnet_hub::check::run(&kubeconfig_dir, trust.policy())
             .await
             .map_err(anyhow::Error::msg),
-        Command::Sandbox => fleetnet_hub::sandbox::run()
+        (Command::Sandbox, _) => fleetnet_hub::sandbox::run()
             .await
             .map_err(anyhow::Error::msg),
-        Command::Crdgen { out } => crdgen(&out),
+        (Command::Crdgen { out }, _) => crdgen(&out),
     };
     // Flushes pending spans, bounded.
     if let Err(e) = telemetry.shutdown() {
@@ -430,16 +444,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("60s"), Ok(Duration::from_secs(60)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("5d").is_err());
-    }
-
-    #[test]
     fn flags_parse_and_validate() {
         let cli = Cli::try_parse_from([
             "fleetnet-hub",
@@ -457,14 +461,9 @@ mod tests {
         let cfg = args.app_config().expect("valid");
         assert_eq!(cfg.runtime.member_limits.qps, 5.0);
         assert!(cfg.leader_election.is_some());
-        let cli =
-            Cli::try_parse_from(["fleetnet-hub", "run", "--kube-api-qps", "0"]).expect("parses");
-        let Command::Run(args) = cli.command else {
-            panic!("run")
-        };
-        assert!(
-            args.app_config()
-                .is_err_and(|e| e.contains("--kube-api-qps"))
-        );
+        let refused = Cli::try_parse_from(["fleetnet-hub", "run", "--kube-api-qps", "0"])
+            .err()
+            .expect("a rate of 0 is refused");
+        assert!(refused.to_string().contains("--kube-api-qps"), "{refused}");
     }
 }

@@ -26,7 +26,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::client::{ClientStats, RequestCount};
-use crate::export::ReconcileObserver;
+use crate::export::{ReconcileObserver, Reconciled};
 use crate::fleet::{FleetState, MemberHooks, MemberStatus, Phase};
 
 /// `Content-Type` of [`Metrics::encode`] (OpenMetrics text 1.0, exemplars included).
@@ -331,7 +331,9 @@ impl ReconcileObserver for Metrics {
         self.in_flight.get_or_create(&member_labels(member)).inc();
     }
 
-    fn reconciled(&self, member: &str, outcome: &str, took: Duration) {
+    fn reconciled(&self, member: &str, outcome: Reconciled, took: Duration) {
+        let outcome = outcome.label();
+        let outcome = outcome.as_str();
         self.note_outcome(member, outcome);
         let labels = member_labels(member);
         self.in_flight.get_or_create(&labels).dec();
@@ -629,6 +631,9 @@ fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::export::Outcome;
+
+    const EXPORTED: Reconciled = Reconciled::Done(Outcome::Exported);
 
     fn series<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
         text.lines()
@@ -654,14 +659,14 @@ mod tests {
         }));
         for member in ["a", "b"] {
             m.reconcile_started(member);
-            m.reconciled(member, "exported", Duration::from_millis(20));
+            m.reconciled(member, EXPORTED, Duration::from_millis(20));
             m.hub_write(member, "create");
             m.export_latency(member, Duration::from_millis(300));
         }
         m.reconcile_started("a");
         m.reconciled(
             "a",
-            "error:patch_serviceexport_status",
+            Reconciled::Failed("patch_serviceexport_status"),
             Duration::from_millis(5),
         );
         m.reconcile_started("a"); // still running
@@ -736,7 +741,7 @@ mod tests {
     fn no_exemplar_without_a_sampled_trace() {
         let m = Metrics::new();
         m.reconcile_started("a");
-        m.reconciled("a", "exported", Duration::from_millis(20));
+        m.reconciled("a", EXPORTED, Duration::from_millis(20));
         assert!(!m.encode().contains("trace_id"));
     }
 }

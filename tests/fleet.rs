@@ -490,7 +490,7 @@ async fn a_member_serving_only_v1alpha1_is_read_through_v1alpha1() {
         .expect("fleet");
     let client = fleet.member("old").client().await.expect("client");
     assert_eq!(
-        fleetnet_hub::fleet::discover_version(&client).await,
+        fleetnet_hub::api::ServiceExportVersion::discover(&client).await,
         Ok(ServiceExportVersion::V1Alpha1)
     );
 

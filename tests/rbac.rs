@@ -7,7 +7,7 @@
 //! chart's ServiceAccount bound by its rendered Roles, the member chart's ServiceAccount bound by
 //! its rendered ClusterRole, each with a bound (TokenRequest) token. The workload walks every path
 //! that calls the API: export, a Service change, the hub's conflict verdict copied back, a weight
-//! annotation (0: unexport; removed: export again, so a repeated Event is patched), the Service
+//! annotation (0: unexport; removed: export again, a repeated Event created anew), the Service
 //! deleted (NotFound: live reads, ISE deleted), a ServiceExport deleted (unexport, finalizer
 //! removed), a dangling ISE removed, leader election on a Lease (get, create, renew, release) and
 //! `--cleanup-on-remove` with a member's kubeconfig removed.

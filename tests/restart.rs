@@ -24,9 +24,11 @@ use fleetnet_hub::api::{
     CONDITION_CONFLICT, CONDITION_VALID, ExportedObjectReference, InternalServiceExport,
     InternalServiceExportSpec, ServicePort as IsePort,
 };
-use fleetnet_hub::app::{self, AppConfig, AzureMembers, Extensions, MemberConfigFile, Running};
+use fleetnet_hub::app::{self, AppConfig, Extensions, Running};
+use fleetnet_hub::azure::AzureMembers;
 use fleetnet_hub::azure::{AzureConfig, AzureFleet};
 use fleetnet_hub::client::Limits;
+use fleetnet_hub::config::MemberConfigFile;
 use fleetnet_hub::fleet::{Phase, RuntimeConfig};
 use fleetnet_testenv::Fleet;
 use futures::StreamExt;

@@ -16,9 +16,11 @@ use std::time::{Duration, Instant};
 
 use arm::{FakeArm, FakeIp, Fault};
 use fleetnet_hub::api::InternalServiceExport;
-use fleetnet_hub::app::{self, AppConfig, AzureMembers, Extensions, MemberConfigFile};
+use fleetnet_hub::app::{self, AppConfig, Extensions};
+use fleetnet_hub::azure::AzureMembers;
 use fleetnet_hub::azure::{AzureConfig, AzureFleet};
 use fleetnet_hub::client::Limits;
+use fleetnet_hub::config::MemberConfigFile;
 use fleetnet_hub::fleet::RuntimeConfig;
 use fleetnet_testenv::Fleet;
 use k8s_openapi::api::core::v1::Service;

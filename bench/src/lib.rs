@@ -39,7 +39,7 @@ mod tests;
 
 use observe::*;
 use process::*;
-pub use process::{cpu_seconds, rss_kib};
+pub use process::{cpu_seconds, machine_cpu_seconds, rss_kib};
 use report::*;
 pub use report::{markdown, summary_markdown};
 use server::*;
@@ -246,6 +246,12 @@ pub struct Cpu {
     pub total_s: f64,
     /// Of the total: fetching and parsing the apiservers' `/metrics`.
     pub scrape_s: f64,
+    /// The whole machine during the cold start: busy CPU seconds (all processes: this one,
+    /// the apiservers, etcd) and the CPU seconds there were (wall time × cores).
+    #[serde(default)]
+    pub cold_machine_busy_s: f64,
+    #[serde(default)]
+    pub cold_machine_total_s: f64,
 }
 
 /// What the churn did.
@@ -403,6 +409,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         ),
     );
     let cpu0 = cpu_seconds();
+    let machine0 = machine_cpu_seconds();
     let t0 = Instant::now();
     let running = app::start(
         app_config(config, &fleet, &fleet.member_kubeconfig_dir()),
@@ -415,6 +422,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         .await?;
     let convergence = converged_at.duration_since(t0);
     let cpu_cold = cpu_seconds() - cpu0;
+    let machine1 = machine_cpu_seconds();
     let converged_kib = rss_kib();
     let controller_metrics = running.metrics.encode();
     let (budget_bound, binding_client, hub_requests, member_requests_max) =
@@ -518,6 +526,8 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
             churn_s: cpu_churn,
             total_s: cpu_total,
             scrape_s: scrape_cpu,
+            cold_machine_busy_s: machine1.0 - machine0.0,
+            cold_machine_total_s: machine1.1 - machine0.1,
         },
         verbs_seen: end.verbs.iter().cloned().collect(),
     })

@@ -13,6 +13,7 @@ use std::time::Duration;
 use clap::Parser;
 use fleetnet_bench::{self as bench, Churn, Config, Report};
 use fleetnet_hub::client::Limits;
+use fleetnet_hub::config::positive_rate;
 
 /// The line a sweep point's child process prints its report on.
 const JSON_PREFIX: &str = "BENCH-JSON ";
@@ -30,7 +31,7 @@ struct Cli {
     #[arg(long, default_value_t = 50)]
     exports: usize,
     /// Service port changes per second after convergence (and the quiet period).
-    #[arg(long)]
+    #[arg(long, value_parser = positive_rate)]
     churn: Option<f64>,
     /// How long the churn lasts, in seconds.
     #[arg(long, default_value_t = 30.0)]
@@ -39,17 +40,17 @@ struct Cli {
     #[arg(long, default_value_t = 60.0)]
     quiet: f64,
     /// The hub client's budget, shared by all members.
-    #[arg(long, default_value_t = 100.0)]
+    #[arg(long, default_value_t = 100.0, value_parser = positive_rate)]
     hub_api_qps: f64,
     #[arg(long, default_value_t = 200)]
     hub_api_burst: u32,
     /// Each member client's budget.
-    #[arg(long, default_value_t = Limits::default().qps)]
+    #[arg(long, default_value_t = Limits::default().qps, value_parser = positive_rate)]
     kube_api_qps: f64,
     #[arg(long, default_value_t = Limits::default().burst)]
     kube_api_burst: u32,
     /// Each member's Events budget (a bucket of its own).
-    #[arg(long, default_value_t = Limits::default().event_qps)]
+    #[arg(long, default_value_t = Limits::default().event_qps, value_parser = positive_rate)]
     event_qps: f64,
     #[arg(long, default_value_t = Limits::default().event_burst)]
     event_burst: u32,
@@ -84,21 +85,11 @@ fn seconds(name: &str, v: f64) -> Result<Duration, String> {
 
 impl Cli {
     fn config(&self) -> Result<Config, String> {
-        for (name, qps) in [
-            ("hub-api-qps", self.hub_api_qps),
-            ("kube-api-qps", self.kube_api_qps),
-            ("event-qps", self.event_qps),
-        ] {
-            if !(qps.is_finite() && qps > 0.0) {
-                return Err(format!("--{name} must be a positive number, got {qps}"));
-            }
-        }
         let churn = match self.churn {
-            Some(rate) if rate.is_finite() && rate > 0.0 => Some(Churn {
+            Some(rate) => Some(Churn {
                 rate,
                 duration: seconds("duration", self.duration)?,
             }),
-            Some(rate) => return Err(format!("--churn must be a positive rate, got {rate}")),
             None => None,
         };
         // The shipped binary next to this one, for its idle RSS as a process of its own.

@@ -92,3 +92,23 @@ pub(crate) async fn binary_idle_rss(binary: &Path, fleet: &fleetnet_testenv::Fle
     let _ = child.kill().await;
     rss
 }
+
+/// Busy and total CPU seconds of the whole machine so far (all cores, from `/proc/stat`):
+/// what the substrate (apiservers, etcd) and everything else used besides this process.
+pub fn machine_cpu_seconds() -> (f64, f64) {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return (0.0, 0.0);
+    };
+    let ticks: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal ...: idle and iowait are not busy.
+    let total: f64 = ticks.iter().take(8).sum();
+    let idle = ticks.get(3).unwrap_or(&0.0) + ticks.get(4).unwrap_or(&0.0);
+    ((total - idle) / CLOCK_TICKS, total / CLOCK_TICKS)
+}

@@ -193,6 +193,17 @@ pub fn markdown(r: &Report) -> String {
         "| CPU s: cold start / quiet / churn / whole run (of which /metrics scraping) | {:.2} / {:.2} / {:.2} / {:.2} ({:.2}) | |",
         r.cpu.cold_s, r.cpu.quiet_s, r.cpu.churn_s, r.cpu.total_s, r.cpu.scrape_s
     );
+    if r.cpu.cold_machine_total_s > 0.0 {
+        let busy = r.cpu.cold_machine_busy_s;
+        let _ = writeln!(
+            out,
+            "| machine CPU during the cold start: busy / available (all cores) → busy share; of the busy, this process / the rest (apiservers, etcd) | {busy:.1} / {:.1} s → {:.0} %; {:.1} / {:.1} s | |",
+            r.cpu.cold_machine_total_s,
+            100.0 * busy / r.cpu.cold_machine_total_s,
+            r.cpu.cold_s,
+            (busy - r.cpu.cold_s).max(0.0),
+        );
+    }
     if let Some(c) = &r.churn {
         let q = |x| c.quantile_ms(x).map_or("-".into(), |v| format!("{v:.0}"));
         let p99 = c.quantile_ms(0.99);

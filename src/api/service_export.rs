@@ -35,6 +35,26 @@ impl ServiceExportVersion {
             .into_iter()
             .find(|v| served.contains(&v.as_str()))
     }
+
+    /// The ServiceExport version a cluster serves, preferring v1beta1 (API discovery).
+    pub async fn discover(client: &kube::Client) -> Result<Self, String> {
+        let group = kube::discovery::group(client, GROUP).await.map_err(|e| {
+            format!("API group {GROUP} not served (is the ServiceExport CRD installed?): {e}")
+        })?;
+        let served: Vec<String> = group
+            .versions()
+            .filter(|v| {
+                group
+                    .versioned_resources(v)
+                    .iter()
+                    .any(|(r, _)| r.kind == "ServiceExport")
+            })
+            .map(str::to_string)
+            .collect();
+        Self::prefer(served.iter().map(String::as_str)).ok_or_else(|| {
+            format!("ServiceExport is not served in v1beta1 or v1alpha1 (served: {served:?})")
+        })
+    }
 }
 
 /// ServiceExport declares that the Service with the same namespace and name should be exported

@@ -15,6 +15,7 @@ mod error;
 mod fleet;
 mod http_client;
 mod lookup;
+mod members;
 mod retry;
 mod stats;
 mod transport;
@@ -26,4 +27,5 @@ pub use config::{
 pub use error::{AzureError, ConfigError};
 pub use fleet::AzureFleet;
 pub use lookup::SubscriptionPublicIps;
+pub use members::{AzureMembers, ResolvedAzure};
 pub use stats::{AzureStats, AzureStatsSnapshot, TokenStatsSnapshot};

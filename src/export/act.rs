@@ -3,15 +3,15 @@
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::events::{Event, EventType};
 use serde_json::{Value, json};
 
 use super::Context;
-use super::decide::{EventKind, HubWrite, MetadataChange, Plan, ise_name};
+use super::decide::{HubWrite, MetadataChange, Plan, ise_name};
 use super::error::{Error, Step};
 use crate::api::{
-    CLEANUP_FINALIZER, InternalServiceExport, LAST_SEEN_RESOURCE_VERSION_ANNOTATION,
-    LAST_SEEN_TIMESTAMP_ANNOTATION, ServiceExport, set_condition,
+    CLEANUP_FINALIZER, InternalServiceExport, InternalServiceExportSpec,
+    LAST_SEEN_RESOURCE_VERSION_ANNOTATION, LAST_SEEN_TIMESTAMP_ANNOTATION, ServiceExport,
+    set_condition,
 };
 
 /// What `perform` changed, for metrics.
@@ -33,125 +33,179 @@ pub async fn perform(
     plan: &Plan,
     now: Timestamp,
 ) -> Result<Performed, Error> {
-    let ns = se.metadata.namespace.as_deref().unwrap_or_default();
-    let name = se.metadata.name.as_deref().unwrap_or_default();
-    let err = |step: Step| Error::kube(&ctx.member, ns, name, step);
-    let exports: Api<ServiceExport> =
-        Api::namespaced_with(ctx.member_client.clone(), ns, &ctx.se_version);
-    let mut done = Performed::default();
-    // Optimistic concurrency on the ServiceExport: every write names the version it was decided on.
-    let mut resource_version = se.metadata.resource_version.clone();
-
+    let mut w = Writes::new(ctx, se);
     if let Some(change) = &plan.metadata {
-        ctx.ensure_leader(ns, name)?;
-        let body = metadata_patch(se, change, resource_version.as_deref());
-        let patched = exports
-            .patch(name, &PatchParams::default(), &Patch::Merge(&body))
-            .await
-            .map_err(err(Step::PatchMetadata))?;
-        resource_version = patched.metadata.resource_version;
-        done.member_writes += 1;
+        w.metadata(change).await?;
     }
-
     if let Some(HubWrite::Delete { uid }) = &plan.hub {
-        let uid = match uid {
-            Some(uid) => Some(uid.clone()),
-            None => own_ise_uid(ctx, ns, name).await?,
-        };
-        if let Some(uid) = uid {
-            ctx.ensure_leader(ns, name)?;
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..Default::default()
-            };
-            // Accepted (gone, or terminating behind the hub's finalizer) or already gone: the
-            // export is withdrawn and the finalizer may go. A failed precondition (409) means
-            // the name now holds another object: the caller re-observes.
-            match ctx.hub.delete(&ise_name(ns, name), &params).await {
-                Ok(_) => {
-                    done.hub_writes += 1;
-                    done.hub_object = Some(None);
-                }
-                Err(kube::Error::Api(s)) if s.code == 404 => done.hub_object = Some(None),
-                Err(e) => return Err(err(Step::DeleteInternalServiceExport)(e)),
-            }
+        w.delete_ise(uid.as_ref()).await?;
+    }
+    if plan.remove_finalizer && !w.remove_finalizer().await? {
+        // The export finished deleting once the finalizer went; nothing left to update.
+        return Ok(w.done);
+    }
+    if !plan.conditions.is_empty() {
+        w.status(plan, now).await?;
+        ctx.events.publish(se, ctx.se_version, &plan.events).await;
+    }
+    match &plan.hub {
+        Some(HubWrite::Create(ise)) => w.create_ise(ise).await?,
+        Some(HubWrite::UpdateSpec(spec)) => w.update_ise(spec).await?,
+        _ => {}
+    }
+    Ok(w.done)
+}
+
+/// One export's writes, in the order [`perform`] makes them.
+struct Writes<'a> {
+    ctx: &'a Context,
+    se: &'a ServiceExport,
+    ns: &'a str,
+    name: &'a str,
+    exports: Api<ServiceExport>,
+    /// Optimistic concurrency on the ServiceExport: every write names the version it was
+    /// decided on, then the version the previous write produced.
+    resource_version: Option<String>,
+    done: Performed,
+}
+
+impl<'a> Writes<'a> {
+    fn new(ctx: &'a Context, se: &'a ServiceExport) -> Self {
+        let ns = se.metadata.namespace.as_deref().unwrap_or_default();
+        Self {
+            ctx,
+            se,
+            ns,
+            name: se.metadata.name.as_deref().unwrap_or_default(),
+            exports: Api::namespaced_with(ctx.member_client.clone(), ns, &ctx.se_version),
+            resource_version: se.metadata.resource_version.clone(),
+            done: Performed::default(),
         }
     }
 
-    if plan.remove_finalizer {
-        ctx.ensure_leader(ns, name)?;
-        let body = se.finalizer_removal_patch(resource_version.as_deref());
-        match exports
-            .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+    fn err(&self, step: Step) -> impl FnOnce(kube::Error) -> Error + use<> {
+        Error::kube(&self.ctx.member, self.ns, self.name, step)
+    }
+
+    async fn metadata(&mut self, change: &MetadataChange) -> Result<(), Error> {
+        self.ctx.ensure_leader(self.ns, self.name)?;
+        let body = metadata_patch(self.se, change, self.resource_version.as_deref());
+        let patched = self
+            .exports
+            .patch(self.name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+            .map_err(self.err(Step::PatchMetadata))?;
+        self.resource_version = patched.metadata.resource_version;
+        self.done.member_writes += 1;
+        Ok(())
+    }
+
+    async fn delete_ise(&mut self, uid: Option<&String>) -> Result<(), Error> {
+        let uid = match uid {
+            Some(uid) => Some(uid.clone()),
+            None => own_ise_uid(self.ctx, self.ns, self.name).await?,
+        };
+        let Some(uid) = uid else { return Ok(()) };
+        self.ctx.ensure_leader(self.ns, self.name)?;
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        // Accepted (gone, or terminating behind the hub's finalizer) or already gone: the
+        // export is withdrawn and the finalizer may go. A failed precondition (409) means
+        // the name now holds another object: the caller re-observes.
+        match self
+            .ctx
+            .hub
+            .delete(&ise_name(self.ns, self.name), &params)
+            .await
+        {
+            Ok(_) => self.done.hub_writes += 1,
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(self.err(Step::DeleteInternalServiceExport)(e)),
+        }
+        self.done.hub_object = Some(None);
+        Ok(())
+    }
+
+    /// `false`: the export is gone (it was only waiting for our finalizer).
+    async fn remove_finalizer(&mut self) -> Result<bool, Error> {
+        self.ctx.ensure_leader(self.ns, self.name)?;
+        let body = self
+            .se
+            .finalizer_removal_patch(self.resource_version.as_deref());
+        match self
+            .exports
+            .patch(self.name, &PatchParams::default(), &Patch::Merge(&body))
             .await
         {
             Ok(patched) => {
-                resource_version = patched.metadata.resource_version;
-                done.member_writes += 1;
+                self.resource_version = patched.metadata.resource_version;
+                self.done.member_writes += 1;
+                Ok(true)
             }
-            // The export finished deleting once the finalizer went; nothing left to update.
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(done),
-            Err(e) => return Err(err(Step::RemoveFinalizer)(e)),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+            Err(e) => Err(self.err(Step::RemoveFinalizer)(e)),
         }
     }
 
-    if !plan.conditions.is_empty() {
-        ctx.ensure_leader(ns, name)?;
-        let mut conditions = se.conditions().to_vec();
+    async fn status(&mut self, plan: &Plan, now: Timestamp) -> Result<(), Error> {
+        self.ctx.ensure_leader(self.ns, self.name)?;
+        let mut conditions = self.se.conditions().to_vec();
         for c in &plan.conditions {
             set_condition(&mut conditions, c, Time(now));
         }
-        let body = json!({"metadata": {"resourceVersion": resource_version}, "status": {"conditions": conditions}});
-        exports
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+        let body = json!({"metadata": {"resourceVersion": self.resource_version}, "status": {"conditions": conditions}});
+        self.exports
+            .patch_status(self.name, &PatchParams::default(), &Patch::Merge(&body))
             .await
-            .map_err(err(Step::PatchStatus))?;
-        done.member_writes += 1;
-        publish_events(ctx, se, plan).await;
+            .map_err(self.err(Step::PatchStatus))?;
+        self.done.member_writes += 1;
+        Ok(())
     }
 
-    match &plan.hub {
-        Some(HubWrite::Create(ise)) => {
-            ctx.ensure_leader(ns, name)?;
-            let mut ise: InternalServiceExport = (**ise).clone();
-            ise.metadata.name = Some(ise_name(ns, name));
-            ise.metadata.namespace = Some(ctx.hub_namespace.clone());
-            let created = ctx
-                .hub
-                .create(&PostParams::default(), &ise)
-                .await
-                .map_err(err(Step::CreateInternalServiceExport))?;
-            done.hub_writes += 1;
-            done.hub_object = Some(Some(created));
-        }
-        Some(HubWrite::UpdateSpec(spec)) => {
-            ctx.ensure_leader(ns, name)?;
-            let body = json!({"spec": spec_with_clears(spec)});
-            let patched = ctx
-                .hub
-                .patch(
-                    &ise_name(ns, name),
-                    &PatchParams::default(),
-                    &Patch::Merge(&body),
-                )
-                .await
-                .map_err(err(Step::UpdateInternalServiceExport))?;
-            done.hub_writes += 1;
-            done.hub_object = Some(Some(patched));
-        }
-        _ => {}
+    async fn create_ise(&mut self, ise: &InternalServiceExport) -> Result<(), Error> {
+        self.ctx.ensure_leader(self.ns, self.name)?;
+        let mut ise = ise.clone();
+        ise.metadata.name = Some(ise_name(self.ns, self.name));
+        ise.metadata.namespace = Some(self.ctx.hub_namespace.clone());
+        let created = self
+            .ctx
+            .hub
+            .create(&PostParams::default(), &ise)
+            .await
+            .map_err(self.err(Step::CreateInternalServiceExport))?;
+        self.done.hub_writes += 1;
+        self.done.hub_object = Some(Some(created));
+        Ok(())
     }
 
-    Ok(done)
+    async fn update_ise(&mut self, spec: &InternalServiceExportSpec) -> Result<(), Error> {
+        self.ctx.ensure_leader(self.ns, self.name)?;
+        let body = json!({"spec": spec_with_clears(spec)});
+        let patched = self
+            .ctx
+            .hub
+            .patch(
+                &ise_name(self.ns, self.name),
+                &PatchParams::default(),
+                &Patch::Merge(&body),
+            )
+            .await
+            .map_err(self.err(Step::UpdateInternalServiceExport))?;
+        self.done.hub_writes += 1;
+        self.done.hub_object = Some(Some(patched));
+        Ok(())
+    }
 }
 
 /// The UID of this export's ISE, read live: `None` when the name is free, already terminating,
 /// or held by another export (a name collision, or another member's object) — never ours to delete.
 async fn own_ise_uid(ctx: &Context, ns: &str, name: &str) -> Result<Option<String>, Error> {
-    let live = super::read_ise(ctx, ns, name).await?;
+    let live = super::reconcile::read_ise(ctx, ns, name).await?;
     Ok(live
         .filter(|ise| {
             ise.metadata.deletion_timestamp.is_none()
@@ -159,26 +213,6 @@ async fn own_ise_uid(ctx: &Context, ns: &str, name: &str) -> Result<Option<Strin
                 && ise.spec.service_reference.namespaced_name == format!("{ns}/{name}")
         })
         .and_then(|ise| ise.metadata.uid))
-}
-
-async fn publish_events(ctx: &Context, se: &ServiceExport, plan: &Plan) {
-    let reference = kube::Resource::object_ref(se, &ctx.se_version);
-    for event in &plan.events {
-        let ev = Event {
-            type_: match event.kind {
-                EventKind::Normal => EventType::Normal,
-                EventKind::Warning => EventType::Warning,
-            },
-            reason: event.reason.to_string(),
-            note: Some(event.note.clone()),
-            action: "Export".into(),
-            secondary: None,
-        };
-        // An event that cannot be recorded is not worth failing (and repeating) the export.
-        if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
-            tracing::warn!(error = %e, reason = event.reason, "could not record event");
-        }
-    }
 }
 
 fn metadata_patch(
@@ -202,7 +236,7 @@ fn metadata_patch(
 }
 
 /// The spec as a merge patch that also removes optional fields no longer set.
-fn spec_with_clears(spec: &crate::api::InternalServiceExportSpec) -> Value {
+fn spec_with_clears(spec: &InternalServiceExportSpec) -> Value {
     let mut v = serde_json::to_value(spec).unwrap_or(Value::Null);
     if let Some(map) = v.as_object_mut() {
         for key in [

@@ -78,7 +78,7 @@ impl Error {
         namespace: &str,
         name: &str,
         step: Step,
-    ) -> impl FnOnce(kube::Error) -> Self {
+    ) -> impl FnOnce(kube::Error) -> Self + use<> {
         let (member, namespace, name) =
             (member.to_string(), namespace.to_string(), name.to_string());
         move |source| Self::Kube {

@@ -1,16 +1,190 @@
 //! The exporter's three views (ServiceExports and Services of the member, ISEs of its hub
 //! namespace): when they have listed, whether their watches are healthy, how they back off.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kube::runtime::reflector::{ObjectRef, Store};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1::{Service, ServiceSpec, ServiceStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::watcher::{self, ExponentialBackoff};
-use tokio::sync::watch;
+use kube::runtime::{WatchStreamExt, watcher as watch_of};
+use tokio::sync::{mpsc, watch};
 
 use super::ReconcileObserver;
-use crate::api::{ServiceExport, ServiceExportVersion};
+use super::decide::{
+    AZURE_DNS_LABEL_ANNOTATION, AZURE_LB_INTERNAL_ANNOTATION, AZURE_LB_RESOURCE_GROUP_ANNOTATION,
+};
+use crate::api::{
+    InternalServiceExport, LAST_SEEN_RESOURCE_VERSION_ANNOTATION, LAST_SEEN_TIMESTAMP_ANNOTATION,
+    ServiceExport, ServiceExportVersion, WEIGHT_ANNOTATION,
+};
+
+type Triggers<K> = BoxStream<'static, Result<K, watcher::Error>>;
+
+/// The three views (reflector stores).
+pub(super) struct Views {
+    pub(super) services: Store<Service>,
+    pub(super) ises: Store<InternalServiceExport>,
+    pub(super) exports: Store<ServiceExport>,
+}
+
+impl Views {
+    /// Watches the member's ServiceExports and Services and the member's hub namespace, and
+    /// the controller they trigger; every ISE seen (listed or changed) is sent to `dangling` to
+    /// be checked for a missing export.
+    pub(super) fn watch(
+        member: &kube::Client,
+        hub: &Api<InternalServiceExport>,
+        version: ServiceExportVersion,
+        health: &Arc<WatchHealth>,
+        dangling: mpsc::UnboundedSender<String>,
+    ) -> (Self, Controller<ServiceExport>) {
+        let (services, services_writer) = reflector::store::<Service>();
+        let (ises, ises_writer) = reflector::store::<InternalServiceExport>();
+        let exports_writer = reflector::store::Writer::<ServiceExport>::new(version);
+        let exports = exports_writer.as_reader();
+        let config = watcher::Config::default;
+        let service_events = watch_of(Api::<Service>::all(member.clone()), config())
+            .backoff(watch_backoff())
+            .modify(project_service)
+            .reflect(services_writer)
+            .inspect(health.inspector(View::Services))
+            .touched_objects()
+            .filter_map(objects_only)
+            .boxed();
+        let ise_events = watch_of(hub.clone(), config())
+            .backoff(watch_backoff())
+            .modify(|i: &mut InternalServiceExport| project_meta(&mut i.metadata, &[]))
+            .reflect(ises_writer)
+            .inspect(health.inspector(View::InternalServiceExports))
+            .inspect(move |event| {
+                if let Ok(watcher::Event::Apply(ise) | watcher::Event::InitApply(ise)) = event {
+                    let _ = dangling.send(ise.name_any());
+                }
+            })
+            .touched_objects()
+            .filter_map(objects_only)
+            .boxed();
+        // What `Controller::new_with` builds, plus the initial-list signal.
+        let export_events = watch_of(
+            Api::<ServiceExport>::all_with(member.clone(), &version),
+            config(),
+        )
+        .backoff(watch_backoff())
+        .modify(|se: &mut ServiceExport| project_meta(&mut se.metadata, &EXPORT_ANNOTATIONS))
+        .reflect(exports_writer)
+        .inspect(health.inspector(View::ServiceExports))
+        .applied_objects()
+        .filter_map(objects_only)
+        .boxed();
+        let controller = controller(&exports, version, export_events, service_events, ise_events);
+        let views = Self {
+            services,
+            ises,
+            exports,
+        };
+        (views, controller)
+    }
+}
+
+/// The controller over the ServiceExports, also triggered by the Service of the same
+/// namespace/name and by the ISEs of the member's hub namespace.
+fn controller(
+    exports: &Store<ServiceExport>,
+    version: ServiceExportVersion,
+    export_events: Triggers<ServiceExport>,
+    service_events: Triggers<Service>,
+    ise_events: Triggers<InternalServiceExport>,
+) -> Controller<ServiceExport> {
+    let loser_index = exports.clone();
+    Controller::for_stream_with(export_events, exports.clone(), version)
+        .watches_stream_with(
+            service_events,
+            move |svc: Service| {
+                let ns = svc.namespace().unwrap_or_default();
+                Some(ObjectRef::new_with(&svc.name_any(), version).within(&ns))
+            },
+            (),
+        )
+        .watches_stream_with(
+            ise_events,
+            move |ise: InternalServiceExport| {
+                // The export it carries, and any other export of the same hub name (the
+                // loser of a name collision takes over when the winner's ISE goes).
+                let owner = ise
+                    .spec
+                    .service_reference
+                    .namespaced_name
+                    .split_once('/')
+                    .map(|(ns, name)| ObjectRef::new_with(name, version).within(ns));
+                let mut refs = exports_sharing_hub_name(&loser_index, version, &ise.name_any());
+                refs.extend(owner);
+                refs.dedup();
+                refs
+            },
+            (),
+        )
+}
+
+/// The annotations decisions read on a ServiceExport and on a Service.
+const EXPORT_ANNOTATIONS: [&str; 3] = [
+    WEIGHT_ANNOTATION,
+    LAST_SEEN_RESOURCE_VERSION_ANNOTATION,
+    LAST_SEEN_TIMESTAMP_ANNOTATION,
+];
+const SERVICE_ANNOTATIONS: [&str; 3] = [
+    AZURE_LB_INTERNAL_ANNOTATION,
+    AZURE_LB_RESOURCE_GROUP_ANNOTATION,
+    AZURE_DNS_LABEL_ANNOTATION,
+];
+
+/// Keeps of an object's metadata what decisions and writes read: identity, versions,
+/// deletion, finalizers and the annotations in `keep` (a `kubectl apply` annotation alone
+/// can be larger than all the rest).
+fn project_meta(meta: &mut ObjectMeta, keep: &[&str]) {
+    meta.managed_fields = None;
+    meta.labels = None;
+    meta.owner_references = None;
+    meta.annotations = meta
+        .annotations
+        .take()
+        .map(|all| -> BTreeMap<String, String> {
+            all.into_iter()
+                .filter(|(k, _)| keep.contains(&k.as_str()))
+                .collect()
+        })
+        .filter(|kept| !kept.is_empty());
+}
+
+/// A Service as the decisions read it: type, cluster IP, ports, the first ingress IP and the
+/// Azure load-balancer annotations.
+fn project_service(service: &mut Service) {
+    project_meta(&mut service.metadata, &SERVICE_ANNOTATIONS);
+    service.spec = service.spec.take().map(|spec| ServiceSpec {
+        type_: spec.type_,
+        cluster_ip: spec.cluster_ip,
+        ports: spec.ports,
+        ..Default::default()
+    });
+    service.status = service.status.take().and_then(|status| {
+        let mut lb = status.load_balancer?;
+        lb.ingress = lb
+            .ingress
+            .map(|ingress| ingress.into_iter().take(1).collect());
+        Some(ServiceStatus {
+            load_balancer: Some(lb),
+            ..Default::default()
+        })
+    });
+}
 
 /// One of the exporter's watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +288,7 @@ impl WatchHealth {
 /// Drops a trigger stream's errors (each watch's own backoff and health already handled them):
 /// the controller would otherwise back off its whole merged trigger stream, every watch of the
 /// member at once, with delays growing to minutes.
-pub(super) fn objects_only<K>(
+fn objects_only<K>(
     item: Result<K, watcher::Error>,
 ) -> futures::future::Ready<Option<Result<K, watcher::Error>>> {
     futures::future::ready(item.ok().map(Ok))
@@ -138,7 +312,7 @@ pub(super) fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
 
 /// The ServiceExports whose hub name (`<namespace>-<name>`) is `hub_name`: every split at a
 /// '-' that names an export in the view.
-pub(super) fn exports_sharing_hub_name(
+fn exports_sharing_hub_name(
     exports: &Store<ServiceExport>,
     version: ServiceExportVersion,
     hub_name: &str,

@@ -9,11 +9,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::Shared;
-use super::state::Phase;
+use super::state::{FleetState, Phase};
 use super::vet::{self, TrustPolicy};
-use crate::api::{GROUP, ServiceExportVersion};
+use crate::api::ServiceExportVersion;
 use crate::client::{self, ClientStats};
-use crate::export::{MemberExporter, Settings};
+use crate::export::{MemberExporter, Settings, Synced};
 
 /// Runs the member until `cancel`: connect, discover, start the exporter, track its phase;
 /// any failure is retried with the member's own backoff, never affecting other members.
@@ -109,26 +109,6 @@ pub async fn member_client(
     })
 }
 
-/// The ServiceExport version the member serves, preferring v1beta1.
-pub async fn discover_version(client: &kube::Client) -> Result<ServiceExportVersion, String> {
-    let group = kube::discovery::group(client, GROUP).await.map_err(|e| {
-        format!("API group {GROUP} not served (is the ServiceExport CRD installed?): {e}")
-    })?;
-    let served: Vec<String> = group
-        .versions()
-        .filter(|v| {
-            group
-                .versioned_resources(v)
-                .iter()
-                .any(|(r, _)| r.kind == "ServiceExport")
-        })
-        .map(str::to_string)
-        .collect();
-    ServiceExportVersion::prefer(served.iter().map(String::as_str)).ok_or_else(|| {
-        format!("ServiceExport is not served in v1beta1 or v1alpha1 (served: {served:?})")
-    })
-}
-
 async fn run_once(
     name: &str,
     kubeconfig: &str,
@@ -156,15 +136,42 @@ async fn run_once(
     }
     shared.state.set_server(name, &server, tls_verify_disabled);
     shared.hooks.member_engaged(name, stats);
-    let version = tokio::time::timeout(cfg.member_sync_timeout, discover_version(&client))
-        .await
-        .map_err(|_| {
-            format!(
-                "API discovery did not answer within {:?}",
-                cfg.member_sync_timeout
-            )
-        })??;
+    let version = tokio::time::timeout(
+        cfg.member_sync_timeout,
+        ServiceExportVersion::discover(&client),
+    )
+    .await
+    .map_err(|_| {
+        format!(
+            "API discovery did not answer within {:?}",
+            cfg.member_sync_timeout
+        )
+    })??;
     shared.state.set_phase(name, Phase::Syncing, None);
+    let exporter = exporter(name, shared, client, events, version);
+    let stop = cancel.clone();
+    let (run, synced) = exporter.start(async move { stop.cancelled().await });
+    let span = tracing::info_span!("member", fleet.member = %name);
+    let run = tokio::spawn(run.instrument(span));
+    let watcher = tokio::spawn(track_sync(
+        shared.state.clone(),
+        name.to_string(),
+        synced,
+        cfg.member_sync_timeout,
+    ));
+    let result = run.await;
+    watcher.abort();
+    result.map_err(|e| format!("member task ended abnormally: {e}"))
+}
+
+fn exporter(
+    name: &str,
+    shared: &Arc<Shared>,
+    client: kube::Client,
+    events: kube::Client,
+    version: ServiceExportVersion,
+) -> MemberExporter {
+    let cfg = &shared.config;
     let (public_ips, default_resource_group) = match &shared.azure {
         Some(azure) if cfg.traffic_manager => {
             let (lookup, rg) = azure.for_member(name);
@@ -172,7 +179,7 @@ async fn run_once(
         }
         _ => (None, String::new()),
     };
-    let exporter = MemberExporter {
+    MemberExporter {
         member: name.to_string(),
         member_client: client,
         events_client: events,
@@ -193,31 +200,20 @@ async fn run_once(
         leader: shared.leader.clone(),
         observer: shared.observer_for(),
         instance: cfg.instance.clone(),
-    };
-    let stop = cancel.clone();
-    let (run, synced) = exporter.start(async move { stop.cancelled().await });
-    let span = tracing::info_span!("member", fleet.member = %name);
-    let run = tokio::spawn(run.instrument(span));
-    let sync_timeout = cfg.member_sync_timeout;
-    let (state, member) = (shared.state.clone(), name.to_string());
-    // The sync wait never blocks anything else: it only moves this member's phase.
-    let watcher = tokio::spawn(async move {
-        match tokio::time::timeout(sync_timeout, synced.wait()).await {
-            Ok(()) => state.set_phase(&member, Phase::Ready, None),
-            Err(_) => {
-                let e =
-                    format!("initial sync did not finish within {sync_timeout:?}; still trying");
-                tracing::warn!(member = %member, "{e}");
-                state.set_phase(&member, Phase::Failing, Some(e));
-                synced.wait().await;
-                state.set_phase(&member, Phase::Ready, None);
-            }
-        }
-        tracing::info!(member = %member, exports = synced.exports(), "member synced");
-    });
-    let result = run.await;
-    watcher.abort();
-    result.map_err(|e| format!("member task ended abnormally: {e}"))
+    }
+}
+
+/// Moves the member's phase to Ready once its views have listed; past `timeout` it shows
+/// Failing until they do. Never blocks anything else.
+async fn track_sync(state: Arc<FleetState>, member: String, synced: Synced, timeout: Duration) {
+    if tokio::time::timeout(timeout, synced.wait()).await.is_err() {
+        let e = format!("initial sync did not finish within {timeout:?}; still trying");
+        tracing::warn!(member = %member, "{e}");
+        state.set_phase(&member, Phase::Failing, Some(e));
+        synced.wait().await;
+    }
+    state.set_phase(&member, Phase::Ready, None);
+    tracing::info!(member = %member, exports = synced.exports(), "member synced");
 }
 
 /// Parser errors quote the offending value, which in a kubeconfig may be a token or a key:

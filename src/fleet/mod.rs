@@ -15,19 +15,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::Api;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub(crate) use member::redact_quoted;
-pub use member::{MemberClient, discover_version, member_client};
+pub use member::{MemberClient, member_client};
 pub use state::{FleetState, MemberStatus, Phase};
 pub use vet::TrustPolicy;
 
-use crate::api::{InternalServiceExport, ServiceExport};
 use crate::client::{ClientStats, Limits};
-use crate::export::{PublicIpLookup, ReconcileObserver};
+use crate::export::{PublicIpLookup, ReconcileObserver, Reconciled};
 
 /// Settings of the runtime (validated by whoever builds it, e.g. the CLI).
 #[derive(Debug, Clone)]
@@ -127,9 +126,9 @@ impl ReconcileObserver for StateObserver {
     fn reconcile_started(&self, member: &str) {
         self.inner.reconcile_started(member);
     }
-    fn reconciled(&self, member: &str, outcome: &str, took: Duration) {
+    fn reconciled(&self, member: &str, outcome: Reconciled, took: Duration) {
         // A member recovering from a watch failure proves it with a successful reconcile.
-        if !outcome.starts_with("error")
+        if !matches!(outcome, Reconciled::Failed(_))
             && let Some(s) = self.state.member(member)
             && s.phase == Phase::Failing
             && s.last_sync.is_some()
@@ -271,37 +270,7 @@ async fn sync_members(
         shards.set_wanted(desired.keys().cloned());
         shared.state.set_owners(shards.owners());
     }
-    let gone: Vec<String> = engaged
-        .keys()
-        .filter(|n| !desired.contains_key(*n) || !shared.owns(n))
-        .cloned()
-        .collect();
-    for name in gone {
-        if let Some(e) = engaged.remove(&name) {
-            let removed = !desired.contains_key(&name);
-            if removed {
-                tracing::info!(member = %name, "member removed");
-            } else {
-                tracing::info!(member = %name, "member now owned by another replica: stopping it here");
-            }
-            let kubeconfig = e.kubeconfig.clone();
-            shared.state.remove(&name);
-            shared.hooks.member_left(&name);
-            // Only the lease holder cleans up (its clients' writes are fenced anyway), and only
-            // a member that left the fleet, not one that moved to another replica.
-            let clean = removed
-                && shared.config.cleanup_on_remove
-                && *shared.leader.borrow()
-                && shared.owns(&name);
-            let shared = shared.clone();
-            background.spawn(async move {
-                e.stop().await;
-                if clean {
-                    cleanup(&shared, &name, kubeconfig.as_deref()).await;
-                }
-            });
-        }
-    }
+    stop_departed(shared, engaged, &desired, background);
     let azure = shared
         .azure
         .as_ref()
@@ -317,10 +286,7 @@ async fn sync_members(
             tracing::warn!(member = %name, file = %source.path.display(), "kubeconfig unreadable this time; the member keeps running on the one it has");
             continue;
         }
-        let settings = match azure {
-            Some(azure) => azure.settings_key(&name),
-            None => String::new(),
-        };
+        let settings = azure.map(|a| a.settings_key(&name)).unwrap_or_default();
         if engaged
             .get(&name)
             .is_some_and(|e| e.hash == source.hash && e.settings == settings)
@@ -335,71 +301,96 @@ async fn sync_members(
             }
             background.spawn(old.stop());
         }
-        shared.state.engage(&name, &source.hash[..12]);
-        let cancel = CancellationToken::new();
-        let namespace = registry::hub_namespace(&shared.config.namespace_prefix, &name);
-        let (task, kubeconfig) = match source.kubeconfig.and_then(|k| namespace.map(|_| k)) {
-            Ok(kubeconfig) => {
-                let task = tokio::spawn(member::run(
-                    name.clone(),
-                    kubeconfig.clone(),
-                    shared.clone(),
-                    cancel.clone(),
-                ));
-                (Some(task), Some(kubeconfig))
-            }
-            Err(e) => {
-                tracing::error!(member = %name, file = %source.path.display(), error = %e, "member not started");
-                shared.state.refuse(&name, e);
-                // Its series show the refusal on /metrics too.
-                shared.hooks.member_engaged(&name, Arc::default());
-                (None, None)
-            }
-        };
-        engaged.insert(
-            name,
-            Engagement {
-                hash: source.hash,
-                settings,
-                kubeconfig,
-                cancel,
-                task,
-            },
-        );
+        let engagement = engage(shared, &name, source, settings);
+        engaged.insert(name, engagement);
     }
 }
 
-/// `--cleanup-on-remove`: the member's ISEs go from the hub; its ServiceExports lose our
-/// finalizer where the member is still reachable. Best effort, bounded in time.
+/// Stops the members that left the directory or are owned by another replica now; a member
+/// that left is cleaned up afterwards (`--cleanup-on-remove`), in the background.
+fn stop_departed(
+    shared: &Arc<Shared>,
+    engaged: &mut BTreeMap<String, Engagement>,
+    desired: &BTreeMap<String, registry::MemberSource>,
+    background: &TaskTracker,
+) {
+    let gone: Vec<String> = engaged
+        .keys()
+        .filter(|n| !desired.contains_key(*n) || !shared.owns(n))
+        .cloned()
+        .collect();
+    for name in gone {
+        let Some(e) = engaged.remove(&name) else {
+            continue;
+        };
+        let removed = !desired.contains_key(&name);
+        if removed {
+            tracing::info!(member = %name, "member removed");
+        } else {
+            tracing::info!(member = %name, "member now owned by another replica: stopping it here");
+        }
+        let kubeconfig = e.kubeconfig.clone();
+        shared.state.remove(&name);
+        shared.hooks.member_left(&name);
+        // Only the lease holder cleans up (its clients' writes are fenced anyway), and only
+        // a member that left the fleet, not one that moved to another replica.
+        let clean = removed
+            && shared.config.cleanup_on_remove
+            && *shared.leader.borrow()
+            && shared.owns(&name);
+        let shared = shared.clone();
+        background.spawn(async move {
+            e.stop().await;
+            if clean {
+                cleanup(&shared, &name, kubeconfig.as_deref()).await;
+            }
+        });
+    }
+}
+
+/// Starts a member from its kubeconfig, or records why it cannot start.
+fn engage(
+    shared: &Arc<Shared>,
+    name: &str,
+    source: registry::MemberSource,
+    settings: String,
+) -> Engagement {
+    shared.state.engage(name, &source.hash[..12]);
+    let cancel = CancellationToken::new();
+    let namespace = registry::hub_namespace(&shared.config.namespace_prefix, name);
+    let (task, kubeconfig) = match source.kubeconfig.and_then(|k| namespace.map(|_| k)) {
+        Ok(kubeconfig) => {
+            let task = tokio::spawn(member::run(
+                name.to_string(),
+                kubeconfig.clone(),
+                shared.clone(),
+                cancel.clone(),
+            ));
+            (Some(task), Some(kubeconfig))
+        }
+        Err(e) => {
+            tracing::error!(member = %name, file = %source.path.display(), error = %e, "member not started");
+            shared.state.refuse(name, e);
+            // Its series show the refusal on /metrics too.
+            shared.hooks.member_engaged(name, Arc::default());
+            (None, None)
+        }
+    };
+    Engagement {
+        hash: source.hash,
+        settings,
+        kubeconfig,
+        cancel,
+        task,
+    }
+}
+
+/// `--cleanup-on-remove`: withdraws a member that left the fleet (see `export::cleanup`).
 async fn cleanup(shared: &Arc<Shared>, name: &str, kubeconfig: Option<&str>) {
     let ns = format!("{}{name}", shared.config.namespace_prefix);
-    let hub: Api<InternalServiceExport> = Api::namespaced(shared.hub_client.clone(), &ns);
-    let hub_side = async {
-        let list = hub.list(&ListParams::default()).await?;
-        for ise in list.items {
-            let ise_name = ise.metadata.name.unwrap_or_default();
-            match hub.delete(&ise_name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok::<_, kube::Error>(())
-    };
-    match tokio::time::timeout(Duration::from_secs(30), hub_side).await {
-        Ok(Ok(())) => {
-            tracing::info!(member = %name, namespace = %ns, "removed the member's exports from the hub")
-        }
-        Ok(Err(e)) => {
-            tracing::warn!(member = %name, namespace = %ns, error = %e, "cleanup of the hub namespace failed")
-        }
-        Err(_) => {
-            tracing::warn!(member = %name, namespace = %ns, "cleanup of the hub namespace timed out")
-        }
-    }
-    let Some(kubeconfig) = kubeconfig else { return };
-    let member_side = async {
-        let client = member::member_client(
+    let hub = Api::namespaced(shared.hub_client.clone(), &ns);
+    let member = match kubeconfig {
+        Some(kubeconfig) => member::member_client(
             name,
             kubeconfig,
             shared.config.trust,
@@ -407,43 +398,11 @@ async fn cleanup(shared: &Arc<Shared>, name: &str, kubeconfig: Option<&str>) {
             Arc::default(),
             shared.fence.clone(),
         )
-        .await?
-        .client;
-        let version = discover_version(&client).await?;
-        let all: Api<ServiceExport> = Api::all_with(client.clone(), &version);
-        let list = all
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        for se in list
-            .items
-            .into_iter()
-            .filter(ServiceExport::has_cleanup_finalizer)
-        {
-            let ns = se.metadata.namespace.clone().unwrap_or_default();
-            let patch = se.finalizer_removal_patch(se.metadata.resource_version.as_deref());
-            Api::<ServiceExport>::namespaced_with(client.clone(), &ns, &version)
-                .patch(
-                    se.metadata.name.as_deref().unwrap_or_default(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-        }
-        Ok::<_, String>(())
+        .await
+        .map(|m| m.client),
+        None => Err("no usable kubeconfig".to_string()),
     };
-    match tokio::time::timeout(Duration::from_secs(30), member_side).await {
-        Ok(Ok(())) => {
-            tracing::info!(member = %name, "removed finalizers from the member's ServiceExports")
-        }
-        Ok(Err(e)) => {
-            tracing::warn!(member = %name, error = %e, "member unreachable: finalizers left in place")
-        }
-        Err(_) => {
-            tracing::warn!(member = %name, "member cleanup timed out: finalizers left in place")
-        }
-    }
+    crate::export::cleanup::withdraw_member(name, hub, member).await;
 }
 
 /// Hub reachability for `/readyz`, every 5 s.

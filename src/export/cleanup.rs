@@ -1,0 +1,77 @@
+//! `--cleanup-on-remove`: a member that left the fleet has its exports withdrawn from the hub,
+//! and its ServiceExports lose our finalizer where the member is still reachable. Best effort,
+//! each side bounded in time.
+
+use std::time::Duration;
+
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+
+use crate::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
+
+const EACH_SIDE: Duration = Duration::from_secs(30);
+
+/// Deletes every ISE in the member's hub namespace (`hub`), then, with `member` (its client,
+/// when it could be built), drops our finalizer from its ServiceExports.
+pub async fn withdraw_member(
+    name: &str,
+    hub: Api<InternalServiceExport>,
+    member: Result<kube::Client, String>,
+) {
+    match tokio::time::timeout(EACH_SIDE, delete_all(&hub)).await {
+        Ok(Ok(())) => tracing::info!(member = %name, "removed the member's exports from the hub"),
+        Ok(Err(e)) => {
+            tracing::warn!(member = %name, error = %e, "cleanup of the hub namespace failed")
+        }
+        Err(_) => tracing::warn!(member = %name, "cleanup of the hub namespace timed out"),
+    }
+    let member_side = async { release_finalizers(member?).await };
+    match tokio::time::timeout(EACH_SIDE, member_side).await {
+        Ok(Ok(())) => {
+            tracing::info!(member = %name, "removed finalizers from the member's ServiceExports")
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(member = %name, error = %e, "member unreachable: finalizers left in place")
+        }
+        Err(_) => {
+            tracing::warn!(member = %name, "member cleanup timed out: finalizers left in place")
+        }
+    }
+}
+
+async fn delete_all(hub: &Api<InternalServiceExport>) -> Result<(), kube::Error> {
+    for ise in hub.list(&ListParams::default()).await?.items {
+        let name = ise.metadata.name.unwrap_or_default();
+        match hub.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+async fn release_finalizers(client: kube::Client) -> Result<(), String> {
+    let version = ServiceExportVersion::discover(&client).await?;
+    let all: Api<ServiceExport> = Api::all_with(client.clone(), &version);
+    let list = all
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    for se in list
+        .items
+        .into_iter()
+        .filter(ServiceExport::has_cleanup_finalizer)
+    {
+        let ns = se.metadata.namespace.clone().unwrap_or_default();
+        let patch = se.finalizer_removal_patch(se.metadata.resource_version.as_deref());
+        Api::<ServiceExport>::namespaced_with(client.clone(), &ns, &version)
+            .patch(
+                se.metadata.name.as_deref().unwrap_or_default(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}

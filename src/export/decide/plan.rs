@@ -1,0 +1,127 @@
+//! What a decision produces: the writes (a [`Plan`]), the Events, and how it ended.
+
+use jiff::Timestamp;
+
+use crate::api::{ConditionSpec, InternalServiceExport, InternalServiceExportSpec};
+
+/// The last-seen annotations to write on the ServiceExport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastSeen {
+    pub resource_version: String,
+    pub timestamp: String,
+}
+
+/// One patch of the ServiceExport's metadata, made before any hub write.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MetadataChange {
+    pub add_finalizer: bool,
+    pub last_seen: Option<LastSeen>,
+}
+
+/// The hub-side write.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HubWrite {
+    Create(Box<InternalServiceExport>),
+    /// Replace the spec (every field, so stale ones are cleared).
+    UpdateSpec(Box<InternalServiceExportSpec>),
+    /// Delete this export's ISE. `uid` (from the view) is a precondition so only the object
+    /// observed is deleted; `None`: the view has none, so `act` reads the name live and deletes
+    /// only an ISE exported for this very member and Service.
+    Delete {
+        uid: Option<String>,
+    },
+}
+
+/// Event severity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Normal,
+    Warning,
+}
+
+/// An Event to record on the ServiceExport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventSpec {
+    pub kind: EventKind,
+    pub reason: &'static str,
+    pub note: String,
+}
+
+impl EventSpec {
+    pub(super) fn new(kind: EventKind, reason: &'static str, note: String) -> Self {
+        Self { kind, reason, note }
+    }
+}
+
+/// How the reconcile ended, for logs, spans and the `outcome` metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Nothing to do: no finalizer on a deleted export.
+    Skipped,
+    Exported,
+    Unexported,
+    Invalid(&'static str),
+}
+
+impl Outcome {
+    /// Stable label: `exported`, `unexported`, `skipped`, `invalid:<reason>`.
+    pub fn label(&self) -> String {
+        match self {
+            Self::Skipped => "skipped".into(),
+            Self::Exported => "exported".into(),
+            Self::Unexported => "unexported".into(),
+            Self::Invalid(r) => format!("invalid:{r}"),
+        }
+    }
+}
+
+/// The writes that converge one ServiceExport, in the order `act` performs them:
+/// metadata → hub delete → finalizer removal → status → hub create/update.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub metadata: Option<MetadataChange>,
+    pub hub: Option<HubWrite>,
+    pub remove_finalizer: bool,
+    /// Conditions to set; empty means no status write.
+    pub conditions: Vec<ConditionSpec>,
+    pub events: Vec<EventSpec>,
+    /// Reconcile again after a bounded backoff even if nothing changes (after a UID-mismatch
+    /// unexport; a public IP that is not listed yet).
+    pub recheck: bool,
+    /// The export cannot complete yet (Azure lookup failed, DNS label pending): the reconcile
+    /// fails with this message after the other writes, and is retried with backoff.
+    pub pending: Option<String>,
+    /// `exportedSince` of the ISE written, when one is.
+    pub exported_since: Option<Timestamp>,
+    pub outcome: Outcome,
+}
+
+impl Plan {
+    pub(super) fn new(outcome: Outcome) -> Self {
+        Self {
+            metadata: None,
+            hub: None,
+            remove_finalizer: false,
+            conditions: vec![],
+            events: vec![],
+            recheck: false,
+            pending: None,
+            exported_since: None,
+            outcome,
+        }
+    }
+
+    /// Whether the plan withdraws an export (deletes an ISE or drops the cleanup finalizer):
+    /// such a plan is only carried out once the observations it rests on are confirmed live.
+    pub fn unexports(&self) -> bool {
+        matches!(self.hub, Some(HubWrite::Delete { .. })) || self.remove_finalizer
+    }
+
+    /// Number of API writes the plan makes, Events not counted.
+    pub fn writes(&self) -> usize {
+        usize::from(self.metadata.is_some())
+            + usize::from(self.hub.is_some())
+            + usize::from(self.remove_finalizer)
+            + usize::from(!self.conditions.is_empty())
+    }
+}

@@ -1,0 +1,211 @@
+use super::*;
+use crate::api::{
+    CLEANUP_FINALIZER, InternalServiceExportStatus, ServiceExportStatus, ServiceExportVersion,
+    set_condition,
+};
+use k8s_openapi::api::core::v1::{
+    LoadBalancerIngress, LoadBalancerStatus, ServicePort as CorePort, ServiceSpec, ServiceStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+const NOW: i64 = 1_800_000_000;
+
+fn now() -> Timestamp {
+    Timestamp::from_second(NOW).expect("valid")
+}
+
+fn settings() -> Settings {
+    Settings {
+        member: "member-1".into(),
+        traffic_manager: false,
+        default_resource_group: "rg-default".into(),
+    }
+}
+
+fn tm_settings() -> Settings {
+    Settings {
+        traffic_manager: true,
+        ..settings()
+    }
+}
+
+fn export() -> ServiceExport {
+    let mut se = ServiceExport::new("ns", "web", ServiceExportVersion::V1Beta1);
+    se.metadata.generation = Some(1);
+    se.metadata.uid = Some("se-uid".into());
+    se
+}
+
+fn with_finalizer(mut se: ServiceExport) -> ServiceExport {
+    se.metadata.finalizers = Some(vec![CLEANUP_FINALIZER.into()]);
+    se
+}
+
+fn annotate(mut se: ServiceExport, key: &str, value: &str) -> ServiceExport {
+    se.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(key.into(), value.into());
+    se
+}
+
+fn service() -> Service {
+    Service {
+        metadata: kube::api::ObjectMeta {
+            name: Some("web".into()),
+            namespace: Some("ns".into()),
+            uid: Some("svc-uid".into()),
+            resource_version: Some("100".into()),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            cluster_ip: Some("10.96.0.10".into()),
+            ports: Some(vec![CorePort {
+                name: Some("http".into()),
+                port: 80,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn load_balancer(ip: Option<&str>) -> Service {
+    let mut svc = service();
+    if let Some(spec) = svc.spec.as_mut() {
+        spec.type_ = Some("LoadBalancer".into());
+    }
+    svc.status = Some(ServiceStatus {
+        load_balancer: Some(LoadBalancerStatus {
+            ingress: ip.map(|ip| {
+                vec![LoadBalancerIngress {
+                    ip: Some(ip.into()),
+                    ..Default::default()
+                }]
+            }),
+        }),
+        ..Default::default()
+    });
+    svc
+}
+
+fn svc_annotate(mut svc: Service, key: &str, value: &str) -> Service {
+    svc.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(key.into(), value.into());
+    svc
+}
+
+fn run(
+    settings: &Settings,
+    se: &ServiceExport,
+    svc: Option<&Service>,
+    ise: Option<&InternalServiceExport>,
+) -> Plan {
+    run_pip(settings, se, svc, ise, &PublicIpObservation::NotNeeded)
+}
+
+fn run_pip(
+    settings: &Settings,
+    se: &ServiceExport,
+    svc: Option<&Service>,
+    ise: Option<&InternalServiceExport>,
+    pip: &PublicIpObservation,
+) -> Plan {
+    decide(
+        settings,
+        &Observation {
+            export: se,
+            service: svc,
+            ise,
+            public_ip: pip,
+            now: now(),
+        },
+    )
+}
+
+/// What the API would hold after `act` performed `plan` (the same rules, in memory).
+fn apply(
+    plan: &Plan,
+    mut se: ServiceExport,
+    ise: Option<InternalServiceExport>,
+) -> (ServiceExport, Option<InternalServiceExport>) {
+    if let Some(m) = &plan.metadata {
+        if m.add_finalizer {
+            se.metadata
+                .finalizers
+                .get_or_insert_with(Vec::new)
+                .push(CLEANUP_FINALIZER.into());
+        }
+        if let Some(ls) = &m.last_seen {
+            se = annotate(
+                se,
+                LAST_SEEN_RESOURCE_VERSION_ANNOTATION,
+                &ls.resource_version,
+            );
+            se = annotate(se, LAST_SEEN_TIMESTAMP_ANNOTATION, &ls.timestamp);
+        }
+    }
+    let mut ise = ise;
+    match &plan.hub {
+        Some(HubWrite::Delete { .. }) => ise = None,
+        Some(HubWrite::Create(new)) => {
+            let mut new = (**new).clone();
+            new.metadata.uid = Some("ise-uid".into());
+            ise = Some(new);
+        }
+        Some(HubWrite::UpdateSpec(spec)) => {
+            if let Some(i) = ise.as_mut() {
+                i.spec = (**spec).clone();
+            }
+        }
+        None => {}
+    }
+    if plan.remove_finalizer {
+        se.metadata.finalizers = None;
+    }
+    if !plan.conditions.is_empty() {
+        let status = se.status.get_or_insert_with(ServiceExportStatus::default);
+        for c in &plan.conditions {
+            set_condition(&mut status.conditions, c, Time(now()));
+        }
+    }
+    (se, ise)
+}
+
+fn cond<'a>(plan: &'a Plan, type_: &str) -> Option<&'a ConditionSpec> {
+    plan.conditions.iter().find(|c| c.type_ == type_)
+}
+
+fn event_reasons(plan: &Plan) -> Vec<&'static str> {
+    plan.events.iter().map(|e| e.reason).collect()
+}
+
+/// Converges from `se` and asserts the second pass writes nothing.
+fn converge(
+    settings: &Settings,
+    se: ServiceExport,
+    svc: &Service,
+    ise: Option<InternalServiceExport>,
+) -> (ServiceExport, Option<InternalServiceExport>) {
+    let plan = run(settings, &se, Some(svc), ise.as_ref());
+    let (se, ise) = apply(&plan, se, ise);
+    let again = run(settings, &se, Some(svc), ise.as_ref());
+    assert_eq!(
+        again.writes(),
+        0,
+        "second pass must write nothing: {again:#?}"
+    );
+    assert!(
+        again.events.is_empty(),
+        "second pass must not repeat events: {again:#?}"
+    );
+    (se, ise)
+}
+
+mod lifecycle;
+mod traffic_manager;

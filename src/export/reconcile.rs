@@ -1,0 +1,414 @@
+//! One reconcile: observe (views, live reads before withdrawing anything, the public IP) →
+//! [`decide`] → [`act::perform`]; and how failures and rechecks are requeued.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Service;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use tracing::{Instrument, field};
+
+use super::decide::{
+    self, Observation, Outcome, PublicIpObservation, decide, ise_name, public_ip_query,
+};
+use super::{Context, Error, LookupError, Reconciled, Step, Written, act, lock};
+use crate::api::{InternalServiceExport, ServiceExport};
+
+/// Reconciles one ServiceExport: one trace per call, a root span `reconcile`.
+pub(super) async fn reconcile(se: Arc<ServiceExport>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = se.namespace().unwrap_or_default();
+    let name = se.name_any();
+    let span = tracing::info_span!(
+        parent: None,
+        "reconcile",
+        fleet.member = %ctx.member,
+        k8s.namespace.name = %ns,
+        fleet.serviceexport.name = %name,
+        outcome = field::Empty,
+        requeue = field::Empty,
+        otel.status_code = field::Empty,
+    );
+    let started = Instant::now();
+    ctx.observer.reconcile_started(&ctx.member);
+    let result = reconcile_inner(&se, &ctx).instrument(span.clone()).await;
+    let key = ObjectRef::from_obj_with(se.as_ref(), ctx.se_version);
+    let reconciled = match &result {
+        Ok((outcome, _)) => Reconciled::Done(*outcome),
+        Err(e) => Reconciled::Failed(e.category()),
+    };
+    let label = reconciled.label();
+    span.record("outcome", label.as_str());
+    match &result {
+        Ok((_, action)) => {
+            span.record("requeue", format!("{action:?}").as_str());
+            lock(&ctx.failures).remove(&key);
+        }
+        Err(e) => {
+            span.record("otel.status_code", "ERROR");
+            span.in_scope(|| tracing::warn!(error = %e, "reconcile failed"));
+        }
+    }
+    // Inside the span, so the duration sample can carry the trace id as an exemplar.
+    span.in_scope(|| {
+        ctx.observer
+            .reconciled(&ctx.member, reconciled, started.elapsed())
+    });
+    result.map(|(_, action)| action)
+}
+
+/// Observe → decide → act. Nothing is decided before every view has listed; a plan that
+/// withdraws an export is decided again on live reads of the Service and the ISE before it
+/// is carried out; a 409 (stale view, concurrent writer) re-observes from the API.
+async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, Action), Error> {
+    ctx.views.wait().await;
+    if !*ctx.leader.borrow() {
+        // Standby: caches stay warm; becoming leader reconciles everything.
+        return Ok((Outcome::Skipped, Action::await_change()));
+    }
+    let mut pass = Pass::new(se.clone());
+    let mut conflicts = 0;
+    loop {
+        let now = Timestamp::now();
+        let seen = pass.seen(ctx);
+        let service = seen.service.as_deref();
+        let (public_ip, throttled_for) = observe_public_ip(ctx, service).await;
+        let observation = Observation {
+            export: &pass.export,
+            service,
+            ise: seen.ise.as_deref(),
+            public_ip: &public_ip,
+            now,
+        };
+        let plan = decide(&ctx.settings, &observation);
+        tracing::debug!(writes = plan.writes(), outcome = %plan.outcome.label(), "decided");
+        let deleting = pass.export.metadata.deletion_timestamp.is_some();
+        if plan.unexports() && !deleting && pass.live_service.is_none() {
+            // Views may be behind: withdraw an export only on what the API says now.
+            pass.read_live(ctx).await?;
+            continue;
+        }
+        match act::perform(ctx, &pass.export, &plan, now).await {
+            Ok(done) => {
+                return performed(ctx, &pass, plan, &done, seen.view_rv, throttled_for, now);
+            }
+            Err(e) if e.is_conflict() && conflicts < 2 => {
+                conflicts += 1;
+                tracing::debug!(error = %e, "conflict; reading the objects again");
+                if !pass.reread(ctx).await? {
+                    return Ok((Outcome::Skipped, Action::await_change()));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// One reconcile's observations beyond the views: live reads (`Some(x)`: read this reconcile,
+/// `x` what was there) and the export as last read.
+struct Pass {
+    export: ServiceExport,
+    ns: String,
+    name: String,
+    live_service: Option<Option<Arc<Service>>>,
+    live_ise: Option<Option<Arc<InternalServiceExport>>>,
+}
+
+/// What one decision reads, and the view's version of the ISE it read.
+struct Seen {
+    service: Option<Arc<Service>>,
+    ise: Option<Arc<InternalServiceExport>>,
+    view_rv: Option<String>,
+}
+
+impl Pass {
+    fn new(export: ServiceExport) -> Self {
+        Self {
+            ns: export.namespace().unwrap_or_default(),
+            name: export.name_any(),
+            export,
+            live_service: None,
+            live_ise: None,
+        }
+    }
+
+    /// The views, overridden by our own writes they do not show yet, and by live reads.
+    fn seen(&self, ctx: &Context) -> Seen {
+        let service = match &self.live_service {
+            Some(live) => live.clone(),
+            None => ctx
+                .services
+                .get(&ObjectRef::new(&self.name).within(&self.ns)),
+        };
+        let hub_name = ise_name(&self.ns, &self.name);
+        let cached = ctx
+            .ises
+            .get(&ObjectRef::new(&hub_name).within(&ctx.hub_namespace));
+        let view_rv = cached
+            .as_ref()
+            .and_then(|i| i.metadata.resource_version.clone());
+        let viewed = match ctx.own_write(&hub_name, cached.as_deref()) {
+            Some(own) => own.map(Arc::new),
+            None => cached,
+        };
+        let ise = match &self.live_ise {
+            Some(live) => live.clone(),
+            None => viewed,
+        };
+        Seen {
+            service,
+            ise,
+            view_rv,
+        }
+    }
+
+    async fn read_live(&mut self, ctx: &Context) -> Result<(), Error> {
+        let services: Api<Service> = Api::namespaced(ctx.member_client.clone(), &self.ns);
+        let service = services.get_opt(&self.name).await.map_err(Error::kube(
+            &ctx.member,
+            &self.ns,
+            &self.name,
+            Step::GetService,
+        ))?;
+        self.live_service = Some(service.map(Arc::new));
+        self.live_ise = Some(read_ise(ctx, &self.ns, &self.name).await?.map(Arc::new));
+        Ok(())
+    }
+
+    /// After a 409: the export and its ISE as the API has them. `false`: the export is gone.
+    async fn reread(&mut self, ctx: &Context) -> Result<bool, Error> {
+        let exports: Api<ServiceExport> =
+            Api::namespaced_with(ctx.member_client.clone(), &self.ns, &ctx.se_version);
+        let step = Step::GetServiceExport;
+        match exports.get_opt(&self.name).await.map_err(Error::kube(
+            &ctx.member,
+            &self.ns,
+            &self.name,
+            step,
+        ))? {
+            Some(latest) => self.export = latest,
+            None => return Ok(false),
+        }
+        self.live_ise = Some(read_ise(ctx, &self.ns, &self.name).await?.map(Arc::new));
+        Ok(true)
+    }
+}
+
+/// After the plan was carried out: our ISE write remembered until the view shows it, the
+/// latencies observed, and how the export is requeued.
+fn performed(
+    ctx: &Context,
+    pass: &Pass,
+    plan: decide::Plan,
+    done: &act::Performed,
+    view_before: Option<String>,
+    throttled_for: Option<Duration>,
+    now: Timestamp,
+) -> Result<(Outcome, Action), Error> {
+    record_hub_writes(ctx, &plan, done);
+    if let Some(after) = done.hub_object.clone() {
+        let hub_name = ise_name(&pass.ns, &pass.name);
+        lock(&ctx.written).insert(hub_name, Written { view_before, after });
+    }
+    if let Some(since) = plan.exported_since.filter(|_| done.hub_writes > 0) {
+        // Until the ISE is written, not until the decision.
+        ctx.observer
+            .export_latency(&ctx.member, elapsed_since(since, Timestamp::now()));
+    }
+    if let Some(since) = conflict_resolved_since(&pass.export, &plan, now) {
+        ctx.observer
+            .conflict_reflected(&ctx.member, elapsed_since(since, now));
+    }
+    if let Some(message) = plan.pending {
+        return Err(Error::Pending {
+            member: ctx.member.clone(),
+            namespace: pass.ns.clone(),
+            name: pass.name.clone(),
+            message,
+            retry_after: throttled_for,
+        });
+    }
+    let key = ObjectRef::from_obj_with(&pass.export, ctx.se_version);
+    let action = if plan.recheck {
+        let n = bump(&ctx.rechecks, key);
+        Action::requeue(backoff(n, rand::random::<f64>()).min(MAX_RECHECK))
+    } else {
+        lock(&ctx.rechecks).remove(&key);
+        Action::await_change()
+    };
+    Ok((plan.outcome, action))
+}
+
+pub(super) async fn read_ise(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+) -> Result<Option<InternalServiceExport>, Error> {
+    ctx.hub
+        .get_opt(&ise_name(ns, name))
+        .await
+        .map_err(Error::kube(
+            &ctx.member,
+            ns,
+            name,
+            Step::GetInternalServiceExport,
+        ))
+}
+
+fn record_hub_writes(ctx: &Context, plan: &decide::Plan, done: &act::Performed) {
+    if done.hub_writes == 0 {
+        return;
+    }
+    let op = match plan.hub {
+        Some(decide::HubWrite::Create(_)) => "create",
+        Some(decide::HubWrite::UpdateSpec(_)) => "update",
+        Some(decide::HubWrite::Delete { .. }) => "delete",
+        None => return,
+    };
+    ctx.observer.hub_write(&ctx.member, op);
+}
+
+/// When the plan reflects the hub's verdict (a resolved `Conflict`), the export time it
+/// resolves: the last-seen timestamp on the ServiceExport.
+fn conflict_resolved_since(
+    se: &ServiceExport,
+    plan: &decide::Plan,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    let resolved = plan
+        .conditions
+        .iter()
+        .any(|c| c.type_ == crate::api::CONDITION_CONFLICT && c.status != "Unknown");
+    if !resolved {
+        return None;
+    }
+    let stamp = se
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(crate::api::LAST_SEEN_TIMESTAMP_ANNOTATION)?;
+    stamp.parse::<Timestamp>().ok().filter(|t| *t <= now)
+}
+
+fn elapsed_since(since: Timestamp, now: Timestamp) -> Duration {
+    Duration::try_from(now.duration_since(since)).unwrap_or_default()
+}
+
+/// The public IP lookup is an observation: done before deciding, only when a field needs it.
+/// Also returns how long ARM asked us to wait when it throttled the lookup.
+async fn observe_public_ip(
+    ctx: &Context,
+    service: Option<&Service>,
+) -> (PublicIpObservation, Option<Duration>) {
+    let (Some(lookup), Some(service)) = (&ctx.public_ips, service) else {
+        return (PublicIpObservation::NotNeeded, None);
+    };
+    let Some((rg, ip)) = public_ip_query(&ctx.settings, service) else {
+        return (PublicIpObservation::NotNeeded, None);
+    };
+    let span = tracing::info_span!("azure.public_ip.lookup", azure.resource_group = %rg, ip = %ip, found = field::Empty, azure.cache = field::Empty);
+    let result = lookup
+        .find_by_address(&rg, &ip)
+        .instrument(span.clone())
+        .await;
+    match result {
+        Ok(Some(pip)) => {
+            span.record("found", true);
+            (PublicIpObservation::Found(pip), None)
+        }
+        Ok(None) => {
+            span.record("found", false);
+            (PublicIpObservation::NotFound, None)
+        }
+        Err(e) => {
+            let retry_after = match &e {
+                LookupError::Throttled { retry_after, .. } => *retry_after,
+                LookupError::Failed { .. } => None,
+            };
+            (PublicIpObservation::Failed(e.to_string()), retry_after)
+        }
+    }
+}
+
+/// Exponential (1 s doubling to 5 min), jittered, per object; reset by a success.
+pub(super) fn error_policy(se: Arc<ServiceExport>, error: &Error, ctx: Arc<Context>) -> Action {
+    if matches!(error, Error::NotLeader { .. }) {
+        return Action::await_change();
+    }
+    let key = ObjectRef::from_obj_with(se.as_ref(), ctx.se_version);
+    let failures = bump(&ctx.failures, key);
+    Action::requeue(requeue_delay(
+        failures,
+        rand::random::<f64>(),
+        error.retry_after(),
+    ))
+}
+
+/// The backoff, but never sooner than a server asked (`Retry-After`), capped at 5 minutes.
+fn requeue_delay(failures: u32, jitter: f64, retry_after: Option<Duration>) -> Duration {
+    let asked = retry_after.unwrap_or_default().min(MAX_BACKOFF);
+    backoff(failures, jitter).max(asked)
+}
+
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// Rechecks back off like failures, but an export waiting for a public IP is looked at
+/// at least once a minute.
+const MAX_RECHECK: Duration = Duration::from_secs(60);
+
+/// Increments and returns the counter of `key`.
+fn bump(
+    counters: &Mutex<HashMap<ObjectRef<ServiceExport>, u32>>,
+    key: ObjectRef<ServiceExport>,
+) -> u32 {
+    let mut map = lock(counters);
+    let n = map.entry(key).or_insert(0);
+    *n = n.saturating_add(1);
+    *n
+}
+
+/// Delay after `failures` consecutive failures; `jitter` in [0, 1) spreads it by ±20%.
+pub fn backoff(failures: u32, jitter: f64) -> Duration {
+    let base = Duration::from_secs(1).saturating_mul(1u32 << failures.saturating_sub(1).min(16));
+    let capped = base.min(MAX_BACKOFF);
+    capped.mul_f64(0.8 + 0.4 * jitter.clamp(0.0, 1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{backoff, requeue_delay};
+    use std::time::Duration;
+
+    #[test]
+    fn backoff_doubles_caps_and_jitters() {
+        assert_eq!(backoff(1, 0.5), Duration::from_secs(1));
+        assert_eq!(backoff(2, 0.5), Duration::from_secs(2));
+        assert_eq!(backoff(4, 0.5), Duration::from_secs(8));
+        assert_eq!(backoff(30, 0.5), Duration::from_secs(300));
+        assert_eq!(backoff(1, 0.0), Duration::from_millis(800));
+        assert!(backoff(1, 0.999) < Duration::from_millis(1200));
+    }
+
+    #[test]
+    fn requeue_waits_at_least_what_the_server_asked() {
+        assert_eq!(requeue_delay(1, 0.5, None), Duration::from_secs(1));
+        assert_eq!(
+            requeue_delay(1, 0.5, Some(Duration::from_secs(20))),
+            Duration::from_secs(20)
+        );
+        // The backoff wins when it is longer already.
+        assert_eq!(
+            requeue_delay(6, 0.5, Some(Duration::from_secs(2))),
+            Duration::from_secs(32)
+        );
+        // A bogus Retry-After cannot park an object for longer than the backoff's cap.
+        assert_eq!(
+            requeue_delay(1, 0.5, Some(Duration::from_secs(86_400))),
+            Duration::from_secs(300)
+        );
+    }
+}
