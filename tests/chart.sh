@@ -433,7 +433,7 @@ want = {
     ("networking.fleet.azure.com", "serviceexports"): {"get", "list", "watch", "patch"},
     ("networking.fleet.azure.com", "serviceexports/status"): {"patch"},
     ("", "services"): {"get", "list", "watch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create"},
 }
 assert grants == want, f"grants {grants} != {want}"
 docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
