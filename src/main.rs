@@ -32,6 +32,7 @@ enum Command {
         trust: TrustArgs,
     },
     /// Start a local hub and two members (real apiservers), run the controller against them.
+    #[cfg(feature = "sandbox")]
     Sandbox,
     /// Write the CRD YAMLs generated from the Rust types.
     Crdgen {
@@ -407,6 +408,7 @@ async fn main() -> std::process::ExitCode {
         } => fleetnet_hub::check::run(&kubeconfig_dir, trust.policy())
             .await
             .map_err(anyhow::Error::msg),
+        #[cfg(feature = "sandbox")]
         Command::Sandbox => fleetnet_hub::sandbox::run()
             .await
             .map_err(anyhow::Error::msg),
