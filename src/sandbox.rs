@@ -21,8 +21,11 @@ pub async fn run() -> Result<(), String> {
     eprintln!(
         "starting a hub and two member clusters (real kube-apiserver + etcd; the first run builds them, which takes minutes)..."
     );
+    // The CRDs from the Rust types, not the chart's files: the binary may run far from the
+    // source tree.
     let fleet = fleetnet_testenv::Fleet::builder()
         .members(MEMBERS)
+        .crds(crate::api::crd_files().into_iter().map(|(_, crd)| crd))
         .start()
         .await
         .map_err(|e| format!("starting the local clusters: {e}"))?;
