@@ -24,29 +24,8 @@ fn sandbox_runs_from_a_copied_binary_without_the_source_tree() {
     let checkout = Path::new(env!("CARGO_MANIFEST_DIR"));
 
     let hide = can_hide(checkout);
-    let mut cmd = if hide {
-        let mut c = Command::new("unshare");
-        c.args(["--mount", "--propagation", "private", "sh", "-c"])
-            .arg(r#"mount -t tmpfs none "$1" && exec "$0" sandbox"#)
-            .arg(&exe)
-            .arg(checkout);
-        c
-    } else {
-        let mut c = Command::new(&exe);
-        c.arg("sandbox");
-        c
-    };
-    let cache = std::env::var_os("FLEETNET_CACHE")
-        .unwrap_or_else(|| Path::new(&home()).join(".cache/fleetnet-hub").into());
-    let mut child = cmd
+    let mut child = sandbox(&exe, hide.then_some(checkout))
         .current_dir(away.path())
-        .env("FLEETNET_CACHE", cache)
-        .env_remove("KUBEBUILDER_ASSETS")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .expect("start the sandbox");
     let lines = read_lines(&mut child);
@@ -72,22 +51,8 @@ fn sandbox_runs_from_a_copied_binary_without_the_source_tree() {
         );
     }
 
-    let term = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill -TERM");
-    assert!(term.success());
     let stopped = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if stopped.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("sandbox did not stop within 60 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = terminate(&mut child);
     stderr.extend(lines.try_iter().map(|(_, l)| l + "\n"));
     assert!(status.success(), "sandbox exit {status}\n{stderr}");
     assert!(
@@ -100,6 +65,55 @@ fn sandbox_runs_from_a_copied_binary_without_the_source_tree() {
         if hide { "hidden" } else { "present" },
         stopped.elapsed()
     );
+}
+
+/// `exe sandbox` with the substrate's cache and no tracing; in a private mount namespace with
+/// `hidden` covered by an empty tmpfs when given.
+fn sandbox(exe: &Path, hidden: Option<&Path>) -> Command {
+    let mut cmd = match hidden {
+        Some(dir) => {
+            let mut c = Command::new("unshare");
+            c.args(["--mount", "--propagation", "private", "sh", "-c"])
+                .arg(r#"mount -t tmpfs none "$1" && exec "$0" sandbox"#)
+                .args([exe, dir]);
+            c
+        }
+        None => {
+            let mut c = Command::new(exe);
+            c.arg("sandbox");
+            c
+        }
+    };
+    let cache = std::env::var_os("FLEETNET_CACHE")
+        .unwrap_or_else(|| Path::new(&home()).join(".cache/fleetnet-hub").into());
+    cmd.env("FLEETNET_CACHE", cache)
+        .env_remove("KUBEBUILDER_ASSETS")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// SIGTERM, then the exit status (within 60 s).
+fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(term.success());
+    let stopped = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        if stopped.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("sandbox did not stop within 60 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Every line of the child's stdout (`true`) and stderr (`false`), as they come.

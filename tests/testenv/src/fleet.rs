@@ -137,29 +137,7 @@ impl FleetBuilder {
         } else {
             CrdFiles::sort(self.crds, Path::new("(given CRDs)"))?
         };
-        let hub_client = hub.client().await?;
-        let mut installs = vec![];
-        for m in &members {
-            installs.push(install_crds(
-                m.name().to_string(),
-                m.client().await?,
-                crds.member.clone(),
-            ));
-        }
-        installs.push(install_crds(
-            "hub".into(),
-            hub_client.clone(),
-            crds.hub.clone(),
-        ));
-        futures::future::try_join_all(installs).await?;
-        for m in &members {
-            ensure_namespace(
-                &hub_client,
-                "hub",
-                &format!("{}{}", self.namespace_prefix, m.name()),
-            )
-            .await?;
-        }
+        prepare(&hub, &members, crds, &self.namespace_prefix).await?;
 
         let fleet = Fleet {
             etcd,
@@ -174,6 +152,28 @@ impl FleetBuilder {
         }
         Ok(fleet)
     }
+}
+
+/// Installs ServiceExport's CRD in every member and InternalServiceExport's in the hub, and
+/// creates each member's namespace (`prefix` + name) in the hub.
+async fn prepare(hub: &Cluster, members: &[Cluster], crds: CrdFiles, prefix: &str) -> Result<()> {
+    let hub_client = hub.client().await?;
+    let mut installs = vec![];
+    for m in members {
+        let client = m.client().await?;
+        installs.push(install_crds(
+            m.name().to_string(),
+            client,
+            crds.member.clone(),
+        ));
+    }
+    installs.push(install_crds("hub".into(), hub_client.clone(), crds.hub));
+    futures::future::try_join_all(installs).await?;
+    for m in members {
+        let namespace = format!("{prefix}{}", m.name());
+        ensure_namespace(&hub_client, "hub", &namespace).await?;
+    }
+    Ok(())
 }
 
 /// A running hub + members. Dropping it ends every process it started.
