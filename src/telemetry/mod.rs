@@ -135,23 +135,16 @@ impl TelemetryConfig {
     /// Text logs, OTLP from the `OTEL_*` variables, sampling from `FLEETNET_TRACE_SAMPLING`,
     /// 5 s to shut down. The caller sets `log_format` (a CLI flag) afterwards.
     pub fn from_env() -> Result<Self, Error> {
-        let sampling = match std::env::var(SAMPLING_ENV) {
-            Ok(s) => s.parse()?,
-            Err(_) => SamplingConfig::default(),
-        };
+        let sampling =
+            std::env::var(SAMPLING_ENV).map_or(Ok(SamplingConfig::default()), |s| s.parse());
         Ok(Self {
             log_format: LogFormat::Text,
             log_filter: None,
             otlp: OtlpConfig::from_vars(|k| std::env::var(k).ok())?,
-            sampling,
+            sampling: sampling?,
             shutdown_timeout: Duration::from_secs(5),
         })
     }
-}
-
-fn env_filter(directives: &str) -> Result<EnvFilter, Error> {
-    EnvFilter::try_new(directives)
-        .map_err(|e| Error::Config(format!("invalid filter {directives:?}: {e}")))
 }
 
 /// Installs the global subscriber (once per process) and, when `config.otlp` is set, the
@@ -160,7 +153,12 @@ pub fn init(config: TelemetryConfig) -> Result<TelemetryGuard, Error> {
     let rust_log = std::env::var("RUST_LOG")
         .ok()
         .filter(|s| !s.trim().is_empty());
-    let log_filter = env_filter(config.log_filter.or(rust_log).as_deref().unwrap_or("info"))?;
+    let log_directives = config
+        .log_filter
+        .or(rust_log)
+        .unwrap_or_else(|| "info".into());
+    let log_filter = EnvFilter::try_new(&log_directives)
+        .map_err(|e| Error::Config(format!("invalid filter {log_directives:?}: {e}")))?;
     let provider = (config.otlp.as_ref())
         .map(|otlp| tracer_provider(otlp, &config.sampling, SERVICE_NAME))
         .transpose()?;
@@ -199,9 +197,7 @@ mod tests {
         assert_eq!(c.members.get("b"), Some(&0.0));
         assert!("x=2".parse::<SamplingConfig>().is_err());
         assert!("abc".parse::<SamplingConfig>().is_err());
-        assert_eq!(
-            "".parse::<SamplingConfig>().ok(),
-            Some(SamplingConfig::default())
-        );
+        let empty: SamplingConfig = "".parse().unwrap();
+        assert_eq!(empty, SamplingConfig::default());
     }
 }

@@ -50,10 +50,11 @@ impl OtlpConfig {
         if is_true("OTEL_SDK_DISABLED") {
             return Ok(None);
         }
-        let protocol = match get("PROTOCOL").map(|p| p.to_ascii_lowercase()).as_deref() {
-            None | Some("http/protobuf") => Protocol::HttpBinary,
-            Some("grpc") => Protocol::Grpc,
-            Some(p) => {
+        let protocol = get("PROTOCOL").unwrap_or_default().to_ascii_lowercase();
+        let protocol = match protocol.as_str() {
+            "" | "http/protobuf" => Protocol::HttpBinary,
+            "grpc" => Protocol::Grpc,
+            p => {
                 return Err(Config(format!(
                     "OTLP protocol {p:?}: expected grpc or http/protobuf"
                 )));
@@ -361,9 +362,8 @@ mod tests {
         for _ in 0..3 {
             provider.tracer("t").start("s").end();
         }
-        let guard = TelemetryGuard::new(Some(provider), Duration::from_millis(800));
         let started = std::time::Instant::now();
-        let result = guard.shutdown();
+        let result = TelemetryGuard::new(Some(provider), Duration::from_millis(800)).shutdown();
         let took = started.elapsed();
         assert!(took < Duration::from_secs(3), "{took:?}: {result:?}");
     }
