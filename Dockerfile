@@ -17,15 +17,16 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 RUN rustup target add "${TARGET}"
 WORKDIR /src
-# The whole workspace (tests/testenv is a workspace member); .dockerignore keeps target/, .git and
-# kubeconfigs/ out of the context.
+# The whole workspace (tests/testenv is a workspace member, so the lockfile needs it); .dockerignore
+# keeps target/, .git and kubeconfigs/ out of the context. --no-default-features drops the `sandbox`
+# command and with it the test substrate: the image links no process spawner it never uses.
 COPY . .
 ENV CARGO_PROFILE_RELEASE_STRIP=symbols \
     CARGO_TERM_COLOR=never
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --target "${TARGET}" --bin fleetnet-hub \
+    cargo build --release --locked --no-default-features --target "${TARGET}" --bin fleetnet-hub \
  && install -D -m 0755 "target/${TARGET}/release/fleetnet-hub" /out/fleetnet-hub \
  && (file /out/fleetnet-hub 2>/dev/null || true)
 

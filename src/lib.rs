@@ -11,5 +11,6 @@ pub mod export;
 pub mod fleet;
 pub mod http;
 pub mod metrics;
+#[cfg(feature = "sandbox")]
 pub mod sandbox;
 pub mod telemetry;

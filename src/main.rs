@@ -34,6 +34,7 @@ enum Command {
         trust: TrustArgs,
     },
     /// Start a local hub and two members (real apiservers), run the controller against them.
+    #[cfg(feature = "sandbox")]
     Sandbox,
     /// Write the CRD YAMLs generated from the Rust types.
     Crdgen {
@@ -421,6 +422,7 @@ async fn main() -> std::process::ExitCode {
         ) => fleetnet_hub::check::run(&kubeconfig_dir, trust.policy())
             .await
             .map_err(anyhow::Error::msg),
+        #[cfg(feature = "sandbox")]
         (Command::Sandbox, _) => fleetnet_hub::sandbox::run()
             .await
             .map_err(anyhow::Error::msg),

@@ -21,34 +21,15 @@ pub async fn run() -> Result<(), String> {
     eprintln!(
         "starting a hub and two member clusters (real kube-apiserver + etcd; the first run builds them, which takes minutes)..."
     );
+    // The CRDs from the Rust types, not the chart's files: the binary may run far from the
+    // source tree.
     let fleet = fleetnet_testenv::Fleet::builder()
         .members(MEMBERS)
+        .crds(crate::api::crd_files().into_iter().map(|(_, crd)| crd))
         .start()
         .await
         .map_err(|e| format!("starting the local clusters: {e}"))?;
-    let config = AppConfig {
-        hub_kubeconfig: Some(fleet.hub().kubeconfig_path().to_path_buf()),
-        hub_limits: Limits {
-            qps: 100.0,
-            burst: 200,
-            ..Limits::default()
-        },
-        runtime: RuntimeConfig {
-            kubeconfig_dir: fleet.member_kubeconfig_dir(),
-            namespace_prefix: fleetnet_testenv::DEFAULT_HUB_NAMESPACE_PREFIX.into(),
-            member_limits: Limits::default(),
-            member_sync_timeout: Duration::from_secs(60),
-            cleanup_on_remove: false,
-            traffic_manager: false,
-            rescan_interval: Duration::from_secs(30),
-            instance: "sandbox".into(),
-            trust: Default::default(),
-        },
-        leader_election: None,
-        metrics_bind_address: "127.0.0.1:0".into(),
-        health_probe_bind_address: "127.0.0.1:0".into(),
-    };
-    let running = app::start(config, Extensions::default())
+    let running = app::start(app_config(&fleet), Extensions::default())
         .await
         .map_err(|e| e.to_string())?;
     let hub = fleet.hub().client().await.map_err(|e| e.to_string())?;
@@ -94,6 +75,33 @@ pub async fn run() -> Result<(), String> {
     running.shutdown().await;
     drop(fleet);
     Ok(())
+}
+
+/// The controller's configuration against the local clusters: generous hub budget, no Azure,
+/// no leader election, ephemeral ports.
+fn app_config(fleet: &fleetnet_testenv::Fleet) -> AppConfig {
+    AppConfig {
+        hub_kubeconfig: Some(fleet.hub().kubeconfig_path().to_path_buf()),
+        hub_limits: Limits {
+            qps: 100.0,
+            burst: 200,
+            ..Limits::default()
+        },
+        runtime: RuntimeConfig {
+            kubeconfig_dir: fleet.member_kubeconfig_dir(),
+            namespace_prefix: fleetnet_testenv::DEFAULT_HUB_NAMESPACE_PREFIX.into(),
+            member_limits: Limits::default(),
+            member_sync_timeout: Duration::from_secs(60),
+            cleanup_on_remove: false,
+            traffic_manager: false,
+            rescan_interval: Duration::from_secs(30),
+            instance: "sandbox".into(),
+            trust: Default::default(),
+        },
+        leader_election: None,
+        metrics_bind_address: "127.0.0.1:0".into(),
+        health_probe_bind_address: "127.0.0.1:0".into(),
+    }
 }
 
 async fn create_sample(client: &kube::Client, member: &str) -> Result<(), String> {

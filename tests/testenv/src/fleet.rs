@@ -22,6 +22,7 @@ pub const DEFAULT_HUB_NAMESPACE_PREFIX: &str = "fleet-member-";
 pub struct FleetBuilder {
     members: Vec<String>,
     crds_dir: PathBuf,
+    crds: Vec<CustomResourceDefinition>,
     namespace_prefix: String,
     quiet: bool,
     extra_args: BTreeMap<String, Vec<String>>,
@@ -32,6 +33,7 @@ impl Default for FleetBuilder {
         Self {
             members: vec!["member-1".into(), "member-2".into()],
             crds_dir: chart_crds_dir(),
+            crds: Vec::new(),
             namespace_prefix: DEFAULT_HUB_NAMESPACE_PREFIX.into(),
             quiet: false,
             extra_args: BTreeMap::new(),
@@ -53,6 +55,13 @@ impl FleetBuilder {
     /// Where the CRD YAMLs are (default: the chart's `crds/`).
     pub fn crds_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.crds_dir = dir.into();
+        self
+    }
+
+    /// The CRDs themselves instead of a directory of YAMLs (a binary that runs away from the
+    /// source tree, such as `fleetnet-hub sandbox`, has them compiled in).
+    pub fn crds(mut self, crds: impl IntoIterator<Item = CustomResourceDefinition>) -> Self {
+        self.crds = crds.into_iter().collect();
         self
     }
 
@@ -123,30 +132,12 @@ impl FleetBuilder {
             .collect();
         futures::future::try_join_all(all.iter_mut().map(|c| c.wait_ready(spawned))).await?;
 
-        let crds = CrdFiles::load(&self.crds_dir)?;
-        let hub_client = hub.client().await?;
-        let mut installs = vec![];
-        for m in &members {
-            installs.push(install_crds(
-                m.name().to_string(),
-                m.client().await?,
-                crds.member.clone(),
-            ));
-        }
-        installs.push(install_crds(
-            "hub".into(),
-            hub_client.clone(),
-            crds.hub.clone(),
-        ));
-        futures::future::try_join_all(installs).await?;
-        for m in &members {
-            ensure_namespace(
-                &hub_client,
-                "hub",
-                &format!("{}{}", self.namespace_prefix, m.name()),
-            )
-            .await?;
-        }
+        let crds = if self.crds.is_empty() {
+            CrdFiles::load(&self.crds_dir)?
+        } else {
+            CrdFiles::sort(self.crds, Path::new("(given CRDs)"))?
+        };
+        prepare(&hub, &members, crds, &self.namespace_prefix).await?;
 
         let fleet = Fleet {
             etcd,
@@ -161,6 +152,28 @@ impl FleetBuilder {
         }
         Ok(fleet)
     }
+}
+
+/// Installs ServiceExport's CRD in every member and InternalServiceExport's in the hub, and
+/// creates each member's namespace (`prefix` + name) in the hub.
+async fn prepare(hub: &Cluster, members: &[Cluster], crds: CrdFiles, prefix: &str) -> Result<()> {
+    let hub_client = hub.client().await?;
+    let mut installs = vec![];
+    for m in members {
+        let client = m.client().await?;
+        installs.push(install_crds(
+            m.name().to_string(),
+            client,
+            crds.member.clone(),
+        ));
+    }
+    installs.push(install_crds("hub".into(), hub_client.clone(), crds.hub));
+    futures::future::try_join_all(installs).await?;
+    for m in members {
+        let namespace = format!("{prefix}{}", m.name());
+        ensure_namespace(&hub_client, "hub", &namespace).await?;
+    }
+    Ok(())
 }
 
 /// A running hub + members. Dropping it ends every process it started.
@@ -257,12 +270,9 @@ struct CrdFiles {
 }
 
 impl CrdFiles {
-    /// ServiceExport (and anything member-side) goes to members; InternalServiceExport to the hub.
+    /// The CRDs of every `*.yaml` in `dir`, sorted as [`CrdFiles::sort`] does.
     fn load(dir: &Path) -> Result<Self> {
-        let mut files = CrdFiles {
-            member: vec![],
-            hub: vec![],
-        };
+        let mut crds = vec![];
         let entries = std::fs::read_dir(dir).map_err(io_err(format!("read {}", dir.display())))?;
         let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
         paths.sort();
@@ -277,17 +287,28 @@ impl CrdFiles {
                     path: path.clone(),
                     message: e.to_string(),
                 })?;
-            for crd in docs {
-                match crd.spec.names.kind.as_str() {
-                    "InternalServiceExport" => files.hub.push(crd),
-                    "ServiceExport" => files.member.push(crd),
-                    _ => {}
-                }
+            crds.extend(docs);
+        }
+        Self::sort(crds, dir)
+    }
+
+    /// ServiceExport (and anything member-side) goes to members; InternalServiceExport to the
+    /// hub; both must be in `crds` (read from `source`).
+    fn sort(crds: Vec<CustomResourceDefinition>, source: &Path) -> Result<Self> {
+        let mut files = CrdFiles {
+            member: vec![],
+            hub: vec![],
+        };
+        for crd in crds {
+            match crd.spec.names.kind.as_str() {
+                "InternalServiceExport" => files.hub.push(crd),
+                "ServiceExport" => files.member.push(crd),
+                _ => {}
             }
         }
         if files.member.is_empty() || files.hub.is_empty() {
             return Err(Error::Manifest {
-                path: dir.to_path_buf(),
+                path: source.to_path_buf(),
                 message: "expected the ServiceExport and InternalServiceExport CRDs".into(),
             });
         }
