@@ -201,13 +201,25 @@ fn throttled_kubeconfig(addr: std::net::SocketAddr) -> String {
     )
 }
 
+/// A fleet of `members` and a client of its hub, the chart's release namespace created there.
+async fn fleet_with_release_namespace(members: &[&str]) -> (Fleet, kube::Client) {
+    let fleet = Fleet::builder()
+        .members(members.iter().copied())
+        .quiet()
+        .start()
+        .await
+        .expect("fleet starts");
+    let hub = fleet.hub().client().await.expect("hub client");
+    fleetnet_testenv::ensure_namespace(&hub, "hub", "fleetnet-system")
+        .await
+        .expect("release namespace");
+    (fleet, hub)
+}
+
 async fn wait_phase(running: &Running, member: &str, phase: Phase) {
-    eventually(&format!("member {member} {phase:?}"), || async {
-        running
-            .state
-            .member(member)
-            .filter(|m| m.phase == phase)
-            .map(|_| ())
+    slowly(&format!("member {member} {phase:?}"), || async {
+        let m = running.state.member(member)?;
+        (m.phase == phase).then_some(())
     })
     .await;
 }
@@ -411,16 +423,7 @@ async fn dashboard_and_alerts_evaluate_against_a_real_prometheus_scraping_two_re
         .expect("metrics Service name")
         .to_string();
 
-    let mut fleet = Fleet::builder()
-        .members(["alpha", "beta"])
-        .quiet()
-        .start()
-        .await
-        .expect("fleet starts");
-    let hub = fleet.hub().client().await.expect("hub client");
-    fleetnet_testenv::ensure_namespace(&hub, "hub", "fleetnet-system")
-        .await
-        .expect("release namespace");
+    let (mut fleet, hub) = fleet_with_release_namespace(&["alpha", "beta"]).await;
     let dir = fleet.scratch_dir().join("kubeconfigs-operating");
     std::fs::create_dir_all(&dir).expect("mkdir");
     for m in ["alpha", "beta"] {
@@ -653,16 +656,7 @@ async fn dashboard_and_alerts_evaluate_against_a_real_prometheus_scraping_two_re
 async fn monitoring_objects_apply_to_a_hub_with_the_prometheus_operator_crds() {
     let started = Instant::now();
     let crds_dir = installed("prometheus-operator-crds");
-    let fleet = Fleet::builder()
-        .members(["member-1"])
-        .quiet()
-        .start()
-        .await
-        .expect("fleet starts");
-    let hub = fleet.hub().client().await.expect("hub client");
-    fleetnet_testenv::ensure_namespace(&hub, "hub", "fleetnet-system")
-        .await
-        .expect("release namespace");
+    let (_fleet, hub) = fleet_with_release_namespace(&["member-1"]).await;
     let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
     for file in [
         "monitoring.coreos.com_servicemonitors.yaml",
