@@ -8,7 +8,9 @@
 #   - charts/fleetnet-hub-member.yaml (the `kubectl apply` manifest) matches a fresh rendering;
 #   - helm template of the hub chart with each value set, and assertions on the objects
 #     (a python3 + PyYAML checker below);
-#   - value sets that must be refused (schema or template checks).
+#   - value sets that must be refused (schema or template checks);
+#   - the monitoring objects (ServiceMonitor, PrometheusRule, Grafana dashboard ConfigMap) rendered with
+#     their values on (block "monitoring" below; tests/operating.rs proves them with real tools).
 #
 # The renderings are written to $FLEETNET_CHART_OUT (default: a temporary directory, removed at exit):
 #   <set>.yaml for each value set (release "fleetnet-hub" in namespace "fleetnet-system", without CRDs),
@@ -594,6 +596,159 @@ refused "a Custom cloud without endpoints" "azure.armEndpoint is required" \
   --set azure.credential=azure-cli --set azure.cloud=Custom
 refused "a ServiceMonitor without the metrics Service" "needs metrics.service.enabled" \
   --set metrics.serviceMonitor.enabled=true --set metrics.service.enabled=false
+
+# >>> monitoring: ServiceMonitor, PrometheusRule, Grafana dashboard (issue #17) >>>>>>>>>>>>>>>>>>>>>>>>>>
+# Renderings with the monitoring values on, checked for shape here; tests/operating.rs proves the
+# rules with promtool, evaluates every rule and dashboard query against a real Prometheus, and
+# applies these objects to a hub serving the Prometheus Operator's CRDs.
+cat >"$tmp/monitoring.py" <<'PY'
+"""Assertions on a rendering with metrics.{serviceMonitor,prometheusRule,grafanaDashboard} on."""
+import json
+import re
+import sys
+import yaml
+
+set_name, path = sys.argv[1:3]
+docs = [d for d in yaml.safe_load_all(open(path)) if d]
+results = []
+
+
+def check(desc, cond, detail=""):
+    results.append((bool(cond), desc, detail))
+
+
+def of_kind(kind):
+    return [d for d in docs if d.get("kind") == kind]
+
+
+custom = set_name == "monitoring-custom"
+svc = next((d for d in of_kind("Service")), {})
+job = svc.get("metadata", {}).get("name")
+selector = 'job="custom"' if custom else f'job="{job}"'
+rule_ns = "monitoring" if custom else "fleetnet-system"
+label, label_value = ("my_dashboards", "yes") if custom else ("grafana_dashboard", "1")
+
+sms = of_kind("ServiceMonitor")
+check("one ServiceMonitor", len(sms) == 1)
+prs = of_kind("PrometheusRule")
+check("one PrometheusRule", len(prs) == 1)
+pr = prs[0] if prs else {}
+check("PrometheusRule monitoring.coreos.com/v1", pr.get("apiVersion") == "monitoring.coreos.com/v1")
+check(f"PrometheusRule in {rule_ns}", pr.get("metadata", {}).get("namespace") == rule_ns)
+rules = [r for g in pr.get("spec", {}).get("groups", []) for r in g.get("rules", [])]
+names = [r.get("alert") for r in rules]
+check("every rule is an alert with a unique name", all(names) and len(set(names)) == len(names), names)
+for r in rules:
+    a = r.get("alert")
+    check(f"{a}: severity warning or critical", r.get("labels", {}).get("severity") in ("warning", "critical"))
+    check(f"{a}: summary and description", r.get("annotations", {}).get("summary") and r.get("annotations", {}).get("description"))
+    check(f"{a}: a `for` duration", re.fullmatch(r"([0-9]+(ms|s|m|h|d|w|y))+", str(r.get("for", ""))))
+    selectors = re.findall(r"\{([^{}]*)\}", r.get("expr", ""))
+    check(f"{a}: every selector carries {selector}", selectors and all(s.strip().startswith(selector) for s in selectors), selectors)
+    if custom:
+        check(f"{a}: alertLabels", r.get("labels", {}).get("team") == "networking")
+        check(f"{a}: runbook_url", r.get("annotations", {}).get("runbook_url") == f"https://runbooks.example/fleetnet#{a.lower()}")
+always = {"FleetnetMemberFailing", "FleetnetMemberNotSynced", "FleetnetExportLatencyHigh", "FleetnetReconcileErrors",
+          "FleetnetControllerErrors", "FleetnetApiThrottled", "FleetnetRateLimiterSaturated", "FleetnetHubUnreachable",
+          "FleetnetDown"}
+if set_name == "monitoring-sharded":
+    want = always | {"FleetnetMemberWithoutOwner"}
+elif custom:
+    want = (always | {"FleetnetNoLeader"}) - {"FleetnetDown"}
+else:
+    want = always | {"FleetnetNoLeader"}
+check("the alerts of this mode (NoLeader with leaderElection, WithoutOwner with shardMembers; disabled dropped)", set(names) == want, sorted(set(names) ^ want))
+if custom:
+    lat = next((r for r in rules if r.get("alert") == "FleetnetExportLatencyHigh"), {})
+    check("thresholds.exportLatencyP99Seconds in the expression", lat.get("expr", "").rstrip().endswith("> 30"), lat.get("expr"))
+    check("thresholds.exportLatencyFor", lat.get("for") == "20m")
+
+cms = [d for d in of_kind("ConfigMap") if label in (d.get("metadata", {}).get("labels") or {})]
+check(f"one ConfigMap labelled {label}", len(cms) == 1)
+cm = cms[0] if cms else {}
+check(f"label value {label_value!r}", (cm.get("metadata", {}).get("labels") or {}).get(label) == label_value)
+if custom:
+    check("dashboard annotations", (cm.get("metadata", {}).get("annotations") or {}).get("grafana_folder") == "Fleet")
+data = cm.get("data") or {}
+check("one dashboard JSON in the ConfigMap", len(data) == 1 and all(k.endswith(".json") for k in data), list(data))
+try:
+    board = json.loads(next(iter(data.values()), "{}"))
+except ValueError as e:
+    board = {}
+    check("dashboard JSON parses", False, str(e))
+variables = {v.get("name"): v for v in board.get("templating", {}).get("list", [])}
+check("dashboard variables datasource, job, member", {"datasource", "job", "member"} <= set(variables), sorted(variables))
+check("member variable is multi-value with All", variables.get("member", {}).get("multi") and variables.get("member", {}).get("includeAll"))
+panels = board.get("panels", [])
+ids = [p.get("id") for p in panels]
+check("panel ids unique", len(set(ids)) == len(ids))
+rows = [p.get("title") for p in panels if p.get("type") == "row"]
+check("rows Fleet, Exports, Reconciles, Kubernetes API, Process", rows == ["Fleet", "Exports", "Reconciles", "Kubernetes API", "Process"], rows)
+for p in panels:
+    if p.get("type") == "row":
+        continue
+    g = p.get("gridPos", {})
+    check(f"panel {p.get('title')!r}: within the 24-column grid", g.get("x", 0) + g.get("w", 0) <= 24)
+    check(f"panel {p.get('title')!r}: queries the datasource variable", p.get("datasource", {}).get("uid") == "${datasource}")
+    exprs = [t.get("expr") for t in p.get("targets", [])]
+    check(f"panel {p.get('title')!r}: has queries", exprs and all(exprs))
+check("a heatmap of the export latency", any(p.get("type") == "heatmap" and "fleetnet_export_latency_seconds_bucket" in json.dumps(p) for p in panels))
+member_panels = [p for p in panels if "$member" in json.dumps(p.get("targets", []))]
+check("panels filtered by $member", len(member_panels) >= 5, len(member_panels))
+
+for ok, desc, detail in results:
+    line = f"{'ok  ' if ok else 'FAIL'} - [{set_name}] {desc}"
+    if not ok and detail not in ("", None):
+        line += f": {detail}"
+    print(line)
+PY
+
+monitoring_render() {  # monitoring_render SET [helm args...]
+  local set="$1"; shift
+  if "$HELM" template --kube-version "$kube_version" "$release" "$hub_chart" --namespace "$release_ns" \
+    --set metrics.serviceMonitor.enabled=true --set metrics.prometheusRule.enabled=true \
+    --set metrics.grafanaDashboard.enabled=true "$@" >"$out/$set.yaml" 2>"$tmp/$set.err"; then
+    pass "helm template [$set]"
+    "$PY" "$tmp/monitoring.py" "$set" "$out/$set.yaml" >"$tmp/$set.results" 2>&1 || true
+    if grep -q '^Traceback' "$tmp/$set.results" || ! grep -q '^ok  ' "$tmp/$set.results"; then
+      fail "[$set] monitoring checker crashed or ran nothing"
+      sed 's/^/       | /' "$tmp/$set.results"
+      return
+    fi
+    passed=$((passed + $(grep -c '^ok  ' "$tmp/$set.results" || true)))
+    failed=$((failed + $(grep -c '^FAIL' "$tmp/$set.results" || true)))
+    grep '^FAIL' "$tmp/$set.results" || true
+    echo "ok   - [$set] $(grep -c '^ok  ' "$tmp/$set.results") monitoring assertions passed"
+  else
+    fail "helm template [$set]"
+    sed 's/^/       | /' "$tmp/$set.err"
+  fi
+}
+cat >"$tmp/monitoring-custom-values.yaml" <<'YAML'
+metrics:
+  prometheusRule:
+    namespace: monitoring
+    selector: job="custom"
+    alertLabels: {team: networking}
+    runbookUrl: https://runbooks.example/fleetnet
+    disabled: [FleetnetDown]
+    thresholds: {exportLatencyP99Seconds: 30, exportLatencyFor: 20m}
+  grafanaDashboard:
+    label: my_dashboards
+    labelValue: "yes"
+    annotations: {grafana_folder: Fleet}
+YAML
+run_check "helm lint --strict charts/fleetnet-hub (monitoring on)" "$HELM" lint --strict "$hub_chart" \
+  --set metrics.serviceMonitor.enabled=true --set metrics.prometheusRule.enabled=true --set metrics.grafanaDashboard.enabled=true
+monitoring_render monitoring
+monitoring_render monitoring-sharded -f "$hub_chart/ci/sharded-values.yaml"
+monitoring_render monitoring-custom -f "$tmp/monitoring-custom-values.yaml"
+refused "a negative alert threshold" "minimum" --set metrics.prometheusRule.thresholds.hubErrorRatio=-1
+refused "an alert duration that is not a Prometheus duration" "does not match pattern" \
+  --set 'metrics.prometheusRule.thresholds.downFor=5 minutes'
+refused "an unknown alert threshold" "additional properties" --set metrics.prometheusRule.thresholds.latency=1
+refused "an empty Grafana sidecar label" "grafanaDashboard" --set metrics.grafanaDashboard.label=
+# <<< monitoring <<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<
 
 if [ -n "${FLEETNET_CHART_OUT:-}" ]; then echo "# renderings in $out"; else echo "# renderings were in $out (temporary; set FLEETNET_CHART_OUT to keep them)"; fi
 summary

@@ -1,0 +1,744 @@
+//! Operating fleetnet-hub: the chart's alerts, dashboard and ServiceMonitor, proven with the real
+//! tools (promtool and a Prometheus server built from the Prometheus Go module, the Prometheus
+//! Operator's CRDs from its module) rather than only rendered:
+//! - the rendered rules pass `promtool check rules` and the unit tests of
+//!   tests/fixtures/prometheus-rules/ (each alert fires when it should, stays silent otherwise);
+//! - a real scrape of the controller passes `promtool check metrics`, and a real Prometheus
+//!   scraping two replicas evaluates every dashboard query and every alert expression: each
+//!   selector, grouping label and legend label must find data, so a typo cannot ship;
+//! - the ServiceMonitor, PrometheusRule and dashboard ConfigMap apply to a hub serving the
+//!   Prometheus Operator's CRDs, with strict field validation.
+
+#[path = "support/prometheus.rs"]
+mod prometheus;
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fleetnet_hub::app::{self, Extensions, LeaderElection, Running};
+use fleetnet_hub::fleet::Phase;
+use fleetnet_testenv::Fleet;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, ValidationDirective};
+use kube::discovery::Discovery;
+use prometheus::*;
+use serde_json::Value;
+use support::*;
+
+/// Metrics that come from outside fleetnet-hub (cAdvisor, through the kubelet): the dashboard's
+/// process panels read them; a test Prometheus has none, so their selectors are only parsed.
+const EXTERNAL: &[&str] = &[
+    "container_memory_working_set_bytes",
+    "container_cpu_usage_seconds_total",
+];
+
+/// How long the end-to-end test waits for anything to show up in Prometheus.
+const SLOW: Duration = Duration::from_secs(120);
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    repo().join("tests/fixtures/prometheus-rules").join(name)
+}
+
+fn run_tool(cmd: &mut Command) -> (bool, String) {
+    let out = cmd.output().expect("run promtool");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// The rendered rules: default values (leader election) and the sharded value set.
+fn rendered_rules() -> (Value, Value) {
+    let default = rule_file(&render_chart(MONITORING_ON));
+    let mut sharded_args = MONITORING_ON.to_vec();
+    let sharded_values = repo().join("charts/fleetnet-hub/ci/sharded-values.yaml");
+    let sharded_values = sharded_values.to_str().expect("UTF-8 path");
+    sharded_args.extend(["-f", sharded_values]);
+    let sharded = rule_file(&render_chart(&sharded_args));
+    (default, sharded)
+}
+
+#[test]
+fn alert_rules_pass_promtool_check_and_their_unit_tests() {
+    let started = Instant::now();
+    let promtool = promtool();
+    // Off by default: nothing monitoring-related is rendered.
+    let plain = render_chart(&[]);
+    for kind in ["PrometheusRule", "ServiceMonitor"] {
+        assert!(
+            of_kind(&plain, kind).is_empty(),
+            "{kind} rendered by default"
+        );
+    }
+    assert!(
+        of_kind(&plain, "ConfigMap")
+            .iter()
+            .all(|c| c["metadata"]["labels"]["grafana_dashboard"].is_null()),
+        "dashboard rendered by default"
+    );
+
+    let (default, sharded) = rendered_rules();
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, rules) in [("full.yaml", &default), ("full-sharded.yaml", &sharded)] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, serde_json::to_string_pretty(rules).expect("JSON")).expect("write");
+        let (ok, out) = run_tool(Command::new(&promtool).args(["check", "rules"]).arg(&path));
+        assert!(ok, "promtool check rules {name}:\n{out}");
+        assert!(
+            !out.contains("WARNING"),
+            "promtool check rules {name}:\n{out}"
+        );
+    }
+
+    let mut covered = BTreeSet::new();
+    for (fixture_name, rules, rules_name) in [
+        ("alerts.test.yaml", &default, "rules.yaml"),
+        ("sharded.test.yaml", &sharded, "rules-sharded.yaml"),
+    ] {
+        let test_file = stage_rule_tests(dir.path(), &fixture(fixture_name), rules, rules_name);
+        let (ok, out) = run_tool(
+            Command::new(&promtool)
+                .args(["test", "rules"])
+                .arg(&test_file)
+                .current_dir(dir.path()),
+        );
+        assert!(ok, "promtool test rules {fixture_name}:\n{out}");
+
+        // Each alert has a case where it fires and one where it stays silent.
+        let tests: Value = serde_saphyr::from_str(
+            &std::fs::read_to_string(fixture(fixture_name)).expect("fixture"),
+        )
+        .expect("fixture parses");
+        let cases: Vec<(String, bool)> = tests["tests"]
+            .as_array()
+            .expect("tests")
+            .iter()
+            .flat_map(|t| t["alert_rule_test"].as_array().cloned().unwrap_or_default())
+            .map(|c| {
+                let fires = c["exp_alerts"].as_array().is_some_and(|a| !a.is_empty());
+                (
+                    c["alertname"].as_str().unwrap_or_default().to_string(),
+                    fires,
+                )
+            })
+            .collect();
+        // The sharded file tests only what the default rendering lacks.
+        let new: Vec<String> = alerts(rules)
+            .into_iter()
+            .map(|(a, _)| a)
+            .filter(|a| !covered.contains(a))
+            .collect();
+        for alert in new {
+            for fires in [true, false] {
+                assert!(
+                    cases.contains(&(alert.clone(), fires)),
+                    "{fixture_name}: no case where {alert} {}",
+                    if fires { "fires" } else { "stays silent" }
+                );
+            }
+            covered.insert(alert);
+        }
+    }
+
+    // The README's alert table names every alert the chart can render.
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let operating = readme
+        .split("\n## Operating")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("README has an Operating section");
+    for alert in &covered {
+        assert!(
+            operating.contains(&format!("`{alert}`")),
+            "README Operating section lacks {alert}"
+        );
+    }
+    eprintln!(
+        "alert rules: {} alerts checked and unit-tested in {:?}",
+        covered.len(),
+        started.elapsed()
+    );
+}
+
+/// A member apiserver that answers every request 429 with `Retry-After: 1`.
+async fn throttling_server() -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let body = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too many requests","reason":"TooManyRequests","code":429}"#;
+                let response = format!(
+                    "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+fn throttled_kubeconfig(addr: std::net::SocketAddr) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: throttled\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: c\n  context: {{cluster: throttled, user: u}}\nusers:\n- name: u\n  user: {{}}\n"
+    )
+}
+
+/// A fleet of `members` and a client of its hub, the chart's release namespace created there.
+async fn fleet_with_release_namespace(members: &[&str]) -> (Fleet, kube::Client) {
+    let fleet = Fleet::builder()
+        .members(members.iter().copied())
+        .quiet()
+        .start()
+        .await
+        .expect("fleet starts");
+    let hub = fleet.hub().client().await.expect("hub client");
+    fleetnet_testenv::ensure_namespace(&hub, "hub", "fleetnet-system")
+        .await
+        .expect("release namespace");
+    (fleet, hub)
+}
+
+async fn wait_phase(running: &Running, member: &str, phase: Phase) {
+    slowly(&format!("member {member} {phase:?}"), || async {
+        let m = running.state.member(member)?;
+        (m.phase == phase).then_some(())
+    })
+    .await;
+}
+
+/// Polls `probe` until it returns `Some`, for up to `SLOW`.
+async fn slowly<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + SLOW;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {SLOW:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn create_export_of(fleet: &Fleet, member: &str, ns: &str, name: &str) {
+    let client = fleet.member(member).client().await.expect("member client");
+    namespace(&client, ns).await;
+    create_service(&client, &service(ns, name, 80)).await;
+    create_export(&client, ns, name, &[]).await;
+}
+
+/// `promtool check metrics` of `body`: (exit status success, the problems it printed).
+fn promtool_check_metrics(promtool: &Path, body: &str) -> (bool, Vec<String>) {
+    use std::io::Write;
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run promtool check metrics");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(body.as_bytes())
+        .expect("write the scrape");
+    let out = child.wait_with_output().expect("promtool check metrics");
+    let problems = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        out.status.success(),
+        problems
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// An OpenMetrics text scrape in the Prometheus text format 0.0.4 that promtool lints: a
+/// counter family's HELP and TYPE name its `_total` samples, no `# UNIT`, no `# EOF`, no
+/// exemplars (what prometheus-client's own text-format encoder does differently).
+fn as_prometheus_text(openmetrics: &str) -> String {
+    let counters: BTreeSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::new();
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let line = match line
+            .strip_prefix("# HELP ")
+            .or(line.strip_prefix("# TYPE "))
+        {
+            Some(rest) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let name = if counters.contains(name) {
+                    format!("{name}_total")
+                } else {
+                    name.to_string()
+                };
+                format!("{} {name} {tail}", &line[..6])
+            }
+            None => line.split(" # ").next().unwrap_or(line).to_string(),
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// `promtool check metrics` of a real scrape (OpenMetrics, as `/metrics` serves it) is clean once
+/// in the text format promtool reads; the scrape as served draws only "no help text" for the
+/// counter families (promtool reads OpenMetrics' HELP of `x` for `x_total` as missing).
+fn check_metrics(promtool: &Path, openmetrics: &str) {
+    let (ok, problems) = promtool_check_metrics(promtool, &as_prometheus_text(openmetrics));
+    assert!(
+        ok && problems.is_empty(),
+        "promtool check metrics is not clean:\n{}",
+        problems.join("\n")
+    );
+    let (_, raw) = promtool_check_metrics(promtool, openmetrics);
+    let unexpected: Vec<&String> = raw
+        .iter()
+        .filter(|p| {
+            !p.strip_suffix(" no help text").is_some_and(|m| {
+                m.ends_with("_total")
+                    && openmetrics
+                        .contains(&format!("# TYPE {} counter", m.trim_end_matches("_total")))
+            })
+        })
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "promtool check metrics of the OpenMetrics scrape as served: {unexpected:#?}"
+    );
+}
+
+/// Checks one query against Prometheus; returns a list of problems (empty: fine).
+/// - every selector of a fleetnet-hub (or Prometheus) metric finds series in the last 15 min;
+/// - every label it groups or matches by exists on a series of the selectors below;
+/// - the whole expression evaluates, and, when `must_return`, returns series carrying every
+///   label of `legend`.
+async fn check_query(
+    prom: &Prometheus,
+    what: &str,
+    expr: &str,
+    must_return: bool,
+    legend: Option<&str>,
+) -> Vec<String> {
+    let mut problems = vec![];
+    let ast = match prom.parse(expr).await {
+        Ok(ast) => ast,
+        Err(e) => return vec![format!("{what}: does not parse: {e}")],
+    };
+    let reads = reads(&ast);
+    let external = |s: &Selector| EXTERNAL.contains(&s.name.as_str());
+    for s in reads.selectors.iter().filter(|s| !external(s)) {
+        match prom
+            .query(&format!("last_over_time({}[15m])", s.text))
+            .await
+        {
+            Ok(r) if !r.is_empty() => {}
+            Ok(_) => problems.push(format!("{what}: no series for {}", s.text)),
+            Err(e) => problems.push(format!("{what}: {e}")),
+        }
+    }
+    for (label, below) in &reads.labels {
+        let mut found = false;
+        for s in below.iter().filter(|s| !external(s)) {
+            let q = format!("count by ({label}) (last_over_time({}[15m]))", s.text);
+            if let Ok(r) = prom.query(&q).await {
+                found |= r.iter().any(|v| v["metric"].get(label.as_str()).is_some());
+            }
+        }
+        if !found {
+            problems.push(format!(
+                "{what}: no series has the label `{label}` it groups or matches by"
+            ));
+        }
+    }
+    let uses_external = reads.selectors.iter().any(external);
+    match prom.query(expr).await {
+        Err(e) => problems.push(format!("{what}: {e}")),
+        Ok(result) if must_return && !uses_external => {
+            if result.is_empty() {
+                problems.push(format!("{what}: returns nothing: {expr}"));
+            }
+            for label in legend.map(legend_labels).unwrap_or_default() {
+                if !result
+                    .iter()
+                    .any(|v| v["metric"].get(label.as_str()).is_some())
+                {
+                    problems.push(format!(
+                        "{what}: no series has the legend's label `{label}`"
+                    ));
+                }
+            }
+        }
+        Ok(_) => {}
+    }
+    problems
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_and_alerts_evaluate_against_a_real_prometheus_scraping_two_replicas() {
+    let started = Instant::now();
+    let promtool = promtool();
+    let rendered = render_chart(MONITORING_ON);
+    let (default_rules, sharded_rules) = rendered_rules();
+    let board = dashboard(&rendered);
+    // The job the ServiceMonitor's targets get is the metrics Service's name; the rules select it.
+    let job = one(&rendered, "Service")["metadata"]["name"]
+        .as_str()
+        .expect("metrics Service name")
+        .to_string();
+
+    let (mut fleet, hub) = fleet_with_release_namespace(&["alpha", "beta"]).await;
+    let dir = fleet.scratch_dir().join("kubeconfigs-operating");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    for m in ["alpha", "beta"] {
+        std::fs::copy(
+            fleet.member(m).kubeconfig_path(),
+            dir.join(format!("{m}.yaml")),
+        )
+        .expect("copy kubeconfig");
+    }
+    // A member whose apiserver answers only 429: failing, throttled, retried.
+    let throttling = throttling_server().await;
+    std::fs::write(dir.join("throttled.yaml"), throttled_kubeconfig(throttling))
+        .expect("write kubeconfig");
+
+    // Two replicas with leader election, as the chart deploys them.
+    let replica = |identity: &str| {
+        let mut cfg = app_config(&fleet, &dir);
+        cfg.leader_election = Some(LeaderElection {
+            namespace: "fleetnet-system".into(),
+            name: "fleetnet-hub".into(),
+            identity: identity.into(),
+            shard_members: false,
+        });
+        cfg
+    };
+    let leader = app::start(replica("replica-a"), Extensions::default())
+        .await
+        .expect("replica a starts");
+    eventually("replica-a leads", || async {
+        leader.leader.borrow().then_some(())
+    })
+    .await;
+    let standby = app::start(replica("replica-b"), Extensions::default())
+        .await
+        .expect("replica b starts");
+    for running in [&leader, &standby] {
+        for m in ["alpha", "beta"] {
+            wait_phase(running, m, Phase::Ready).await;
+        }
+        wait_phase(running, "throttled", Phase::Failing).await;
+    }
+    for m in ["alpha", "beta"] {
+        create_export_of(&fleet, m, "shop", "cart").await;
+        wait_ise(&hub, &fleet.hub_namespace(m), "shop-cart", |_| true).await;
+    }
+
+    // The hub goes away for a while: hub requests without an answer, a reconcile error.
+    fleet.hub_mut().stop();
+    let leader_metrics = leader.metrics.clone();
+    slowly("a hub request without an answer", || {
+        let text = leader_metrics.encode();
+        async move {
+            text.lines()
+                .any(|l| {
+                    l.starts_with("fleetnet_api_requests_total{client=\"hub\"")
+                        && l.contains("code=\"none\"")
+                })
+                .then_some(())
+        }
+    })
+    .await;
+    create_export_of(&fleet, "alpha", "shop", "during-outage").await;
+    slowly("a reconcile error during the outage", || {
+        let text = leader_metrics.encode();
+        async move {
+            text.lines()
+                .any(|l| {
+                    l.starts_with("fleetnet_reconcile_total{")
+                        && l.contains("outcome=\"error:")
+                        && !l.contains("not_leader")
+                })
+                .then_some(())
+        }
+    })
+    .await;
+    fleet.hub_mut().start().await.expect("hub back");
+    let hub = fleet.hub().client().await.expect("hub client");
+    slowly("the export made during the outage reaches the hub", || {
+        let api = ises(&hub, &fleet.hub_namespace("alpha"));
+        async move { api.get_opt("shop-during-outage").await.ok().flatten() }
+    })
+    .await;
+
+    // promtool check metrics on a real scrape of each replica.
+    for running in [&leader, &standby] {
+        let (status, body) = http_get(running.metrics_address, "/metrics").await;
+        assert_eq!(status, 200, "GET /metrics");
+        check_metrics(&promtool, &body);
+    }
+    let checked_metrics = started.elapsed();
+
+    // Prometheus scrapes both replicas, with the target labels the Prometheus Operator gives a
+    // ServiceMonitor's targets.
+    let target = |addr: std::net::SocketAddr, pod: &str| {
+        format!(
+            "      - targets: ['{addr}']\n        labels: {{namespace: fleetnet-system, pod: {pod}, container: fleetnet-hub, service: {job}, endpoint: metrics}}\n"
+        )
+    };
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: {job}\n    static_configs:\n{}{}",
+        target(leader.metrics_address, "fleetnet-hub-0"),
+        target(standby.metrics_address, "fleetnet-hub-1"),
+    );
+    let prom = Prometheus::start(&config).await;
+    let up = format!("count_over_time(up{{job=\"{job}\"}}[5m]) >= 10");
+    slowly("10 scrapes of both replicas", || {
+        let (prom, up) = (&prom, &up);
+        async move {
+            let r = prom.query(up).await.ok()?;
+            (r.len() == 2).then_some(())
+        }
+    })
+    .await;
+    let targets = prom
+        .api("targets", &[("state", "active")])
+        .await
+        .expect("targets");
+    let active = targets["activeTargets"].as_array().expect("activeTargets");
+    assert!(
+        active.len() == 2 && active.iter().all(|t| t["health"] == "up"),
+        "both replicas scraped: {targets:#}"
+    );
+
+    let mut problems = vec![];
+    // Variables first: their values are what the panels are evaluated with.
+    let mut values: Vec<(String, String)> = vec![];
+    for (name, selector, label) in label_values_variables(&board) {
+        let selector = values
+            .iter()
+            .fold(selector, |s, (n, v)| s.replace(&format!("${n}"), v));
+        let q = format!("count by ({label}) (last_over_time({selector}[15m]))");
+        let found: Vec<String> = match prom.query(&q).await {
+            Ok(r) => r
+                .iter()
+                .filter_map(|v| v["metric"][label.as_str()].as_str().map(str::to_string))
+                .collect(),
+            Err(e) => {
+                problems.push(format!("variable {name}: {e}"));
+                vec![]
+            }
+        };
+        if found.is_empty() {
+            problems.push(format!("variable {name}: label_values finds nothing"));
+        }
+        // As Grafana formats a multi-value selection for a regex matcher.
+        let value = if found.len() == 1 {
+            found[0].clone()
+        } else {
+            format!("({})", found.join("|"))
+        };
+        values.push((name, value));
+    }
+    let member_values = values
+        .iter()
+        .find(|(n, _)| n == "member")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    for m in ["alpha", "beta", "throttled"] {
+        assert!(
+            member_values.contains(m),
+            "$member lists {m}: {member_values}"
+        );
+    }
+    assert!(
+        values.iter().any(|(n, v)| n == "job" && *v == job),
+        "$job is {job}: {values:?}"
+    );
+
+    let queries = panel_queries(&board);
+    for q in &queries {
+        let expr = values
+            .iter()
+            .fold(q.expr.replace("$__rate_interval", "1m"), |e, (n, v)| {
+                e.replace(&format!("${n}"), v)
+            });
+        assert!(
+            !expr.contains('$'),
+            "panel {}: unknown variable in {expr}",
+            q.panel
+        );
+        problems.extend(
+            check_query(
+                &prom,
+                &format!("panel {:?}", q.panel),
+                &expr,
+                true,
+                q.legend.as_deref(),
+            )
+            .await,
+        );
+    }
+    let mut rules = alerts(&default_rules);
+    rules.extend(
+        alerts(&sharded_rules)
+            .into_iter()
+            .filter(|(a, _)| !rules.iter().any(|(b, _)| a == b))
+            .collect::<Vec<_>>(),
+    );
+    for (alert, expr) in &rules {
+        problems.extend(check_query(&prom, &format!("alert {alert}"), expr, false, None).await);
+        // The expression without its threshold returns series.
+        let ast = prom.parse(expr).await.expect("parsed above");
+        if let Some(lhs) = without_threshold(&ast, expr) {
+            match prom.query(&lhs).await {
+                Ok(r) if !r.is_empty() => {}
+                Ok(_) => problems.push(format!("alert {alert}: nothing without threshold: {lhs}")),
+                Err(e) => problems.push(format!("alert {alert}: {e}")),
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{} problems:\n{}\nPrometheus log:\n{}",
+        problems.len(),
+        problems.join("\n"),
+        prom.log()
+    );
+    eprintln!(
+        "operating: promtool check metrics clean after {checked_metrics:?}; {} panel queries and {} alert expressions evaluated against Prometheus; total {:?}",
+        queries.len(),
+        rules.len(),
+        started.elapsed()
+    );
+    drop(prom);
+    standby.shutdown().await;
+    leader.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn monitoring_objects_apply_to_a_hub_with_the_prometheus_operator_crds() {
+    let started = Instant::now();
+    let crds_dir = installed("prometheus-operator-crds");
+    let (_fleet, hub) = fleet_with_release_namespace(&["member-1"]).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
+    for file in [
+        "monitoring.coreos.com_servicemonitors.yaml",
+        "monitoring.coreos.com_prometheusrules.yaml",
+    ] {
+        let text = std::fs::read_to_string(crds_dir.join(file)).expect("CRD file");
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).expect("CRD parses");
+        let name = crd.metadata.name.clone().expect("CRD name");
+        crds.patch(
+            &name,
+            &PatchParams::apply("operating-test").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply CRD {name}: {e}"));
+        eventually(&format!("CRD {name} established"), || {
+            let crds = crds.clone();
+            let name = name.clone();
+            async move {
+                let crd = crds.get(&name).await.ok()?;
+                crd.status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+                    .then_some(())
+            }
+        })
+        .await;
+    }
+
+    // With the alert labels and dashboard folder an operator would set.
+    let mut args = MONITORING_ON.to_vec();
+    args.extend([
+        "--set",
+        "metrics.prometheusRule.labels.release=prometheus",
+        "--set",
+        "metrics.prometheusRule.alertLabels.team=networking",
+        "--set",
+        "metrics.grafanaDashboard.annotations.grafana_folder=Fleet",
+    ]);
+    let rendered = render_chart(&args);
+    let discovery = Discovery::new(hub.clone()).run().await.expect("discovery");
+    let mut applied = vec![];
+    for obj in rendered.iter().filter(|o| {
+        matches!(
+            o["kind"].as_str(),
+            Some("ServiceMonitor" | "PrometheusRule")
+        ) || (o["kind"] == "ConfigMap" && !o["metadata"]["labels"]["grafana_dashboard"].is_null())
+    }) {
+        let obj: DynamicObject = serde_json::from_value(obj.clone()).expect("an object");
+        let types = obj.types.clone().expect("apiVersion/kind");
+        let gvk = kube::api::GroupVersionKind::try_from(&types).expect("gvk");
+        let (resource, _) = discovery
+            .resolve_gvk(&gvk)
+            .unwrap_or_else(|| panic!("hub does not serve {gvk:?}"));
+        let name = obj.metadata.name.clone().expect("name");
+        let ns = obj.metadata.namespace.clone().expect("namespace");
+        let api: Api<DynamicObject> = Api::namespaced_with(hub.clone(), &ns, &resource);
+        let mut params = PatchParams::apply("operating-test").force();
+        // Unknown or misplaced fields are refused, not silently dropped.
+        params.field_validation = Some(ValidationDirective::Strict);
+        api.patch(&name, &params, &Patch::Apply(&obj))
+            .await
+            .unwrap_or_else(|e| panic!("apply {} {ns}/{name}: {e}", types.kind));
+        let back = api.get(&name).await.expect("read back");
+        // The stored object carries the rendered spec (no field pruned by the CRD's schema).
+        assert_eq!(
+            serde_json::to_value(&back.data).expect("JSON"),
+            serde_json::to_value(&obj.data).expect("JSON"),
+            "{} {name} stored as rendered",
+            types.kind
+        );
+        applied.push(types.kind);
+    }
+    applied.sort();
+    assert_eq!(
+        applied,
+        ["ConfigMap", "PrometheusRule", "ServiceMonitor"],
+        "each monitoring object applied"
+    );
+    eprintln!(
+        "monitoring objects applied with strict validation in {:?}",
+        started.elapsed()
+    );
+}
