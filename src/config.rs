@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::client::Limits;
+
 /// Per-member settings (`--member-config`).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -61,6 +63,74 @@ pub fn positive_rate(s: &str) -> Result<f64, String> {
         Ok(rate)
     } else {
         Err(format!("must be a positive number, got {s}"))
+    }
+}
+
+/// The request budgets: the same flags for `fleetnet-hub run` and `fleetnet-bench`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Budgets {
+    /// Sustained requests per second to each member's API server.
+    #[arg(long, env = "FLEETNET_KUBE_API_QPS", default_value_t = 20.0, value_parser = positive_rate)]
+    pub kube_api_qps: f64,
+    /// Burst of requests to each member's API server.
+    #[arg(long, env = "FLEETNET_KUBE_API_BURST", default_value_t = 30)]
+    pub kube_api_burst: u32,
+    /// Sustained Events per second to each member: a bucket of their own, apart from exports'.
+    #[arg(long, env = "FLEETNET_EVENT_QPS", default_value_t = 10.0, value_parser = positive_rate)]
+    pub event_qps: f64,
+    /// Burst of Events to each member.
+    #[arg(long, env = "FLEETNET_EVENT_BURST", default_value_t = 25)]
+    pub event_burst: u32,
+    /// Reconciles of one member running at once.
+    #[arg(long, env = "FLEETNET_RECONCILE_CONCURRENCY", default_value_t = 16)]
+    pub reconcile_concurrency: u16,
+    /// Sustained requests per second to the hub, shared by all members.
+    #[arg(long, env = "FLEETNET_HUB_API_QPS", default_value_t = 100.0, value_parser = positive_rate)]
+    pub hub_api_qps: f64,
+    /// Burst of requests to the hub.
+    #[arg(long, env = "FLEETNET_HUB_API_BURST", default_value_t = 200)]
+    pub hub_api_burst: u32,
+}
+
+impl Budgets {
+    /// The hub client's limits (one budget for all members).
+    pub fn hub(&self) -> Limits {
+        Limits {
+            qps: self.hub_api_qps,
+            burst: self.hub_api_burst,
+            ..Limits::default()
+        }
+    }
+
+    /// Each member client's limits, its Events' and its reconcile concurrency.
+    pub fn member(&self) -> Limits {
+        Limits {
+            qps: self.kube_api_qps,
+            burst: self.kube_api_burst,
+            event_qps: self.event_qps,
+            event_burst: self.event_burst,
+            reconcile_concurrency: self.reconcile_concurrency,
+            ..Limits::default()
+        }
+    }
+
+    /// The flags that reproduce these budgets (for a child process).
+    pub fn to_args(&self) -> Vec<String> {
+        [
+            ("--kube-api-qps", self.kube_api_qps.to_string()),
+            ("--kube-api-burst", self.kube_api_burst.to_string()),
+            ("--event-qps", self.event_qps.to_string()),
+            ("--event-burst", self.event_burst.to_string()),
+            (
+                "--reconcile-concurrency",
+                self.reconcile_concurrency.to_string(),
+            ),
+            ("--hub-api-qps", self.hub_api_qps.to_string()),
+            ("--hub-api-burst", self.hub_api_burst.to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(flag, value)| [flag.to_string(), value])
+        .collect()
     }
 }
 

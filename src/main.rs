@@ -6,8 +6,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use fleetnet_hub::app::{self, AppConfig, Extensions, LeaderElection};
 use fleetnet_hub::azure::{AzureConfig, AzureMembers};
-use fleetnet_hub::client::Limits;
-use fleetnet_hub::config::{MemberConfigFile, parse_duration, positive_rate};
+use fleetnet_hub::config::{Budgets, MemberConfigFile, parse_duration, positive_rate};
 use fleetnet_hub::fleet::RuntimeConfig;
 use fleetnet_hub::fleet::TrustPolicy;
 
@@ -91,27 +90,8 @@ pub struct RunArgs {
         default_value = "0.0.0.0:8081"
     )]
     health_probe_bind_address: String,
-    /// Sustained requests per second to each member's API server.
-    #[arg(long, env = "FLEETNET_KUBE_API_QPS", default_value_t = 20.0, value_parser = positive_rate)]
-    kube_api_qps: f64,
-    /// Burst of requests to each member's API server.
-    #[arg(long, env = "FLEETNET_KUBE_API_BURST", default_value_t = 30)]
-    kube_api_burst: u32,
-    /// Sustained Events per second to each member: a bucket of their own, apart from exports'.
-    #[arg(long, env = "FLEETNET_EVENT_QPS", default_value_t = 10.0, value_parser = positive_rate)]
-    event_qps: f64,
-    /// Burst of Events to each member.
-    #[arg(long, env = "FLEETNET_EVENT_BURST", default_value_t = 25)]
-    event_burst: u32,
-    /// Reconciles of one member running at once.
-    #[arg(long, env = "FLEETNET_RECONCILE_CONCURRENCY", default_value_t = 16)]
-    reconcile_concurrency: u16,
-    /// Sustained requests per second to the hub, shared by all members.
-    #[arg(long, env = "FLEETNET_HUB_API_QPS", default_value_t = 100.0, value_parser = positive_rate)]
-    hub_api_qps: f64,
-    /// Burst of requests to the hub.
-    #[arg(long, env = "FLEETNET_HUB_API_BURST", default_value_t = 200)]
-    hub_api_burst: u32,
+    #[command(flatten)]
+    budgets: Budgets,
     /// A member whose first sync takes longer is marked failing (and keeps trying).
     #[arg(long, env = "FLEETNET_MEMBER_SYNC_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     member_sync_timeout: Duration,
@@ -272,22 +252,11 @@ impl RunArgs {
         });
         Ok(AppConfig {
             hub_kubeconfig: self.hub_kubeconfig.clone(),
-            hub_limits: Limits {
-                qps: self.hub_api_qps,
-                burst: self.hub_api_burst,
-                ..Limits::default()
-            },
+            hub_limits: self.budgets.hub(),
             runtime: RuntimeConfig {
                 kubeconfig_dir: self.kubeconfig_dir.clone(),
                 namespace_prefix: self.hub_namespace_prefix.clone(),
-                member_limits: Limits {
-                    qps: self.kube_api_qps,
-                    burst: self.kube_api_burst,
-                    event_qps: self.event_qps,
-                    event_burst: self.event_burst,
-                    reconcile_concurrency: self.reconcile_concurrency,
-                    ..Limits::default()
-                },
+                member_limits: self.budgets.member(),
                 member_sync_timeout: self.member_sync_timeout,
                 cleanup_on_remove: self.cleanup_on_remove,
                 traffic_manager: self.enable_traffic_manager,

@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use fleetnet_bench::{self as bench, Churn, Config, Report};
-use fleetnet_hub::client::Limits;
-use fleetnet_hub::config::positive_rate;
+use fleetnet_hub::config::{Budgets, positive_rate};
 
 /// The line a sweep point's child process prints its report on.
 const JSON_PREFIX: &str = "BENCH-JSON ";
@@ -39,24 +38,8 @@ struct Cli {
     /// Seconds after convergence in which writes are counted (0: skip).
     #[arg(long, default_value_t = 60.0)]
     quiet: f64,
-    /// The hub client's budget, shared by all members.
-    #[arg(long, default_value_t = 100.0, value_parser = positive_rate)]
-    hub_api_qps: f64,
-    #[arg(long, default_value_t = 200)]
-    hub_api_burst: u32,
-    /// Each member client's budget.
-    #[arg(long, default_value_t = Limits::default().qps, value_parser = positive_rate)]
-    kube_api_qps: f64,
-    #[arg(long, default_value_t = Limits::default().burst)]
-    kube_api_burst: u32,
-    /// Each member's Events budget (a bucket of its own).
-    #[arg(long, default_value_t = Limits::default().event_qps, value_parser = positive_rate)]
-    event_qps: f64,
-    #[arg(long, default_value_t = Limits::default().event_burst)]
-    event_burst: u32,
-    /// Reconciles of one member running at once.
-    #[arg(long, default_value_t = Limits::default().reconcile_concurrency)]
-    reconcile_concurrency: u16,
+    #[command(flatten)]
+    budgets: Budgets,
     /// Give up when not converged after this many seconds.
     #[arg(long, default_value_t = 900.0)]
     converge_timeout: f64,
@@ -100,19 +83,8 @@ impl Cli {
         Ok(Config {
             members: self.members,
             exports: self.exports,
-            hub_limits: Limits {
-                qps: self.hub_api_qps,
-                burst: self.hub_api_burst,
-                ..Limits::default()
-            },
-            member_limits: Limits {
-                qps: self.kube_api_qps,
-                burst: self.kube_api_burst,
-                event_qps: self.event_qps,
-                event_burst: self.event_burst,
-                reconcile_concurrency: self.reconcile_concurrency,
-                ..Limits::default()
-            },
+            hub_limits: self.budgets.hub(),
+            member_limits: self.budgets.member(),
             quiet: seconds("quiet", self.quiet)?,
             churn,
             converge_timeout: seconds("converge-timeout", self.converge_timeout)?,
@@ -130,24 +102,11 @@ impl Cli {
             self.exports.to_string(),
             "--quiet".into(),
             self.quiet.to_string(),
-            "--hub-api-qps".into(),
-            self.hub_api_qps.to_string(),
-            "--hub-api-burst".into(),
-            self.hub_api_burst.to_string(),
-            "--kube-api-qps".into(),
-            self.kube_api_qps.to_string(),
-            "--kube-api-burst".into(),
-            self.kube_api_burst.to_string(),
-            "--event-qps".into(),
-            self.event_qps.to_string(),
-            "--event-burst".into(),
-            self.event_burst.to_string(),
-            "--reconcile-concurrency".into(),
-            self.reconcile_concurrency.to_string(),
             "--converge-timeout".into(),
             self.converge_timeout.to_string(),
             "--emit-json".into(),
         ];
+        args.extend(self.budgets.to_args());
         if let Some(rate) = self.churn {
             args.extend([
                 "--churn".into(),
