@@ -10,5 +10,6 @@ pub mod export;
 pub mod fleet;
 pub mod http;
 pub mod metrics;
+pub mod policy;
 pub mod sandbox;
 pub mod telemetry;

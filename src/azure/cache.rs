@@ -11,7 +11,7 @@ use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use tokio::time::Instant;
 
-use super::stats::AzureStats;
+use super::fleet::AzureStats;
 use crate::export::{LookupError, PublicIp};
 
 /// Public IPs of one resource group, keyed by normalised address.

@@ -6,14 +6,37 @@ use std::time::Duration;
 
 use azure_core::Url;
 
-use super::error::ConfigError;
-
 /// Azure public cloud Resource Manager endpoint.
 pub const AZURE_PUBLIC_CLOUD_ARM: &str = "https://management.azure.com";
 /// Azure public cloud Entra ID (AAD) authority host.
 pub const AZURE_PUBLIC_CLOUD_AUTHORITY: &str = "https://login.microsoftonline.com";
 /// The instance metadata service's managed identity token endpoint (Azure VMs / AKS nodes).
 pub const IMDS_TOKEN_ENDPOINT: &str = "http://169.254.169.254/metadata/identity/oauth2/token";
+
+/// A configuration field is missing or malformed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("invalid Azure configuration: {field} = {value:?} is not a valid URL: {reason}")]
+    InvalidUrl {
+        field: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("invalid Azure configuration: {field} is required for the {credential:?} credential")]
+    Missing {
+        field: &'static str,
+        credential: CredentialKind,
+    },
+    #[error("invalid Azure configuration: {field} {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}
 
 /// How the process authenticates to Azure Resource Manager.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -181,98 +204,72 @@ impl AzureConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         require_https_off_loopback("arm_endpoint", &self.arm_endpoint)?;
         require_https_off_loopback("authority_host", &self.authority_host)?;
-        if let Some(scope) = &self.arm_scope
-            && scope.trim().is_empty()
-        {
-            return Err(ConfigError::Invalid {
-                field: "arm_scope",
-                reason: "must not be empty when set".to_owned(),
-            });
+        if self.arm_scope.as_ref().is_some_and(|s| s.trim().is_empty()) {
+            return Err(invalid("arm_scope", "must not be empty when set"));
         }
-        let require = |field: &'static str, present: bool| {
-            if present {
-                Ok(())
-            } else {
-                Err(ConfigError::Missing {
-                    field,
-                    credential: self.credential,
-                })
-            }
-        };
-        match self.credential {
-            CredentialKind::WorkloadIdentity => {
-                require("tenant_id", non_empty(&self.tenant_id))?;
-                require("client_id", non_empty(&self.client_id))?;
-                require(
-                    "federated_token_file",
-                    self.federated_token_file
-                        .as_ref()
-                        .is_some_and(|p| !p.as_os_str().is_empty()),
-                )?;
-            }
-            CredentialKind::ClientSecret => {
-                require("tenant_id", non_empty(&self.tenant_id))?;
-                require("client_id", non_empty(&self.client_id))?;
-                require("client_secret", non_empty(&self.client_secret))?;
-            }
-            CredentialKind::ManagedIdentity => {
-                parse_http_url("managed_identity_endpoint", &self.managed_identity_endpoint)?;
-            }
-            CredentialKind::AzureCli => {}
-        }
+        self.validate_credential()?;
         if let Some(tenant) = &self.tenant_id
             && tenant.contains(['/', '?', '#'])
         {
-            return Err(ConfigError::Invalid {
-                field: "tenant_id",
-                reason: format!("{tenant:?} is not a tenant id or domain"),
-            });
+            let reason = format!("{tenant:?} is not a tenant id or domain");
+            return Err(invalid("tenant_id", reason));
         }
         if let Some(sub) = &self.default_subscription_id {
-            super::fleet::check_subscription(sub).map_err(|reason| ConfigError::Invalid {
-                field: "default_subscription_id",
-                reason,
-            })?;
+            super::fleet::check_subscription(sub)
+                .map_err(|reason| invalid("default_subscription_id", reason))?;
         }
-        if !(self.arm_qps.is_finite() && self.arm_qps > 0.0) {
-            return Err(ConfigError::Invalid {
-                field: "arm_qps",
-                reason: format!("must be a positive number, got {}", self.arm_qps),
-            });
-        }
-        if Duration::try_from_secs_f64(1.0 / self.arm_qps).is_err()
-            || Duration::from_secs_f64(1.0 / self.arm_qps).is_zero()
-        {
-            return Err(ConfigError::Invalid {
-                field: "arm_qps",
-                reason: format!("{} is out of range", self.arm_qps),
-            });
-        }
-        let positive = |field: &'static str, ok: bool| {
-            if ok {
-                Ok(())
-            } else {
-                Err(ConfigError::Invalid {
-                    field,
-                    reason: "must be greater than zero".to_owned(),
-                })
+        crate::policy::bucket(self.arm_qps, self.arm_burst).map_err(|e| match e {
+            "burst must be at least 1" => invalid("arm_burst", "must be greater than zero"),
+            e => invalid("arm_qps", format!("{e}, got {}", self.arm_qps)),
+        })?;
+        for (field, positive) in [
+            ("max_concurrency", self.max_concurrency > 0),
+            ("cache_ttl", !self.cache_ttl.is_zero()),
+            ("request_timeout", !self.request_timeout.is_zero()),
+            ("retry_base_delay", !self.retry_base_delay.is_zero()),
+        ] {
+            if !positive {
+                return Err(invalid(field, "must be greater than zero"));
             }
-        };
-        positive("arm_burst", self.arm_burst > 0)?;
-        positive("max_concurrency", self.max_concurrency > 0)?;
-        positive("cache_ttl", !self.cache_ttl.is_zero())?;
-        positive("request_timeout", !self.request_timeout.is_zero())?;
-        positive("retry_base_delay", !self.retry_base_delay.is_zero())?;
+        }
         if self.miss_refresh_interval > self.cache_ttl {
-            return Err(ConfigError::Invalid {
-                field: "miss_refresh_interval",
-                reason: format!(
-                    "{:?} is longer than cache_ttl {:?}",
-                    self.miss_refresh_interval, self.cache_ttl
-                ),
-            });
+            let (miss, ttl) = (self.miss_refresh_interval, self.cache_ttl);
+            return Err(invalid(
+                "miss_refresh_interval",
+                format!("{miss:?} is longer than cache_ttl {ttl:?}"),
+            ));
         }
         Ok(())
+    }
+
+    /// The fields the chosen credential needs.
+    fn validate_credential(&self) -> Result<(), ConfigError> {
+        let require = |field: &'static str, value: &Option<String>| match non_empty(value) {
+            true => Ok(()),
+            false => Err(ConfigError::Missing {
+                field,
+                credential: self.credential,
+            }),
+        };
+        match self.credential {
+            CredentialKind::WorkloadIdentity => {
+                require("tenant_id", &self.tenant_id)?;
+                require("client_id", &self.client_id)?;
+                let file = self.federated_token_file.as_ref();
+                let file = file.map(|p| p.to_string_lossy().into_owned());
+                require("federated_token_file", &file)
+            }
+            CredentialKind::ClientSecret => {
+                require("tenant_id", &self.tenant_id)?;
+                require("client_id", &self.client_id)?;
+                require("client_secret", &self.client_secret)
+            }
+            CredentialKind::ManagedIdentity => {
+                parse_http_url("managed_identity_endpoint", &self.managed_identity_endpoint)
+                    .map(drop)
+            }
+            CredentialKind::AzureCli => Ok(()),
+        }
     }
 
     /// The scope requested from the token endpoint for ARM.

@@ -1,29 +1,10 @@
-//! Which Kubernetes verb and resource a request is, from its method and path.
+//! Which Kubernetes verb and resource a request is, from its method and path, and so whether
+//! it may be sent again: watches never here (the watcher resumes them), reads after a 429, 5xx
+//! or no answer, writes after a 429 only (a write may have happened; the reconcile re-reads).
 
 use http::{Method, Uri};
 
-/// The Kubernetes verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
-/// `deletecollection`) and resource (`services`, `serviceexports/status`, …) of a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestKind {
-    pub verb: &'static str,
-    pub resource: String,
-}
-
-/// Whether a Kubernetes verb changes state.
-pub fn is_write_verb(verb: &str) -> bool {
-    matches!(
-        verb,
-        "create" | "update" | "patch" | "delete" | "deletecollection"
-    )
-}
-
-impl RequestKind {
-    /// Whether the request changes state.
-    pub fn is_write(&self) -> bool {
-        is_write_verb(self.verb)
-    }
-}
+use crate::policy::{Repeat, RequestKind};
 
 /// Classifies `/api/v1/…` and `/apis/<group>/<version>/…` requests; anything else
 /// (`/readyz`, `/version`, discovery) is `get` of resource `-`.
@@ -59,7 +40,16 @@ pub fn classify(method: &Method, uri: &Uri) -> RequestKind {
         Method::DELETE => "deletecollection",
         _ => "other",
     };
-    RequestKind { verb, resource }
+    let repeat = match verb {
+        "watch" => Repeat::Never,
+        "get" | "list" => Repeat::Always,
+        _ => Repeat::Throttled,
+    };
+    RequestKind {
+        verb,
+        resource,
+        repeat,
+    }
 }
 
 #[cfg(test)]
