@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use http::Request;
 use kube::client::{Body, ClientBuilder};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::Semaphore;
 use tower::{BoxError, buffer::BufferLayer};
 
@@ -70,6 +71,30 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// The kubeconfig (or the in-cluster configuration) cannot be used; kube's message, which
+    /// may quote a value of the file.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// The one way from a kubeconfig to a client: `kubeconfig` is a member's, vetted by
+/// `fleet::vet`, or the hub's, the operator's own; `None` is the in-cluster configuration.
+/// Returns the client ([`build_fenced`]) and its API server's URL.
+pub async fn from_kubeconfig(
+    name: &str,
+    kubeconfig: Option<Kubeconfig>,
+    limits: &Limits,
+    stats: Arc<ClientStats>,
+    fence: Fence,
+) -> Result<(kube::Client, String), Error> {
+    let config = match kubeconfig {
+        Some(kc) => kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| Error::Config(e.to_string()))?,
+        None => kube::Config::incluster().map_err(|e| Error::Config(e.to_string()))?,
+    };
+    let server = config.cluster_url.to_string();
+    Ok((build_fenced(name, config, limits, stats, fence)?, server))
 }
 
 /// Builds a client for `config` whose requests all pass through `limits`, counted in `stats`.
