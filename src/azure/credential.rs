@@ -50,7 +50,7 @@ pub(crate) fn build(
             field(&config.client_id, "client_id")?,
             field(&config.client_secret, "client_secret")?,
         )),
-        CredentialKind::WorkloadIdentity => Arc::new(FederatedTokenFileCredential {
+        CredentialKind::WorkloadIdentity => Arc::new(Cached::new(FederatedTokenFileCredential {
             http,
             authority_host: authority,
             tenant_id: field(&config.tenant_id, "tenant_id")?,
@@ -59,9 +59,8 @@ pub(crate) fn build(
                 .federated_token_file
                 .clone()
                 .ok_or_else(|| fail("federated_token_file is required".to_owned()))?,
-            cache: TokenCache::default(),
-        }),
-        CredentialKind::ManagedIdentity => Arc::new(ManagedIdentityCredential {
+        })),
+        CredentialKind::ManagedIdentity => Arc::new(Cached::new(ManagedIdentityCredential {
             http,
             endpoint: parse_http_url(
                 "managed_identity_endpoint",
@@ -69,35 +68,52 @@ pub(crate) fn build(
             )
             .map_err(|e| fail(e.to_string()))?,
             client_id: config.client_id.clone().filter(|v| !v.trim().is_empty()),
-            cache: TokenCache::default(),
-        }),
+        })),
         CredentialKind::AzureCli => Arc::new(AzureCliCredential::new()),
     })
 }
 
-/// Per-scope token cache; the mutex makes concurrent callers share one token request.
-#[derive(Debug, Default)]
-struct TokenCache(tokio::sync::Mutex<HashMap<Vec<String>, AccessToken>>);
+/// Fetches a new token for a scope; [`Cached`] keeps it until shortly before it expires.
+#[async_trait::async_trait]
+trait Fetch: Send + Sync + std::fmt::Debug {
+    async fn fetch(&self, scopes: &[&str]) -> azure_core::Result<AccessToken>;
+}
 
-impl TokenCache {
-    async fn get<F>(&self, scopes: &[&str], fetch: F) -> azure_core::Result<AccessToken>
-    where
-        F: Future<Output = azure_core::Result<AccessToken>>,
-    {
+/// A [`Fetch`] with a per-scope token cache; the mutex makes concurrent callers share one
+/// token request.
+#[derive(Debug)]
+struct Cached<F> {
+    source: F,
+    tokens: tokio::sync::Mutex<HashMap<Vec<String>, AccessToken>>,
+}
+
+impl<F> Cached<F> {
+    fn new(source: F) -> Self {
+        Self {
+            source,
+            tokens: Default::default(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl<F: Fetch> TokenCredential for Cached<F> {
+    async fn get_token(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
         let key: Vec<String> = scopes.iter().map(|s| (*s).to_owned()).collect();
-        let mut tokens = self.0.lock().await;
+        let mut tokens = self.tokens.lock().await;
         if let Some(token) = tokens.get(&key)
             && token.expires_on > OffsetDateTime::now_utc() + REFRESH_MARGIN
         {
             return Ok(token.clone());
         }
-        let token = fetch.await?;
+        let token = self.source.fetch(scopes).await?;
         tokens.insert(key, token.clone());
         Ok(token)
     }
 
-    async fn clear(&self) {
-        self.0.lock().await.clear();
+    async fn clear_cache(&self) -> azure_core::Result<()> {
+        self.tokens.lock().await.clear();
+        Ok(())
     }
 }
 
@@ -109,10 +125,10 @@ pub(crate) struct FederatedTokenFileCredential {
     tenant_id: String,
     client_id: String,
     token_file: PathBuf,
-    cache: TokenCache,
 }
 
-impl FederatedTokenFileCredential {
+#[async_trait::async_trait]
+impl Fetch for FederatedTokenFileCredential {
     async fn fetch(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
         let assertion = tokio::fs::read_to_string(&self.token_file)
             .await
@@ -153,28 +169,16 @@ impl FederatedTokenFileCredential {
     }
 }
 
-#[async_trait::async_trait]
-impl TokenCredential for FederatedTokenFileCredential {
-    async fn get_token(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
-        self.cache.get(scopes, self.fetch(scopes)).await
-    }
-
-    async fn clear_cache(&self) -> azure_core::Result<()> {
-        self.cache.clear().await;
-        Ok(())
-    }
-}
-
 /// Managed identity through the instance metadata service (system- or user-assigned).
 #[derive(Debug)]
 pub(crate) struct ManagedIdentityCredential {
     http: Arc<dyn HttpClient>,
     endpoint: Url,
     client_id: Option<String>,
-    cache: TokenCache,
 }
 
-impl ManagedIdentityCredential {
+#[async_trait::async_trait]
+impl Fetch for ManagedIdentityCredential {
     async fn fetch(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
         let [scope] = scopes else {
             return Err(Error::message(
@@ -259,17 +263,5 @@ impl ManagedIdentityCredential {
             )
         })?;
         Ok(AccessToken::new(Secret::new(token.to_owned()), expires_on))
-    }
-}
-
-#[async_trait::async_trait]
-impl TokenCredential for ManagedIdentityCredential {
-    async fn get_token(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
-        self.cache.get(scopes, self.fetch(scopes)).await
-    }
-
-    async fn clear_cache(&self) -> azure_core::Result<()> {
-        self.cache.clear().await;
-        Ok(())
     }
 }

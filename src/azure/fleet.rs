@@ -293,14 +293,4 @@ impl AzureFleet {
     pub fn stats_handle(&self) -> Arc<AzureStats> {
         Arc::clone(&self.stats)
     }
-
-    /// The process's one token credential (e.g. for a readiness check).
-    pub fn credential(&self) -> Arc<dyn TokenCredential> {
-        Arc::clone(&self.credential)
-    }
-
-    /// The validated configuration this fleet was built from.
-    pub fn config(&self) -> &AzureConfig {
-        &self.config
-    }
 }

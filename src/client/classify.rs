@@ -56,85 +56,34 @@ pub fn classify(method: &Method, uri: &Uri) -> RequestKind {
 mod tests {
     use super::*;
 
-    fn kind(method: Method, uri: &str) -> (&'static str, String) {
-        let k = classify(&method, &uri.parse().expect("uri"));
-        (k.verb, k.resource)
-    }
-
     #[test]
-    fn verbs_and_resources() {
-        let cases = [
-            (
-                Method::GET,
-                "/api/v1/namespaces/ns/services/web",
-                "get",
-                "services",
-            ),
-            (
-                Method::GET,
-                "/api/v1/services?limit=500",
-                "list",
-                "services",
-            ),
-            (
-                Method::GET,
-                "/api/v1/services?watch=true&resourceVersion=1",
-                "watch",
-                "services",
-            ),
-            (
-                Method::PATCH,
-                "/apis/networking.fleet.azure.com/v1beta1/namespaces/ns/serviceexports/web/status",
-                "patch",
-                "serviceexports/status",
-            ),
-            (
-                Method::POST,
-                "/apis/networking.fleet.azure.com/v1alpha1/namespaces/fleet-member-a/internalserviceexports",
-                "create",
-                "internalserviceexports",
-            ),
-            (
-                Method::DELETE,
-                "/apis/networking.fleet.azure.com/v1alpha1/namespaces/x/internalserviceexports/y",
-                "delete",
-                "internalserviceexports",
-            ),
-            (
-                Method::PUT,
-                "/apis/coordination.k8s.io/v1/namespaces/x/leases/l",
-                "update",
-                "leases",
-            ),
-            (
-                Method::GET,
-                "/api/v1/namespaces/fleet-member-a",
-                "get",
-                "namespaces",
-            ),
-            (Method::GET, "/api/v1/namespaces", "list", "namespaces"),
-            (Method::GET, "/readyz", "get", "-"),
-        ];
-        for (m, uri, verb, resource) in cases {
-            assert_eq!(kind(m, uri), (verb, resource.to_string()), "{uri}");
+    fn verbs_resources_and_repeats() {
+        let cases = "
+            GET /api/v1/namespaces/ns/services/web get services Always
+            GET /api/v1/services?limit=500 list services Always
+            GET /api/v1/services?watch=true&resourceVersion=1 watch services Never
+            PATCH /apis/networking.fleet.azure.com/v1beta1/namespaces/ns/serviceexports/web/status patch serviceexports/status Throttled
+            POST /apis/networking.fleet.azure.com/v1alpha1/namespaces/m/internalserviceexports create internalserviceexports Throttled
+            DELETE /apis/networking.fleet.azure.com/v1alpha1/namespaces/x/internalserviceexports/y delete internalserviceexports Throttled
+            PUT /apis/coordination.k8s.io/v1/namespaces/x/leases/l update leases Throttled
+            GET /api/v1/namespaces/fleet-member-a get namespaces Always
+            GET /api/v1/namespaces list namespaces Always
+            GET /readyz get - Always";
+        for case in cases.trim().lines() {
+            let [method, uri, verb, resource, repeat] =
+                case.split_whitespace().collect::<Vec<_>>()[..]
+            else {
+                panic!("{case}");
+            };
+            let method = Method::from_bytes(method.as_bytes()).expect("method");
+            let kind = classify(&method, &uri.parse().expect("uri"));
+            assert_eq!(
+                (kind.verb, kind.resource.as_str()),
+                (verb, resource),
+                "{uri}"
+            );
+            assert_eq!(format!("{:?}", kind.repeat), repeat, "{uri}");
+            assert_eq!(kind.is_write(), !matches!(verb, "get" | "list" | "watch"));
         }
-    }
-
-    #[test]
-    fn writes() {
-        assert!(
-            classify(
-                &Method::PATCH,
-                &"/api/v1/namespaces/a/services/b".parse().expect("uri")
-            )
-            .is_write()
-        );
-        assert!(
-            !classify(
-                &Method::GET,
-                &"/api/v1/namespaces/a/services/b".parse().expect("uri")
-            )
-            .is_write()
-        );
     }
 }
