@@ -208,19 +208,7 @@ impl Fetch for ManagedIdentityCredential {
         let (status, _, body) = response.deconstruct();
         let body = body.collect().await?;
         if !status.is_success() {
-            // Only the OAuth error fields: the body itself is never echoed (it may carry anything).
-            let reason = serde_json::from_slice::<serde_json::Value>(&body)
-                .ok()
-                .map(|v| {
-                    ["error", "error_description"]
-                        .iter()
-                        .filter_map(|k| v.get(*k).and_then(|e| e.as_str()))
-                        .map(|e| e.chars().take(200).collect::<String>())
-                        .collect::<Vec<_>>()
-                        .join(": ")
-                })
-                .filter(|r| !r.is_empty())
-                .unwrap_or_else(|| format!("{} bytes, not an OAuth error", body.len()));
+            let reason = oauth_reason(&body);
             return Err(Error::with_message(ErrorKind::Credential, || {
                 format!(
                     "managed identity endpoint {} answered HTTP {}: {reason}",
@@ -229,39 +217,46 @@ impl Fetch for ManagedIdentityCredential {
                 )
             }));
         }
-        let value: serde_json::Value = serde_json::from_slice(&body)
-            .with_context(ErrorKind::Credential, || {
-                "managed identity token response is not JSON".to_owned()
-            })?;
-        let token = value
-            .get("access_token")
-            .and_then(|t| t.as_str())
-            .ok_or_else(|| {
-                Error::message(
-                    ErrorKind::Credential,
-                    "managed identity token response has no access_token",
-                )
-            })?;
-        // IMDS sends numbers as strings; accept both.
-        let number = |key: &str| {
-            value.get(key).and_then(|v| {
-                v.as_i64()
-                    .or_else(|| v.as_str().and_then(|s| s.parse::<i64>().ok()))
-            })
-        };
-        let expires_on = match (number("expires_on"), number("expires_in")) {
-            (Some(at), _) => OffsetDateTime::from_unix_timestamp(at).ok(),
-            (None, Some(secs)) => Some(
-                OffsetDateTime::now_utc() + Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
-            ),
-            (None, None) => None,
-        }
-        .ok_or_else(|| {
-            Error::message(
-                ErrorKind::Credential,
-                "managed identity token response has no usable expires_on / expires_in",
-            )
-        })?;
-        Ok(AccessToken::new(Secret::new(token.to_owned()), expires_on))
+        imds_token(&body)
     }
+}
+
+/// Only the OAuth error fields: the body itself is never echoed (it may carry anything).
+fn oauth_reason(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .map(|v| {
+            ["error", "error_description"]
+                .iter()
+                .filter_map(|k| v.get(*k).and_then(|e| e.as_str()))
+                .map(|e| e.chars().take(200).collect::<String>())
+                .collect::<Vec<_>>()
+                .join(": ")
+        })
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| format!("{} bytes, not an OAuth error", body.len()))
+}
+
+/// The token of an IMDS answer, which sends numbers as strings (both are accepted).
+fn imds_token(body: &[u8]) -> azure_core::Result<AccessToken> {
+    let fail = |what: &'static str| Error::message(ErrorKind::Credential, what);
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|_| fail("managed identity token response is not JSON"))?;
+    let token = value.get("access_token").and_then(|t| t.as_str());
+    let token = token.ok_or_else(|| fail("managed identity token response has no access_token"))?;
+    let number = |key: &str| {
+        let v = value.get(key)?;
+        v.as_i64().or_else(|| v.as_str()?.parse().ok())
+    };
+    let expires_on = match (number("expires_on"), number("expires_in")) {
+        (Some(at), _) => OffsetDateTime::from_unix_timestamp(at).ok(),
+        (None, Some(secs)) => {
+            Some(OffsetDateTime::now_utc() + Duration::from_secs(u64::try_from(secs).unwrap_or(0)))
+        }
+        (None, None) => None,
+    };
+    let expires_on = expires_on.ok_or_else(|| {
+        fail("managed identity token response has no usable expires_on / expires_in")
+    })?;
+    Ok(AccessToken::new(Secret::new(token.to_owned()), expires_on))
 }
