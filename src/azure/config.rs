@@ -302,23 +302,41 @@ mod tests {
         assert!(text.contains("<redacted>"), "{text}");
     }
 
+    /// The error of `secret_config()` changed by `change`.
+    fn error_of(change: impl FnOnce(&mut AzureConfig)) -> String {
+        let mut c = secret_config();
+        change(&mut c);
+        c.validate()
+            .map_or_else(|e| e.to_string(), |()| "valid".into())
+    }
+
     #[test]
     fn validate_names_the_missing_field() {
         assert!(secret_config().validate().is_ok());
-        let mut c = secret_config();
-        c.client_secret = None;
-        let err = c.validate().unwrap_err().to_string();
-        assert!(err.contains("client_secret"), "{err}");
-
-        let c = AzureConfig::default(); // workload identity without tenant
-        let err = c.validate().unwrap_err().to_string();
-        assert!(err.contains("tenant_id"), "{err}");
-
-        let mut c = secret_config();
-        c.arm_endpoint = "not a url".into();
-        let err = c.validate().unwrap_err().to_string();
-        assert!(err.contains("arm_endpoint"), "{err}");
-
+        let err = AzureConfig::default().validate().unwrap_err().to_string();
+        assert!(
+            err.contains("tenant_id"),
+            "{err}: workload identity without tenant"
+        );
+        type Change = fn(&mut AzureConfig);
+        let cases: [(Change, &str); 6] = [
+            (|c| c.client_secret = None, "client_secret"),
+            (|c| c.arm_endpoint = "not a url".into(), "arm_endpoint"),
+            (|c| c.arm_qps = 0.0, "arm_qps"),
+            (|c| c.arm_burst = 0, "arm_burst"),
+            (
+                |c| c.miss_refresh_interval = Duration::from_secs(60),
+                "miss_refresh_interval",
+            ),
+            (
+                |c| c.default_subscription_id = Some("a/b".into()),
+                "default_subscription_id",
+            ),
+        ];
+        for (change, field) in cases {
+            let err = error_of(change);
+            assert!(err.contains(field), "{err}");
+        }
         for (arm, authority, ok) in [
             (
                 "http://management.example.com",
@@ -333,37 +351,13 @@ mod tests {
             ("http://127.0.0.1:8080", "http://localhost:9090", true),
             ("http://[::1]:8080", "https://login.example.com", true),
         ] {
-            let mut c = secret_config();
-            c.arm_endpoint = arm.into();
-            c.authority_host = authority.into();
-            assert_eq!(c.validate().is_ok(), ok, "{arm} {authority}");
-            if !ok {
-                let err = c.validate().unwrap_err().to_string();
-                assert!(err.contains("must be https"), "{err}");
-            }
+            let err = error_of(|c| {
+                c.arm_endpoint = arm.into();
+                c.authority_host = authority.into();
+            });
+            let want = if ok { "valid" } else { "must be https" };
+            assert!(err.contains(want), "{arm} {authority}: {err}");
         }
-
-        let mut c = secret_config();
-        c.arm_qps = 0.0;
-        assert!(c.validate().unwrap_err().to_string().contains("arm_qps"));
-
-        let mut c = secret_config();
-        c.miss_refresh_interval = Duration::from_secs(60);
-        assert!(
-            c.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("miss_refresh_interval")
-        );
-
-        let mut c = secret_config();
-        c.default_subscription_id = Some("a/b".into());
-        assert!(
-            c.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("default_subscription_id")
-        );
     }
 
     #[test]
