@@ -141,6 +141,17 @@ impl Default for Metrics {
     }
 }
 
+/// Registers each `(name, help, unit, metric)`, in order (the order of the families on
+/// `/metrics`).
+macro_rules! register {
+    ($registry:expr, $(($name:expr, $help:expr, $unit:expr, $metric:expr)),* $(,)?) => {
+        $(match $unit {
+            Some(unit) => $registry.register_with_unit($name, $help, unit, $metric),
+            None => $registry.register($name, $help, $metric),
+        })*
+    };
+}
+
 impl Metrics {
     /// Every family registered, no member yet.
     pub fn new() -> Self {
@@ -157,48 +168,56 @@ impl Metrics {
             export_duration: Family::new_with_constructor(export_duration_histogram),
         };
         let registry = &mut m.registry;
-        registry.register(
-            "fleetnet_reconcile",
-            "Reconciles of ServiceExports, by member and outcome (exported, unexported, skipped, invalid:<reason>, error:<step>)",
-            m.reconciles.clone(),
-        );
-        registry.register_with_unit(
-            "fleetnet_reconcile_duration",
-            "Duration of one reconcile, by member",
-            Unit::Seconds,
-            m.durations.clone(),
-        );
-        registry.register(
-            "fleetnet_reconciles_in_flight",
-            "Reconciles running now, by member (the member's work-queue depth being processed)",
-            m.in_flight.clone(),
-        );
-        registry.register(
-            "fleetnet_controller_errors",
-            "Errors of a member's controller outside reconciles (watch failures), by member",
-            m.controller_errors.clone(),
-        );
-        registry.register(
-            "fleetnet_ise_writes",
-            "InternalServiceExport writes to the hub, by op (create, update, delete)",
-            m.ise_writes.clone(),
-        );
-        registry.register_with_unit(
-            "fleetnet_export_latency",
-            "Time from a Service change being first seen (exportedSince) to its InternalServiceExport written",
-            Unit::Seconds,
-            m.export_latency.clone(),
-        );
-        registry.register_with_unit(
-            "fleetnet_conflict_reflected_latency",
-            "Time from an export to the hub's conflict verdict reflected on the ServiceExport",
-            Unit::Seconds,
-            m.conflict_latency.clone(),
-        );
-        registry.register(
-            EXPORT_DURATION_METRIC,
-            "Time from a Service export (exportedSince) to the hub's conflict verdict reflected on its ServiceExport, in milliseconds, by member (origin_cluster_id); fleet-networking's metric",
-            m.export_duration.clone(),
+        register!(
+            registry,
+            (
+                "fleetnet_reconcile",
+                "Reconciles of ServiceExports, by member and outcome (exported, unexported, skipped, invalid:<reason>, error:<step>)",
+                None,
+                m.reconciles.clone()
+            ),
+            (
+                "fleetnet_reconcile_duration",
+                "Duration of one reconcile, by member",
+                Some(Unit::Seconds),
+                m.durations.clone()
+            ),
+            (
+                "fleetnet_reconciles_in_flight",
+                "Reconciles running now, by member (the member's work-queue depth being processed)",
+                None,
+                m.in_flight.clone()
+            ),
+            (
+                "fleetnet_controller_errors",
+                "Errors of a member's controller outside reconciles (watch failures), by member",
+                None,
+                m.controller_errors.clone()
+            ),
+            (
+                "fleetnet_ise_writes",
+                "InternalServiceExport writes to the hub, by op (create, update, delete)",
+                None,
+                m.ise_writes.clone()
+            ),
+            (
+                "fleetnet_export_latency",
+                "Time from a Service change being first seen (exportedSince) to its InternalServiceExport written",
+                Some(Unit::Seconds),
+                m.export_latency.clone()
+            ),
+            (
+                "fleetnet_conflict_reflected_latency",
+                "Time from an export to the hub's conflict verdict reflected on the ServiceExport",
+                Some(Unit::Seconds),
+                m.conflict_latency.clone()
+            ),
+            (
+                EXPORT_DURATION_METRIC,
+                "Time from a Service export (exportedSince) to the hub's conflict verdict reflected on its ServiceExport, in milliseconds, by member (origin_cluster_id); fleet-networking's metric",
+                None,
+                m.export_duration.clone()
+            ),
         );
         registry.register_collector(Box::new(ScrapeCollector(m.shared.clone())));
         m
