@@ -17,6 +17,7 @@ use http::Request;
 use kube::client::{Body, ClientBuilder};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::Semaphore;
+use tower::filter::FilterLayer;
 use tower::{BoxError, buffer::BufferLayer};
 
 pub use crate::policy::{ClientStats, RequestCount, RequestKind, RetryLimits};
@@ -141,7 +142,7 @@ pub fn build_fenced(
     // The buffer makes kube's boxed stack cloneable, so a request can wait for its token
     // without holding the service. Layers listed inner to outer.
     Ok(builder
-        .with_layer(&fence::FenceLayer(fence))
+        .with_layer(&FilterLayer::new(fence))
         .with_layer(&tower::util::MapRequestLayer::new(identify))
         .with_layer(&BufferLayer::new(1024))
         .with_layer(&policy.layers())
@@ -153,7 +154,7 @@ pub fn build_fenced(
 pub fn fenced_view(client: &kube::Client, fence: Fence) -> kube::Client {
     let shared = client.clone();
     let service = tower::ServiceBuilder::new()
-        .layer(fence::FenceLayer(fence))
+        .layer(FilterLayer::new(fence))
         .service_fn(move |req: Request<Body>| {
             let shared = shared.clone();
             async move { shared.send(req).await.map_err(BoxError::from) }
