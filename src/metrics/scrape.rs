@@ -1,5 +1,5 @@
 //! The scrape-time series: member state, API requests, rate-limiter wait and Azure counters,
-//! read from [`FleetState`], each client's [`ClientStats`] and the Azure source when encoded.
+//! read from [`crate::fleet::FleetState`], each client's [`ClientStats`] and the Azure source when encoded.
 
 use std::fmt;
 use std::sync::Arc;
