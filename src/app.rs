@@ -106,28 +106,26 @@ async fn fenced_hub_client(
     stats: Arc<ClientStats>,
     fence: client::Fence,
 ) -> Result<kube::Client, Error> {
-    let config = match path {
-        Some(path) => {
-            // Parser errors quote the offending value, which may be a token or a key.
-            let failed = |e: &dyn std::fmt::Display| {
-                Error::Hub(format!(
-                    "kubeconfig {}: {}",
-                    path.display(),
-                    crate::fleet::redact_quoted(&e.to_string())
-                ))
-            };
-            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| failed(&e))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .map_err(|e| failed(&e))?
-        }
-        None => kube::Config::incluster().map_err(|e| {
-            Error::Hub(format!(
-                "in-cluster configuration (no --hub-kubeconfig given): {e}"
-            ))
-        })?,
+    // Parser errors quote the offending value, which may be a token or a key.
+    let failed = |e: &dyn std::fmt::Display| match path {
+        Some(path) => Error::Hub(format!(
+            "kubeconfig {}: {}",
+            path.display(),
+            crate::fleet::redact_quoted(&e.to_string())
+        )),
+        None => Error::Hub(format!(
+            "in-cluster configuration (no --hub-kubeconfig given): {e}"
+        )),
     };
-    client::build_fenced(name, config, limits, stats, fence).map_err(|e| Error::Hub(e.to_string()))
+    let kubeconfig = match path {
+        Some(path) => Some(kube::config::Kubeconfig::read_from(path).map_err(|e| failed(&e))?),
+        None => None,
+    };
+    match client::from_kubeconfig(name, kubeconfig, limits, stats, fence).await {
+        Ok((client, _)) => Ok(client),
+        Err(e @ client::Error::Config(_)) => Err(failed(&e)),
+        Err(e) => Err(Error::Hub(e.to_string())),
+    }
 }
 
 /// Starts everything and returns at once; [`Running::shutdown`] stops it.

@@ -11,6 +11,7 @@ pub mod export;
 pub mod fleet;
 pub mod http;
 pub mod metrics;
+pub mod policy;
 #[cfg(feature = "sandbox")]
 pub mod sandbox;
 pub mod telemetry;

@@ -11,7 +11,7 @@ use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use tokio::time::Instant;
 
-use super::stats::AzureStats;
+use super::fleet::AzureStats;
 use crate::export::{LookupError, PublicIp};
 
 /// Public IPs of one resource group, keyed by normalised address.
@@ -49,18 +49,27 @@ struct GroupState {
     error_until: Option<(Instant, LookupError)>,
 }
 
-#[derive(Default)]
-struct Group {
-    state: Mutex<GroupState>,
+impl GroupState {
+    /// Forgets the LIST of `generation` once it is over (a newer one may be in flight).
+    fn landed(&mut self, generation: u64) {
+        if self
+            .in_flight
+            .as_ref()
+            .is_some_and(|(g, _)| *g == generation)
+        {
+            self.in_flight = None;
+        }
+    }
 }
 
-impl Group {
-    fn lock(&self) -> MutexGuard<'_, GroupState> {
-        // The state is consistent after every statement; a panic elsewhere cannot corrupt it.
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
+/// One resource group's state.
+type Group = Mutex<GroupState>;
+
+/// The state is consistent after every statement; a panic elsewhere cannot corrupt it.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -93,11 +102,10 @@ impl<L: GroupLister> GroupCache<L> {
     }
 
     fn group(&self, key: &str) -> Arc<Group> {
-        let mut groups = self
-            .groups
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        groups.entry(key.to_owned()).or_default().clone()
+        lock(&self.groups)
+            .entry(key.to_owned())
+            .or_default()
+            .clone()
     }
 
     /// The public IP with address `ip` in `resource_group`, from cache when the cache can answer.
@@ -123,23 +131,14 @@ impl<L: GroupLister> GroupCache<L> {
             }
         };
         let result = flight.await;
-        {
-            // Normally the LIST task has already cleared it; this covers a task that died.
-            let mut state = group.lock();
-            if state
-                .in_flight
-                .as_ref()
-                .is_some_and(|(g, _)| *g == generation)
-            {
-                state.in_flight = None;
-            }
-        }
+        // Normally the LIST task has already cleared it; this covers a task that died.
+        lock(&group).landed(generation);
         result.map(|snapshot| snapshot.by_ip.get(&ip).cloned())
     }
 
     fn plan(&self, group: &Arc<Group>, resource_group: &str, ip: &str) -> Plan {
         let now = Instant::now();
-        let mut state = group.lock();
+        let mut state = lock(group);
         let fresh = state
             .snapshot
             .as_ref()
@@ -196,7 +195,7 @@ impl<L: GroupLister> GroupCache<L> {
             async move {
                 let result = lister.list(&rg).await;
                 let done = Instant::now();
-                let mut state = task_group.lock();
+                let mut state = lock(&task_group);
                 let result = match result {
                     Ok(by_ip) => {
                         let snapshot = Arc::new(Snapshot {
@@ -219,13 +218,7 @@ impl<L: GroupLister> GroupCache<L> {
                         Err(error)
                     }
                 };
-                if state
-                    .in_flight
-                    .as_ref()
-                    .is_some_and(|(g, _)| *g == generation)
-                {
-                    state.in_flight = None;
-                }
+                state.landed(generation);
                 result
             },
             span,

@@ -6,14 +6,37 @@ use std::time::Duration;
 
 use azure_core::Url;
 
-use super::error::ConfigError;
-
 /// Azure public cloud Resource Manager endpoint.
 pub const AZURE_PUBLIC_CLOUD_ARM: &str = "https://management.azure.com";
 /// Azure public cloud Entra ID (AAD) authority host.
 pub const AZURE_PUBLIC_CLOUD_AUTHORITY: &str = "https://login.microsoftonline.com";
 /// The instance metadata service's managed identity token endpoint (Azure VMs / AKS nodes).
 pub const IMDS_TOKEN_ENDPOINT: &str = "http://169.254.169.254/metadata/identity/oauth2/token";
+
+/// A configuration field is missing or malformed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("invalid Azure configuration: {field} = {value:?} is not a valid URL: {reason}")]
+    InvalidUrl {
+        field: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("invalid Azure configuration: {field} is required for the {credential:?} credential")]
+    Missing {
+        field: &'static str,
+        credential: CredentialKind,
+    },
+    #[error("invalid Azure configuration: {field} {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}
 
 /// How the process authenticates to Azure Resource Manager.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -181,98 +204,72 @@ impl AzureConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         require_https_off_loopback("arm_endpoint", &self.arm_endpoint)?;
         require_https_off_loopback("authority_host", &self.authority_host)?;
-        if let Some(scope) = &self.arm_scope
-            && scope.trim().is_empty()
-        {
-            return Err(ConfigError::Invalid {
-                field: "arm_scope",
-                reason: "must not be empty when set".to_owned(),
-            });
+        if self.arm_scope.as_ref().is_some_and(|s| s.trim().is_empty()) {
+            return Err(invalid("arm_scope", "must not be empty when set"));
         }
-        let require = |field: &'static str, present: bool| {
-            if present {
-                Ok(())
-            } else {
-                Err(ConfigError::Missing {
-                    field,
-                    credential: self.credential,
-                })
-            }
-        };
-        match self.credential {
-            CredentialKind::WorkloadIdentity => {
-                require("tenant_id", non_empty(&self.tenant_id))?;
-                require("client_id", non_empty(&self.client_id))?;
-                require(
-                    "federated_token_file",
-                    self.federated_token_file
-                        .as_ref()
-                        .is_some_and(|p| !p.as_os_str().is_empty()),
-                )?;
-            }
-            CredentialKind::ClientSecret => {
-                require("tenant_id", non_empty(&self.tenant_id))?;
-                require("client_id", non_empty(&self.client_id))?;
-                require("client_secret", non_empty(&self.client_secret))?;
-            }
-            CredentialKind::ManagedIdentity => {
-                parse_http_url("managed_identity_endpoint", &self.managed_identity_endpoint)?;
-            }
-            CredentialKind::AzureCli => {}
-        }
+        self.validate_credential()?;
         if let Some(tenant) = &self.tenant_id
             && tenant.contains(['/', '?', '#'])
         {
-            return Err(ConfigError::Invalid {
-                field: "tenant_id",
-                reason: format!("{tenant:?} is not a tenant id or domain"),
-            });
+            let reason = format!("{tenant:?} is not a tenant id or domain");
+            return Err(invalid("tenant_id", reason));
         }
         if let Some(sub) = &self.default_subscription_id {
-            super::fleet::check_subscription(sub).map_err(|reason| ConfigError::Invalid {
-                field: "default_subscription_id",
-                reason,
-            })?;
+            super::fleet::check_subscription(sub)
+                .map_err(|reason| invalid("default_subscription_id", reason))?;
         }
-        if !(self.arm_qps.is_finite() && self.arm_qps > 0.0) {
-            return Err(ConfigError::Invalid {
-                field: "arm_qps",
-                reason: format!("must be a positive number, got {}", self.arm_qps),
-            });
-        }
-        if Duration::try_from_secs_f64(1.0 / self.arm_qps).is_err()
-            || Duration::from_secs_f64(1.0 / self.arm_qps).is_zero()
-        {
-            return Err(ConfigError::Invalid {
-                field: "arm_qps",
-                reason: format!("{} is out of range", self.arm_qps),
-            });
-        }
-        let positive = |field: &'static str, ok: bool| {
-            if ok {
-                Ok(())
-            } else {
-                Err(ConfigError::Invalid {
-                    field,
-                    reason: "must be greater than zero".to_owned(),
-                })
+        crate::policy::bucket(self.arm_qps, self.arm_burst).map_err(|e| match e {
+            "burst must be at least 1" => invalid("arm_burst", "must be greater than zero"),
+            e => invalid("arm_qps", format!("{e}, got {}", self.arm_qps)),
+        })?;
+        for (field, positive) in [
+            ("max_concurrency", self.max_concurrency > 0),
+            ("cache_ttl", !self.cache_ttl.is_zero()),
+            ("request_timeout", !self.request_timeout.is_zero()),
+            ("retry_base_delay", !self.retry_base_delay.is_zero()),
+        ] {
+            if !positive {
+                return Err(invalid(field, "must be greater than zero"));
             }
-        };
-        positive("arm_burst", self.arm_burst > 0)?;
-        positive("max_concurrency", self.max_concurrency > 0)?;
-        positive("cache_ttl", !self.cache_ttl.is_zero())?;
-        positive("request_timeout", !self.request_timeout.is_zero())?;
-        positive("retry_base_delay", !self.retry_base_delay.is_zero())?;
+        }
         if self.miss_refresh_interval > self.cache_ttl {
-            return Err(ConfigError::Invalid {
-                field: "miss_refresh_interval",
-                reason: format!(
-                    "{:?} is longer than cache_ttl {:?}",
-                    self.miss_refresh_interval, self.cache_ttl
-                ),
-            });
+            let (miss, ttl) = (self.miss_refresh_interval, self.cache_ttl);
+            return Err(invalid(
+                "miss_refresh_interval",
+                format!("{miss:?} is longer than cache_ttl {ttl:?}"),
+            ));
         }
         Ok(())
+    }
+
+    /// The fields the chosen credential needs.
+    fn validate_credential(&self) -> Result<(), ConfigError> {
+        let require = |field: &'static str, value: &Option<String>| match non_empty(value) {
+            true => Ok(()),
+            false => Err(ConfigError::Missing {
+                field,
+                credential: self.credential,
+            }),
+        };
+        match self.credential {
+            CredentialKind::WorkloadIdentity => {
+                require("tenant_id", &self.tenant_id)?;
+                require("client_id", &self.client_id)?;
+                let file = self.federated_token_file.as_ref();
+                let file = file.map(|p| p.to_string_lossy().into_owned());
+                require("federated_token_file", &file)
+            }
+            CredentialKind::ClientSecret => {
+                require("tenant_id", &self.tenant_id)?;
+                require("client_id", &self.client_id)?;
+                require("client_secret", &self.client_secret)
+            }
+            CredentialKind::ManagedIdentity => {
+                parse_http_url("managed_identity_endpoint", &self.managed_identity_endpoint)
+                    .map(drop)
+            }
+            CredentialKind::AzureCli => Ok(()),
+        }
     }
 
     /// The scope requested from the token endpoint for ARM.
@@ -305,23 +302,41 @@ mod tests {
         assert!(text.contains("<redacted>"), "{text}");
     }
 
+    /// The error of `secret_config()` changed by `change`.
+    fn error_of(change: impl FnOnce(&mut AzureConfig)) -> String {
+        let mut c = secret_config();
+        change(&mut c);
+        c.validate()
+            .map_or_else(|e| e.to_string(), |()| "valid".into())
+    }
+
     #[test]
     fn validate_names_the_missing_field() {
         assert!(secret_config().validate().is_ok());
-        let mut c = secret_config();
-        c.client_secret = None;
-        let err = c.validate().unwrap_err().to_string();
-        assert!(err.contains("client_secret"), "{err}");
-
-        let c = AzureConfig::default(); // workload identity without tenant
-        let err = c.validate().unwrap_err().to_string();
-        assert!(err.contains("tenant_id"), "{err}");
-
-        let mut c = secret_config();
-        c.arm_endpoint = "not a url".into();
-        let err = c.validate().unwrap_err().to_string();
-        assert!(err.contains("arm_endpoint"), "{err}");
-
+        let err = AzureConfig::default().validate().unwrap_err().to_string();
+        assert!(
+            err.contains("tenant_id"),
+            "{err}: workload identity without tenant"
+        );
+        type Change = fn(&mut AzureConfig);
+        let cases: [(Change, &str); 6] = [
+            (|c| c.client_secret = None, "client_secret"),
+            (|c| c.arm_endpoint = "not a url".into(), "arm_endpoint"),
+            (|c| c.arm_qps = 0.0, "arm_qps"),
+            (|c| c.arm_burst = 0, "arm_burst"),
+            (
+                |c| c.miss_refresh_interval = Duration::from_secs(60),
+                "miss_refresh_interval",
+            ),
+            (
+                |c| c.default_subscription_id = Some("a/b".into()),
+                "default_subscription_id",
+            ),
+        ];
+        for (change, field) in cases {
+            let err = error_of(change);
+            assert!(err.contains(field), "{err}");
+        }
         for (arm, authority, ok) in [
             (
                 "http://management.example.com",
@@ -336,37 +351,13 @@ mod tests {
             ("http://127.0.0.1:8080", "http://localhost:9090", true),
             ("http://[::1]:8080", "https://login.example.com", true),
         ] {
-            let mut c = secret_config();
-            c.arm_endpoint = arm.into();
-            c.authority_host = authority.into();
-            assert_eq!(c.validate().is_ok(), ok, "{arm} {authority}");
-            if !ok {
-                let err = c.validate().unwrap_err().to_string();
-                assert!(err.contains("must be https"), "{err}");
-            }
+            let err = error_of(|c| {
+                c.arm_endpoint = arm.into();
+                c.authority_host = authority.into();
+            });
+            let want = if ok { "valid" } else { "must be https" };
+            assert!(err.contains(want), "{arm} {authority}: {err}");
         }
-
-        let mut c = secret_config();
-        c.arm_qps = 0.0;
-        assert!(c.validate().unwrap_err().to_string().contains("arm_qps"));
-
-        let mut c = secret_config();
-        c.miss_refresh_interval = Duration::from_secs(60);
-        assert!(
-            c.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("miss_refresh_interval")
-        );
-
-        let mut c = secret_config();
-        c.default_subscription_id = Some("a/b".into());
-        assert!(
-            c.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("default_subscription_id")
-        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ use azure_identity::{AzureCliCredential, ClientSecretCredential, federated_crede
 use time::OffsetDateTime;
 
 use super::config::{AzureConfig, CredentialKind, parse_http_url};
-use super::error::AzureError;
+use super::fleet::AzureError;
 
 /// Tokens are renewed this long before they expire.
 const REFRESH_MARGIN: Duration = Duration::from_secs(5 * 60);
@@ -50,7 +50,7 @@ pub(crate) fn build(
             field(&config.client_id, "client_id")?,
             field(&config.client_secret, "client_secret")?,
         )),
-        CredentialKind::WorkloadIdentity => Arc::new(FederatedTokenFileCredential {
+        CredentialKind::WorkloadIdentity => Arc::new(Cached::new(FederatedTokenFileCredential {
             http,
             authority_host: authority,
             tenant_id: field(&config.tenant_id, "tenant_id")?,
@@ -59,9 +59,8 @@ pub(crate) fn build(
                 .federated_token_file
                 .clone()
                 .ok_or_else(|| fail("federated_token_file is required".to_owned()))?,
-            cache: TokenCache::default(),
-        }),
-        CredentialKind::ManagedIdentity => Arc::new(ManagedIdentityCredential {
+        })),
+        CredentialKind::ManagedIdentity => Arc::new(Cached::new(ManagedIdentityCredential {
             http,
             endpoint: parse_http_url(
                 "managed_identity_endpoint",
@@ -69,35 +68,52 @@ pub(crate) fn build(
             )
             .map_err(|e| fail(e.to_string()))?,
             client_id: config.client_id.clone().filter(|v| !v.trim().is_empty()),
-            cache: TokenCache::default(),
-        }),
+        })),
         CredentialKind::AzureCli => Arc::new(AzureCliCredential::new()),
     })
 }
 
-/// Per-scope token cache; the mutex makes concurrent callers share one token request.
-#[derive(Debug, Default)]
-struct TokenCache(tokio::sync::Mutex<HashMap<Vec<String>, AccessToken>>);
+/// Fetches a new token for a scope; [`Cached`] keeps it until shortly before it expires.
+#[async_trait::async_trait]
+trait Fetch: Send + Sync + std::fmt::Debug {
+    async fn fetch(&self, scopes: &[&str]) -> azure_core::Result<AccessToken>;
+}
 
-impl TokenCache {
-    async fn get<F>(&self, scopes: &[&str], fetch: F) -> azure_core::Result<AccessToken>
-    where
-        F: Future<Output = azure_core::Result<AccessToken>>,
-    {
+/// A [`Fetch`] with a per-scope token cache; the mutex makes concurrent callers share one
+/// token request.
+#[derive(Debug)]
+struct Cached<F> {
+    source: F,
+    tokens: tokio::sync::Mutex<HashMap<Vec<String>, AccessToken>>,
+}
+
+impl<F> Cached<F> {
+    fn new(source: F) -> Self {
+        Self {
+            source,
+            tokens: Default::default(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl<F: Fetch> TokenCredential for Cached<F> {
+    async fn get_token(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
         let key: Vec<String> = scopes.iter().map(|s| (*s).to_owned()).collect();
-        let mut tokens = self.0.lock().await;
+        let mut tokens = self.tokens.lock().await;
         if let Some(token) = tokens.get(&key)
             && token.expires_on > OffsetDateTime::now_utc() + REFRESH_MARGIN
         {
             return Ok(token.clone());
         }
-        let token = fetch.await?;
+        let token = self.source.fetch(scopes).await?;
         tokens.insert(key, token.clone());
         Ok(token)
     }
 
-    async fn clear(&self) {
-        self.0.lock().await.clear();
+    async fn clear_cache(&self) -> azure_core::Result<()> {
+        self.tokens.lock().await.clear();
+        Ok(())
     }
 }
 
@@ -109,10 +125,10 @@ pub(crate) struct FederatedTokenFileCredential {
     tenant_id: String,
     client_id: String,
     token_file: PathBuf,
-    cache: TokenCache,
 }
 
-impl FederatedTokenFileCredential {
+#[async_trait::async_trait]
+impl Fetch for FederatedTokenFileCredential {
     async fn fetch(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
         let assertion = tokio::fs::read_to_string(&self.token_file)
             .await
@@ -153,28 +169,16 @@ impl FederatedTokenFileCredential {
     }
 }
 
-#[async_trait::async_trait]
-impl TokenCredential for FederatedTokenFileCredential {
-    async fn get_token(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
-        self.cache.get(scopes, self.fetch(scopes)).await
-    }
-
-    async fn clear_cache(&self) -> azure_core::Result<()> {
-        self.cache.clear().await;
-        Ok(())
-    }
-}
-
 /// Managed identity through the instance metadata service (system- or user-assigned).
 #[derive(Debug)]
 pub(crate) struct ManagedIdentityCredential {
     http: Arc<dyn HttpClient>,
     endpoint: Url,
     client_id: Option<String>,
-    cache: TokenCache,
 }
 
-impl ManagedIdentityCredential {
+#[async_trait::async_trait]
+impl Fetch for ManagedIdentityCredential {
     async fn fetch(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
         let [scope] = scopes else {
             return Err(Error::message(
@@ -204,19 +208,7 @@ impl ManagedIdentityCredential {
         let (status, _, body) = response.deconstruct();
         let body = body.collect().await?;
         if !status.is_success() {
-            // Only the OAuth error fields: the body itself is never echoed (it may carry anything).
-            let reason = serde_json::from_slice::<serde_json::Value>(&body)
-                .ok()
-                .map(|v| {
-                    ["error", "error_description"]
-                        .iter()
-                        .filter_map(|k| v.get(*k).and_then(|e| e.as_str()))
-                        .map(|e| e.chars().take(200).collect::<String>())
-                        .collect::<Vec<_>>()
-                        .join(": ")
-                })
-                .filter(|r| !r.is_empty())
-                .unwrap_or_else(|| format!("{} bytes, not an OAuth error", body.len()));
+            let reason = oauth_reason(&body);
             return Err(Error::with_message(ErrorKind::Credential, || {
                 format!(
                     "managed identity endpoint {} answered HTTP {}: {reason}",
@@ -225,51 +217,46 @@ impl ManagedIdentityCredential {
                 )
             }));
         }
-        let value: serde_json::Value = serde_json::from_slice(&body)
-            .with_context(ErrorKind::Credential, || {
-                "managed identity token response is not JSON".to_owned()
-            })?;
-        let token = value
-            .get("access_token")
-            .and_then(|t| t.as_str())
-            .ok_or_else(|| {
-                Error::message(
-                    ErrorKind::Credential,
-                    "managed identity token response has no access_token",
-                )
-            })?;
-        // IMDS sends numbers as strings; accept both.
-        let number = |key: &str| {
-            value.get(key).and_then(|v| {
-                v.as_i64()
-                    .or_else(|| v.as_str().and_then(|s| s.parse::<i64>().ok()))
-            })
-        };
-        let expires_on = match (number("expires_on"), number("expires_in")) {
-            (Some(at), _) => OffsetDateTime::from_unix_timestamp(at).ok(),
-            (None, Some(secs)) => Some(
-                OffsetDateTime::now_utc() + Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
-            ),
-            (None, None) => None,
-        }
-        .ok_or_else(|| {
-            Error::message(
-                ErrorKind::Credential,
-                "managed identity token response has no usable expires_on / expires_in",
-            )
-        })?;
-        Ok(AccessToken::new(Secret::new(token.to_owned()), expires_on))
+        imds_token(&body)
     }
 }
 
-#[async_trait::async_trait]
-impl TokenCredential for ManagedIdentityCredential {
-    async fn get_token(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
-        self.cache.get(scopes, self.fetch(scopes)).await
-    }
+/// Only the OAuth error fields: the body itself is never echoed (it may carry anything).
+fn oauth_reason(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .map(|v| {
+            ["error", "error_description"]
+                .iter()
+                .filter_map(|k| v.get(*k).and_then(|e| e.as_str()))
+                .map(|e| e.chars().take(200).collect::<String>())
+                .collect::<Vec<_>>()
+                .join(": ")
+        })
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| format!("{} bytes, not an OAuth error", body.len()))
+}
 
-    async fn clear_cache(&self) -> azure_core::Result<()> {
-        self.cache.clear().await;
-        Ok(())
-    }
+/// The token of an IMDS answer, which sends numbers as strings (both are accepted).
+fn imds_token(body: &[u8]) -> azure_core::Result<AccessToken> {
+    let fail = |what: &'static str| Error::message(ErrorKind::Credential, what);
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|_| fail("managed identity token response is not JSON"))?;
+    let token = value.get("access_token").and_then(|t| t.as_str());
+    let token = token.ok_or_else(|| fail("managed identity token response has no access_token"))?;
+    let number = |key: &str| {
+        let v = value.get(key)?;
+        v.as_i64().or_else(|| v.as_str()?.parse().ok())
+    };
+    let expires_on = match (number("expires_on"), number("expires_in")) {
+        (Some(at), _) => OffsetDateTime::from_unix_timestamp(at).ok(),
+        (None, Some(secs)) => {
+            Some(OffsetDateTime::now_utc() + Duration::from_secs(u64::try_from(secs).unwrap_or(0)))
+        }
+        (None, None) => None,
+    };
+    let expires_on = expires_on.ok_or_else(|| {
+        fail("managed identity token response has no usable expires_on / expires_in")
+    })?;
+    Ok(AccessToken::new(Secret::new(token.to_owned()), expires_on))
 }

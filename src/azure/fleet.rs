@@ -1,23 +1,124 @@
 //! [`AzureFleet`]: the process-wide credential, ARM client and request budget, handing out
-//! per-subscription lookups to the member reconcilers.
+//! per-subscription lookups to the member reconcilers, and the counters of it all.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use azure_core::auth::TokenCredential;
 use azure_core::{ClientOptions, HttpClient, RetryOptions, TransportOptions};
 use azure_mgmt_network::package_2024_03::Client as NetworkClient;
+use tokio::sync::Semaphore;
 
 use super::cache::{CacheTiming, GroupCache};
-use super::config::{AzureConfig, parse_http_url};
+use super::config::{AzureConfig, ConfigError, CredentialKind, parse_http_url};
 use super::credential;
-use super::error::AzureError;
-use super::http_client::{ArmHttpClient, TokenHttpClient};
-use super::lookup::{ArmLister, SubscriptionPublicIps, as_port};
-use super::stats::{AzureStats, AzureStatsSnapshot, TokenStatsSnapshot};
-use super::transport::{ArmBudget, arm_stack, token_stack};
+use super::http::{StackClient, classify, stack};
+use super::lookup::{ArmLister, SubscriptionPublicIps};
 use crate::export::PublicIpLookup;
+use crate::policy::{ClientStats, Policy, RetryLimits};
+
+/// Token requests in flight at once. Credentials cache their tokens, so a handful is plenty.
+const TOKEN_CONCURRENCY: usize = 4;
+
+/// Building the process-wide client, or binding a member to a subscription, failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AzureError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("building the HTTP transport for Azure: {0}")]
+    Transport(String),
+    #[error("building the {kind:?} Azure credential: {message}")]
+    Credential {
+        kind: CredentialKind,
+        message: String,
+    },
+    #[error(
+        "member has no Azure subscription and no default subscription is configured (default_subscription_id)"
+    )]
+    NoSubscription,
+    #[error("invalid Azure subscription id {subscription:?}: {reason}")]
+    InvalidSubscription {
+        subscription: String,
+        reason: String,
+    },
+}
+
+/// Process-wide counters of the Azure client, shared by every member. Monotonic.
+#[derive(Debug, Default)]
+pub struct AzureStats {
+    pub(crate) list_calls: AtomicU64,
+    pub(crate) cache_hits: AtomicU64,
+    pub(crate) cache_misses: AtomicU64,
+    /// The ARM stack.
+    arm: Arc<ClientStats>,
+    /// The token stack (credential requests to Entra ID / IMDS).
+    token: Arc<ClientStats>,
+}
+
+/// A copy of the counters at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AzureStatsSnapshot {
+    /// Public IP LIST operations started against ARM (one per cache refresh; all its pages and
+    /// retries count once).
+    pub list_calls: u64,
+    /// HTTP requests sent to ARM (every page, every retry).
+    pub arm_requests: u64,
+    /// Lookups answered from the cache without waiting for ARM (found or known-absent).
+    pub cache_hits: u64,
+    /// Lookups that had to wait for a LIST (started one or joined the one in flight).
+    pub cache_misses: u64,
+    /// ARM requests re-sent after 429 / 408 / 5xx / timeout / transport error.
+    pub retries: u64,
+    /// 429 responses received from ARM.
+    pub throttled: u64,
+    /// Total time ARM requests waited for the shared rate limiter (token and slot).
+    pub limiter_wait: Duration,
+    /// The token stack's counters.
+    pub token: TokenStatsSnapshot,
+}
+
+/// A copy of the token stack's counters at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TokenStatsSnapshot {
+    /// HTTP requests sent to the token endpoint (Entra ID or IMDS), every retry included.
+    pub requests: u64,
+    /// Token requests re-sent after 429 / 408 / 5xx / timeout / transport error.
+    pub retries: u64,
+    /// 429 responses received from the token endpoint.
+    pub throttled: u64,
+}
+
+impl AzureStats {
+    /// The counters now.
+    pub fn snapshot(&self) -> AzureStatsSnapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        AzureStatsSnapshot {
+            list_calls: get(&self.list_calls),
+            arm_requests: self.arm.requests(),
+            cache_hits: get(&self.cache_hits),
+            cache_misses: get(&self.cache_misses),
+            retries: self.arm.retries(),
+            throttled: self.arm.throttled(),
+            limiter_wait: self.arm.waited(),
+            token: self.token_snapshot(),
+        }
+    }
+
+    /// The token stack's counters now.
+    pub fn token_snapshot(&self) -> TokenStatsSnapshot {
+        TokenStatsSnapshot {
+            requests: self.token.requests(),
+            retries: self.token.retries(),
+            throttled: self.token.throttled(),
+        }
+    }
+
+    pub(crate) fn incr(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 /// Subscription ids go into the ARM URL path: GUID-like characters only.
 pub(crate) fn check_subscription(subscription: &str) -> Result<(), String> {
@@ -71,18 +172,40 @@ impl AzureFleet {
             .map_err(|e| AzureError::Transport(e.to_string()))?;
 
         let stats = Arc::new(AzureStats::default());
-        let tokens: Arc<dyn HttpClient> = Arc::new(TokenHttpClient::new(token_stack(
-            http.clone(),
-            &config,
-            Arc::clone(&stats.token),
-        )));
+        let policy = |stats: &Arc<ClientStats>, slots: usize| Policy {
+            classify,
+            retry: RetryLimits {
+                max_retries: config.max_retries,
+                base_delay: config.retry_base_delay,
+                max_wait: config.max_retry_wait,
+            },
+            bucket: None,
+            slots: Arc::new(Semaphore::new(slots)),
+            timeout: config.request_timeout,
+            stats: Arc::clone(stats),
+            trace: false,
+        };
+        // Not the ARM budget: a token is what lets ARM requests go at all.
+        let tokens: Arc<dyn HttpClient> = Arc::new(StackClient {
+            arm: None,
+            service: stack(http.clone(), policy(&stats.token, TOKEN_CONCURRENCY)),
+        });
         let credential = credential::build(&config, tokens)?;
-
-        let budget = ArmBudget::new(&config);
-        let arm: Arc<dyn HttpClient> = Arc::new(ArmHttpClient::new(
-            endpoint.clone(),
-            arm_stack(http, &config, &budget, Arc::clone(&stats.arm)),
-        ));
+        // The process-wide ARM budget, shared by every member and subscription.
+        let bucket = crate::policy::bucket(config.arm_qps, config.arm_burst).map_err(|e| {
+            ConfigError::Invalid {
+                field: "arm_qps",
+                reason: e.to_owned(),
+            }
+        })?;
+        let arm = Policy {
+            bucket: Some(bucket),
+            ..policy(&stats.arm, config.max_concurrency)
+        };
+        let arm: Arc<dyn HttpClient> = Arc::new(StackClient {
+            arm: Some(endpoint.clone()),
+            service: stack(http, arm),
+        });
         // ONE retry loop: the SDK's is switched off, ours is the stack's retry layer.
         let options = ClientOptions::new(TransportOptions::new(arm)).retry(RetryOptions::none());
         let client = NetworkClient::new(
@@ -107,7 +230,8 @@ impl AzureFleet {
         &self,
         subscription: Option<&str>,
     ) -> Result<Arc<dyn PublicIpLookup>, AzureError> {
-        self.subscription(subscription).map(as_port)
+        self.subscription(subscription)
+            .map(|lookup| lookup as Arc<dyn PublicIpLookup>)
     }
 
     /// Like [`Self::for_member`], with the concrete type.
@@ -130,19 +254,19 @@ impl AzureFleet {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let lookup = subscriptions.entry(key).or_insert_with(|| {
-            let lister = ArmLister::new(
-                self.client.public_ip_addresses_client(),
-                subscription.to_owned(),
-                Arc::clone(&self.credential),
-            );
+            let lister = ArmLister {
+                client: self.client.public_ip_addresses_client(),
+                subscription: subscription.to_owned(),
+                credential: Arc::clone(&self.credential),
+            };
             let timing = CacheTiming {
                 ttl: self.config.cache_ttl,
                 miss_refresh_interval: self.config.miss_refresh_interval,
             };
-            Arc::new(SubscriptionPublicIps::new(
-                subscription.to_owned(),
-                GroupCache::new(Arc::new(lister), timing, Arc::clone(&self.stats)),
-            ))
+            Arc::new(SubscriptionPublicIps {
+                subscription: subscription.to_owned(),
+                cache: GroupCache::new(Arc::new(lister), timing, Arc::clone(&self.stats)),
+            })
         });
         Ok(Arc::clone(lookup))
     }
@@ -168,15 +292,5 @@ impl AzureFleet {
     /// The live counters, for a metrics collector to read whenever it scrapes.
     pub fn stats_handle(&self) -> Arc<AzureStats> {
         Arc::clone(&self.stats)
-    }
-
-    /// The process's one token credential (e.g. for a readiness check).
-    pub fn credential(&self) -> Arc<dyn TokenCredential> {
-        Arc::clone(&self.credential)
-    }
-
-    /// The validated configuration this fleet was built from.
-    pub fn config(&self) -> &AzureConfig {
-        &self.config
     }
 }

@@ -7,7 +7,7 @@ use azure_mgmt_network::package_2024_03::public_ip_addresses;
 use futures::StreamExt;
 
 use super::cache::{GroupCache, GroupLister, IpIndex, normalize_ip};
-use super::http_client::{ArmFailure, error_chain};
+use super::http::{ArmFailure, error_chain};
 use crate::export::{LookupError, PublicIp, PublicIpLookup};
 
 /// A LIST whose `nextLink`s go on longer than this is treated as broken (a paging loop).
@@ -15,23 +15,9 @@ const MAX_PAGES: usize = 1000;
 
 /// Lists one resource group of one subscription through the shared SDK client.
 pub(crate) struct ArmLister {
-    client: public_ip_addresses::Client,
-    subscription: String,
-    credential: Arc<dyn TokenCredential>,
-}
-
-impl ArmLister {
-    pub(crate) fn new(
-        client: public_ip_addresses::Client,
-        subscription: String,
-        credential: Arc<dyn TokenCredential>,
-    ) -> Self {
-        Self {
-            client,
-            subscription,
-            credential,
-        }
-    }
+    pub client: public_ip_addresses::Client,
+    pub subscription: String,
+    pub credential: Arc<dyn TokenCredential>,
 }
 
 #[async_trait::async_trait]
@@ -164,18 +150,11 @@ fn check_resource_group(resource_group: &str) -> Result<(), LookupError> {
 /// Public IP lookups in one subscription. Shared by every member of that subscription
 /// (get it from [`super::AzureFleet::for_member`]); cheap to call from any number of tasks.
 pub struct SubscriptionPublicIps {
-    subscription: String,
-    cache: GroupCache<ArmLister>,
+    pub(crate) subscription: String,
+    pub(crate) cache: GroupCache<ArmLister>,
 }
 
 impl SubscriptionPublicIps {
-    pub(crate) fn new(subscription: String, cache: GroupCache<ArmLister>) -> Self {
-        Self {
-            subscription,
-            cache,
-        }
-    }
-
     /// The subscription this lookup lists in.
     pub fn subscription(&self) -> &str {
         &self.subscription
@@ -200,11 +179,6 @@ impl PublicIpLookup for SubscriptionPublicIps {
         check_resource_group(resource_group)?;
         self.cache.find(resource_group, ip).await
     }
-}
-
-/// Keeps the concrete type usable where the port is expected.
-pub(crate) fn as_port(lookup: Arc<SubscriptionPublicIps>) -> Arc<dyn PublicIpLookup> {
-    lookup
 }
 
 #[cfg(test)]

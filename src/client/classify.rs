@@ -1,29 +1,10 @@
-//! Which Kubernetes verb and resource a request is, from its method and path.
+//! Which Kubernetes verb and resource a request is, from its method and path, and so whether
+//! it may be sent again: watches never here (the watcher resumes them), reads after a 429, 5xx
+//! or no answer, writes after a 429 only (a write may have happened; the reconcile re-reads).
 
 use http::{Method, Uri};
 
-/// The Kubernetes verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
-/// `deletecollection`) and resource (`services`, `serviceexports/status`, …) of a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestKind {
-    pub verb: &'static str,
-    pub resource: String,
-}
-
-/// Whether a Kubernetes verb changes state.
-pub fn is_write_verb(verb: &str) -> bool {
-    matches!(
-        verb,
-        "create" | "update" | "patch" | "delete" | "deletecollection"
-    )
-}
-
-impl RequestKind {
-    /// Whether the request changes state.
-    pub fn is_write(&self) -> bool {
-        is_write_verb(self.verb)
-    }
-}
+use crate::policy::{Repeat, RequestKind};
 
 /// Classifies `/api/v1/…` and `/apis/<group>/<version>/…` requests; anything else
 /// (`/readyz`, `/version`, discovery) is `get` of resource `-`.
@@ -59,92 +40,50 @@ pub fn classify(method: &Method, uri: &Uri) -> RequestKind {
         Method::DELETE => "deletecollection",
         _ => "other",
     };
-    RequestKind { verb, resource }
+    let repeat = match verb {
+        "watch" => Repeat::Never,
+        "get" | "list" => Repeat::Always,
+        _ => Repeat::Throttled,
+    };
+    RequestKind {
+        verb,
+        resource,
+        repeat,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn kind(method: Method, uri: &str) -> (&'static str, String) {
-        let k = classify(&method, &uri.parse().expect("uri"));
-        (k.verb, k.resource)
-    }
-
     #[test]
-    fn verbs_and_resources() {
-        let cases = [
-            (
-                Method::GET,
-                "/api/v1/namespaces/ns/services/web",
-                "get",
-                "services",
-            ),
-            (
-                Method::GET,
-                "/api/v1/services?limit=500",
-                "list",
-                "services",
-            ),
-            (
-                Method::GET,
-                "/api/v1/services?watch=true&resourceVersion=1",
-                "watch",
-                "services",
-            ),
-            (
-                Method::PATCH,
-                "/apis/networking.fleet.azure.com/v1beta1/namespaces/ns/serviceexports/web/status",
-                "patch",
-                "serviceexports/status",
-            ),
-            (
-                Method::POST,
-                "/apis/networking.fleet.azure.com/v1alpha1/namespaces/fleet-member-a/internalserviceexports",
-                "create",
-                "internalserviceexports",
-            ),
-            (
-                Method::DELETE,
-                "/apis/networking.fleet.azure.com/v1alpha1/namespaces/x/internalserviceexports/y",
-                "delete",
-                "internalserviceexports",
-            ),
-            (
-                Method::PUT,
-                "/apis/coordination.k8s.io/v1/namespaces/x/leases/l",
-                "update",
-                "leases",
-            ),
-            (
-                Method::GET,
-                "/api/v1/namespaces/fleet-member-a",
-                "get",
-                "namespaces",
-            ),
-            (Method::GET, "/api/v1/namespaces", "list", "namespaces"),
-            (Method::GET, "/readyz", "get", "-"),
-        ];
-        for (m, uri, verb, resource) in cases {
-            assert_eq!(kind(m, uri), (verb, resource.to_string()), "{uri}");
+    fn verbs_resources_and_repeats() {
+        let cases = "
+            GET /api/v1/namespaces/ns/services/web get services Always
+            GET /api/v1/services?limit=500 list services Always
+            GET /api/v1/services?watch=true&resourceVersion=1 watch services Never
+            PATCH /apis/networking.fleet.azure.com/v1beta1/namespaces/ns/serviceexports/web/status patch serviceexports/status Throttled
+            POST /apis/networking.fleet.azure.com/v1alpha1/namespaces/m/internalserviceexports create internalserviceexports Throttled
+            DELETE /apis/networking.fleet.azure.com/v1alpha1/namespaces/x/internalserviceexports/y delete internalserviceexports Throttled
+            PUT /apis/coordination.k8s.io/v1/namespaces/x/leases/l update leases Throttled
+            GET /api/v1/namespaces/fleet-member-a get namespaces Always
+            GET /api/v1/namespaces list namespaces Always
+            GET /readyz get - Always";
+        for case in cases.trim().lines() {
+            let [method, uri, verb, resource, repeat] =
+                case.split_whitespace().collect::<Vec<_>>()[..]
+            else {
+                panic!("{case}");
+            };
+            let method = Method::from_bytes(method.as_bytes()).expect("method");
+            let kind = classify(&method, &uri.parse().expect("uri"));
+            assert_eq!(
+                (kind.verb, kind.resource.as_str()),
+                (verb, resource),
+                "{uri}"
+            );
+            assert_eq!(format!("{:?}", kind.repeat), repeat, "{uri}");
+            assert_eq!(kind.is_write(), !matches!(verb, "get" | "list" | "watch"));
         }
-    }
-
-    #[test]
-    fn writes() {
-        assert!(
-            classify(
-                &Method::PATCH,
-                &"/api/v1/namespaces/a/services/b".parse().expect("uri")
-            )
-            .is_write()
-        );
-        assert!(
-            !classify(
-                &Method::GET,
-                &"/api/v1/namespaces/a/services/b".parse().expect("uri")
-            )
-            .is_write()
-        );
     }
 }

@@ -4,13 +4,11 @@
 //! each request, so a replica that was paused, partitioned or stuck renewing stops writing
 //! before anyone else may take the lease, whatever its tasks were doing.
 
-use std::task::{Context, Poll};
-
-use futures::future::{BoxFuture, FutureExt};
 use http::{Method, Request};
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tower::{BoxError, Layer, Service};
+use tower::BoxError;
+use tower::filter::Predicate;
 
 /// Whether this replica may write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,26 +53,6 @@ impl Fence {
     }
 }
 
-/// Refuses every write (anything but GET, HEAD, OPTIONS) when the fence does not hold.
-#[derive(Clone)]
-pub struct FenceLayer(pub Fence);
-
-impl<S> Layer<S> for FenceLayer {
-    type Service = FenceService<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        FenceService {
-            inner,
-            fence: self.0.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct FenceService<S> {
-    inner: S,
-    fence: Fence,
-}
-
 /// The error a fenced write fails with.
 #[derive(Debug, thiserror::Error)]
 #[error("not writing {method} {path}: this replica does not hold its lease")]
@@ -83,32 +61,18 @@ pub struct NotHeld {
     path: String,
 }
 
-impl<S, B> Service<Request<B>> for FenceService<S>
-where
-    S: Service<Request<B>>,
-    S::Error: Into<BoxError>,
-    S::Response: Send + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = BoxError;
-    type Future = BoxFuture<'static, Result<S::Response, BoxError>>;
+/// With `tower::filter::FilterLayer::new(fence)`, every write (anything but GET, HEAD,
+/// OPTIONS) is refused with [`NotHeld`] when the fence does not hold.
+impl<B> Predicate<Request<B>> for Fence {
+    type Request = Request<B>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+    fn check(&mut self, req: Request<B>) -> Result<Request<B>, BoxError> {
         let read = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-        if !read && !self.fence.holds() {
-            let e = NotHeld {
-                method: req.method().clone(),
-                path: req.uri().path().to_string(),
-            };
-            return futures::future::ready(Err(e.into())).boxed();
+        if read || self.holds() {
+            return Ok(req);
         }
-        let fut = self.inner.call(req);
-        async move { fut.await.map_err(Into::into) }.boxed()
+        let (method, path) = (req.method().clone(), req.uri().path().to_string());
+        Err(NotHeld { method, path }.into())
     }
 }
 
@@ -116,12 +80,14 @@ where
 mod tests {
     use super::*;
     use std::time::Duration;
-    use tower::ServiceExt;
+    use tower::filter::FilterLayer;
+    use tower::{Layer, ServiceExt};
 
     async fn send(fence: &Fence, method: Method) -> Result<(), BoxError> {
-        let svc = FenceLayer(fence.clone()).layer(tower::service_fn(|_: Request<()>| async {
-            Ok::<_, BoxError>(())
-        }));
+        let svc =
+            FilterLayer::new(fence.clone()).layer(tower::service_fn(|_: Request<()>| async {
+                Ok::<_, BoxError>(())
+            }));
         svc.oneshot(
             Request::builder()
                 .method(method)

@@ -1,32 +1,28 @@
-//! Kubernetes clients with fleetnet-hub's tower stack on top of kube's own: a token bucket
-//! (one per client, never per request), a concurrency limit and a timeout for every request
-//! except long-running watches, and per-verb request counting.
+//! Kubernetes clients: kube's own stack under the process's client policy
+//! ([`crate::policy`]: retry, counting, a token bucket per client, a concurrency limit and a
+//! timeout for every request except long-running watches), the write [`fence`], and every
+//! request named as fleetnet-hub (User-Agent, `fieldManager`).
 //!
-//! Above the limit layer sits the retry layer ([`retry`]): 429 for every verb, 5xx and lost
-//! answers for reads, after `Retry-After` or a jittered backoff, bounded. Each attempt takes
-//! its own token and is counted; retries are counted too.
+//! kube's built-in retry layer is switched off (`Config::default_retry = false`): it sits
+//! below our limiter, retries up to 15 times with waits growing to 1000 s, and its retries
+//! are invisible to the client's counters.
 
 mod classify;
 pub mod fence;
-pub mod retry;
-mod stats;
 
-use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::future::BoxFuture;
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
-use http::{Request, Response};
+use http::Request;
 use kube::client::{Body, ClientBuilder};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::Semaphore;
-use tower::{BoxError, Layer, Service, ServiceExt, buffer::BufferLayer, retry::RetryLayer};
+use tower::filter::FilterLayer;
+use tower::{BoxError, buffer::BufferLayer};
 
-pub use classify::{RequestKind, classify};
+pub use crate::policy::{ClientStats, RequestCount, RequestKind, RetryLimits};
+pub use classify::classify;
 pub use fence::{Fence, Hold};
-pub use retry::RetryLimits;
-pub use stats::{ClientStats, RequestCount};
 
 /// Limits of one client's outbound requests.
 #[derive(Debug, Clone)]
@@ -76,6 +72,30 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// The kubeconfig (or the in-cluster configuration) cannot be used; kube's message, which
+    /// may quote a value of the file.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// The one way from a kubeconfig to a client: `kubeconfig` is a member's, vetted by
+/// `fleet::vet`, or the hub's, the operator's own; `None` is the in-cluster configuration.
+/// Returns the client ([`build_fenced`]) and its API server's URL.
+pub async fn from_kubeconfig(
+    name: &str,
+    kubeconfig: Option<Kubeconfig>,
+    limits: &Limits,
+    stats: Arc<ClientStats>,
+    fence: Fence,
+) -> Result<(kube::Client, String), Error> {
+    let config = match kubeconfig {
+        Some(kc) => kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| Error::Config(e.to_string()))?,
+        None => kube::Config::incluster().map_err(|e| Error::Config(e.to_string()))?,
+    };
+    let server = config.cluster_url.to_string();
+    Ok((build_fenced(name, config, limits, stats, fence)?, server))
 }
 
 /// Builds a client for `config` whose requests all pass through `limits`, counted in `stats`.
@@ -97,22 +117,35 @@ pub fn build_fenced(
     stats: Arc<ClientStats>,
     fence: Fence,
 ) -> Result<kube::Client, Error> {
-    let layer = LimitLayer::new(name, limits, stats.clone())?;
-    let retry = RetryLayer::new(retry::RetryPolicy::new(limits.retry.clone(), stats));
-    // Ours is the one retry layer (see `retry`).
+    let bad = |message: &str| Error::Limits {
+        client: name.to_string(),
+        message: message.to_string(),
+    };
+    if limits.max_in_flight == 0 {
+        return Err(bad("max in flight must be at least 1"));
+    }
+    let policy = crate::policy::Policy {
+        classify,
+        retry: limits.retry.clone(),
+        bucket: Some(crate::policy::bucket(limits.qps, limits.burst).map_err(bad)?),
+        slots: Arc::new(Semaphore::new(limits.max_in_flight)),
+        timeout: limits.timeout,
+        stats,
+        trace: true,
+    };
+    // Ours is the one retry layer (see the module doc).
     config.default_retry = false;
     let builder = ClientBuilder::try_from(config).map_err(|source| Error::Kube {
         client: name.to_string(),
         source,
     })?;
     // The buffer makes kube's boxed stack cloneable, so a request can wait for its token
-    // without holding the service.
+    // without holding the service. Layers listed inner to outer.
     Ok(builder
-        .with_layer(&fence::FenceLayer(fence))
+        .with_layer(&FilterLayer::new(fence))
         .with_layer(&tower::util::MapRequestLayer::new(identify))
         .with_layer(&BufferLayer::new(1024))
-        .with_layer(&layer)
-        .with_layer(&retry)
+        .with_layer(&policy.layers())
         .build())
 }
 
@@ -121,7 +154,7 @@ pub fn build_fenced(
 pub fn fenced_view(client: &kube::Client, fence: Fence) -> kube::Client {
     let shared = client.clone();
     let service = tower::ServiceBuilder::new()
-        .layer(fence::FenceLayer(fence))
+        .layer(FilterLayer::new(fence))
         .service_fn(move |req: Request<Body>| {
             let shared = shared.clone();
             async move { shared.send(req).await.map_err(BoxError::from) }
@@ -164,116 +197,10 @@ fn with_field_manager(uri: &http::Uri) -> Option<http::Uri> {
     http::Uri::from_parts(parts).ok()
 }
 
-/// The tower layer: token bucket + concurrency + timeout + counting.
-#[derive(Clone)]
-pub struct LimitLayer {
-    shared: Arc<Shared>,
-}
-
-struct Shared {
-    limiter: DefaultDirectRateLimiter,
-    in_flight: Semaphore,
-    timeout: Duration,
-    stats: Arc<ClientStats>,
-}
-
-impl LimitLayer {
-    /// One limiter for everything built from this layer (clone the layer to share it).
-    pub fn new(name: &str, limits: &Limits, stats: Arc<ClientStats>) -> Result<Self, Error> {
-        let bad = |message: &str| Error::Limits {
-            client: name.to_string(),
-            message: message.to_string(),
-        };
-        if !(limits.qps.is_finite() && limits.qps > 0.0) {
-            return Err(bad("qps must be a positive number"));
-        }
-        let burst = NonZeroU32::new(limits.burst).ok_or_else(|| bad("burst must be at least 1"))?;
-        if limits.max_in_flight == 0 {
-            return Err(bad("max in flight must be at least 1"));
-        }
-        let quota = Quota::with_period(Duration::from_secs_f64(1.0 / limits.qps))
-            .ok_or_else(|| bad("qps too large"))?
-            .allow_burst(burst);
-        Ok(Self {
-            shared: Arc::new(Shared {
-                limiter: RateLimiter::direct(quota),
-                in_flight: Semaphore::new(limits.max_in_flight),
-                timeout: limits.timeout,
-                stats,
-            }),
-        })
-    }
-}
-
-impl<S> Layer<S> for LimitLayer {
-    type Service = Limited<S>;
-    fn layer(&self, inner: S) -> Limited<S> {
-        Limited {
-            inner,
-            shared: self.shared.clone(),
-        }
-    }
-}
-
-/// The service [`LimitLayer`] produces.
-#[derive(Clone)]
-pub struct Limited<S> {
-    inner: S,
-    shared: Arc<Shared>,
-}
-
-impl<S, B> Service<Request<Body>> for Limited<S>
-where
-    S: Service<Request<Body>, Response = Response<B>> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-    B: Send + 'static,
-{
-    type Response = Response<B>;
-    type Error = BoxError;
-    type Future = BoxFuture<'static, Result<Response<B>, BoxError>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        // Readiness is awaited per request inside `call`, after the token.
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request<Body>) -> Self::Future {
-        let kind = classify(req.method(), req.uri());
-        let shared = self.shared.clone();
-        let inner = self.inner.clone();
-        // The verb and resource, which kube's own HTTP span cannot know.
-        let span = tracing::debug_span!(
-            "k8s.request",
-            k8s.verb = kind.verb,
-            k8s.resource = %kind.resource,
-            http.status_code = tracing::field::Empty,
-        );
-        let fut = async move {
-            let res = if kind.verb == "watch" {
-                // Long-running: neither a QPS token nor an in-flight slot, or watches stall.
-                inner.oneshot(req).await.map_err(Into::into)
-            } else {
-                let waited = Instant::now();
-                shared.limiter.until_ready().await;
-                let _slot = shared.in_flight.acquire().await.map_err(BoxError::from)?;
-                shared.stats.add_wait(waited.elapsed());
-                match tokio::time::timeout(shared.timeout, inner.oneshot(req)).await {
-                    Ok(res) => res.map_err(Into::into),
-                    Err(_) => Err(BoxError::from(format!(
-                        "{} {} timed out after {:?}",
-                        kind.verb, kind.resource, shared.timeout
-                    ))),
-                }
-            };
-            let code = res.as_ref().map(|r| r.status().as_u16()).ok();
-            if let Some(code) = code {
-                tracing::Span::current().record("http.status_code", code);
-            }
-            shared.stats.record(&kind, code);
-            res
-        };
-        Box::pin(tracing::Instrument::instrument(fut, span))
+/// Bodies that are streams cannot be sent twice: such requests get no retries.
+impl crate::policy::Resend for Body {
+    fn resend(&self) -> Option<Self> {
+        self.try_clone()
     }
 }
 

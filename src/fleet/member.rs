@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::Kubeconfig;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -81,26 +81,29 @@ pub async fn member_client(
     fence: client::Fence,
 ) -> Result<MemberClient, String> {
     let vetted = parse_and_vet(kubeconfig, trust)?;
-    let config =
-        kube::Config::from_custom_kubeconfig(vetted.kubeconfig, &KubeConfigOptions::default())
-            .await
-            .map_err(|e| format!("unusable kubeconfig: {}", redact_quoted(&e.to_string())))?;
-    let server = config.cluster_url.to_string();
+    let failed = |e: client::Error| match e {
+        client::Error::Config(e) => format!("unusable kubeconfig: {}", redact_quoted(&e)),
+        e => e.to_string(),
+    };
     let event_limits = client::Limits {
         qps: limits.event_qps,
         burst: limits.event_burst,
         ..limits.clone()
     };
-    let events = client::build_fenced(
+    let (events, _) = client::from_kubeconfig(
         &format!("member-events:{name}"),
-        config.clone(),
+        Some(vetted.kubeconfig.clone()),
         &event_limits,
         stats.clone(),
         fence.clone(),
     )
-    .map_err(|e| e.to_string())?;
-    let client = client::build_fenced(&format!("member:{name}"), config, limits, stats, fence)
-        .map_err(|e| e.to_string())?;
+    .await
+    .map_err(failed)?;
+    let member = format!("member:{name}");
+    let (client, server) =
+        client::from_kubeconfig(&member, Some(vetted.kubeconfig), limits, stats, fence)
+            .await
+            .map_err(failed)?;
     Ok(MemberClient {
         client,
         events,

@@ -4,7 +4,8 @@
 //! Two kinds of series:
 //! - event-driven ones (reconciles, hub writes, latencies), recorded by the observer calls;
 //! - scrape-time ones (member state, API requests, rate-limiter wait, Azure counters), read
-//!   from [`FleetState`], each client's [`ClientStats`] and the Azure source when encoded.
+//!   from [`FleetState`], each client's [`ClientStats`] and the Azure source when encoded
+//!   (`scrape`).
 //!
 //! Cardinality is bounded: labels are member names, outcome labels (a fixed set), verbs,
 //! resources (kinds, never object names), HTTP codes and write ops. No object name is a label.
@@ -15,19 +16,20 @@ use std::fmt;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::exemplar::HistogramWithExemplars;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::client::{ClientStats, RequestCount};
+use crate::client::ClientStats;
 use crate::export::{ReconcileObserver, Reconciled};
-use crate::fleet::{FleetState, MemberHooks, MemberStatus, Phase};
+use crate::fleet::{FleetState, MemberHooks};
+
+mod scrape;
+use scrape::ScrapeCollector;
 
 /// `Content-Type` of [`Metrics::encode`] (OpenMetrics text 1.0, exemplars included).
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -51,20 +53,11 @@ pub use crate::azure::AzureStatsSnapshot as AzureCounters;
 /// Reads the Azure counters at scrape time.
 pub type AzureSource = Arc<dyn Fn() -> AzureCounters + Send + Sync>;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct MemberLabels {
-    member: String,
-}
+/// The labels of one series.
+type Labels = Vec<(&'static str, String)>;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabels {
-    member: String,
-    outcome: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OpLabels {
-    op: String,
+fn member_labels(name: &str) -> Labels {
+    vec![("member", name.to_string())]
 }
 
 /// Exemplar labels: the trace of the observation (only when it is sampled).
@@ -89,6 +82,11 @@ fn export_duration_histogram() -> Histogram {
     Histogram::new(EXPORT_DURATION_BUCKETS_MS)
 }
 
+/// The label of fleet-networking's metric: the member.
+fn origin(member: &str) -> Labels {
+    vec![("origin_cluster_id", member.to_string())]
+}
+
 /// The reference's rules: a duration that does not make sense (<= 0) counts as one second;
 /// larger ones are capped.
 fn export_duration_ms(took: Duration) -> f64 {
@@ -96,11 +94,6 @@ fn export_duration_ms(took: Duration) -> f64 {
         0 => 1000.0,
         ms => ms.min(EXPORT_DURATION_CAP_MS) as f64,
     }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OriginLabels {
-    origin_cluster_id: String,
 }
 
 /// What Metrics knows of one member.
@@ -126,14 +119,14 @@ struct Shared {
 pub struct Metrics {
     registry: Registry,
     shared: Arc<Shared>,
-    reconciles: Family<OutcomeLabels, Counter>,
-    durations: Family<MemberLabels, ExemplarHistogram, fn() -> ExemplarHistogram>,
-    in_flight: Family<MemberLabels, Gauge>,
-    controller_errors: Family<MemberLabels, Counter>,
-    ise_writes: Family<OpLabels, Counter>,
+    reconciles: Family<Labels, Counter>,
+    durations: Family<Labels, ExemplarHistogram, fn() -> ExemplarHistogram>,
+    in_flight: Family<Labels, Gauge>,
+    controller_errors: Family<Labels, Counter>,
+    ise_writes: Family<Labels, Counter>,
     export_latency: ExemplarHistogram,
     conflict_latency: Histogram,
-    export_duration: Family<OriginLabels, Histogram, fn() -> Histogram>,
+    export_duration: Family<Labels, Histogram, fn() -> Histogram>,
 }
 
 impl fmt::Debug for Metrics {
@@ -148,78 +141,86 @@ impl Default for Metrics {
     }
 }
 
+/// Registers each `(name, help, unit, metric)`, in order (the order of the families on
+/// `/metrics`).
+macro_rules! register {
+    ($registry:expr, $(($name:expr, $help:expr, $unit:expr, $metric:expr)),* $(,)?) => {
+        $(match $unit {
+            Some(unit) => $registry.register_with_unit($name, $help, unit, $metric),
+            None => $registry.register($name, $help, $metric),
+        })*
+    };
+}
+
 impl Metrics {
     /// Every family registered, no member yet.
     pub fn new() -> Self {
-        let mut registry = Registry::default();
-        let shared = Arc::new(Shared::default());
-        let reconciles = Family::<OutcomeLabels, Counter>::default();
-        let durations: Family<MemberLabels, ExemplarHistogram, fn() -> ExemplarHistogram> =
-            Family::new_with_constructor(reconcile_histogram);
-        let in_flight = Family::<MemberLabels, Gauge>::default();
-        let controller_errors = Family::<MemberLabels, Counter>::default();
-        let ise_writes = Family::<OpLabels, Counter>::default();
-        let export_latency = HistogramWithExemplars::new(LATENCY_BUCKETS.into_iter());
-        let conflict_latency = Histogram::new(LATENCY_BUCKETS);
-        let export_duration: Family<OriginLabels, Histogram, fn() -> Histogram> =
-            Family::new_with_constructor(export_duration_histogram);
-
-        registry.register(
-            "fleetnet_reconcile",
-            "Reconciles of ServiceExports, by member and outcome (exported, unexported, skipped, invalid:<reason>, error:<step>)",
-            reconciles.clone(),
-        );
-        registry.register_with_unit(
-            "fleetnet_reconcile_duration",
-            "Duration of one reconcile, by member",
-            Unit::Seconds,
-            durations.clone(),
-        );
-        registry.register(
-            "fleetnet_reconciles_in_flight",
-            "Reconciles running now, by member (the member's work-queue depth being processed)",
-            in_flight.clone(),
-        );
-        registry.register(
-            "fleetnet_controller_errors",
-            "Errors of a member's controller outside reconciles (watch failures), by member",
-            controller_errors.clone(),
-        );
-        registry.register(
-            "fleetnet_ise_writes",
-            "InternalServiceExport writes to the hub, by op (create, update, delete)",
-            ise_writes.clone(),
-        );
-        registry.register_with_unit(
-            "fleetnet_export_latency",
-            "Time from a Service change being first seen (exportedSince) to its InternalServiceExport written",
-            Unit::Seconds,
-            export_latency.clone(),
-        );
-        registry.register_with_unit(
-            "fleetnet_conflict_reflected_latency",
-            "Time from an export to the hub's conflict verdict reflected on the ServiceExport",
-            Unit::Seconds,
-            conflict_latency.clone(),
-        );
-        registry.register(
-            EXPORT_DURATION_METRIC,
-            "Time from a Service export (exportedSince) to the hub's conflict verdict reflected on its ServiceExport, in milliseconds, by member (origin_cluster_id); fleet-networking's metric",
-            export_duration.clone(),
-        );
-        registry.register_collector(Box::new(ScrapeCollector(shared.clone())));
-        Self {
+        let mut m = Self {
+            registry: Registry::default(),
+            shared: Arc::default(),
+            reconciles: Family::default(),
+            durations: Family::new_with_constructor(reconcile_histogram),
+            in_flight: Family::default(),
+            controller_errors: Family::default(),
+            ise_writes: Family::default(),
+            export_latency: HistogramWithExemplars::new(LATENCY_BUCKETS.into_iter()),
+            conflict_latency: Histogram::new(LATENCY_BUCKETS),
+            export_duration: Family::new_with_constructor(export_duration_histogram),
+        };
+        let registry = &mut m.registry;
+        register!(
             registry,
-            shared,
-            reconciles,
-            durations,
-            in_flight,
-            controller_errors,
-            ise_writes,
-            export_latency,
-            conflict_latency,
-            export_duration,
-        }
+            (
+                "fleetnet_reconcile",
+                "Reconciles of ServiceExports, by member and outcome (exported, unexported, skipped, invalid:<reason>, error:<step>)",
+                None,
+                m.reconciles.clone()
+            ),
+            (
+                "fleetnet_reconcile_duration",
+                "Duration of one reconcile, by member",
+                Some(Unit::Seconds),
+                m.durations.clone()
+            ),
+            (
+                "fleetnet_reconciles_in_flight",
+                "Reconciles running now, by member (the member's work-queue depth being processed)",
+                None,
+                m.in_flight.clone()
+            ),
+            (
+                "fleetnet_controller_errors",
+                "Errors of a member's controller outside reconciles (watch failures), by member",
+                None,
+                m.controller_errors.clone()
+            ),
+            (
+                "fleetnet_ise_writes",
+                "InternalServiceExport writes to the hub, by op (create, update, delete)",
+                None,
+                m.ise_writes.clone()
+            ),
+            (
+                "fleetnet_export_latency",
+                "Time from a Service change being first seen (exportedSince) to its InternalServiceExport written",
+                Some(Unit::Seconds),
+                m.export_latency.clone()
+            ),
+            (
+                "fleetnet_conflict_reflected_latency",
+                "Time from an export to the hub's conflict verdict reflected on the ServiceExport",
+                Some(Unit::Seconds),
+                m.conflict_latency.clone()
+            ),
+            (
+                EXPORT_DURATION_METRIC,
+                "Time from a Service export (exportedSince) to the hub's conflict verdict reflected on its ServiceExport, in milliseconds, by member (origin_cluster_id); fleet-networking's metric",
+                None,
+                m.export_duration.clone()
+            ),
+        );
+        registry.register_collector(Box::new(ScrapeCollector(m.shared.clone())));
+        m
     }
 
     /// Starts tracking `member` with the counters of its client (again: a new engagement
@@ -261,18 +262,14 @@ impl Metrics {
     pub fn remove_member(&self, member: &str) {
         let entry = write(&self.shared.members).remove(member);
         for outcome in entry.map(|e| e.outcomes).unwrap_or_default() {
-            self.reconciles.remove(&OutcomeLabels {
-                member: member.to_string(),
-                outcome,
-            });
+            self.reconciles
+                .remove(&vec![("member", member.to_string()), ("outcome", outcome)]);
         }
         let labels = member_labels(member);
         self.durations.remove(&labels);
         self.in_flight.remove(&labels);
         self.controller_errors.remove(&labels);
-        self.export_duration.remove(&OriginLabels {
-            origin_cluster_id: member.to_string(),
-        });
+        self.export_duration.remove(&origin(member));
     }
 
     /// Members with series, sorted.
@@ -338,10 +335,10 @@ impl ReconcileObserver for Metrics {
         let labels = member_labels(member);
         self.in_flight.get_or_create(&labels).dec();
         self.reconciles
-            .get_or_create(&OutcomeLabels {
-                member: member.to_string(),
-                outcome: outcome.to_string(),
-            })
+            .get_or_create(&vec![
+                ("member", member.to_string()),
+                ("outcome", outcome.to_string()),
+            ])
             .inc();
         self.durations
             .get_or_create(&labels)
@@ -351,7 +348,7 @@ impl ReconcileObserver for Metrics {
     fn hub_write(&self, member: &str, op: &'static str) {
         self.ensure_member(member);
         self.ise_writes
-            .get_or_create(&OpLabels { op: op.to_string() })
+            .get_or_create(&vec![("op", op.to_string())])
             .inc();
     }
 
@@ -363,9 +360,7 @@ impl ReconcileObserver for Metrics {
     fn conflict_reflected(&self, member: &str, latency: Duration) {
         self.conflict_latency.observe(latency.as_secs_f64());
         self.export_duration
-            .get_or_create(&OriginLabels {
-                origin_cluster_id: member.to_string(),
-            })
+            .get_or_create(&origin(member))
             .observe(export_duration_ms(latency));
     }
 
@@ -389,238 +384,13 @@ impl MemberHooks for Metrics {
     }
 }
 
-fn member_labels(member: &str) -> MemberLabels {
-    MemberLabels {
-        member: member.to_string(),
-    }
-}
-
 /// The trace id of the current span, when it is sampled (an exemplar pointing at a trace
 /// that was never exported would be a dead link). `None` without the OpenTelemetry layer.
 fn current_trace() -> Option<TraceLabels> {
     crate::telemetry::current_sampled_trace_id().map(|trace_id| TraceLabels { trace_id })
 }
 
-/// Encodes the scrape-time series.
-struct ScrapeCollector(Arc<Shared>);
-
-impl fmt::Debug for ScrapeCollector {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ScrapeCollector")
-    }
-}
-
-/// One client's counters with the labels that name it.
-struct ClientSeries {
-    client: &'static str,
-    member: Option<String>,
-    stats: Arc<ClientStats>,
-}
-
-impl ClientSeries {
-    fn labels(&self) -> Vec<(&'static str, String)> {
-        let mut labels = vec![("client", self.client.to_string())];
-        if let Some(m) = &self.member {
-            labels.push(("member", m.clone()));
-        }
-        labels
-    }
-}
-
-impl Collector for ScrapeCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        // Copy what is needed, so no lock is held while encoding.
-        let (states, clients) = {
-            let members = read(&self.0.members);
-            let states: Vec<(String, MemberStatus)> = match read(&self.0.fleet).as_ref() {
-                Some(fleet) => fleet
-                    .members()
-                    .into_iter()
-                    .filter(|(name, _)| members.contains_key(name))
-                    .collect(),
-                None => vec![],
-            };
-            let mut clients = vec![];
-            if let Some(hub) = read(&self.0.hub_client).as_ref() {
-                clients.push(ClientSeries {
-                    client: "hub",
-                    member: None,
-                    stats: hub.clone(),
-                });
-            }
-            for (name, entry) in members.iter() {
-                for (client, stats) in
-                    [("member", &entry.member_client), ("hub", &entry.hub_client)]
-                {
-                    if let Some(stats) = stats {
-                        clients.push(ClientSeries {
-                            client,
-                            member: Some(name.clone()),
-                            stats: stats.clone(),
-                        });
-                    }
-                }
-            }
-            (states, clients)
-        };
-
-        if !states.is_empty() {
-            let mut m = encoder.encode_descriptor(
-                "fleetnet_member_state",
-                "1 for the member's current phase (connecting, syncing, ready, failing), 0 for the others.",
-                None,
-                MetricType::Gauge,
-            )?;
-            for (name, s) in &states {
-                for p in Phase::ALL {
-                    let labels = [("member", name.as_str()), ("state", p.as_str())];
-                    ConstGauge::new(i64::from(s.phase == p)).encode(m.encode_family(&labels)?)?;
-                }
-            }
-            for (metric, help, flag) in [
-                (
-                    "fleetnet_member_kubeconfig_refused",
-                    "1 when the member's kubeconfig was refused (file paths, plugins, insecure TLS, name): never connected.",
-                    (|s: &MemberStatus| s.refused) as fn(&MemberStatus) -> bool,
-                ),
-                (
-                    "fleetnet_member_tls_verify_disabled",
-                    "1 when TLS verification of the member's API server is off (--allow-insecure-member-tls).",
-                    |s: &MemberStatus| s.tls_verify_disabled,
-                ),
-            ] {
-                let mut m = encoder.encode_descriptor(metric, help, None, MetricType::Gauge)?;
-                for (name, s) in &states {
-                    let labels = [("member", name.as_str())];
-                    ConstGauge::new(i64::from(flag(s))).encode(m.encode_family(&labels)?)?;
-                }
-            }
-        }
-        if states.iter().any(|(_, s)| s.last_sync.is_some()) {
-            let unit = Unit::Other("seconds".into());
-            let mut m = encoder.encode_descriptor(
-                "fleetnet_member_last_sync_timestamp",
-                "When the member's watches last completed an initial sync (Unix time).",
-                Some(&unit),
-                MetricType::Gauge,
-            )?;
-            for (name, s) in &states {
-                if let Some(t) = s.last_sync {
-                    let labels = [("member", name.as_str())];
-                    ConstGauge::new(t.as_millisecond() as f64 / 1000.0)
-                        .encode(m.encode_family(&labels)?)?;
-                }
-            }
-        }
-
-        let counts: Vec<(&ClientSeries, Vec<RequestCount>)> =
-            clients.iter().map(|c| (c, c.stats.snapshot())).collect();
-        if counts.iter().any(|(_, v)| !v.is_empty()) {
-            let mut m = encoder.encode_descriptor(
-                "fleetnet_api_requests",
-                "Kubernetes API requests by client (member or hub), member, verb, resource kind and HTTP code (none: no response).",
-                None,
-                MetricType::Counter,
-            )?;
-            for (client, requests) in &counts {
-                for r in requests {
-                    let mut labels = client.labels();
-                    labels.push(("verb", r.verb.to_string()));
-                    labels.push(("resource", r.resource.clone()));
-                    labels.push((
-                        "code",
-                        r.code.map_or_else(|| "none".to_string(), |c| c.to_string()),
-                    ));
-                    ConstCounter::new(r.count).encode(m.encode_family(&labels)?)?;
-                }
-            }
-        }
-        if !clients.is_empty() {
-            let mut m = encoder.encode_descriptor(
-                "fleetnet_rate_limiter_wait",
-                "Time requests waited for the client's token bucket and in-flight limit.",
-                Some(&Unit::Seconds),
-                MetricType::Counter,
-            )?;
-            for client in &clients {
-                let labels = client.labels();
-                ConstCounter::new(client.stats.waited().as_secs_f64())
-                    .encode(m.encode_family(&labels)?)?;
-            }
-            let mut m = encoder.encode_descriptor(
-                "fleetnet_api_retries",
-                "Kubernetes API requests sent again by the client's retry layer (429; 5xx or no answer for reads).",
-                None,
-                MetricType::Counter,
-            )?;
-            for client in &clients {
-                let labels = client.labels();
-                ConstCounter::new(client.stats.retries()).encode(m.encode_family(&labels)?)?;
-            }
-        }
-
-        let azure = read(&self.0.azure).clone();
-        if let Some(source) = azure {
-            let c = source();
-            for (name, help, value) in [
-                (
-                    "fleetnet_azure_list_calls",
-                    "Public IP LIST operations against ARM.",
-                    c.list_calls,
-                ),
-                (
-                    "fleetnet_azure_arm_requests",
-                    "HTTP requests sent to ARM (every page, every retry).",
-                    c.arm_requests,
-                ),
-                (
-                    "fleetnet_azure_cache_hits",
-                    "Public IP lookups answered from the cache.",
-                    c.cache_hits,
-                ),
-                (
-                    "fleetnet_azure_cache_misses",
-                    "Public IP lookups that waited for a LIST.",
-                    c.cache_misses,
-                ),
-                ("fleetnet_azure_retries", "ARM requests re-sent.", c.retries),
-                (
-                    "fleetnet_azure_throttled",
-                    "429 responses received from ARM.",
-                    c.throttled,
-                ),
-                (
-                    "fleetnet_azure_token_requests",
-                    "HTTP requests sent to the token endpoint (Entra ID or IMDS), every retry included.",
-                    c.token.requests,
-                ),
-                (
-                    "fleetnet_azure_token_retries",
-                    "Token requests sent again.",
-                    c.token.retries,
-                ),
-                (
-                    "fleetnet_azure_token_throttled",
-                    "429 responses received from the token endpoint.",
-                    c.token.throttled,
-                ),
-            ] {
-                let m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-                ConstCounter::new(value).encode(m)?;
-            }
-            let m = encoder.encode_descriptor(
-                "fleetnet_azure_limiter_wait",
-                "Time ARM requests waited for the shared rate limiter.",
-                Some(&Unit::Seconds),
-                MetricType::Counter,
-            )?;
-            ConstCounter::new(c.limiter_wait.as_secs_f64()).encode(m)?;
-        }
-        Ok(())
-    }
-}
-
-fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+pub(crate) fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     l.read().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -632,6 +402,7 @@ fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 mod tests {
     use super::*;
     use crate::export::Outcome;
+    use crate::fleet::Phase;
 
     const EXPORTED: Reconciled = Reconciled::Done(Outcome::Exported);
 

@@ -1,0 +1,214 @@
+//! The scrape-time series: member state, API requests, rate-limiter wait and Azure counters,
+//! read from [`crate::fleet::FleetState`], each client's [`ClientStats`] and the Azure source when encoded.
+
+use std::fmt;
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Unit;
+
+use super::{AzureCounters, Labels, Shared, member_labels, read};
+use crate::client::{ClientStats, RequestCount};
+use crate::fleet::{MemberStatus, Phase};
+
+/// Encodes the scrape-time series.
+pub(super) struct ScrapeCollector(pub(super) Arc<Shared>);
+
+impl fmt::Debug for ScrapeCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ScrapeCollector")
+    }
+}
+
+/// One client's counters with the labels that name it.
+struct ClientSeries {
+    labels: Labels,
+    stats: Arc<ClientStats>,
+}
+
+impl Shared {
+    /// The member states and client counters to encode, copied so no lock is held meanwhile.
+    fn scrape(&self) -> (Vec<(String, MemberStatus)>, Vec<ClientSeries>) {
+        let members = read(&self.members);
+        let states = read(&self.fleet).as_ref().map_or_else(Vec::new, |fleet| {
+            let states = fleet.members().into_iter();
+            states
+                .filter(|(name, _)| members.contains_key(name))
+                .collect()
+        });
+        let hub = read(&self.hub_client).clone().map(|stats| ClientSeries {
+            labels: vec![("client", "hub".into())],
+            stats,
+        });
+        let per_member = members.iter().flat_map(|(name, entry)| {
+            let clients = [("member", &entry.member_client), ("hub", &entry.hub_client)];
+            clients.into_iter().filter_map(move |(client, stats)| {
+                Some(ClientSeries {
+                    labels: vec![("client", client.into()), ("member", name.clone())],
+                    stats: stats.clone()?,
+                })
+            })
+        });
+        (states, hub.into_iter().chain(per_member).collect())
+    }
+}
+
+/// One family of `rows`, skipped when there are none.
+fn family<M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder,
+    (name, help, unit): (&str, &str, Option<Unit>),
+    rows: Vec<(Labels, M)>,
+) -> fmt::Result {
+    let Some((_, first)) = rows.first() else {
+        return Ok(());
+    };
+    let mut m = encoder.encode_descriptor(name, help, unit.as_ref(), first.metric_type())?;
+    for (labels, value) in &rows {
+        value.encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+fn encode_members(e: &mut DescriptorEncoder, states: &[(String, MemberStatus)]) -> fmt::Result {
+    let phases = states.iter().flat_map(|(name, s)| {
+        Phase::ALL.into_iter().map(move |p| {
+            let labels = vec![("member", name.clone()), ("state", p.as_str().to_string())];
+            (labels, ConstGauge::new(i64::from(s.phase == p)))
+        })
+    });
+    let help =
+        "1 for the member's current phase (connecting, syncing, ready, failing), 0 for the others.";
+    family(e, ("fleetnet_member_state", help, None), phases.collect())?;
+    let flag = |f: fn(&MemberStatus) -> bool| {
+        let rows = states
+            .iter()
+            .map(|(name, s)| (member_labels(name), ConstGauge::new(i64::from(f(s)))));
+        rows.collect::<Vec<_>>()
+    };
+    let help = "1 when the member's kubeconfig was refused (file paths, plugins, insecure TLS, name): never connected.";
+    family(
+        e,
+        ("fleetnet_member_kubeconfig_refused", help, None),
+        flag(|s| s.refused),
+    )?;
+    let help =
+        "1 when TLS verification of the member's API server is off (--allow-insecure-member-tls).";
+    let tls = flag(|s| s.tls_verify_disabled);
+    family(e, ("fleetnet_member_tls_verify_disabled", help, None), tls)?;
+    let synced = states.iter().filter_map(|(name, s)| {
+        let seconds = s.last_sync?.as_millisecond() as f64 / 1000.0;
+        Some((member_labels(name), ConstGauge::new(seconds)))
+    });
+    let help = "When the member's watches last completed an initial sync (Unix time).";
+    let unit = Some(Unit::Other("seconds".into()));
+    family(
+        e,
+        ("fleetnet_member_last_sync_timestamp", help, unit),
+        synced.collect(),
+    )
+}
+
+fn encode_clients(e: &mut DescriptorEncoder, clients: &[ClientSeries]) -> fmt::Result {
+    let requests = clients.iter().flat_map(|client| {
+        client.stats.snapshot().into_iter().map(|r: RequestCount| {
+            let mut labels = client.labels.clone();
+            labels.push(("verb", r.verb.to_string()));
+            labels.push(("resource", r.resource));
+            let code = r.code.map_or_else(|| "none".to_string(), |c| c.to_string());
+            labels.push(("code", code));
+            (labels, ConstCounter::new(r.count))
+        })
+    });
+    let help = "Kubernetes API requests by client (member or hub), member, verb, resource kind and HTTP code (none: no response).";
+    family(e, ("fleetnet_api_requests", help, None), requests.collect())?;
+    let waits = clients.iter().map(|c| {
+        let wait = ConstCounter::new(c.stats.waited().as_secs_f64());
+        (c.labels.clone(), wait)
+    });
+    let help = "Time requests waited for the client's token bucket and in-flight limit.";
+    let unit = Some(Unit::Seconds);
+    family(
+        e,
+        ("fleetnet_rate_limiter_wait", help, unit),
+        waits.collect(),
+    )?;
+    let retries = clients
+        .iter()
+        .map(|c| (c.labels.clone(), ConstCounter::new(c.stats.retries())));
+    let help = "Kubernetes API requests sent again by the client's retry layer (429; 5xx or no answer for reads).";
+    family(e, ("fleetnet_api_retries", help, None), retries.collect())
+}
+
+fn encode_azure(e: &mut DescriptorEncoder, c: &AzureCounters) -> fmt::Result {
+    for (name, help, value) in [
+        (
+            "fleetnet_azure_list_calls",
+            "Public IP LIST operations against ARM.",
+            c.list_calls,
+        ),
+        (
+            "fleetnet_azure_arm_requests",
+            "HTTP requests sent to ARM (every page, every retry).",
+            c.arm_requests,
+        ),
+        (
+            "fleetnet_azure_cache_hits",
+            "Public IP lookups answered from the cache.",
+            c.cache_hits,
+        ),
+        (
+            "fleetnet_azure_cache_misses",
+            "Public IP lookups that waited for a LIST.",
+            c.cache_misses,
+        ),
+        ("fleetnet_azure_retries", "ARM requests re-sent.", c.retries),
+        (
+            "fleetnet_azure_throttled",
+            "429 responses received from ARM.",
+            c.throttled,
+        ),
+        (
+            "fleetnet_azure_token_requests",
+            "HTTP requests sent to the token endpoint (Entra ID or IMDS), every retry included.",
+            c.token.requests,
+        ),
+        (
+            "fleetnet_azure_token_retries",
+            "Token requests sent again.",
+            c.token.retries,
+        ),
+        (
+            "fleetnet_azure_token_throttled",
+            "429 responses received from the token endpoint.",
+            c.token.throttled,
+        ),
+    ] {
+        family(
+            e,
+            (name, help, None),
+            vec![(vec![], ConstCounter::new(value))],
+        )?;
+    }
+    let help = "Time ARM requests waited for the shared rate limiter.";
+    let wait = ConstCounter::new(c.limiter_wait.as_secs_f64());
+    family(
+        e,
+        ("fleetnet_azure_limiter_wait", help, Some(Unit::Seconds)),
+        vec![(vec![], wait)],
+    )
+}
+
+impl Collector for ScrapeCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let (states, clients) = self.0.scrape();
+        encode_members(&mut encoder, &states)?;
+        encode_clients(&mut encoder, &clients)?;
+        match read(&self.0.azure).clone() {
+            Some(source) => encode_azure(&mut encoder, &source()),
+            None => Ok(()),
+        }
+    }
+}

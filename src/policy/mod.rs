@@ -1,0 +1,389 @@
+//! The client policy: the tower layers every outbound HTTP stack of the process composes, the
+//! Kubernetes clients ([`crate::client`]) and the ARM and token stacks ([`crate::azure`]).
+//! [`Policy::layers`] stacks them, outer to inner:
+//!
+//! | layer | what it does |
+//! | --- | --- |
+//! | [`Step::Classify`] | puts the request's [`RequestKind`] in its extensions |
+//! | retry ([`RetryPolicy`]) | sends again what [`decide`] allows, after [`retry_after`] or [`backoff`] |
+//! | [`Step::Count`] | counts every attempt in [`ClientStats`] by verb, resource and status |
+//! | [`Step::RateLimit`] | waits for a token of a shared token bucket ([`bucket`], governor) |
+//! | [`Step::Concurrency`] | waits for a slot of a shared semaphore |
+//! | [`Step::Timeout`] | a deadline per attempt |
+//!
+//! Below the retry layer each attempt (first, retry, every page) takes its own token and slot
+//! and is counted; no slot is held while a retry waits. Long-running requests (watches,
+//! [`Repeat::Never`]) skip the bucket, the slots and the deadline, and are never retried here.
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use http::{Method, Request, Response, Uri};
+use tokio::sync::Semaphore;
+use tower::layer::util::{Identity, Stack};
+use tower::retry::RetryLayer;
+use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
+
+mod retry;
+pub use retry::{Attempts, Resend, RetryLimits, RetryPolicy, backoff, decide, retry_after};
+
+/// Which failed attempts of a request may be sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repeat {
+    /// Long-running (a watch): its owner resumes it. No token, slot or deadline either.
+    Never,
+    /// After a 429 only: the server refused it before acting on it (writes).
+    Throttled,
+    /// After a 429, 408, 5xx or no answer: sending it again changes nothing (reads, tokens).
+    Always,
+}
+
+/// What a request is, for counting and retrying.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestKind {
+    /// The verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, …).
+    pub verb: &'static str,
+    /// What it acts on (`services`, `serviceexports/status`; `-` for anything else).
+    pub resource: String,
+    pub repeat: Repeat,
+}
+
+impl RequestKind {
+    fn of<B>(req: &Request<B>) -> Self {
+        req.extensions().get::<Self>().cloned().unwrap_or(Self {
+            verb: "other",
+            resource: "-".into(),
+            repeat: Repeat::Throttled,
+        })
+    }
+
+    /// Whether the request changes state.
+    pub fn is_write(&self) -> bool {
+        is_write_verb(self.verb)
+    }
+}
+
+fn is_write_verb(verb: &str) -> bool {
+    matches!(
+        verb,
+        "create" | "update" | "patch" | "delete" | "deletecollection"
+    )
+}
+
+/// Requests of one (verb, resource, code).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RequestCount {
+    pub verb: &'static str,
+    pub resource: String,
+    /// HTTP status, or `None` when no response arrived (transport error, timeout).
+    pub code: Option<u16>,
+    pub count: u64,
+}
+
+impl RequestCount {
+    /// Whether the request changed state.
+    pub fn is_write(&self) -> bool {
+        is_write_verb(self.verb)
+    }
+}
+
+/// `(verb, resource, status code)`.
+type RequestKey = (&'static str, String, Option<u16>);
+
+/// The counters of one stack, read by `/metrics` and by tests. Cheap to update from many tasks.
+#[derive(Debug, Default)]
+pub struct ClientStats {
+    requests: Mutex<BTreeMap<RequestKey, u64>>,
+    wait_micros: AtomicU64,
+    retries: AtomicU64,
+}
+
+impl ClientStats {
+    fn record(&self, kind: &RequestKind, code: Option<u16>) {
+        let mut map = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+        *map.entry((kind.verb, kind.resource.clone(), code))
+            .or_default() += 1;
+    }
+
+    fn add_wait(&self, waited: Duration) {
+        let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        self.wait_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// Attempts sent again by the retry layer (each is also counted as a request).
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
+    }
+
+    /// Every counter, sorted.
+    pub fn snapshot(&self) -> Vec<RequestCount> {
+        let map = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+        map.iter()
+            .map(|((verb, resource, code), count)| RequestCount {
+                verb,
+                resource: resource.clone(),
+                code: *code,
+                count: *count,
+            })
+            .collect()
+    }
+
+    /// Total requests matching `pred`.
+    pub fn count_where(&self, pred: impl Fn(&RequestCount) -> bool) -> u64 {
+        self.snapshot()
+            .iter()
+            .filter(|c| pred(c))
+            .map(|c| c.count)
+            .sum()
+    }
+
+    /// Every attempt sent.
+    pub fn requests(&self) -> u64 {
+        self.count_where(|_| true)
+    }
+
+    /// 429 answers.
+    pub fn throttled(&self) -> u64 {
+        self.count_where(|c| c.code == Some(429))
+    }
+
+    /// Requests that change state (create, update, patch, delete), Events not counted.
+    pub fn writes_excluding_events(&self) -> u64 {
+        self.count_where(|c| c.is_write() && c.resource != "events")
+    }
+
+    /// Time spent waiting for a token or a slot.
+    pub fn waited(&self) -> Duration {
+        Duration::from_micros(self.wait_micros.load(Ordering::Relaxed))
+    }
+}
+
+/// A token bucket of `qps` tokens a second and `burst` at once, to share (clone the `Arc`)
+/// between every stack that spends the same budget.
+pub fn bucket(qps: f64, burst: u32) -> Result<Arc<DefaultDirectRateLimiter>, &'static str> {
+    if !(qps.is_finite() && qps > 0.0) {
+        return Err("qps must be a positive number");
+    }
+    let burst = NonZeroU32::new(burst).ok_or("burst must be at least 1")?;
+    let quota = Duration::try_from_secs_f64(1.0 / qps)
+        .ok()
+        .and_then(Quota::with_period)
+        .ok_or("qps too large")?;
+    Ok(Arc::new(RateLimiter::direct(quota.allow_burst(burst))))
+}
+
+/// One attempt's answer, to come.
+pub type Reply<RB> = BoxFuture<'static, Result<Response<RB>, BoxError>>;
+
+/// One step of the policy around each attempt. Long-running requests ([`Repeat::Never`]) skip
+/// the bucket, the slots and the deadline.
+#[derive(Clone)]
+pub enum Step {
+    /// Puts the stack's [`RequestKind`] of each request in its extensions, for the steps and
+    /// the retry policy below.
+    Classify(fn(&Method, &Uri) -> RequestKind),
+    /// Counts every attempt by kind and status (`None`: no answer); with `trace`, each attempt
+    /// runs in a `k8s.request` span with its verb, resource and status.
+    Count {
+        stats: Arc<ClientStats>,
+        trace: bool,
+    },
+    /// Waits for a token of a shared bucket ([`bucket`]); the wait counted.
+    RateLimit {
+        bucket: Arc<DefaultDirectRateLimiter>,
+        stats: Arc<ClientStats>,
+    },
+    /// Waits for a slot of a shared semaphore, held until the answer; the wait counted.
+    Concurrency {
+        slots: Arc<Semaphore>,
+        stats: Arc<ClientStats>,
+    },
+    /// A deadline per attempt (until the inner service answers): [`TimedOut`].
+    Timeout(Duration),
+}
+
+impl Step {
+    fn around<RB: Send + 'static>(&self, kind: &RequestKind, attempt: Reply<RB>) -> Reply<RB> {
+        let long_running = kind.repeat == Repeat::Never;
+        match self.clone() {
+            Step::Classify(_) => attempt,
+            Step::Count { stats, trace } => {
+                let span = match trace {
+                    true => tracing::debug_span!(
+                        target: "fleetnet_hub::client",
+                        "k8s.request",
+                        k8s.verb = kind.verb,
+                        k8s.resource = %kind.resource,
+                        http.status_code = tracing::field::Empty,
+                    ),
+                    false => tracing::Span::none(),
+                };
+                let kind = kind.clone();
+                let counted = async move {
+                    let res = attempt.await;
+                    let code = res.as_ref().map(|r| r.status().as_u16()).ok();
+                    if let Some(code) = code {
+                        tracing::Span::current().record("http.status_code", code);
+                    }
+                    stats.record(&kind, code);
+                    res
+                };
+                Box::pin(tracing::Instrument::instrument(counted, span))
+            }
+            _ if long_running => attempt,
+            Step::RateLimit { bucket, stats } => Box::pin(async move {
+                let waited = Instant::now();
+                bucket.until_ready().await;
+                stats.add_wait(waited.elapsed());
+                attempt.await
+            }),
+            Step::Concurrency { slots, stats } => Box::pin(async move {
+                let waited = Instant::now();
+                let _slot = slots.acquire_owned().await?;
+                stats.add_wait(waited.elapsed());
+                attempt.await
+            }),
+            Step::Timeout(after) => {
+                let (verb, resource) = (kind.verb, kind.resource.clone());
+                Box::pin(async move {
+                    tokio::time::timeout(after, attempt).await.map_err(|_| {
+                        Box::new(TimedOut {
+                            verb,
+                            resource,
+                            after,
+                        })
+                    })?
+                })
+            }
+        }
+    }
+}
+
+/// The error of an attempt whose deadline passed.
+#[derive(Debug, thiserror::Error)]
+#[error("{verb} {resource} timed out after {after:?}")]
+pub struct TimedOut {
+    pub verb: &'static str,
+    pub resource: String,
+    pub after: Duration,
+}
+
+/// A tower layer of steps, outer to inner. Its services are ready at once: the inner service's
+/// readiness is awaited per request, after the steps' waits.
+#[derive(Clone)]
+pub struct PolicyLayer(pub Arc<[Step]>);
+
+impl<S> Layer<S> for PolicyLayer {
+    type Service = Stepped<S>;
+    fn layer(&self, inner: S) -> Stepped<S> {
+        Stepped {
+            inner,
+            steps: self.0.clone(),
+        }
+    }
+}
+
+/// The service of a [`PolicyLayer`].
+#[derive(Clone)]
+pub struct Stepped<S> {
+    inner: S,
+    steps: Arc<[Step]>,
+}
+
+impl<S, B, RB> Service<Request<B>> for Stepped<S>
+where
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: Send + 'static,
+    RB: Send + 'static,
+{
+    type Response = Response<RB>;
+    type Error = BoxError;
+    type Future = Reply<RB>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut req: Request<B>) -> Reply<RB> {
+        for step in self.steps.iter() {
+            if let Step::Classify(classify) = step {
+                let kind = classify(req.method(), req.uri());
+                req.extensions_mut().insert(kind);
+            }
+        }
+        let kind = RequestKind::of(&req);
+        let attempt = self.inner.clone().oneshot(req);
+        let attempt: Reply<RB> = Box::pin(async move { attempt.await.map_err(Into::into) });
+        let steps = self.steps.iter().rev();
+        steps.fold(attempt, |attempt, step| step.around(&kind, attempt))
+    }
+}
+
+/// Everything one stack applies to its requests.
+pub struct Policy {
+    pub classify: fn(&Method, &Uri) -> RequestKind,
+    pub retry: RetryLimits,
+    /// The token bucket, shared by every stack of the same budget; `None`: no rate limit.
+    pub bucket: Option<Arc<DefaultDirectRateLimiter>>,
+    /// Requests in flight at once, shared likewise.
+    pub slots: Arc<Semaphore>,
+    pub timeout: Duration,
+    pub stats: Arc<ClientStats>,
+    /// A `k8s.request` span per attempt.
+    pub trace: bool,
+}
+
+/// The layers of [`Policy::layers`], outer to inner.
+pub type PolicyLayers = ServiceBuilder<
+    Stack<PolicyLayer, Stack<RetryLayer<RetryPolicy>, Stack<PolicyLayer, Identity>>>,
+>;
+
+impl Policy {
+    /// Classify; retry; count, rate limit, concurrency, timeout.
+    pub fn layers(self) -> PolicyLayers {
+        let stats = self.stats;
+        let mut steps = vec![Step::Count {
+            stats: stats.clone(),
+            trace: self.trace,
+        }];
+        if let Some(bucket) = self.bucket {
+            let stats = stats.clone();
+            steps.push(Step::RateLimit { bucket, stats });
+        }
+        let slots = self.slots;
+        steps.push(Step::Concurrency {
+            slots,
+            stats: stats.clone(),
+        });
+        steps.push(Step::Timeout(self.timeout));
+        ServiceBuilder::new()
+            .layer(PolicyLayer(Arc::new([Step::Classify(self.classify)])))
+            .layer(RetryLayer::new(RetryPolicy::new(self.retry, stats)))
+            .layer(PolicyLayer(steps.into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bucket_needs_a_positive_rate_and_burst() {
+        assert!(bucket(10.0, 1).is_ok());
+        assert_eq!(bucket(0.0, 1).err(), Some("qps must be a positive number"));
+        assert_eq!(
+            bucket(f64::NAN, 1).err(),
+            Some("qps must be a positive number")
+        );
+        assert_eq!(bucket(1.0, 0).err(), Some("burst must be at least 1"));
+        assert_eq!(bucket(1e308, 1).err(), Some("qps too large"));
+    }
+}
