@@ -19,6 +19,8 @@ use replicas::*;
 use support::*;
 
 const MEMBERS: [&str; 6] = ["m1", "m2", "m3", "m4", "m5", "m6"];
+/// Exports created for the paused replica's members just before it is paused.
+const BURST: usize = 15;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_are_sharded_written_by_owners_only_and_fail_over() {
@@ -187,7 +189,18 @@ async fn paused_stopped_and_removed_members_are_written_by_lease_holders_only() 
     let mut replicas = vec![];
     for name in names {
         let access = identity(&env.fleet, name, &MEMBERS).await;
-        replicas.push(replica(name, &access, &["--cleanup-on-remove"]));
+        // replica-a, the one paused, writes to members slowly: when it is paused, writes
+        // are waiting for its tokens, and go the moment it wakes unless the fence stops them.
+        let slow: &[&str] = if name == "replica-a" {
+            &["--kube-api-qps", "2", "--kube-api-burst", "2"]
+        } else {
+            &[]
+        };
+        replicas.push(replica(
+            name,
+            &access,
+            &[&["--cleanup-on-remove"], slow].concat(),
+        ));
     }
     let all: Vec<&Replica> = replicas.iter().collect();
     let three = settled(&env.hub, &all, &MEMBERS).await;
@@ -220,6 +233,15 @@ async fn paused_replica_writes_nothing_before_it_holds_again(
         paused.name
     );
     let deletes = ise_deletes(&env.hub).await;
+    // A burst of exports for its members: their writes queue behind its 2 qps.
+    let burst: Vec<String> = (0..BURST).map(|i| format!("burst-{i}")).collect();
+    for m in &theirs {
+        let client = env.fleet.member(m).client().await.expect("member");
+        for name in &burst {
+            create_service(&client, &service("shop", name, 80)).await;
+            create_export(&client, "shop", name, &[]).await;
+        }
+    }
     let paused_at = jiff::Timestamp::now();
     paused.pause();
     let t = Instant::now();
@@ -227,11 +249,29 @@ async fn paused_replica_writes_nothing_before_it_holds_again(
     let during = settled(&env.hub, others, &MEMBERS).await;
     for m in &theirs {
         env.export(m, "during").await;
+        for name in &burst {
+            let ise = format!("shop-{name}");
+            wait_ise(&env.hub, &env.fleet.hub_namespace(m), &ise, |_| true).await;
+        }
     }
     let took_over = t.elapsed();
+    // Work for its old members lands the moment it wakes: it would race the new owners for
+    // it, and without a valid hold its writes would reach the apiservers.
+    let mut late = vec![];
+    for m in &theirs {
+        let client = env.fleet.member(m).client().await.expect("member");
+        create_service(&client, &service("shop", "late", 80)).await;
+        late.push(client);
+    }
     tokio::time::sleep((2 * LEASE_DURATION).saturating_sub(t.elapsed())).await;
     paused.resume();
     let resumed = jiff::Timestamp::now();
+    for client in &late {
+        create_export(client, "shop", "late", &[]).await;
+    }
+    for m in &theirs {
+        wait_ise(&env.hub, &env.fleet.hub_namespace(m), "shop-late", |_| true).await;
+    }
     println!(
         "sharding: {} paused {:?}; its members {theirs:?} taken over and exported within {took_over:?}",
         paused.name,

@@ -74,7 +74,8 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// Starts replica `name` (its pod name) with `access` and `extra` flags.
+/// Starts replica `name` (its pod name) with `access` and `extra` flags (member budget:
+/// 100 qps, burst 200, unless `extra` sets `--kube-api-qps`).
 pub fn replica(name: &str, access: &Access, extra: &[&str]) -> Replica {
     let (health, metrics) = (free_port(), free_port());
     let child = Command::new(env!("CARGO_BIN_EXE_fleetnet-hub"))
@@ -92,12 +93,13 @@ pub fn replica(name: &str, access: &Access, extra: &[&str]) -> Replica {
             &format!("127.0.0.1:{health}"),
             "--metrics-bind-address",
             &format!("127.0.0.1:{metrics}"),
-            "--kube-api-qps",
-            "100",
-            "--kube-api-burst",
-            "200",
         ])
         .args(extra)
+        .args(if extra.contains(&"--kube-api-qps") {
+            &[][..]
+        } else {
+            &["--kube-api-qps", "100", "--kube-api-burst", "200"][..]
+        })
         .env("POD_NAME", name)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
