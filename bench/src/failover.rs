@@ -83,29 +83,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         "no fleetnet-hub binary at {} (build it: cargo build --release -p fleetnet-hub, or pass --binary)",
         config.binary.display()
     );
-    let names = member_names(config.members);
-    let fleet = Fleet::builder()
-        .members(names.clone())
-        .quiet()
-        .start()
-        .await
-        .context("starting the substrate")?;
-    let hub = fleet.hub().client().await?;
-    let mut clients = BTreeMap::new();
-    for m in &names {
-        clients.insert(m.clone(), fleet.member(m).client().await?);
-    }
-    futures::future::try_join_all(
-        clients
-            .values()
-            .map(|c| create_pairs(c.clone(), config.exports)),
-    )
-    .await?;
-    eprintln!(
-        "[failover] {} members x {} exports created",
-        config.members, config.exports
-    );
-
+    let (fleet, hub, clients) = substrate(config).await?;
     let started = Instant::now();
     let mut replicas = vec![];
     for i in 0..config.replicas {
@@ -154,6 +132,35 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         exported,
         ise_deletes: ise_deletes(&hub).await? - deletes_before,
     })
+}
+
+/// The hub and members, each member with its exports; member clients by name.
+async fn substrate(
+    config: &Config,
+) -> anyhow::Result<(Fleet, kube::Client, BTreeMap<String, kube::Client>)> {
+    let names = member_names(config.members);
+    let fleet = Fleet::builder()
+        .members(names.clone())
+        .quiet()
+        .start()
+        .await
+        .context("starting the substrate")?;
+    let hub = fleet.hub().client().await?;
+    let mut clients = BTreeMap::new();
+    for m in &names {
+        clients.insert(m.clone(), fleet.member(m).client().await?);
+    }
+    futures::future::try_join_all(
+        clients
+            .values()
+            .map(|c| create_pairs(c.clone(), config.exports)),
+    )
+    .await?;
+    eprintln!(
+        "[failover] {} members x {} exports created",
+        config.members, config.exports
+    );
+    Ok((fleet, hub, clients))
 }
 
 fn start_replica(config: &Config, fleet: &Fleet, name: &str) -> anyhow::Result<Replica> {
