@@ -1,6 +1,8 @@
 //! The Helm charts: `tests/chart.sh` (helm lint + template with several value sets, assertions
 //! on the output), then the rendered manifests applied to a real hub apiserver, and the
-//! controller running with exactly the RBAC the charts ship (hub and member side).
+//! controller running with exactly the RBAC the charts ship (hub and member side). Last, the
+//! sharded rendering (3 replicas, PDB, Lease RBAC) applied, and a sharded replica of the real
+//! binary running with the chart's identity.
 
 mod support;
 
@@ -9,6 +11,7 @@ use std::process::Command;
 
 use fleetnet_hub::api::{InternalServiceExport, WEIGHT_ANNOTATION};
 use fleetnet_testenv::{Fleet, ScopedIdentity, load_cluster_role};
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::Discovery;
 use support::*;
@@ -47,39 +50,9 @@ async fn charts_lint_render_apply_and_grant_exactly_what_the_controller_needs() 
     fleetnet_testenv::ensure_namespace(&hub, "hub", "fleetnet-system")
         .await
         .expect("release namespace");
-    let rendered =
-        std::fs::read_to_string(out.path().join("three-members.yaml")).expect("rendered chart");
-    let objects: Vec<serde_json::Value> =
-        serde_saphyr::from_str_multiple(&rendered).expect("rendered YAML parses");
     let discovery = Discovery::new(hub.clone()).run().await.expect("discovery");
-    let mut applied = 0;
-    for obj in objects.into_iter().filter(|o| !o.is_null()) {
-        let obj: DynamicObject = serde_json::from_value(obj).expect("a Kubernetes object");
-        let types = obj.types.clone().expect("apiVersion/kind");
-        let gvk = kube::api::GroupVersionKind::try_from(&types).expect("gvk");
-        let (resource, caps) = discovery
-            .resolve_gvk(&gvk)
-            .unwrap_or_else(|| panic!("hub does not serve {gvk:?}"));
-        let name = obj.metadata.name.clone().expect("name");
-        let api: Api<DynamicObject> = match (&caps.scope, obj.metadata.namespace.as_deref()) {
-            (kube::discovery::Scope::Namespaced, Some(ns)) => {
-                Api::namespaced_with(hub.clone(), ns, &resource)
-            }
-            (kube::discovery::Scope::Namespaced, None) => {
-                panic!("{} {name} has no namespace", types.kind)
-            }
-            (kube::discovery::Scope::Cluster, _) => Api::all_with(hub.clone(), &resource),
-        };
-        api.patch(
-            &name,
-            &PatchParams::apply("chart-test").force(),
-            &Patch::Apply(&obj),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("apply {} {name}: {e}", types.kind));
-        applied += 1;
-    }
-    assert_eq!(applied, 16, "every rendered object applied");
+    let applied = apply_rendering(&hub, &discovery, &out.path().join("three-members.yaml")).await;
+    assert_eq!(applied.len(), 16, "every rendered object applied");
 
     // Hub side: the chart's own ServiceAccount, with the RBAC just applied (no extra rules).
     let hub_identity = ScopedIdentity {
@@ -178,4 +151,208 @@ async fn charts_lint_render_apply_and_grant_exactly_what_the_controller_needs() 
         matches!(&denied, Err(kube::Error::Api(s)) if s.code == 403),
         "member identity may not delete Services: {denied:?}"
     );
+
+    sharded_rendering_is_accepted_and_its_lease_rbac_suffices(
+        &fleet,
+        &discovery,
+        &out.path().join("sharded.yaml"),
+        &hub_kubeconfig,
+    )
+    .await;
+}
+
+// --- the sharded rendering (#13) ------------------------------------------------------------------
+
+/// The sharded value set (3 replicas, PDB minAvailable 2, the Lease Role) applied over the
+/// release: every object accepted as rendered; then one replica of the real binary, with the
+/// chart's ServiceAccount and exactly that RBAC, announces itself, holds every member's Lease,
+/// exports, and on SIGTERM releases the Leases and deletes its announcement.
+async fn sharded_rendering_is_accepted_and_its_lease_rbac_suffices(
+    fleet: &Fleet,
+    discovery: &Discovery,
+    rendering: &std::path::Path,
+    hub_kubeconfig: &std::path::Path,
+) {
+    const NS: &str = "fleetnet-system";
+    let hub = fleet.hub().client().await.expect("hub client");
+    let applied = apply_rendering(&hub, discovery, rendering).await;
+    let one = |kind: &str| {
+        let of_kind: Vec<&DynamicObject> = applied
+            .iter()
+            .filter(|o| o.types.as_ref().is_some_and(|t| t.kind == kind))
+            // Roles and RoleBindings also in every member namespace: the release's own here.
+            .filter(|o| {
+                !matches!(kind, "Role" | "RoleBinding")
+                    || o.metadata.namespace.as_deref() == Some(NS)
+            })
+            .collect();
+        assert_eq!(of_kind.len(), 1, "one {kind} in the sharded rendering");
+        of_kind[0].clone()
+    };
+    let deployment = one("Deployment");
+    assert_eq!(deployment.data["spec"]["replicas"], 3, "3 replicas");
+    let args: Vec<String> = serde_json::from_value(
+        deployment.data["spec"]["template"]["spec"]["containers"][0]["args"].clone(),
+    )
+    .expect("container args");
+    assert!(args.iter().any(|a| a == "--shard-members"), "{args:?}");
+    let id = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--leader-election-id="))
+        .expect("--leader-election-id")
+        .to_string();
+    let pdb = one("PodDisruptionBudget");
+    assert_eq!(pdb.data["spec"]["minAvailable"], 2, "PDB keeps 2 of 3");
+    let role = one("Role");
+    assert_eq!(
+        role.data["rules"][0]["resources"],
+        serde_json::json!(["leases"]),
+        "the release-namespace Role is about Leases only: {:?}",
+        role.data["rules"]
+    );
+    let binding = one("RoleBinding");
+    assert_eq!(
+        binding.data["roleRef"]["name"],
+        role.metadata.name.clone().unwrap_or_default()
+    );
+    println!(
+        "chart: sharded rendering applied ({} objects: Deployment x3, PDB minAvailable 2, Lease Role + RoleBinding)",
+        applied.len()
+    );
+
+    // One replica with the chart's identity: the Lease RBAC is enough to shard.
+    let free_port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port")
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fleetnet-hub"))
+        .args(["run", "--hub-kubeconfig"])
+        .arg(hub_kubeconfig)
+        .arg("--kubeconfig-dir")
+        .arg(fleet.member_kubeconfig_dir())
+        .args(["--shard-members", "--leader-election-namespace", NS])
+        .args(["--leader-election-id", &id])
+        .arg(format!(
+            "--health-probe-bind-address=127.0.0.1:{}",
+            free_port()
+        ))
+        .arg(format!("--metrics-bind-address=127.0.0.1:{}", free_port()))
+        .env("POD_NAME", "fleetnet-hub-0")
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start a replica");
+    let leases: Api<Lease> = Api::namespaced(hub.clone(), NS);
+    let members = ["member-1", "member-2", "member-3"];
+    let holder = |l: &Lease| {
+        l.spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.clone())
+            .unwrap_or_default()
+    };
+    eventually("the replica announced and holding every member", || async {
+        let list = leases.list(&Default::default()).await.ok()?.items;
+        let announced = list.iter().any(|l| {
+            l.metadata
+                .labels
+                .as_ref()
+                .and_then(|m| m.get("fleetnet.azure.com/replica-of"))
+                == Some(&id)
+                && holder(l).starts_with("fleetnet-hub-0_")
+        });
+        let holds = members.iter().all(|m| {
+            list.iter().any(|l| {
+                l.metadata.name.as_deref() == Some(&format!("{id}-member-{m}"))
+                    && holder(l).starts_with("fleetnet-hub-0_")
+            })
+        });
+        (announced && holds).then_some(())
+    })
+    .await;
+    let member = fleet
+        .member("member-1")
+        .client()
+        .await
+        .expect("member admin");
+    create_service(&member, &service("shop", "sharded", 80)).await;
+    create_export(&member, "shop", "sharded", &[]).await;
+    wait_ise(
+        &hub,
+        &fleet.hub_namespace("member-1"),
+        "shop-sharded",
+        |_| true,
+    )
+    .await;
+
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let status = child.wait().expect("wait");
+    let _ = child.kill();
+    assert!(status.success(), "replica exited with {status}");
+    let list = leases
+        .list(&Default::default())
+        .await
+        .expect("leases")
+        .items;
+    let left: Vec<String> = list
+        .iter()
+        .filter(|l| holder(l).starts_with("fleetnet-hub-0_"))
+        .filter_map(|l| l.metadata.name.clone())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "still held or announced after SIGTERM: {left:?}"
+    );
+    println!(
+        "chart: one replica with the chart's identity held {members:?}, exported, released on SIGTERM"
+    );
+}
+
+/// Server-side applies every object of a rendering to the hub; returns them as applied.
+async fn apply_rendering(
+    hub: &kube::Client,
+    discovery: &Discovery,
+    path: &std::path::Path,
+) -> Vec<DynamicObject> {
+    let rendered = std::fs::read_to_string(path).expect("rendered chart");
+    let objects: Vec<serde_json::Value> =
+        serde_saphyr::from_str_multiple(&rendered).expect("rendered YAML parses");
+    let mut applied = vec![];
+    for obj in objects.into_iter().filter(|o| !o.is_null()) {
+        let obj: DynamicObject = serde_json::from_value(obj).expect("a Kubernetes object");
+        let types = obj.types.clone().expect("apiVersion/kind");
+        let gvk = kube::api::GroupVersionKind::try_from(&types).expect("gvk");
+        let (resource, caps) = discovery
+            .resolve_gvk(&gvk)
+            .unwrap_or_else(|| panic!("hub does not serve {gvk:?}"));
+        let name = obj.metadata.name.clone().expect("name");
+        let api: Api<DynamicObject> = match (&caps.scope, obj.metadata.namespace.as_deref()) {
+            (kube::discovery::Scope::Namespaced, Some(ns)) => {
+                Api::namespaced_with(hub.clone(), ns, &resource)
+            }
+            (kube::discovery::Scope::Namespaced, None) => {
+                panic!("{} {name} has no namespace", types.kind)
+            }
+            (kube::discovery::Scope::Cluster, _) => Api::all_with(hub.clone(), &resource),
+        };
+        let result = api
+            .patch(
+                &name,
+                &PatchParams::apply("chart-test").force(),
+                &Patch::Apply(&obj),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("apply {} {name}: {e}", types.kind));
+        applied.push(result);
+    }
+    applied
 }

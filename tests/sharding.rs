@@ -1,217 +1,26 @@
 //! Members sharded across replicas of the real binary (`--shard-members`), on real apiservers:
 //! every member owned by exactly one replica (its member Lease) and written only by it; a
 //! replica killed with SIGKILL has its members taken over within the lease duration + 5 s
-//! with no ISE deleted; a third replica takes at most ceil(members/3) + 1 members.
+//! with no ISE deleted; a third replica takes at most ceil(members/3) + 1 members. A replica
+//! paused (SIGSTOP) for twice the lease duration writes nothing after SIGCONT before it holds a
+//! lease again; a replica stopped gracefully (SIGTERM) releases its leases and few members
+//! move; a member removed with `--cleanup-on-remove` is cleaned by its owner only. Writes are
+//! attributed server-side: each replica has its own identity and the apiservers audit them.
 
+#[path = "support/replicas.rs"]
+mod replicas;
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use fleetnet_testenv::Fleet;
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, ListParams};
+use replicas::*;
 use support::*;
 
 const MEMBERS: [&str; 6] = ["m1", "m2", "m3", "m4", "m5", "m6"];
-const LEASE_DURATION: Duration = Duration::from_secs(15);
-
-/// A replica process, killed when dropped.
-struct Replica {
-    name: String,
-    child: Child,
-    health: u16,
-    metrics: u16,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn replica(fleet: &Fleet, dir: &Path, name: &str) -> Replica {
-    let (health, metrics) = (free_port(), free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_fleetnet-hub"))
-        .args([
-            "run",
-            "--hub-kubeconfig",
-            &fleet.hub().kubeconfig_path().display().to_string(),
-            "--kubeconfig-dir",
-            &dir.display().to_string(),
-            "--shard-members",
-            "--leader-election-namespace",
-            "default",
-            "--leader-election-id",
-            "fleetnet-hub",
-            "--health-probe-bind-address",
-            &format!("127.0.0.1:{health}"),
-            "--metrics-bind-address",
-            &format!("127.0.0.1:{metrics}"),
-            "--kube-api-qps",
-            "100",
-            "--kube-api-burst",
-            "200",
-        ])
-        .env("POD_NAME", name)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start a replica");
-    Replica {
-        name: name.to_string(),
-        child,
-        health,
-        metrics,
-    }
-}
-
-async fn replica_get(port: u16, path: &str) -> String {
-    http_get(([127, 0, 0, 1], port).into(), path).await.1
-}
-
-/// The members a replica runs (engaged and ready), from its `/members`.
-async fn engaged(r: &Replica) -> BTreeSet<String> {
-    let body = replica_get(r.health, "/members").await;
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-    v["members"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .filter(|(_, s)| s["phase"] == "ready")
-                .map(|(k, _)| k.clone())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Member → holder of its member Lease (replica identity, `<pod>_<hex>`).
-async fn holders(hub: &kube::Client) -> BTreeMap<String, String> {
-    Api::<Lease>::namespaced(hub.clone(), "default")
-        .list(&ListParams::default())
-        .await
-        .expect("list leases")
-        .items
-        .into_iter()
-        .filter_map(|l| {
-            let member = l
-                .metadata
-                .name?
-                .strip_prefix("fleetnet-hub-member-")?
-                .to_string();
-            let holder = l.spec?.holder_identity.unwrap_or_default();
-            (!holder.is_empty()).then_some((member, holder))
-        })
-        .collect()
-}
-
-/// Who runs each member now, when that is consistent: every member engaged by exactly one
-/// of `replicas`, the one its lease names.
-async fn ownership(hub: &kube::Client, replicas: &[&Replica]) -> Option<BTreeMap<String, String>> {
-    let holders = holders(hub).await;
-    if holders.len() != MEMBERS.len() {
-        return None;
-    }
-    let mut seen = BTreeMap::new();
-    for r in replicas {
-        for m in engaged(r).await {
-            if seen.insert(m.clone(), r.name.clone()).is_some() {
-                return None;
-            }
-            // The holder identity is `<pod name>_<suffix>`.
-            if !holders.get(&m)?.starts_with(&format!("{}_", r.name)) {
-                return None;
-            }
-        }
-    }
-    (seen.len() == MEMBERS.len()).then_some(seen)
-}
-
-/// Waits until every one of `replicas` has announced itself and the ownership is consistent
-/// and stable over a few retry periods.
-async fn settled(hub: &kube::Client, replicas: &[&Replica]) -> BTreeMap<String, String> {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let announced = || async {
-        Api::<Lease>::namespaced(hub.clone(), "default")
-            .list(&ListParams::default().labels("fleetnet.azure.com/replica-of=fleetnet-hub"))
-            .await
-            .map(|l| l.items.len())
-            .unwrap_or(0)
-    };
-    loop {
-        assert!(
-            Instant::now() < deadline,
-            "ownership did not settle in 90 s"
-        );
-        if announced().await >= replicas.len()
-            && let Some(first) = ownership(hub, replicas).await
-        {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            if ownership(hub, replicas).await.as_ref() == Some(&first) {
-                return first;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// Server-side count of ISE deletes on the hub.
-async fn ise_deletes(hub: &kube::Client) -> f64 {
-    let text = hub
-        .request_text(
-            http::Request::get("/metrics")
-                .body(vec![])
-                .expect("request"),
-        )
-        .await
-        .expect("hub metrics");
-    text.lines()
-        .filter(|l| {
-            l.starts_with("apiserver_request_total{")
-                && l.contains("resource=\"internalserviceexports\"")
-                && l.contains("verb=\"DELETE\"")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// Member-side writes a replica's clients made, per member (its own counters).
-async fn member_writes(r: &Replica) -> BTreeMap<String, f64> {
-    let text = replica_get(r.metrics, "/metrics").await;
-    let mut out = BTreeMap::new();
-    for line in text.lines().filter(|l| {
-        l.starts_with("fleetnet_api_requests_total{")
-            && l.contains("client=\"member\"")
-            && (l.contains("verb=\"patch\"") || l.contains("verb=\"create\""))
-            && !l.contains("code=\"none\"")
-    }) {
-        let member = line
-            .split("member=\"")
-            .nth(1)
-            .and_then(|s| s.split('"').next())
-            .unwrap_or_default()
-            .to_string();
-        let n: f64 = line
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
-        *out.entry(member).or_insert(0.0) += n;
-    }
-    out
-}
+/// Exports created for the paused replica's members just before it is paused.
+const BURST: usize = 15;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_are_sharded_written_by_owners_only_and_fail_over() {
@@ -223,14 +32,14 @@ async fn members_are_sharded_written_by_owners_only_and_fail_over() {
         .await
         .expect("fleet starts");
     let hub = fleet.hub().client().await.expect("hub client");
-    let dir = fleet.member_kubeconfig_dir();
+    let admin = Access::admin(&fleet);
 
     // Two replicas, then a third: few members move.
-    let a = replica(&fleet, &dir, "replica-a");
-    let b = replica(&fleet, &dir, "replica-b");
-    let two = settled(&hub, &[&a, &b]).await;
-    let c = replica(&fleet, &dir, "replica-c");
-    let three = settled(&hub, &[&a, &b, &c]).await;
+    let a = replica("replica-a", &admin, &[]);
+    let b = replica("replica-b", &admin, &[]);
+    let two = settled(&hub, &[&a, &b], &MEMBERS).await;
+    let c = replica("replica-c", &admin, &[]);
+    let three = settled(&hub, &[&a, &b, &c], &MEMBERS).await;
     let moved = MEMBERS.iter().filter(|m| two[**m] != three[**m]).count();
     println!("sharding: 2 replicas {two:?}; 3 replicas {three:?}; {moved} moved");
     assert!(
@@ -250,7 +59,7 @@ async fn members_are_sharded_written_by_owners_only_and_fail_over() {
     }
     let replicas = [&a, &b, &c];
     for r in replicas {
-        let writes = member_writes(r).await;
+        let writes = r.member_writes().await;
         for (member, n) in &writes {
             if *n > 0.0 {
                 assert_eq!(
@@ -275,22 +84,18 @@ async fn members_are_sharded_written_by_owners_only_and_fail_over() {
         .map(|(m, _)| m.clone())
         .collect();
     let mut victim = victim.pop().expect("victim");
-    let victim_prefix = format!("{victim_name}_");
-    victim.child.kill().expect("kill -9");
+    victim.kill();
     let killed = Instant::now();
-    drop(victim);
     let survivors: Vec<&Replica> = survivors.iter().collect();
     let took_over = loop {
         let holders = holders(&hub).await;
-        if holders.len() == MEMBERS.len()
-            && holders.values().all(|h| !h.starts_with(&victim_prefix))
-        {
+        if holders.len() == MEMBERS.len() && holders.values().all(|h| !victim.is(h)) {
             break killed.elapsed();
         }
         assert!(killed.elapsed() < Duration::from_secs(90), "no failover");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    settled(&hub, &survivors).await;
+    settled(&hub, &survivors, &MEMBERS).await;
     for m in &orphans {
         let client = fleet.member(m).client().await.expect("member client");
         create_service(&client, &service("shop", "after", 80)).await;
@@ -314,4 +119,338 @@ async fn members_are_sharded_written_by_owners_only_and_fail_over() {
     for m in MEMBERS {
         wait_ise(&hub, &fleet.hub_namespace(m), "shop-cart", |_| true).await;
     }
+}
+
+/// The substrate of the audited test: the fleet, the hub, where the audit logs are.
+struct Env {
+    fleet: Fleet,
+    hub: kube::Client,
+    audit: tempfile::TempDir,
+}
+
+impl Env {
+    async fn start(replica_names: &[&str]) -> Self {
+        let audit = tempfile::tempdir().expect("tempdir");
+        let users: Vec<String> = replica_names.iter().map(|n| user(n)).collect();
+        let fleet = audited(
+            Fleet::builder().members(MEMBERS).quiet(),
+            audit.path(),
+            &MEMBERS,
+            &users,
+        )
+        .start()
+        .await
+        .expect("fleet starts");
+        let hub = fleet.hub().client().await.expect("hub client");
+        Self { fleet, hub, audit }
+    }
+
+    /// A Service and its ServiceExport `shop/<name>` in `member`; waits for its ISE.
+    async fn export(&self, member: &str, name: &str) {
+        let client = self.fleet.member(member).client().await.expect("member");
+        namespace(&client, "shop").await;
+        create_service(&client, &service("shop", name, 80)).await;
+        create_export(&client, "shop", name, &[]).await;
+        let ns = self.fleet.hub_namespace(member);
+        wait_ise(&self.hub, &ns, &format!("shop-{name}"), |_| true).await;
+    }
+
+    /// Every audited write received at or after `since`.
+    fn writes_since(&self, since: jiff::Timestamp) -> Vec<Write> {
+        let clusters: Vec<&str> = std::iter::once("hub").chain(MEMBERS).collect();
+        writes(self.audit.path(), &clusters)
+            .into_iter()
+            .filter(|w| w.at >= since)
+            .collect()
+    }
+
+    fn member_of(&self, w: &Write) -> Option<String> {
+        w.member(&self.fleet.hub_namespace(""))
+    }
+}
+
+fn owned_by<'a>(
+    owners: &std::collections::BTreeMap<String, String>,
+    r: &Replica,
+    among: &[&'a str],
+) -> Vec<&'a str> {
+    among
+        .iter()
+        .copied()
+        .filter(|m| owners.get(*m) == Some(&r.name))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_stopped_and_removed_members_are_written_by_lease_holders_only() {
+    init_test_logs();
+    let names = ["replica-a", "replica-b", "replica-c"];
+    let env = Env::start(&names).await;
+    let mut replicas = vec![];
+    for name in names {
+        let access = identity(&env.fleet, name, &MEMBERS).await;
+        // replica-a, the one paused, writes to members slowly: when it is paused, writes
+        // are waiting for its tokens, and go the moment it wakes unless the fence stops them.
+        let slow: &[&str] = if name == "replica-a" {
+            &["--kube-api-qps", "2", "--kube-api-burst", "2"]
+        } else {
+            &[]
+        };
+        replicas.push(replica(
+            name,
+            &access,
+            &[&["--cleanup-on-remove"], slow].concat(),
+        ));
+    }
+    let all: Vec<&Replica> = replicas.iter().collect();
+    let three = settled(&env.hub, &all, &MEMBERS).await;
+    for m in MEMBERS {
+        env.export(m, "cart").await;
+    }
+    println!("sharding (audited): 3 replicas {three:?}");
+
+    paused_replica_writes_nothing_before_it_holds_again(&env, &all, &three).await;
+    let remaining = removed_member_is_cleaned_by_its_owner_only(&env, &all).await;
+    let mut replicas = replicas;
+    let stopped = replicas.pop().expect("replica-c");
+    let survivors: Vec<&Replica> = replicas.iter().collect();
+    graceful_stop_releases_and_moves_few(&env, stopped, &survivors, &remaining).await;
+}
+
+/// SIGSTOP replica-a for twice the lease duration: its members go to the others and export
+/// there (0 ISE deletes); after SIGCONT, none of its writes reaches an apiserver before the
+/// apiserver accepted its write of that member's Lease.
+async fn paused_replica_writes_nothing_before_it_holds_again(
+    env: &Env,
+    all: &[&Replica],
+    three: &std::collections::BTreeMap<String, String>,
+) {
+    let (paused, others) = (all[0], &all[1..]);
+    let theirs = owned_by(three, paused, &MEMBERS);
+    assert!(
+        !theirs.is_empty(),
+        "{} owns no member: {three:?}",
+        paused.name
+    );
+    let deletes = ise_deletes(&env.hub).await;
+    // A burst of exports for its members: their writes queue behind its 2 qps.
+    let burst: Vec<String> = (0..BURST).map(|i| format!("burst-{i}")).collect();
+    for m in &theirs {
+        let client = env.fleet.member(m).client().await.expect("member");
+        for name in &burst {
+            create_service(&client, &service("shop", name, 80)).await;
+            create_export(&client, "shop", name, &[]).await;
+        }
+    }
+    let paused_at = jiff::Timestamp::now();
+    paused.pause();
+    let t = Instant::now();
+    // The others take its members over and export them (while it is still paused).
+    let during = settled(&env.hub, others, &MEMBERS).await;
+    for m in &theirs {
+        env.export(m, "during").await;
+        for name in &burst {
+            let ise = format!("shop-{name}");
+            wait_ise(&env.hub, &env.fleet.hub_namespace(m), &ise, |_| true).await;
+        }
+    }
+    let took_over = t.elapsed();
+    // Work for its old members lands the moment it wakes: it would race the new owners for
+    // it, and without a valid hold its writes would reach the apiservers.
+    let mut late = vec![];
+    for m in &theirs {
+        let client = env.fleet.member(m).client().await.expect("member");
+        create_service(&client, &service("shop", "late", 80)).await;
+        late.push(client);
+    }
+    tokio::time::sleep((2 * LEASE_DURATION).saturating_sub(t.elapsed())).await;
+    paused.resume();
+    let resumed = jiff::Timestamp::now();
+    for client in &late {
+        create_export(client, "shop", "late", &[]).await;
+    }
+    for m in &theirs {
+        wait_ise(&env.hub, &env.fleet.hub_namespace(m), "shop-late", |_| true).await;
+    }
+    println!(
+        "sharding: {} paused {:?}; its members {theirs:?} taken over and exported within {took_over:?}",
+        paused.name,
+        t.elapsed()
+    );
+    for w in env.writes_since(paused_at) {
+        if w.resource == "internalserviceexports" && w.name == "shop-during" {
+            let owner = &during[&env.member_of(&w).expect("member")];
+            assert_eq!(
+                Some(&w.user),
+                all.iter()
+                    .find(|r| &r.name == owner)
+                    .and_then(|r| r.access.user.as_ref()),
+                "{w:?} not by the new owner {owner}"
+            );
+        }
+    }
+
+    // Back: it joins again, takes its share, and exports a new Service of one of its members.
+    let back = settled(&env.hub, all, &MEMBERS).await;
+    let mine = owned_by(&back, paused, &MEMBERS);
+    let first = mine
+        .first()
+        .expect("the resumed replica owns members again");
+    env.export(first, "back").await;
+    let user = paused.access.user.clone().expect("audited");
+    let mut holding = BTreeSet::new();
+    let mut checked = 0;
+    for w in env
+        .writes_since(resumed)
+        .into_iter()
+        .filter(|w| w.user == user)
+    {
+        let member = env.member_of(&w);
+        if w.holds_member_lease() {
+            holding.extend(member);
+            continue;
+        }
+        if w.resource == "leases" && member.is_none() {
+            continue; // its announcement
+        }
+        if w.resource == "leases" {
+            continue; // a refused attempt at a member lease (409)
+        }
+        let member = member.unwrap_or_else(|| panic!("a write for no member: {w:?}"));
+        assert!(
+            holding.contains(&member),
+            "{} wrote {w:?} after SIGCONT before holding {member}'s lease again",
+            paused.name
+        );
+        checked += 1;
+    }
+    println!(
+        "sharding: after SIGCONT {} holds {mine:?}; {checked} writes, each after its lease",
+        paused.name
+    );
+    assert!(
+        checked > 0,
+        "the resumed replica's export was not seen in the audit logs"
+    );
+    assert_eq!(ise_deletes(&env.hub).await, deletes, "no ISE deleted");
+}
+
+/// A member's kubeconfig removed (from every replica) with `--cleanup-on-remove`: its ISEs
+/// go, its ServiceExports lose the finalizer, and every write for it comes from its owner.
+/// Returns the members left.
+async fn removed_member_is_cleaned_by_its_owner_only(
+    env: &Env,
+    all: &[&Replica],
+) -> Vec<&'static str> {
+    let owners = settled(&env.hub, all, &MEMBERS).await;
+    let removed = MEMBERS[MEMBERS.len() - 1];
+    let owner = all
+        .iter()
+        .find(|r| r.name == owners[removed])
+        .expect("owner");
+    let ns = env.fleet.hub_namespace(removed);
+    let ises = ises(&env.hub, &ns);
+    let before = ises
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .items
+        .len();
+    assert!(before > 0, "{removed} exports nothing");
+    let since = jiff::Timestamp::now();
+    for r in all {
+        std::fs::remove_file(r.access.kubeconfig_dir.join(format!("{removed}.yaml")))
+            .expect("remove kubeconfig");
+    }
+    eventually(&format!("{removed}'s ISEs cleaned"), || async {
+        let left = ises.list(&Default::default()).await.ok()?.items.len();
+        (left == 0).then_some(())
+    })
+    .await;
+    let member = env.fleet.member(removed).client().await.expect("member");
+    eventually(&format!("{removed}'s finalizers removed"), || async {
+        let list = exports(&member, "shop")
+            .list(&Default::default())
+            .await
+            .ok()?;
+        list.items
+            .iter()
+            .all(|se| !se.has_cleanup_finalizer())
+            .then_some(())
+    })
+    .await;
+    let user = owner.access.user.clone().expect("audited");
+    let for_it: Vec<Write> = env
+        .writes_since(since)
+        .into_iter()
+        .filter(|w| env.member_of(w).as_deref() == Some(removed))
+        .collect();
+    for w in &for_it {
+        assert_eq!(
+            w.user, user,
+            "{w:?}: a write for {removed} not by its owner {}",
+            owner.name
+        );
+    }
+    let deleted = for_it
+        .iter()
+        .filter(|w| w.resource == "internalserviceexports" && w.verb == "delete")
+        .count();
+    println!(
+        "sharding: {removed} removed; its owner {} deleted {deleted} of {before} ISEs; {} writes for it, all by the owner",
+        owner.name,
+        for_it.len()
+    );
+    assert!(deleted >= before, "{deleted} ISE deletes for {before} ISEs");
+    MEMBERS[..MEMBERS.len() - 1].to_vec()
+}
+
+/// SIGTERM one replica (3 -> 2): it exits by itself having released its member Leases and
+/// withdrawn its announcement; at most ceil(members/3) + 1 members move; every member is owned
+/// and exporting again; no ISE deleted.
+async fn graceful_stop_releases_and_moves_few(
+    env: &Env,
+    mut stopped: Replica,
+    survivors: &[&Replica],
+    members: &[&str],
+) {
+    let mut all = survivors.to_vec();
+    all.push(&stopped);
+    let before = settled(&env.hub, &all, members).await;
+    let held = owned_by(&before, &stopped, members);
+    let deletes = ise_deletes(&env.hub).await;
+    let took = stopped.terminate();
+    let holders = holders(&env.hub).await;
+    assert!(
+        holders.values().all(|h| !stopped.is(h)),
+        "{} exited still holding member leases: {holders:?}",
+        stopped.name
+    );
+    assert!(
+        announced(&env.hub).await.iter().all(|h| !stopped.is(h)),
+        "{} left its announcement",
+        stopped.name
+    );
+    let after = settled(&env.hub, survivors, members).await;
+    let moved = members.iter().filter(|m| before[**m] != after[**m]).count();
+    println!(
+        "sharding: {} stopped by SIGTERM in {took:?} (held {held:?}); {moved} of {} members moved: {after:?}",
+        stopped.name,
+        members.len()
+    );
+    assert!(
+        moved <= members.len().div_ceil(3) + 1,
+        "{moved} members moved when a replica left"
+    );
+    for m in &held {
+        env.export(m, "after").await;
+    }
+    for m in members {
+        wait_ise(&env.hub, &env.fleet.hub_namespace(m), "shop-cart", |_| true).await;
+    }
+    assert_eq!(
+        ise_deletes(&env.hub).await,
+        deletes,
+        "no ISE deleted by the scale-down"
+    );
 }

@@ -4,7 +4,10 @@
 //!
 //! ```sh
 //! cargo run --release -p fleetnet-bench -- --members 10 --exports 250 --churn 10 --duration 30 --svg docs/bench.svg
+//! cargo build --release -p fleetnet-hub && cargo run --release -p fleetnet-bench -- --failover --members 20 --exports 10
 //! ```
+
+mod failover;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -60,6 +63,16 @@ struct Cli {
     /// Print the report as one JSON line too (used by `--sweep`).
     #[arg(long, hide = true)]
     emit_json: bool,
+    /// Measure failover instead: `--replicas` sharded replicas of the `fleetnet-hub` binary,
+    /// the busiest killed with SIGKILL (see `failover.rs`).
+    #[arg(long)]
+    failover: bool,
+    /// Replicas for `--failover`.
+    #[arg(long, default_value_t = 3)]
+    replicas: usize,
+    /// The `fleetnet-hub` binary for `--failover` (default: next to this executable).
+    #[arg(long)]
+    binary: Option<PathBuf>,
 }
 
 fn seconds(name: &str, v: f64) -> Result<Duration, String> {
@@ -153,6 +166,18 @@ async fn sweep(cli: &Cli) -> Result<Vec<Report>, String> {
 }
 
 async fn main_inner(cli: Cli) -> Result<(), String> {
+    if cli.failover {
+        let config = failover::Config {
+            members: cli.members,
+            replicas: cli.replicas,
+            exports: cli.exports,
+            binary: cli.binary.clone().unwrap_or_else(failover::default_binary),
+            timeout: seconds("converge-timeout", cli.converge_timeout)?,
+        };
+        let report = failover::run(&config).await.map_err(|e| format!("{e:#}"))?;
+        println!("{}", failover::markdown(&report));
+        return Ok(());
+    }
     let reports = if !cli.replay.is_empty() {
         let mut reports: Vec<Report> = vec![];
         for path in &cli.replay {
