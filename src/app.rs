@@ -201,6 +201,7 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
         leader: leader_rx.clone(),
         fence,
         shards,
+        cleaning: Default::default(),
     });
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {

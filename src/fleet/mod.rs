@@ -90,6 +90,9 @@ pub struct Shared {
     pub fence: crate::client::Fence,
     /// Sharded mode: the members this replica owns, each with its own fence.
     pub shards: Option<Arc<shard::Shards>>,
+    /// Removed members whose cleanup is running: their Leases are kept (and their cleanup
+    /// fenced by them) until it is done, so no other replica exports them meanwhile.
+    pub cleaning: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Shared {
@@ -266,11 +269,12 @@ async fn sync_members(
             return;
         }
     };
+    stop_departed(shared, engaged, &desired, background);
     if let Some(shards) = &shared.shards {
-        shards.set_wanted(desired.keys().cloned());
+        let cleaning = lock(&shared.cleaning).clone();
+        shards.set_wanted(desired.keys().cloned().chain(cleaning));
         shared.state.set_owners(shards.owners());
     }
-    stop_departed(shared, engaged, &desired, background);
     let azure = shared
         .azure
         .as_ref()
@@ -338,11 +342,15 @@ fn stop_departed(
             && shared.config.cleanup_on_remove
             && *shared.leader.borrow()
             && shared.owns(&name);
+        if clean {
+            lock(&shared.cleaning).insert(name.clone());
+        }
         let shared = shared.clone();
         background.spawn(async move {
             e.stop().await;
             if clean {
                 cleanup(&shared, &name, kubeconfig.as_deref()).await;
+                lock(&shared.cleaning).remove(&name);
             }
         });
     }
@@ -388,7 +396,12 @@ fn engage(
 /// `--cleanup-on-remove`: withdraws a member that left the fleet (see `export::cleanup`).
 async fn cleanup(shared: &Arc<Shared>, name: &str, kubeconfig: Option<&str>) {
     let ns = format!("{}{name}", shared.config.namespace_prefix);
-    let hub = Api::namespaced(shared.hub_client.clone(), &ns);
+    // Fenced by the member's lease (sharded), which is kept until the cleanup is done.
+    let fence = shared.fence_of(name);
+    let hub = Api::namespaced(
+        crate::client::fenced_view(&shared.hub_client, fence.clone()),
+        &ns,
+    );
     let member = match kubeconfig {
         Some(kubeconfig) => member::member_client(
             name,
@@ -396,7 +409,7 @@ async fn cleanup(shared: &Arc<Shared>, name: &str, kubeconfig: Option<&str>) {
             shared.config.trust,
             &shared.config.member_limits,
             Arc::default(),
-            shared.fence.clone(),
+            fence,
         )
         .await
         .map(|m| m.client),
@@ -424,4 +437,8 @@ async fn probe_hub(shared: Arc<Shared>, shutdown: CancellationToken) {
         }
         shared.state.set_hub_reachable(ok);
     }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
