@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, watch};
 use super::ReconcileObserver;
 use super::decide::{
     AZURE_DNS_LABEL_ANNOTATION, AZURE_LB_INTERNAL_ANNOTATION, AZURE_LB_RESOURCE_GROUP_ANNOTATION,
+    ise_name,
 };
 use crate::api::{
     InternalServiceExport, LAST_SEEN_RESOURCE_VERSION_ANNOTATION, LAST_SEEN_TIMESTAMP_ANNOTATION,
@@ -38,8 +39,8 @@ pub(super) struct Views {
 
 impl Views {
     /// Watches the member's ServiceExports and Services and the member's hub namespace, and
-    /// the controller they trigger; every ISE seen (listed or changed) is sent to `dangling` to
-    /// be checked for a missing export.
+    /// the controller they trigger; every ISE seen (listed or changed), and the ISE name of every
+    /// deleted ServiceExport, is sent to `dangling` to be checked for a missing export.
     pub(super) fn watch(
         member: &kube::Client,
         hub: &Api<InternalServiceExport>,
@@ -52,6 +53,7 @@ impl Views {
         let exports_writer = reflector::store::Writer::<ServiceExport>::new(version);
         let exports = exports_writer.as_reader();
         let config = watcher::Config::default;
+        let gone = dangling.clone();
         let service_events = watch_of(Api::<Service>::all(member.clone()), config())
             .backoff(watch_backoff())
             .modify(project_service)
@@ -82,6 +84,14 @@ impl Views {
         .modify(|se: &mut ServiceExport| project_meta(&mut se.metadata, &EXPORT_ANNOTATIONS))
         .reflect(exports_writer)
         .inspect(health.inspector(View::ServiceExports))
+        .inspect(move |event| {
+            // A deleted export's ISE is checked too: one written in a race with the deletion
+            // would otherwise wait for the next ISE event.
+            if let Ok(watcher::Event::Delete(se)) = event {
+                let ns = se.namespace().unwrap_or_default();
+                let _ = gone.send(ise_name(&ns, &se.name_any()));
+            }
+        })
         .applied_objects()
         .filter_map(objects_only)
         .boxed();
