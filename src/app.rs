@@ -40,6 +40,20 @@ pub struct AppConfig {
     pub health_probe_bind_address: String,
 }
 
+impl AppConfig {
+    /// What can only be checked where the process runs: the kubeconfig directory exists.
+    fn check(&self) -> Result<(), Error> {
+        let dir = &self.runtime.kubeconfig_dir;
+        match dir.is_dir() {
+            true => Ok(()),
+            false => Err(Error::Config(format!(
+                "--kubeconfig-dir {} is not a directory",
+                dir.display()
+            ))),
+        }
+    }
+}
+
 /// Optional parts supplied by the caller.
 #[derive(Clone, Default)]
 pub struct Extensions {
@@ -130,33 +144,27 @@ async fn fenced_hub_client(
 
 /// Starts everything and returns at once; [`Running::shutdown`] stops it.
 pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error> {
-    if !config.runtime.kubeconfig_dir.is_dir() {
-        return Err(Error::Config(format!(
-            "--kubeconfig-dir {} is not a directory",
-            config.runtime.kubeconfig_dir.display()
-        )));
-    }
+    config.check()?;
     let sharded = config
         .leader_election
         .as_ref()
         .is_some_and(|le| le.shard_members);
     // Sharded, each member has its own fence; the process-wide one stays open.
-    let (hold_tx, hold_rx) = watch::channel(if config.leader_election.is_some() && !sharded {
-        client::Hold::Never
-    } else {
-        client::Hold::Always
+    let (hold_tx, hold_rx) = watch::channel(match config.leader_election.is_some() && !sharded {
+        true => client::Hold::Never,
+        false => client::Hold::Always,
     });
     let fence = client::Fence::new(hold_rx);
     let hub_stats = Arc::new(ClientStats::default());
+    let path = config.hub_kubeconfig.as_deref();
     let hub = fenced_hub_client(
         "hub",
-        config.hub_kubeconfig.as_deref(),
+        path,
         &config.hub_limits,
         hub_stats.clone(),
         fence.clone(),
-    )
-    .await?;
-    let lease_client = lease_client(&config, sharded).await?;
+    );
+    let (hub, lease_client) = (hub.await?, lease_client(&config, sharded).await?);
     let shutdown = CancellationToken::new();
     let state = Arc::new(FleetState::default());
     let metrics = Arc::new(Metrics::new());
@@ -165,18 +173,8 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
     if let Some(source) = ext.azure_counters {
         metrics.set_azure_source(source);
     }
-    let render: http::RenderMetrics = {
-        let metrics = metrics.clone();
-        Arc::new(move || metrics.encode())
-    };
-    let health_address = http::serve_health(
-        &config.health_probe_bind_address,
-        state.clone(),
-        shutdown.clone(),
-    )
-    .await?;
-    let metrics_address =
-        http::serve_metrics(&config.metrics_bind_address, render, shutdown.clone()).await?;
+    let (health_address, metrics_address) =
+        serve_http(&config, state.clone(), metrics.clone(), shutdown.clone()).await?;
 
     let (leader_tx, leader_rx) = watch::channel(config.leader_election.is_none() || sharded);
     // The election outlives the fleet's shutdown by a little: the lease is released after
@@ -220,6 +218,20 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
         shutdown,
         task,
     })
+}
+
+/// The health (`/healthz`, `/readyz`, `/members`) and metrics servers; their addresses.
+async fn serve_http(
+    config: &AppConfig,
+    state: Arc<FleetState>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) -> Result<(SocketAddr, SocketAddr), Error> {
+    let render: http::RenderMetrics = Arc::new(move || metrics.encode());
+    let health = http::serve_health(&config.health_probe_bind_address, state, shutdown.clone());
+    let health = health.await?;
+    let metrics = http::serve_metrics(&config.metrics_bind_address, render, shutdown).await?;
+    Ok((health, metrics))
 }
 
 /// The lease has its own client and budget: members' writes never delay a renew.

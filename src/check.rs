@@ -38,6 +38,38 @@ pub struct MemberCheck {
     pub problem: String,
 }
 
+/// The permissions of [`MEMBER_PERMISSIONS`] the member's identity lacks
+/// (SelfSubjectAccessReview), as `<verb> <group>/<resource>`.
+async fn missing_permissions(client: kube::Client) -> Result<Vec<String>, String> {
+    let api: Api<SelfSubjectAccessReview> = Api::all(client);
+    let mut missing = vec![];
+    for (group, resource, verb) in MEMBER_PERMISSIONS {
+        let (resource, subresource) = resource
+            .split_once('/')
+            .map_or((*resource, None), |(r, s)| (r, Some(s.to_string())));
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(group.to_string()),
+                    resource: Some(resource.to_string()),
+                    subresource,
+                    verb: Some(verb.to_string()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match api.create(&PostParams::default(), &review).await {
+            Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => {}
+            Ok(_) if group.is_empty() => missing.push(format!("{verb} {resource}")),
+            Ok(_) => missing.push(format!("{verb} {group}/{resource}")),
+            Err(e) => return Err(format!("SelfSubjectAccessReview failed: {e}")),
+        }
+    }
+    Ok(missing)
+}
+
 /// Checks one member kubeconfig.
 pub async fn check_member(name: &str, kubeconfig: &str, trust: TrustPolicy) -> MemberCheck {
     let mut row = MemberCheck {
@@ -85,41 +117,13 @@ pub async fn check_member(name: &str, kubeconfig: &str, trust: TrustPolicy) -> M
             return row;
         }
     };
-    let api: Api<SelfSubjectAccessReview> = Api::all(client);
-    let mut missing = vec![];
-    for (group, resource, verb) in MEMBER_PERMISSIONS {
-        let (resource, subresource) = resource
-            .split_once('/')
-            .map_or((*resource, None), |(r, s)| (r, Some(s.to_string())));
-        let review = SelfSubjectAccessReview {
-            spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(ResourceAttributes {
-                    group: Some(group.to_string()),
-                    resource: Some(resource.to_string()),
-                    subresource,
-                    verb: Some(verb.to_string()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        match api.create(&PostParams::default(), &review).await {
-            Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => {}
-            Ok(_) => missing.push(format!(
-                "{verb} {}{resource}",
-                if group.is_empty() {
-                    String::new()
-                } else {
-                    format!("{group}/")
-                }
-            )),
-            Err(e) => {
-                row.problem = format!("SelfSubjectAccessReview failed: {e}");
-                return row;
-            }
+    let missing = match missing_permissions(client).await {
+        Ok(missing) => missing,
+        Err(e) => {
+            row.problem = e;
+            return row;
         }
-    }
+    };
     if missing.is_empty() {
         row.ok = true;
         row.problem = format!("ok (ServiceExport {}){insecure}", version.as_str());

@@ -353,74 +353,11 @@ async fn balance(api: &Api<Lease>, shards: &Shards, live: &BTreeSet<String>) {
         &holders,
     );
     for member in wanted.iter() {
-        let assigned = owners.get(member).copied() == Some(me.as_str());
         let lease = shards.lease_config(shards.member_lease(member));
-        if assigned {
-            let start = Instant::now();
-            let mut observed = {
-                let mut state = shards.lock();
-                state
-                    .members
-                    .get_mut(member)
-                    .and_then(|m| m.observed.take())
-            };
-            let attempt = tokio::time::timeout(
-                shards.cfg.renew_deadline,
-                try_acquire_or_renew(api, &lease, &mut observed),
-            )
-            .await;
-            let holder = observed
-                .as_ref()
-                .map(|o| o.record.holder.clone())
-                .unwrap_or_default();
-            match attempt {
-                Ok(Ok(true)) => set_hold(
-                    shards,
-                    member,
-                    Hold::Until(start + shards.cfg.renew_deadline),
-                    &me,
-                ),
-                Ok(Ok(false)) => set_hold(shards, member, Hold::Never, &holder),
-                // Keep the hold until its own deadline: the fence closes by the clock.
-                Ok(Err(e)) => {
-                    tracing::warn!(member = %member, error = %e, "member lease update failed")
-                }
-                Err(_) => {
-                    tracing::warn!(member = %member, "member lease update did not answer in time")
-                }
-            }
-            if let Some(m) = shards.lock().members.get_mut(member) {
-                m.observed = observed;
-            }
+        if owners.get(member).copied() == Some(me.as_str()) {
+            hold_assigned(api, shards, member, &lease).await;
         } else {
-            let held = shards
-                .lock()
-                .members
-                .get(member)
-                .is_some_and(|m| !matches!(*m.hold.borrow(), Hold::Never));
-            if held {
-                // Another replica wins this member now: stop writing at once, then hand over.
-                set_hold(shards, member, Hold::Never, "");
-                tracing::info!(member = %member, "member assigned to another replica: releasing it");
-                if let Err(e) = release(api, &lease).await {
-                    tracing::warn!(member = %member, error = %e, "could not release the member lease");
-                }
-            } else if let Ok(Some(l)) = api.get_opt(&shards.member_lease(member)).await {
-                // Only look: to show the owner, and so that, should this member come here
-                // when its owner dies, the lease's age is already being observed.
-                let record = Record::of(&l.spec.unwrap_or_default());
-                let holder = record.holder.clone();
-                set_hold(shards, member, Hold::Never, &holder);
-                if let Some(m) = shards.lock().members.get_mut(member) {
-                    let keep = m.observed.as_ref().is_some_and(|o| o.record == record);
-                    if !keep {
-                        m.observed = Some(Observed {
-                            record,
-                            at: Instant::now(),
-                        });
-                    }
-                }
-            }
+            leave_or_watch(api, shards, member, &lease).await;
         }
     }
     // Members that left the directory: released if held, forgotten.
@@ -438,6 +375,75 @@ async fn balance(api: &Api<Lease>, shards: &Shards, live: &BTreeSet<String>) {
     let after: BTreeSet<String> = wanted.iter().filter(|m| shards.owns(m)).cloned().collect();
     if before != after {
         shards.changed.send_modify(|n| *n += 1);
+    }
+}
+
+/// A member assigned here: acquire or renew its Lease within the renew deadline; the hold
+/// (and so the member's fence) follows the answer.
+async fn hold_assigned(api: &Api<Lease>, shards: &Shards, member: &str, lease: &LeaseConfig) {
+    let me = shards.cfg.identity.as_str();
+    let start = Instant::now();
+    let mut observed = shards
+        .lock()
+        .members
+        .get_mut(member)
+        .and_then(|m| m.observed.take());
+    let attempt = tokio::time::timeout(
+        shards.cfg.renew_deadline,
+        try_acquire_or_renew(api, lease, &mut observed),
+    )
+    .await;
+    let holder = observed
+        .as_ref()
+        .map(|o| o.record.holder.clone())
+        .unwrap_or_default();
+    match attempt {
+        Ok(Ok(true)) => set_hold(
+            shards,
+            member,
+            Hold::Until(start + shards.cfg.renew_deadline),
+            me,
+        ),
+        Ok(Ok(false)) => set_hold(shards, member, Hold::Never, &holder),
+        // Keep the hold until its own deadline: the fence closes by the clock.
+        Ok(Err(e)) => tracing::warn!(member = %member, error = %e, "member lease update failed"),
+        Err(_) => tracing::warn!(member = %member, "member lease update did not answer in time"),
+    }
+    if let Some(m) = shards.lock().members.get_mut(member) {
+        m.observed = observed;
+    }
+}
+
+/// A member assigned elsewhere: released at once if held here; otherwise its Lease is only
+/// looked at, to show the owner and so that its age is already observed should the member
+/// come here when its owner dies.
+async fn leave_or_watch(api: &Api<Lease>, shards: &Shards, member: &str, lease: &LeaseConfig) {
+    let held = shards
+        .lock()
+        .members
+        .get(member)
+        .is_some_and(|m| !matches!(*m.hold.borrow(), Hold::Never));
+    if held {
+        // Another replica wins this member now: stop writing at once, then hand over.
+        set_hold(shards, member, Hold::Never, "");
+        tracing::info!(member = %member, "member assigned to another replica: releasing it");
+        if let Err(e) = release(api, lease).await {
+            tracing::warn!(member = %member, error = %e, "could not release the member lease");
+        }
+        return;
+    }
+    let Ok(Some(l)) = api.get_opt(&shards.member_lease(member)).await else {
+        return;
+    };
+    let record = Record::of(&l.spec.unwrap_or_default());
+    set_hold(shards, member, Hold::Never, &record.holder.clone());
+    if let Some(m) = shards.lock().members.get_mut(member)
+        && !m.observed.as_ref().is_some_and(|o| o.record == record)
+    {
+        m.observed = Some(Observed {
+            record,
+            at: Instant::now(),
+        });
     }
 }
 
