@@ -388,16 +388,13 @@ fn name_collision_is_reported_not_flapped() {
 fn hub_conflict_verdict_is_copied_with_the_export_generation() {
     let (se, ise) = converge(&settings(), export(), &service(), None);
     let mut ise = ise.expect("ise");
-    ise.status = Some(InternalServiceExportStatus {
-        conditions: vec![Condition {
-            type_: CONDITION_CONFLICT.into(),
-            status: "False".into(),
-            reason: "NoConflictFound".into(),
-            message: "service ns/web is exported without conflict".into(),
-            observed_generation: Some(7),
-            last_transition_time: Time(now()),
-        }],
-    });
+    with_verdict(
+        &mut ise,
+        "False",
+        "NoConflictFound",
+        "service ns/web is exported without conflict",
+        7,
+    );
     let plan = run(&settings(), &se, Some(&service()), Some(&ise));
     assert_eq!(plan.writes(), 1, "{plan:#?}");
     let c = cond(&plan, CONDITION_CONFLICT).expect("conflict");
@@ -423,16 +420,13 @@ fn hub_conflict_verdict_is_copied_with_the_export_generation() {
 
     // The hub finds a conflict: copied once, with a warning.
     let mut ise = ise.expect("ise");
-    ise.status = Some(InternalServiceExportStatus {
-        conditions: vec![Condition {
-            type_: CONDITION_CONFLICT.into(),
-            status: "True".into(),
-            reason: "ConflictFound".into(),
-            message: "service ns/web is in conflict with other exported services".into(),
-            observed_generation: Some(7),
-            last_transition_time: Time(now()),
-        }],
-    });
+    with_verdict(
+        &mut ise,
+        "True",
+        "ConflictFound",
+        "service ns/web is in conflict with other exported services",
+        7,
+    );
     let plan = run(&settings(), &se, Some(&service()), Some(&ise));
     assert_eq!(event_reasons(&plan), vec!["ServiceExportConflictFound"]);
     assert_eq!(plan.events[0].kind, EventKind::Warning);
@@ -449,16 +443,7 @@ fn hub_conflict_verdict_is_copied_with_the_export_generation() {
 fn a_terminating_ise_is_neither_a_verdict_nor_written_over() {
     let (se, ise) = converge(&settings(), export(), &service(), None);
     let mut ise = ise.expect("ise");
-    ise.status = Some(InternalServiceExportStatus {
-        conditions: vec![Condition {
-            type_: CONDITION_CONFLICT.into(),
-            status: "True".into(),
-            reason: "ConflictFound".into(),
-            message: "in conflict".into(),
-            observed_generation: Some(1),
-            last_transition_time: Time(now()),
-        }],
-    });
+    with_verdict(&mut ise, "True", "ConflictFound", "in conflict", 1);
     ise.metadata.deletion_timestamp = Some(Time(now()));
     // A port change while the old ISE is still terminating.
     let mut svc = service();
@@ -489,16 +474,7 @@ fn a_terminating_ise_is_neither_a_verdict_nor_written_over() {
 fn a_verdict_on_a_terminating_ise_re_arms_a_copied_one() {
     let (se, ise) = converge(&settings(), export(), &service(), None);
     let mut ise = ise.expect("ise");
-    ise.status = Some(InternalServiceExportStatus {
-        conditions: vec![Condition {
-            type_: CONDITION_CONFLICT.into(),
-            status: "False".into(),
-            reason: "NoConflictFound".into(),
-            message: "ok".into(),
-            observed_generation: Some(1),
-            last_transition_time: Time(now()),
-        }],
-    });
+    with_verdict(&mut ise, "False", "NoConflictFound", "ok", 1);
     let (se, ise) = apply(
         &run(&settings(), &se, Some(&service()), Some(&ise)),
         se,

@@ -207,5 +207,25 @@ fn converge(
     (se, ise)
 }
 
+/// The hub's Conflict verdict on `ise`.
+fn with_verdict(
+    ise: &mut InternalServiceExport,
+    status: &str,
+    reason: &str,
+    message: &str,
+    observed_generation: i64,
+) {
+    ise.status = Some(InternalServiceExportStatus {
+        conditions: vec![Condition {
+            type_: CONDITION_CONFLICT.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            observed_generation: Some(observed_generation),
+            last_transition_time: Time(now()),
+        }],
+    });
+}
+
 mod lifecycle;
 mod traffic_manager;
