@@ -16,13 +16,11 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
-use fleetnet_bench::{NAMESPACE, member_names, quantile};
-use fleetnet_hub::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
+use fleetnet_bench::{NAMESPACE, create_pair, create_pairs, member_names, quantile};
+use fleetnet_hub::api::InternalServiceExport;
 use fleetnet_testenv::Fleet;
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, ListParams};
 use tokio::process::{Child, Command};
 
 /// Where the replicas keep their Leases, and the prefix of their names.
@@ -150,11 +148,12 @@ async fn substrate(
     for m in &names {
         clients.insert(m.clone(), fleet.member(m).client().await?);
     }
-    futures::future::try_join_all(
-        clients
-            .values()
-            .map(|c| create_pairs(c.clone(), config.exports)),
-    )
+    futures::future::try_join_all(clients.values().map(|c| {
+        create_pairs(
+            c.clone(),
+            (0..config.exports).map(|i| format!("failover-{i:03}")),
+        )
+    }))
     .await?;
     eprintln!(
         "[failover] {} members x {} exports created",
@@ -329,52 +328,6 @@ async fn ise_deletes(hub: &kube::Client) -> anyhow::Result<f64> {
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum())
-}
-
-fn service(name: &str) -> Service {
-    Service {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(NAMESPACE.into()),
-            ..Default::default()
-        },
-        spec: Some(ServiceSpec {
-            ports: Some(vec![ServicePort {
-                name: Some("http".into()),
-                port: 80,
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-async fn create_pair(client: kube::Client, name: String) -> anyhow::Result<()> {
-    Api::<Service>::namespaced(client.clone(), NAMESPACE)
-        .create(&PostParams::default(), &service(&name))
-        .await
-        .with_context(|| format!("create Service {name}"))?;
-    Api::<ServiceExport>::namespaced_with(client, NAMESPACE, &ServiceExportVersion::V1Beta1)
-        .create(
-            &PostParams::default(),
-            &ServiceExport::new(NAMESPACE, &name, ServiceExportVersion::V1Beta1),
-        )
-        .await
-        .with_context(|| format!("create ServiceExport {name}"))?;
-    Ok(())
-}
-
-/// Namespace [`NAMESPACE`] and `count` pairs `failover-<i>`, 16 at a time.
-async fn create_pairs(client: kube::Client, count: usize) -> anyhow::Result<()> {
-    fleetnet_testenv::ensure_namespace(&client, "member", NAMESPACE).await?;
-    futures::stream::iter(0..count)
-        .map(|i| create_pair(client.clone(), format!("failover-{i:03}")))
-        .buffer_unordered(16)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect()
 }
 
 async fn create_probe(client: kube::Client) -> anyhow::Result<()> {

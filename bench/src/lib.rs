@@ -359,7 +359,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
     futures::future::try_join_all(
         member_clients
             .iter()
-            .map(|c| create_pairs(c.clone(), config.exports)),
+            .map(|c| create_pairs(c.clone(), (0..config.exports).map(service_name))),
     )
     .await?;
     let create = created.elapsed();
@@ -555,30 +555,30 @@ fn app_config(config: &Config, fleet: &fleetnet_testenv::Fleet, dir: &Path) -> A
 }
 
 /// Creates namespace [`NAMESPACE`] and `count` Service + ServiceExport pairs, 16 at a time.
-async fn create_pairs(client: kube::Client, count: usize) -> anyhow::Result<()> {
+/// A Service (port 80) and its ServiceExport, both named `name`, in [`NAMESPACE`].
+pub async fn create_pair(client: kube::Client, name: String) -> anyhow::Result<()> {
+    Api::<Service>::namespaced(client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &service(&name))
+        .await
+        .with_context(|| format!("create Service {name}"))?;
+    Api::<ServiceExport>::namespaced_with(client, NAMESPACE, &ServiceExportVersion::V1Beta1)
+        .create(
+            &PostParams::default(),
+            &ServiceExport::new(NAMESPACE, &name, ServiceExportVersion::V1Beta1),
+        )
+        .await
+        .with_context(|| format!("create ServiceExport {name}"))?;
+    Ok(())
+}
+
+/// Namespace [`NAMESPACE`] and a pair per name, 16 at a time.
+pub async fn create_pairs(
+    client: kube::Client,
+    names: impl Iterator<Item = String>,
+) -> anyhow::Result<()> {
     fleetnet_testenv::ensure_namespace(&client, "member", NAMESPACE).await?;
-    let services: Api<Service> = Api::namespaced(client.clone(), NAMESPACE);
-    let exports: Api<ServiceExport> =
-        Api::namespaced_with(client, NAMESPACE, &ServiceExportVersion::V1Beta1);
-    futures::stream::iter(0..count)
-        .map(|i| {
-            let (services, exports) = (services.clone(), exports.clone());
-            async move {
-                let name = service_name(i);
-                services
-                    .create(&PostParams::default(), &service(&name))
-                    .await
-                    .with_context(|| format!("create Service {name}"))?;
-                exports
-                    .create(
-                        &PostParams::default(),
-                        &ServiceExport::new(NAMESPACE, &name, ServiceExportVersion::V1Beta1),
-                    )
-                    .await
-                    .with_context(|| format!("create ServiceExport {name}"))?;
-                anyhow::Ok(())
-            }
-        })
+    futures::stream::iter(names)
+        .map(|name| create_pair(client.clone(), name))
         .buffer_unordered(16)
         .collect::<Vec<_>>()
         .await
