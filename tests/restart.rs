@@ -13,7 +13,7 @@ mod support;
 mod arm;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -58,25 +58,6 @@ const WRITE_VERBS: [&str; 6] = [
 // ---------------------------------------------------------------------------------------------
 // Polling, configuration, object builders.
 // ---------------------------------------------------------------------------------------------
-
-/// Polls `probe` every 100 ms until it returns `Some`, or panics after `limit` with `what`.
-async fn within<T, F, Fut>(limit: Duration, what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// The in-process product with raised budgets, so setup is fast.
 fn app_config(fleet: &Fleet, dir: &Path) -> AppConfig {
@@ -1196,17 +1177,7 @@ async fn a_public_ip_that_appears_later_reaches_the_ise_without_a_service_change
     let mut svc = service("web", "front", 80);
     svc.spec.as_mut().expect("spec").type_ = Some("LoadBalancer".into());
     create_service(&member, &svc).await;
-    let services = Api::<Service>::namespaced(member.clone(), "web");
-    let svc = services
-        .patch_status(
-            "front",
-            &PatchParams::default(),
-            &Patch::Merge(
-                &serde_json::json!({"status": {"loadBalancer": {"ingress": [{"ip": IP}]}}}),
-            ),
-        )
-        .await
-        .expect("LB status");
+    let svc = assign_ingress(&member, "web", "front", IP).await;
     create_export(&member, "web", "front", &[]).await;
     wait_ise(&hub, &hub_ns, "web-front", |_| true).await;
     // The ingress IP was seen and looked up (not found): the export stands without it.
@@ -1265,7 +1236,10 @@ async fn a_public_ip_that_appears_later_reaches_the_ise_without_a_service_change
         )
     );
     // Nobody changed the Service; the ServiceExport's spec/metadata neither.
-    let now = services.get("front").await.expect("Service");
+    let now = Api::<Service>::namespaced(member.clone(), "web")
+        .get("front")
+        .await
+        .expect("Service");
     assert_eq!(now.metadata.resource_version, svc.metadata.resource_version);
     let se = exports(&member, "web")
         .get("front")

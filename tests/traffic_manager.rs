@@ -23,8 +23,6 @@ use fleetnet_hub::client::Limits;
 use fleetnet_hub::config::MemberConfigFile;
 use fleetnet_hub::fleet::RuntimeConfig;
 use fleetnet_testenv::Fleet;
-use k8s_openapi::api::core::v1::Service;
-use kube::api::{Api, Patch, PatchParams};
 use support::*;
 
 const SUB_EAST: &str = "00000000-0000-0000-0000-0000000000e1";
@@ -73,20 +71,6 @@ async fn export_load_balancer(member: &kube::Client) {
     svc.spec.as_mut().expect("spec").type_ = Some("LoadBalancer".into());
     create_service(member, &svc).await;
     create_export(member, "web", "front", &[]).await;
-}
-
-/// What the cloud provider does when the load balancer is ready.
-async fn assign_ingress(member: &kube::Client, ip: &str) {
-    Api::<Service>::namespaced(member.clone(), "web")
-        .patch_status(
-            "front",
-            &PatchParams::default(),
-            &Patch::Merge(
-                &serde_json::json!({"status": {"loadBalancer": {"ingress": [{"ip": ip}]}}}),
-            ),
-        )
-        .await
-        .expect("LB status");
 }
 
 fn public_ip_id(ise: &InternalServiceExport) -> String {
@@ -163,7 +147,7 @@ async fn public_ips_per_member_subscription_failures_requeue_and_settings_reload
     // east: the first LIST answers 200 with a body that is not the ARM shape. The lookup fails
     // (no panic), the reconcile requeues, the next LIST succeeds.
     arm.push_faults([Fault::Malformed]);
-    assign_ingress(&east, "20.0.0.1").await;
+    assign_ingress(&east, "web", "front", "20.0.0.1").await;
     let ise = wait_ise(&hub, &fleet.hub_namespace("east"), "web-front", |i| {
         i.spec.public_ip_resource_id.is_some()
     })
@@ -186,7 +170,7 @@ async fn public_ips_per_member_subscription_failures_requeue_and_settings_reload
     }]);
     let pending_before = reconciles(&running, "west", "error:pending");
     let assigned = Instant::now();
-    assign_ingress(&west, "20.0.0.2").await;
+    assign_ingress(&west, "web", "front", "20.0.0.2").await;
     let ise = wait_ise(&hub, &fleet.hub_namespace("west"), "web-front", |i| {
         i.spec.public_ip_resource_id.is_some()
     })

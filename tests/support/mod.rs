@@ -234,22 +234,45 @@ pub fn ises(hub: &kube::Client, ns: &str) -> Api<InternalServiceExport> {
 }
 
 /// Polls `probe` until it returns `Some`, or panics after `CONVERGE` with `what`.
-pub async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, probe: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + CONVERGE;
+    within(CONVERGE, what, probe).await
+}
+
+/// Polls `probe` every 100 ms until it returns `Some`, or panics after `limit` with `what`.
+pub async fn within<T, F, Fut>(limit: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
     loop {
         if let Some(v) = probe().await {
             return v;
         }
         assert!(
             Instant::now() < deadline,
-            "timed out after {CONVERGE:?} waiting for: {what}"
+            "timed out after {limit:?} waiting for: {what}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// What the cloud provider does when the load balancer of Service `ns/name` is ready.
+pub async fn assign_ingress(member: &kube::Client, ns: &str, name: &str, ip: &str) -> Service {
+    Api::<Service>::namespaced(member.clone(), ns)
+        .patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                &serde_json::json!({"status": {"loadBalancer": {"ingress": [{"ip": ip}]}}}),
+            ),
+        )
+        .await
+        .expect("LB status")
 }
 
 /// The condition `type_` of a ServiceExport as (status, reason, message).
