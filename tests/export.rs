@@ -140,17 +140,19 @@ async fn export_lifecycle_with_write_counts() {
         raw["spec"].get("weight").is_none(),
         "no Traffic Manager fields when the feature is off"
     );
-    let events = warning_reasons(&member, "shop").await;
-    assert!(
-        events.iter().any(|r| r == "ValidServiceExport"),
-        "{events:?}"
-    );
-    assert!(
-        events
-            .iter()
-            .any(|r| r == "PendingExportConflictResolution"),
-        "{events:?}"
-    );
+    // Events are created after the export's writes (a reconcile never waits for them).
+    eventually(
+        "the ValidServiceExport and PendingExportConflictResolution events",
+        || async {
+            let reasons = warning_reasons(&member, "shop").await;
+            (reasons.iter().any(|r| r == "ValidServiceExport")
+                && reasons
+                    .iter()
+                    .any(|r| r == "PendingExportConflictResolution"))
+            .then_some(())
+        },
+    )
+    .await;
 
     // Idempotent: a Service change that alters nothing exported costs no write.
     let before = exporter.writes();
@@ -313,12 +315,11 @@ async fn export_lifecycle_with_write_counts() {
     )
     .await;
     wait_ise_gone(&hub, &hub_ns, "shop-cart").await;
-    assert!(
-        warning_reasons(&member, "shop")
-            .await
-            .iter()
-            .any(|r| r == "ServiceNotFound")
-    );
+    eventually("the ServiceNotFound event", || async {
+        let reasons = warning_reasons(&member, "shop").await;
+        reasons.iter().any(|r| r == "ServiceNotFound").then_some(())
+    })
+    .await;
     let recreated = create_service(&member, &service("shop", "cart", 80)).await;
     let ise = wait_ise(&hub, &hub_ns, "shop-cart", |i| {
         Some(&i.spec.service_reference.uid) == recreated.metadata.uid.as_ref()

@@ -5,6 +5,7 @@
 //! ```sh
 //! cargo run --release -p fleetnet-bench -- --members 10 --exports 250 --churn 10 --duration 30 --svg docs/bench.svg
 //! cargo build --release -p fleetnet-hub && cargo run --release -p fleetnet-bench -- --failover --members 20 --exports 10
+//! cargo run --release -p fleetnet-bench -- --fairness --members 6 --exports 2000 --churn 5 --kube-api-qps 500 --kube-api-burst 500
 //! ```
 
 mod failover;
@@ -70,6 +71,11 @@ struct Cli {
     /// Replicas for `--failover`.
     #[arg(long, default_value_t = 3)]
     replicas: usize,
+    /// Measure fairness instead: member 1 cold-starts `--exports` exports while the other
+    /// members, one export each, change their Service at `--churn` per second (default 5) until
+    /// member 1 has converged (see `fairness.rs`).
+    #[arg(long, conflicts_with_all = ["failover", "sweep"])]
+    fairness: bool,
     /// The `fleetnet-hub` binary for `--failover` (default: next to this executable).
     #[arg(long)]
     binary: Option<PathBuf>,
@@ -176,6 +182,26 @@ async fn main_inner(cli: Cli) -> Result<(), String> {
         };
         let report = failover::run(&config).await.map_err(|e| format!("{e:#}"))?;
         println!("{}", failover::markdown(&report));
+        return Ok(());
+    }
+    if cli.fairness {
+        let config = bench::FairnessConfig {
+            heavy_exports: cli.exports,
+            light_members: cli.members.saturating_sub(1),
+            rate: cli.churn.unwrap_or(5.0),
+            hub_limits: cli.budgets.hub(),
+            member_limits: cli.budgets.member(),
+            converge_timeout: seconds("converge-timeout", cli.converge_timeout)?,
+            progress: true,
+        };
+        let report = bench::run_fairness(&config)
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+        println!("{}", bench::fairness_markdown(&report));
+        if let Some(path) = &cli.json {
+            let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+            std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        }
         return Ok(());
     }
     let reports = if !cli.replay.is_empty() {

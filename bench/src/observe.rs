@@ -73,6 +73,11 @@ impl State {
         self.check_converged();
     }
 
+    /// Whether `member` has `exports` ServiceExports valid and as many ISEs.
+    pub(crate) fn member_converged(&self, member: usize, exports: usize) -> bool {
+        self.valid[member].len() == exports && self.ises[member].len() == exports
+    }
+
     pub(crate) fn pending_changes(&self) -> usize {
         self.pending.values().map(VecDeque::len).sum()
     }
@@ -85,11 +90,12 @@ pub(crate) struct Observed {
 }
 
 impl Observed {
-    pub(crate) fn new(names: &[String], exports: usize) -> Self {
+    /// `members` members, converged when `target` ServiceExports are valid and exported.
+    pub(crate) fn new(members: usize, target: usize) -> Self {
         let state = State {
-            valid: vec![HashSet::new(); names.len()],
-            ises: vec![HashMap::new(); names.len()],
-            target: names.len() * exports,
+            valid: vec![HashSet::new(); members],
+            ises: vec![HashMap::new(); members],
+            target,
             ..State::default()
         };
         Self {
@@ -246,22 +252,36 @@ impl Observed {
 // Churn.
 // ---------------------------------------------------------------------------------------------
 
+/// Every (member, Service) once, in the order [`run_churn`] changes them: round-robin over
+/// members, then over exports.
+pub(crate) fn churn_targets(members: usize, exports: usize) -> Vec<(usize, String)> {
+    (0..members * exports)
+        .map(|k| (k % members, service_name(k / members)))
+        .collect()
+}
+
+/// Changes the port of `targets[k % len]`'s Service at `churn.rate` per second for
+/// `churn.duration`, or until `stop` says so; then gives the changes 30 s to reach the hub.
 pub(crate) async fn run_churn(
     observed: &Observed,
     members: &[kube::Client],
-    config: &Config,
+    targets: &[(usize, String)],
     churn: Churn,
+    stop: impl Fn() -> bool,
 ) -> ChurnReport {
     let total = (churn.rate * churn.duration.as_secs_f64()).round().max(0.0) as u64;
     let period = Duration::from_secs_f64(1.0 / churn.rate.max(1e-3));
     let failed = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let started = tokio::time::Instant::now();
     let mut patches = vec![];
+    let mut changes = 0;
     for k in 0..total {
         tokio::time::sleep_until(started + period.mul_f64(k as f64)).await;
-        let member = (k % config.members as u64) as usize;
-        let export = ((k / config.members as u64) % config.exports as u64) as usize;
-        let name = service_name(export);
+        if stop() {
+            break;
+        }
+        changes += 1;
+        let (member, name) = targets[k as usize % targets.len()].clone();
         let port = CHURN_PORT_BASE + (k % 60_000) as i32;
         let key = (
             member,
@@ -309,7 +329,7 @@ pub(crate) async fn run_churn(
     ChurnReport {
         rate: churn.rate,
         duration_s: churn.duration.as_secs_f64(),
-        changes: total,
+        changes,
         reflected: latencies_ms.len() as u64,
         failed: failed.load(std::sync::atomic::Ordering::Relaxed),
         latencies_ms,

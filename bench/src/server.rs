@@ -157,13 +157,11 @@ pub fn ideal_bound(config: &Config) -> Duration {
     let (n, m) = (config.members as u64, config.exports as u64);
     let member = &config.member_limits;
     Duration::from_secs_f64(
-        bucket_time(2 * m + 2, member.qps, member.burst)
-            .max(bucket_time(2 * m, member.event_qps, member.event_burst))
-            .max(bucket_time(
-                n * m + n,
-                config.hub_limits.qps,
-                config.hub_limits.burst,
-            )),
+        bucket_time(2 * m + 2, member.qps, member.burst).max(bucket_time(
+            n * m + n,
+            config.hub_limits.qps,
+            config.hub_limits.burst,
+        )),
     )
 }
 
@@ -201,7 +199,8 @@ pub(crate) fn client_requests(controller_metrics: &str) -> Vec<ClientRequests> {
 }
 
 /// The least time the token buckets allow for the requests (watches excluded) the controller's
-/// clients made so far: `max((requests - burst) / qps)` over the hub bucket and each member's.
+/// clients made so far: `max((requests - burst) / qps)` over the hub bucket and each member's
+/// (Events excluded: they have their own bucket and no export waits for them).
 /// Returns (bound, binding bucket, hub requests, busiest member's requests).
 pub(crate) fn budget_bound(
     controller_metrics: &str,
@@ -240,16 +239,9 @@ pub(crate) fn budget_bound(
     let mut member_max = 0;
     for (m, (requests, events)) in &members {
         member_max = member_max.max(requests + events);
-        for (t, which) in [
-            (bucket_time(*requests, limits.qps, limits.burst), "member"),
-            (
-                bucket_time(*events, limits.event_qps, limits.event_burst),
-                "Events of member",
-            ),
-        ] {
-            if t > best.0 {
-                best = (t, format!("{which} {m}"));
-            }
+        let t = bucket_time(*requests, limits.qps, limits.burst);
+        if t > best.0 {
+            best = (t, format!("member {m}"));
         }
     }
     (Duration::from_secs_f64(best.0), best.1, hub, member_max)

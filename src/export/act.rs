@@ -25,8 +25,8 @@ pub struct Performed {
 }
 
 /// Performs the plan's writes in order: metadata → hub delete → finalizer removal → status
-/// (then its events, which belong to the status change and so are never lost to a later
-/// failing step) → hub create/update. A 409 is returned as is, for the caller to re-observe.
+/// (then its events are queued: they belong to the status change and so are never lost to a
+/// later failing step, and never wait for the Events budget here) → hub create/update. A 409 is returned as is, for the caller to re-observe.
 pub async fn perform(
     ctx: &Context,
     se: &ServiceExport,
@@ -46,7 +46,7 @@ pub async fn perform(
     }
     if !plan.conditions.is_empty() {
         w.status(plan, now).await?;
-        ctx.events.publish(se, ctx.se_version, &plan.events).await;
+        ctx.events.publish(se, ctx.se_version, &plan.events);
     }
     match &plan.hub {
         Some(HubWrite::Create(ise)) => w.create_ise(ise).await?,

@@ -1,35 +1,56 @@
-//! Events on ServiceExports (events.k8s.io/v1), each created once.
+//! Events on ServiceExports (events.k8s.io/v1), each created once, after the export's writes.
 //!
 //! Not kube-runtime's `Recorder`: it keeps every event it published for six minutes to count
 //! repeats into a series, which is ~1 KiB per event (two per fresh export) held by every member,
 //! and ours never repeat: a decision emits an event only when a condition changes.
+//!
+//! A reconcile never waits for an Event: [`Events::publish`] queues it, and one task per member
+//! creates the queued Events in order through the member's Events client (its own budget). A
+//! member's exports are thus bound by its write budget only, even while thousands of Events
+//! wait for theirs.
 
 use jiff::Timestamp;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Resource;
 use kube::api::{Api, ObjectMeta, PostParams};
+use tokio::sync::mpsc;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::decide::{EventKind, EventSpec};
 use crate::api::{ServiceExport, ServiceExportVersion};
 
 const CONTROLLER: &str = "fleetnet-hub";
+/// Events a member may have waiting for its Events budget; more are dropped (and logged), as
+/// client-go's broadcaster does, rather than held without bound. Two per fresh export: a
+/// member cold-starting 2,000 exports fits.
+const QUEUE: usize = 4096;
 
-/// Publishes a member's Events through its own client (its own budget).
+/// Publishes a member's Events through its own client (its own budget), in the background.
 pub(super) struct Events {
-    client: kube::Client,
+    queue: mpsc::Sender<Event>,
     /// The reporting instance (pod name).
     instance: String,
+    member: String,
+    /// Stops creating this member's Events when the exporter goes.
+    _creator: AbortOnDropHandle<()>,
 }
 
 impl Events {
-    pub(super) fn new(client: kube::Client, instance: String) -> Self {
-        Self { client, instance }
+    pub(super) fn new(client: kube::Client, instance: String, member: String) -> Self {
+        let (queue, queued) = mpsc::channel(QUEUE);
+        let creator = tokio::spawn(create_each(client, queued, member.clone()));
+        Self {
+            queue,
+            instance,
+            member,
+            _creator: AbortOnDropHandle::new(creator),
+        }
     }
 
-    /// Records `events` on `se`. One that cannot be recorded is logged, never retried: it is
+    /// Queues `events` on `se`. One that cannot be recorded is logged, never retried: it is
     /// not worth failing (and repeating) the export.
-    pub(super) async fn publish(
+    pub(super) fn publish(
         &self,
         se: &ServiceExport,
         version: ServiceExportVersion,
@@ -37,10 +58,9 @@ impl Events {
     ) {
         let regarding = se.object_ref(&version);
         let ns = regarding.namespace.clone().unwrap_or_default();
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
+        let name = regarding.name.as_deref().unwrap_or(CONTROLLER);
         for spec in events {
             let now = Timestamp::now();
-            let name = regarding.name.as_deref().unwrap_or(CONTROLLER);
             let event = Event {
                 metadata: ObjectMeta {
                     name: Some(format!("{name}.{:x}", now.as_nanosecond())),
@@ -63,9 +83,32 @@ impl Events {
                 reporting_instance: Some(self.instance.clone()),
                 ..Default::default()
             };
-            if let Err(e) = api.create(&PostParams::default(), &event).await {
-                tracing::warn!(error = %e, reason = spec.reason, "could not record event");
+            if self.queue.try_send(event).is_err() {
+                tracing::warn!(
+                    member = %self.member,
+                    serviceexport = %format!("{ns}/{name}"),
+                    reason = spec.reason,
+                    "event dropped: {QUEUE} events of this member already wait for its Events budget"
+                );
             }
+        }
+    }
+}
+
+/// Creates the queued Events one after the other, until the queue's sender is gone.
+async fn create_each(client: kube::Client, mut queued: mpsc::Receiver<Event>, member: String) {
+    while let Some(event) = queued.recv().await {
+        let ns = event.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<Event> = Api::namespaced(client.clone(), &ns);
+        if let Err(e) = api.create(&PostParams::default(), &event).await {
+            let regarding = event.regarding.as_ref().and_then(|r| r.name.as_deref());
+            tracing::warn!(
+                member = %member,
+                serviceexport = %format!("{ns}/{}", regarding.unwrap_or_default()),
+                reason = event.reason.as_deref().unwrap_or_default(),
+                error = %e,
+                "could not record event"
+            );
         }
     }
 }

@@ -191,6 +191,7 @@ impl MemberExporter {
             // Becoming leader: everything is reconciled once, from the warm caches.
             .reconcile_all_on(leadership_gained(self.leader.clone()))
             .graceful_shutdown_on(shutdown);
+        let events = events::Events::new(self.events_client, self.instance, self.member.clone());
         let ctx = Arc::new(Context {
             member: self.member,
             settings: self.settings,
@@ -200,7 +201,7 @@ impl MemberExporter {
             hub_namespace: self.hub_namespace,
             services: views.services,
             ises: views.ises,
-            events: events::Events::new(self.events_client, self.instance),
+            events,
             public_ips: self.public_ips,
             leader: self.leader,
             observer: self.observer,
