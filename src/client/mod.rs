@@ -17,6 +17,8 @@ use http::Request;
 use kube::client::{Body, ClientBuilder};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::Semaphore;
+
+use crate::policy::Turn;
 use tower::filter::FilterLayer;
 use tower::{BoxError, buffer::BufferLayer};
 
@@ -149,14 +151,18 @@ pub fn build_fenced(
         .build())
 }
 
-/// A client that sends through `client` (its budget, retries, counters), with every write
-/// refused unless `fence` holds: one member's view of a client shared by many.
-pub fn fenced_view(client: &kube::Client, fence: Fence) -> kube::Client {
+/// One member's view of a client shared by many (the hub's): it sends through `client` (its
+/// budget, retries, counters), with every write refused unless `fence` holds, and its requests
+/// in one line for the shared bucket ([`Turn`]): a member's backlog never starves another
+/// member's change.
+pub fn member_view(client: &kube::Client, fence: Fence) -> kube::Client {
     let shared = client.clone();
+    let turn = Turn::default();
     let service = tower::ServiceBuilder::new()
         .layer(FilterLayer::new(fence))
-        .service_fn(move |req: Request<Body>| {
+        .service_fn(move |mut req: Request<Body>| {
             let shared = shared.clone();
+            req.extensions_mut().insert(turn.clone());
             async move { shared.send(req).await.map_err(BoxError::from) }
         });
     kube::Client::new(service, client.default_namespace().to_string())

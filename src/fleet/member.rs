@@ -187,11 +187,9 @@ fn exporter(
         member_client: client,
         events_client: events,
         concurrency: cfg.member_limits.reconcile_concurrency,
-        hub_client: match &shared.shards {
-            // The shared hub client (one budget), each request fenced by this member's lease.
-            Some(_) => client::fenced_view(&shared.hub_client, shared.fence_of(name)),
-            None => shared.hub_client.clone(),
-        },
+        // The shared hub client (one budget, this member's fair share of it), each request
+        // fenced by this member's lease when sharded.
+        hub_client: client::member_view(&shared.hub_client, shared.fence_of(name)),
         hub_namespace: format!("{}{name}", cfg.namespace_prefix),
         se_version: version,
         settings: Settings {

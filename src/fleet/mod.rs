@@ -399,7 +399,7 @@ async fn cleanup(shared: &Arc<Shared>, name: &str, kubeconfig: Option<&str>) {
     // Fenced by the member's lease (sharded), which is kept until the cleanup is done.
     let fence = shared.fence_of(name);
     let hub = Api::namespaced(
-        crate::client::fenced_view(&shared.hub_client, fence.clone()),
+        crate::client::member_view(&shared.hub_client, fence.clone()),
         &ns,
     );
     let member = match kubeconfig {

@@ -7,7 +7,7 @@
 //! | [`Step::Classify`] | puts the request's [`RequestKind`] in its extensions |
 //! | retry ([`RetryPolicy`]) | sends again what [`decide`] allows, after [`retry_after`] or [`backoff`] |
 //! | [`Step::Count`] | counts every attempt in [`ClientStats`] by verb, resource and status |
-//! | [`Step::RateLimit`] | waits for a token of a shared token bucket ([`bucket`], governor) |
+//! | [`Step::RateLimit`] | waits for a token of a shared token bucket ([`bucket`], governor), one request per [`Turn`] at a time |
 //! | [`Step::Concurrency`] | waits for a slot of a shared semaphore |
 //! | [`Step::Timeout`] | a deadline per attempt |
 //!
@@ -43,6 +43,13 @@ pub enum Repeat {
     /// After a 429, 408, 5xx or no answer: sending it again changes nothing (reads, tokens).
     Always,
 }
+
+/// One requester's place in line for a [`Bucket`] shared with others (a member's share of the
+/// hub budget). Requests carrying the same `Turn` in their extensions wait for a token one at a
+/// time, so a member's backlog holds one place in the bucket's line: the members waiting are
+/// served in turn, and a member's single change never waits behind another's thousands.
+#[derive(Debug, Clone, Default)]
+pub struct Turn(Arc<tokio::sync::Mutex<()>>);
 
 /// What a request is, for counting and retrying.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,7 +173,7 @@ impl ClientStats {
 
 /// A token bucket of `qps` tokens a second and `burst` at once, to share (clone the `Arc`)
 /// between every stack that spends the same budget.
-pub fn bucket(qps: f64, burst: u32) -> Result<Arc<DefaultDirectRateLimiter>, &'static str> {
+pub fn bucket(qps: f64, burst: u32) -> Result<Arc<Bucket>, &'static str> {
     if !(qps.is_finite() && qps > 0.0) {
         return Err("qps must be a positive number");
     }
@@ -175,7 +182,30 @@ pub fn bucket(qps: f64, burst: u32) -> Result<Arc<DefaultDirectRateLimiter>, &'s
         .ok()
         .and_then(Quota::with_period)
         .ok_or("qps too large")?;
-    Ok(Arc::new(RateLimiter::direct(quota.allow_burst(burst))))
+    Ok(Arc::new(Bucket {
+        tokens: RateLimiter::direct(quota.allow_burst(burst)),
+        line: tokio::sync::Mutex::new(()),
+    }))
+}
+
+/// A token bucket (governor) whose waiters are served first come, first served: one waits
+/// for the next token at a time, the others in a FIFO line (tokio's mutex is fair), rather than
+/// all waking together to race for it. With [`Turn`]s, a line of requesters' heads: round-robin.
+pub struct Bucket {
+    tokens: DefaultDirectRateLimiter,
+    line: tokio::sync::Mutex<()>,
+}
+
+impl Bucket {
+    /// Waits for a token; `turn` first, when the request has one.
+    pub async fn take(&self, turn: Option<&Turn>) {
+        let _turn = match turn {
+            Some(Turn(own)) => Some(own.lock().await),
+            None => None,
+        };
+        let _head = self.line.lock().await;
+        self.tokens.until_ready().await;
+    }
 }
 
 /// One attempt's answer, to come.
@@ -196,7 +226,7 @@ pub enum Step {
     },
     /// Waits for a token of a shared bucket ([`bucket`]); the wait counted.
     RateLimit {
-        bucket: Arc<DefaultDirectRateLimiter>,
+        bucket: Arc<Bucket>,
         stats: Arc<ClientStats>,
     },
     /// Waits for a slot of a shared semaphore, held until the answer; the wait counted.
@@ -209,7 +239,12 @@ pub enum Step {
 }
 
 impl Step {
-    fn around<RB: Send + 'static>(&self, kind: &RequestKind, attempt: Reply<RB>) -> Reply<RB> {
+    fn around<RB: Send + 'static>(
+        &self,
+        kind: &RequestKind,
+        turn: Option<&Turn>,
+        attempt: Reply<RB>,
+    ) -> Reply<RB> {
         let long_running = kind.repeat == Repeat::Never;
         match self.clone() {
             Step::Classify(_) => attempt,
@@ -237,12 +272,15 @@ impl Step {
                 Box::pin(tracing::Instrument::instrument(counted, span))
             }
             _ if long_running => attempt,
-            Step::RateLimit { bucket, stats } => Box::pin(async move {
-                let waited = Instant::now();
-                bucket.until_ready().await;
-                stats.add_wait(waited.elapsed());
-                attempt.await
-            }),
+            Step::RateLimit { bucket, stats } => {
+                let turn = turn.cloned();
+                Box::pin(async move {
+                    let waited = Instant::now();
+                    bucket.take(turn.as_ref()).await;
+                    stats.add_wait(waited.elapsed());
+                    attempt.await
+                })
+            }
             Step::Concurrency { slots, stats } => Box::pin(async move {
                 let waited = Instant::now();
                 let _slot = slots.acquire_owned().await?;
@@ -320,10 +358,13 @@ where
             }
         }
         let kind = RequestKind::of(&req);
+        let turn = req.extensions().get::<Turn>().cloned();
         let attempt = self.inner.clone().oneshot(req);
         let attempt: Reply<RB> = Box::pin(async move { attempt.await.map_err(Into::into) });
         let steps = self.steps.iter().rev();
-        steps.fold(attempt, |attempt, step| step.around(&kind, attempt))
+        steps.fold(attempt, |attempt, step| {
+            step.around(&kind, turn.as_ref(), attempt)
+        })
     }
 }
 
@@ -332,7 +373,7 @@ pub struct Policy {
     pub classify: fn(&Method, &Uri) -> RequestKind,
     pub retry: RetryLimits,
     /// The token bucket, shared by every stack of the same budget; `None`: no rate limit.
-    pub bucket: Option<Arc<DefaultDirectRateLimiter>>,
+    pub bucket: Option<Arc<Bucket>>,
     /// Requests in flight at once, shared likewise.
     pub slots: Arc<Semaphore>,
     pub timeout: Duration,
@@ -385,5 +426,49 @@ mod tests {
         );
         assert_eq!(bucket(1.0, 0).err(), Some("burst must be at least 1"));
         assert_eq!(bucket(1e308, 1).err(), Some("qps too large"));
+    }
+
+    /// `a` requests of one turn queued first, then one of another turn (or, without turns, all
+    /// of none): how many of the first went before the latecomer once it was queued.
+    async fn served_before_latecomer(a: usize, turns: bool) -> usize {
+        // A token every 50 ms: time enough for the latecomer's task to join the line.
+        let bucket = bucket(20.0, 1).expect("bucket");
+        let (done_tx, mut done) = tokio::sync::mpsc::unbounded_channel();
+        let backlog = Turn::default();
+        for i in 0..a {
+            let (bucket, done_tx, turn) = (bucket.clone(), done_tx.clone(), backlog.clone());
+            tokio::spawn(async move {
+                bucket.take(turns.then_some(&turn)).await;
+                let _ = done_tx.send(i);
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(70)).await;
+        let mut order = vec![];
+        while let Ok(i) = done.try_recv() {
+            order.push(i);
+        }
+        let before = order.len();
+        let latecomer = Turn::default();
+        tokio::spawn(async move {
+            bucket.take(turns.then_some(&latecomer)).await;
+            let _ = done_tx.send(a);
+        });
+        while let Some(i) = done.recv().await {
+            order.push(i);
+        }
+        let at = order
+            .iter()
+            .position(|&i| i == a)
+            .expect("the latecomer served");
+        at - before
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_backlog_holds_one_place_in_the_line_for_a_shared_bucket() {
+        // The backlog's head waits for the next token, then the latecomer's turn comes.
+        assert!(served_before_latecomer(20, true).await <= 2);
+        // Without turns the line is first come, first served: the latecomer waits for all
+        // that were queued before it (20 less those served in the first 70 ms).
+        assert!(served_before_latecomer(20, false).await >= 15);
     }
 }
