@@ -279,12 +279,19 @@ mod tests {
         }
     }
 
+    /// A cache over a fake whose LIST takes `delay_ms` and holds each `(ip, from_call)` from
+    /// that call on (0-based).
     fn cache(
-        lister: FakeLister,
+        appears: &[(&str, u64)],
+        delay_ms: u64,
         ttl_ms: u64,
         miss_ms: u64,
     ) -> (Arc<FakeLister>, GroupCache<FakeLister>) {
-        let lister = Arc::new(lister);
+        let lister = Arc::new(FakeLister {
+            delay: Duration::from_millis(delay_ms),
+            appears_at_call: appears.iter().map(|(ip, n)| (ip.to_string(), *n)).collect(),
+            ..FakeLister::default()
+        });
         let cache = GroupCache::new(
             Arc::clone(&lister),
             CacheTiming {
@@ -296,6 +303,12 @@ mod tests {
         (lister, cache)
     }
 
+    impl FakeLister {
+        fn calls(&self) -> u64 {
+            self.calls.load(Ordering::SeqCst)
+        }
+    }
+
     #[test]
     fn ips_are_normalised() {
         assert_eq!(normalize_ip(" 10.0.0.1 "), "10.0.0.1");
@@ -305,15 +318,7 @@ mod tests {
 
     #[tokio::test]
     async fn concurrent_first_lookups_share_one_list() {
-        let (lister, cache) = cache(
-            FakeLister {
-                delay: Duration::from_millis(50),
-                appears_at_call: [("10.0.0.1".to_owned(), 0)].into(),
-                ..FakeLister::default()
-            },
-            10_000,
-            1_000,
-        );
+        let (lister, cache) = cache(&[("10.0.0.1", 0)], 50, 10_000, 1_000);
         let cache = Arc::new(cache);
         let lookups = (0..64).map(|_| {
             let cache = Arc::clone(&cache);
@@ -322,79 +327,57 @@ mod tests {
         for result in futures::future::join_all(lookups).await {
             assert!(result.unwrap().is_some());
         }
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(lister.calls(), 1);
         // Case-insensitive group key, and now a cache hit.
         assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(lister.calls(), 1);
         let stats = cache.stats.snapshot();
         assert_eq!((stats.cache_misses, stats.cache_hits), (64, 1));
     }
 
     #[tokio::test]
     async fn miss_refreshes_at_most_once_per_interval() {
-        let (lister, cache) = cache(
-            FakeLister {
-                appears_at_call: [("10.0.0.1".to_owned(), 0), ("10.0.0.2".to_owned(), 2)].into(),
-                ..FakeLister::default()
-            },
-            10_000,
-            200,
-        );
+        let (lister, cache) = cache(&[("10.0.0.1", 0), ("10.0.0.2", 2)], 0, 10_000, 200);
         assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some()); // call 0
         // Within the interval: answered None from cache, no LIST.
         for _ in 0..20 {
             assert!(cache.find("rg", "10.0.0.2").await.unwrap().is_none());
         }
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(lister.calls(), 1);
         tokio::time::sleep(Duration::from_millis(220)).await;
         assert!(cache.find("rg", "10.0.0.2").await.unwrap().is_none()); // call 1, still absent
         assert!(cache.find("rg", "10.0.0.2").await.unwrap().is_none()); // from cache
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(lister.calls(), 2);
         tokio::time::sleep(Duration::from_millis(220)).await;
         assert!(cache.find("rg", "10.0.0.2").await.unwrap().is_some()); // call 2
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 3);
+        assert_eq!(lister.calls(), 3);
     }
 
     #[tokio::test]
     async fn ttl_expiry_relists_and_errors_are_held_down() {
-        let (lister, cache) = cache(
-            FakeLister {
-                appears_at_call: [("10.0.0.1".to_owned(), 0)].into(),
-                ..FakeLister::default()
-            },
-            100,
-            100,
-        );
+        let (lister, cache) = cache(&[("10.0.0.1", 0)], 0, 100, 100);
         assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
         assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(lister.calls(), 1);
         tokio::time::sleep(Duration::from_millis(120)).await;
         *lister.fail.lock().unwrap() = Some(LookupError::Failed {
             resource_group: "rg".into(),
             message: "boom".into(),
         });
         assert!(cache.find("rg", "10.0.0.1").await.is_err());
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(lister.calls(), 2);
         // Held down: the error is repeated without a LIST.
         assert!(cache.find("rg", "10.0.0.1").await.is_err());
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(lister.calls(), 2);
         *lister.fail.lock().unwrap() = None;
         tokio::time::sleep(Duration::from_millis(120)).await;
         assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 3);
+        assert_eq!(lister.calls(), 3);
     }
 
     #[tokio::test]
     async fn a_hit_does_not_wait_behind_a_miss_refresh() {
-        let (lister, cache) = cache(
-            FakeLister {
-                delay: Duration::from_millis(300),
-                appears_at_call: [("10.0.0.1".to_owned(), 0)].into(),
-                ..FakeLister::default()
-            },
-            10_000,
-            10,
-        );
+        let (lister, cache) = cache(&[("10.0.0.1", 0)], 300, 10_000, 10);
         let cache = Arc::new(cache);
         assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -407,25 +390,17 @@ mod tests {
         assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
         assert!(started.elapsed() < Duration::from_millis(100));
         assert_eq!(miss.await.unwrap().unwrap(), None);
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(lister.calls(), 2);
     }
 
     #[tokio::test]
     async fn a_cancelled_waiter_does_not_cancel_the_list() {
-        let (lister, cache) = cache(
-            FakeLister {
-                delay: Duration::from_millis(100),
-                appears_at_call: [("10.0.0.1".to_owned(), 0)].into(),
-                ..FakeLister::default()
-            },
-            10_000,
-            1_000,
-        );
+        let (lister, cache) = cache(&[("10.0.0.1", 0)], 100, 10_000, 1_000);
         let quick =
             tokio::time::timeout(Duration::from_millis(10), cache.find("rg", "10.0.0.1")).await;
         assert!(quick.is_err(), "gave up before the LIST finished");
         tokio::time::sleep(Duration::from_millis(150)).await;
         assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(lister.calls(), 1);
     }
 }
