@@ -42,6 +42,9 @@ pub fn member_name(file_name: &str) -> &str {
     }
 }
 
+/// The hub namespace prefix fleet-networking uses: member `m`'s exports go to `fleet-member-m`.
+pub const DEFAULT_NAMESPACE_PREFIX: &str = "fleet-member-";
+
 /// At most `max` lower-case letters, digits and '-', not starting with '-'.
 fn label_like(s: &str, max: usize) -> bool {
     s.len() <= max
@@ -318,17 +321,20 @@ mod tests {
 
     #[test]
     fn prefix_and_hub_namespace_names() {
-        assert!(validate_namespace_prefix("fleet-member-").is_ok());
+        assert!(validate_namespace_prefix(DEFAULT_NAMESPACE_PREFIX).is_ok());
         assert!(validate_namespace_prefix("").is_ok());
         for bad in ["Fleet-", "-x", "a_b-", "a.b-", &"x".repeat(63)] {
             assert!(validate_namespace_prefix(bad).is_err(), "{bad:?}");
         }
         assert_eq!(
-            hub_namespace("fleet-member-", "m1").as_deref(),
+            hub_namespace(DEFAULT_NAMESPACE_PREFIX, "m1").as_deref(),
             Ok("fleet-member-m1")
         );
         let long = "m".repeat(51);
-        assert!(hub_namespace("fleet-member-", &long).is_err_and(|e| e.contains("longer than 63")));
-        assert!(hub_namespace("fleet-member-", &"m".repeat(50)).is_ok());
+        assert!(
+            hub_namespace(DEFAULT_NAMESPACE_PREFIX, &long)
+                .is_err_and(|e| e.contains("longer than 63"))
+        );
+        assert!(hub_namespace(DEFAULT_NAMESPACE_PREFIX, &"m".repeat(50)).is_ok());
     }
 }
