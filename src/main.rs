@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use fleetnet_hub::app::{self, AppConfig, Extensions, LeaderElection};
 use fleetnet_hub::azure::{
-    AZURE_PUBLIC_CLOUD_ARM, AZURE_PUBLIC_CLOUD_AUTHORITY, AzureConfig, AzureMembers,
+    AZURE_PUBLIC_CLOUD_ARM, AZURE_PUBLIC_CLOUD_AUTHORITY, AzureConfig, AzureMembers, Secret,
 };
 use fleetnet_hub::config::{Budgets, MemberConfigFile, parse_duration, positive_rate};
 use fleetnet_hub::fleet::RuntimeConfig;
@@ -205,7 +205,7 @@ impl AzureArgs {
             tenant_id: self.azure_tenant_id.clone(),
             client_id: self.azure_client_id.clone(),
             // Secrets only from the environment, never from flags (visible in `ps`).
-            client_secret: std::env::var("AZURE_CLIENT_SECRET").ok(),
+            client_secret: std::env::var("AZURE_CLIENT_SECRET").ok().map(Secret),
             federated_token_file: std::env::var_os("AZURE_FEDERATED_TOKEN_FILE").map(PathBuf::from),
             default_subscription_id: self.azure_subscription_id.clone(),
             arm_qps: self.azure_arm_qps,

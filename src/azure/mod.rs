@@ -18,7 +18,7 @@ mod members;
 
 pub use config::{
     AZURE_PUBLIC_CLOUD_ARM, AZURE_PUBLIC_CLOUD_AUTHORITY, AzureConfig, ConfigError, CredentialKind,
-    IMDS_TOKEN_ENDPOINT,
+    IMDS_TOKEN_ENDPOINT, Secret,
 };
 pub use fleet::{AzureError, AzureFleet, AzureStats, AzureStatsSnapshot, TokenStatsSnapshot};
 pub use lookup::SubscriptionPublicIps;
