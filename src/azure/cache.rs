@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -12,6 +13,7 @@ use futures::future::{BoxFuture, Shared};
 use tokio::time::Instant;
 
 use super::fleet::AzureStats;
+use super::lock;
 use crate::export::{LookupError, PublicIp};
 
 /// Public IPs of one resource group, keyed by normalised address.
@@ -65,22 +67,10 @@ impl GroupState {
 /// One resource group's state.
 type Group = Mutex<GroupState>;
 
-/// The state is consistent after every statement; a panic elsewhere cannot corrupt it.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct CacheTiming {
-    pub ttl: Duration,
-    pub miss_refresh_interval: Duration,
-}
-
 pub(crate) struct GroupCache<L> {
     lister: Arc<L>,
-    timing: CacheTiming,
+    ttl: Duration,
+    miss_refresh_interval: Duration,
     stats: Arc<AzureStats>,
     groups: Mutex<HashMap<String, Arc<Group>>>,
 }
@@ -92,10 +82,16 @@ enum Plan {
 }
 
 impl<L: GroupLister> GroupCache<L> {
-    pub(crate) fn new(lister: Arc<L>, timing: CacheTiming, stats: Arc<AzureStats>) -> Self {
+    pub(crate) fn new(
+        lister: Arc<L>,
+        ttl: Duration,
+        miss_refresh_interval: Duration,
+        stats: Arc<AzureStats>,
+    ) -> Self {
         Self {
             lister,
-            timing,
+            ttl,
+            miss_refresh_interval,
             stats,
             groups: Mutex::new(HashMap::new()),
         }
@@ -119,13 +115,13 @@ impl<L: GroupLister> GroupCache<L> {
         let ip = normalize_ip(ip);
         let (generation, flight) = match self.plan(&group, resource_group, &ip) {
             Plan::Answer(answer) => {
-                AzureStats::incr(&self.stats.cache_hits);
+                self.stats.cache_hits.fetch_add(1, Relaxed);
                 tracing::Span::current().record("azure.cache", "hit");
                 return Ok(answer);
             }
             Plan::Fail(error) => return Err(error),
             Plan::Wait(generation, flight) => {
-                AzureStats::incr(&self.stats.cache_misses);
+                self.stats.cache_misses.fetch_add(1, Relaxed);
                 tracing::Span::current().record("azure.cache", "miss");
                 (generation, flight)
             }
@@ -142,7 +138,7 @@ impl<L: GroupLister> GroupCache<L> {
         let fresh = state
             .snapshot
             .as_ref()
-            .filter(|s| now.duration_since(s.fetched_at) < self.timing.ttl)
+            .filter(|s| now.duration_since(s.fetched_at) < self.ttl)
             .cloned();
         // A hit never waits, not even behind a refresh in flight.
         if let Some(found) = fresh.as_ref().and_then(|s| s.by_ip.get(ip)) {
@@ -156,7 +152,7 @@ impl<L: GroupLister> GroupCache<L> {
             // at most once per miss_refresh_interval per group.
             let recently = state
                 .last_started
-                .is_some_and(|t| now.duration_since(t) < self.timing.miss_refresh_interval);
+                .is_some_and(|t| now.duration_since(t) < self.miss_refresh_interval);
             if recently {
                 return Plan::Answer(None);
             }
@@ -178,12 +174,12 @@ impl<L: GroupLister> GroupCache<L> {
         state.generation += 1;
         let generation = state.generation;
         state.last_started = Some(now);
-        AzureStats::incr(&self.stats.list_calls);
+        self.stats.list_calls.fetch_add(1, Relaxed);
 
         let lister = Arc::clone(&self.lister);
         let task_group = Arc::clone(group);
         let rg = resource_group.to_owned();
-        let hold = self.timing.miss_refresh_interval;
+        let hold = self.miss_refresh_interval;
         // Spawned, so a reconcile that gives up waiting does not cancel the LIST for the rest.
         // The LIST is a child of the lookup that started it, whoever else waits for it.
         let span = tracing::info_span!(
@@ -294,10 +290,8 @@ mod tests {
         });
         let cache = GroupCache::new(
             Arc::clone(&lister),
-            CacheTiming {
-                ttl: Duration::from_millis(ttl_ms),
-                miss_refresh_interval: Duration::from_millis(miss_ms),
-            },
+            Duration::from_millis(ttl_ms),
+            Duration::from_millis(miss_ms),
             Arc::new(AzureStats::default()),
         );
         (lister, cache)

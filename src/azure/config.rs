@@ -31,7 +31,7 @@ pub enum ConfigError {
     Invalid { field: &'static str, reason: String },
 }
 
-fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
+pub(super) fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field,
         reason: reason.into(),
