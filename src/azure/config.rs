@@ -151,10 +151,6 @@ impl Default for AzureConfig {
     }
 }
 
-fn non_empty(value: Option<&str>) -> bool {
-    value.is_some_and(|v| !v.trim().is_empty())
-}
-
 pub(crate) fn parse_http_url(field: &'static str, value: &str) -> Result<Url, ConfigError> {
     let url = Url::parse(value).map_err(|e| ConfigError::InvalidUrl {
         field,
@@ -238,9 +234,9 @@ impl AzureConfig {
 
     /// The fields the chosen credential needs.
     fn validate_credential(&self) -> Result<(), ConfigError> {
-        let require = |field: &'static str, value: Option<&str>| match non_empty(value) {
-            true => Ok(()),
-            false => Err(ConfigError::Missing {
+        let require = |field: &'static str, value: Option<&str>| match value {
+            Some(v) if !v.trim().is_empty() => Ok(()),
+            _ => Err(ConfigError::Missing {
                 field,
                 credential: self.credential,
             }),
