@@ -331,16 +331,8 @@ mod tests {
             assert!(err.contains(field), "{err}");
         }
         for (arm, authority, ok) in [
-            (
-                "http://management.example.com",
-                "https://login.example.com",
-                false,
-            ),
-            (
-                "https://management.example.com",
-                "http://10.0.0.5:8080",
-                false,
-            ),
+            ("http://arm.example.com", "https://login.example.com", false),
+            ("https://arm.example.com", "http://10.0.0.5:8080", false),
             ("http://127.0.0.1:8080", "http://localhost:9090", true),
             ("http://[::1]:8080", "https://login.example.com", true),
         ] {
