@@ -64,15 +64,12 @@ impl GroupState {
     }
 }
 
-/// One resource group's state.
-type Group = Mutex<GroupState>;
-
 pub(crate) struct GroupCache<L> {
     lister: Arc<L>,
     ttl: Duration,
     miss_refresh_interval: Duration,
     stats: Arc<AzureStats>,
-    groups: Mutex<HashMap<String, Arc<Group>>>,
+    groups: Mutex<HashMap<String, Arc<Mutex<GroupState>>>>,
 }
 
 enum Plan {
@@ -97,7 +94,7 @@ impl<L: GroupLister> GroupCache<L> {
         }
     }
 
-    fn group(&self, key: &str) -> Arc<Group> {
+    fn group(&self, key: &str) -> Arc<Mutex<GroupState>> {
         lock(&self.groups)
             .entry(key.to_owned())
             .or_default()
@@ -132,7 +129,7 @@ impl<L: GroupLister> GroupCache<L> {
         result.map(|snapshot| snapshot.by_ip.get(&ip).cloned())
     }
 
-    fn plan(&self, group: &Arc<Group>, resource_group: &str, ip: &str) -> Plan {
+    fn plan(&self, group: &Arc<Mutex<GroupState>>, resource_group: &str, ip: &str) -> Plan {
         let now = Instant::now();
         let mut state = lock(group);
         let fresh = state
@@ -166,7 +163,7 @@ impl<L: GroupLister> GroupCache<L> {
 
     fn start(
         &self,
-        group: &Arc<Group>,
+        group: &Arc<Mutex<GroupState>>,
         state: &mut GroupState,
         resource_group: &str,
         now: Instant,
