@@ -162,18 +162,8 @@ pub async fn run(dir: &Path, trust: TrustPolicy) -> Result<(), String> {
 
 /// `member | server | status | problem`, aligned.
 pub fn table(rows: &[MemberCheck]) -> String {
-    let w0 = rows
-        .iter()
-        .map(|r| r.member.len())
-        .max()
-        .unwrap_or(0)
-        .max(6);
-    let w1 = rows
-        .iter()
-        .map(|r| r.server.len())
-        .max()
-        .unwrap_or(0)
-        .max(6);
+    let width = |len: fn(&MemberCheck) -> usize| rows.iter().map(len).max().unwrap_or(0).max(6);
+    let (w0, w1) = (width(|r| r.member.len()), width(|r| r.server.len()));
     let mut out = format!(
         "{:<w0$} | {:<w1$} | {:<6} | problem\n",
         "member", "server", "status"

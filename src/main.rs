@@ -5,10 +5,13 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use fleetnet_hub::app::{self, AppConfig, Extensions, LeaderElection};
-use fleetnet_hub::azure::{AzureConfig, AzureMembers};
+use fleetnet_hub::azure::{
+    AZURE_PUBLIC_CLOUD_ARM, AZURE_PUBLIC_CLOUD_AUTHORITY, AzureConfig, AzureMembers, Secret,
+};
 use fleetnet_hub::config::{Budgets, MemberConfigFile, parse_duration, positive_rate};
 use fleetnet_hub::fleet::RuntimeConfig;
 use fleetnet_hub::fleet::TrustPolicy;
+use fleetnet_hub::fleet::registry::DEFAULT_NAMESPACE_PREFIX;
 
 #[derive(Parser)]
 #[command(
@@ -52,11 +55,7 @@ pub struct RunArgs {
     #[arg(long, env = "FLEETNET_KUBECONFIG_DIR", default_value = "kubeconfigs")]
     kubeconfig_dir: PathBuf,
     /// Hub namespace of member `m` is `<prefix><m>`.
-    #[arg(
-        long,
-        env = "FLEETNET_HUB_NAMESPACE_PREFIX",
-        default_value = "fleet-member-"
-    )]
+    #[arg(long, env = "FLEETNET_HUB_NAMESPACE_PREFIX", default_value = DEFAULT_NAMESPACE_PREFIX)]
     hub_namespace_prefix: String,
     /// Elect a leader on a Lease in the hub; standbys keep watches warm and do not write.
     #[arg(long, env = "FLEETNET_LEADER_ELECT")]
@@ -153,18 +152,10 @@ impl TrustArgs {
 #[derive(Args, Clone, Debug)]
 pub struct AzureArgs {
     /// ARM endpoint (sovereign clouds, tests).
-    #[arg(
-        long,
-        env = "FLEETNET_AZURE_ARM_ENDPOINT",
-        default_value = "https://management.azure.com"
-    )]
+    #[arg(long, env = "FLEETNET_AZURE_ARM_ENDPOINT", default_value = AZURE_PUBLIC_CLOUD_ARM)]
     azure_arm_endpoint: String,
     /// Microsoft Entra authority host (token endpoint).
-    #[arg(
-        long,
-        env = "FLEETNET_AZURE_AUTHORITY_HOST",
-        default_value = "https://login.microsoftonline.com"
-    )]
+    #[arg(long, env = "FLEETNET_AZURE_AUTHORITY_HOST", default_value = AZURE_PUBLIC_CLOUD_AUTHORITY)]
     azure_authority_host: String,
     /// `workload-identity`, `managed-identity`, `client-secret` or `azure-cli`.
     #[arg(
@@ -214,7 +205,7 @@ impl AzureArgs {
             tenant_id: self.azure_tenant_id.clone(),
             client_id: self.azure_client_id.clone(),
             // Secrets only from the environment, never from flags (visible in `ps`).
-            client_secret: std::env::var("AZURE_CLIENT_SECRET").ok(),
+            client_secret: std::env::var("AZURE_CLIENT_SECRET").ok().map(Secret),
             federated_token_file: std::env::var_os("AZURE_FEDERATED_TOKEN_FILE").map(PathBuf::from),
             default_subscription_id: self.azure_subscription_id.clone(),
             arm_qps: self.azure_arm_qps,

@@ -29,8 +29,8 @@ struct Clusters {
 }
 
 async fn clusters() -> Clusters {
-    let prefix =
-        std::env::var("FLEETNET_E2E_NAMESPACE_PREFIX").unwrap_or_else(|_| "fleet-member-".into());
+    let prefix = std::env::var("FLEETNET_E2E_NAMESPACE_PREFIX")
+        .unwrap_or_else(|_| fleetnet_hub::fleet::registry::DEFAULT_NAMESPACE_PREFIX.into());
     if let (Ok(hub), Ok(dir)) = (
         std::env::var("FLEETNET_E2E_HUB_KUBECONFIG"),
         std::env::var("FLEETNET_E2E_MEMBER_KUBECONFIG_DIR"),

@@ -1,30 +1,22 @@
 //! `InternalServiceExport` (ISE): what a member's export looks like in the hub, in the member's
 //! namespace `fleet-member-<member>`. fleet-networking's hub controllers consume it.
 
-use std::borrow::Cow;
-
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::GROUP;
-
-/// InternalServiceExport is a data transport type that member clusters in the fleet use to
-/// upload the spec of an exported Service to the hub cluster.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InternalServiceExport {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_version: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
-    #[serde(default)]
-    pub metadata: ObjectMeta,
-    pub spec: InternalServiceExportSpec,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<InternalServiceExportStatus>,
+object! {
+    /// InternalServiceExport is a data transport type that member clusters in the fleet use to
+    /// upload the spec of an exported Service to the hub cluster.
+    pub struct InternalServiceExport {
+        pub spec: InternalServiceExportSpec,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub status: Option<InternalServiceExportStatus>,
+    }
+    kind "InternalServiceExport", plural "internalserviceexports", scope NamespaceResourceScope,
+    version |_v: ()| "v1alpha1"
 }
 
 /// InternalServiceExportSpec specifies the spec of an exported Service.
@@ -131,30 +123,6 @@ impl InternalServiceExport {
     /// The hub's conditions on this export.
     pub fn conditions(&self) -> &[Condition] {
         self.status.as_ref().map_or(&[], |s| &s.conditions)
-    }
-}
-
-impl kube::Resource for InternalServiceExport {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "InternalServiceExport".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        GROUP.into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1alpha1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "internalserviceexports".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
     }
 }
 

@@ -1,6 +1,55 @@
 //! The fleet-networking API types fleetnet-hub reads and writes (group `networking.fleet.azure.com`),
 //! wire-compatible with fleet-networking's CRDs, and the CRDs generated from them.
 
+/// Declares an object of the group: the struct with `apiVersion`, `kind` and `metadata` before
+/// the given fields, and its `kube::Resource` impl; `$dt` is the dynamic type and `$version` the
+/// version, given that value as `$v`.
+macro_rules! object {
+    (
+        $(#[$attr:meta])*
+        pub struct $ty:ident { $($fields:tt)* }
+        kind $kind:literal, plural $plural:literal, scope $scope:ty,
+        version |$v:ident: $dt:ty| $version:expr
+    ) => {
+        $(#[$attr])*
+        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        pub struct $ty {
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub api_version: Option<String>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub kind: Option<String>,
+            #[serde(default)]
+            pub metadata: ObjectMeta,
+            $($fields)*
+        }
+
+        impl kube::Resource for $ty {
+            type DynamicType = $dt;
+            type Scope = $scope;
+
+            fn kind(_: &$dt) -> std::borrow::Cow<'_, str> {
+                $kind.into()
+            }
+            fn group(_: &$dt) -> std::borrow::Cow<'_, str> {
+                super::GROUP.into()
+            }
+            fn version($v: &$dt) -> std::borrow::Cow<'_, str> {
+                $version.into()
+            }
+            fn plural(_: &$dt) -> std::borrow::Cow<'_, str> {
+                $plural.into()
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
 mod conditions;
 mod crd;
 mod internal_service_export;

@@ -2,8 +2,6 @@
 //! It has no spec. Members serve it as v1alpha1 and/or v1beta1 (same schema, no conversion), so
 //! the version is the resource's dynamic type, chosen per member at runtime.
 
-use std::borrow::Cow;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -57,20 +55,18 @@ impl ServiceExportVersion {
     }
 }
 
-/// ServiceExport declares that the Service with the same namespace and name should be exported
-/// to the fleet. Annotation `networking.fleet.azure.com/weight` (integer in [0, 1000], default 1)
-/// sets its share of the traffic of the ServiceImport; 0 means no traffic.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ServiceExport {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_version: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
-    #[serde(default)]
-    pub metadata: ObjectMeta,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<ServiceExportStatus>,
+object! {
+    /// ServiceExport declares that the Service with the same namespace and name should be
+    /// exported to the fleet. Annotation `networking.fleet.azure.com/weight` (integer in
+    /// [0, 1000], default 1) sets its share of the traffic of the ServiceImport; 0 means no
+    /// traffic.
+    pub struct ServiceExport {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub status: Option<ServiceExportStatus>,
+    }
+    kind "ServiceExport", plural "serviceexports", scope kube::core::DynamicResourceScope,
+    // Dynamic because the served version is only known per member, at runtime.
+    version |v: ServiceExportVersion| v.as_str()
 }
 
 /// ServiceExportStatus contains the current status of an export.
@@ -123,31 +119,6 @@ impl ServiceExport {
     /// The export's conditions (empty when it has no status yet).
     pub fn conditions(&self) -> &[Condition] {
         self.status.as_ref().map_or(&[], |s| &s.conditions)
-    }
-}
-
-impl kube::Resource for ServiceExport {
-    type DynamicType = ServiceExportVersion;
-    // Dynamic because the served version is only known per member, at runtime.
-    type Scope = kube::core::DynamicResourceScope;
-
-    fn kind(_: &ServiceExportVersion) -> Cow<'_, str> {
-        "ServiceExport".into()
-    }
-    fn group(_: &ServiceExportVersion) -> Cow<'_, str> {
-        GROUP.into()
-    }
-    fn version(v: &ServiceExportVersion) -> Cow<'_, str> {
-        v.as_str().into()
-    }
-    fn plural(_: &ServiceExportVersion) -> Cow<'_, str> {
-        "serviceexports".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
     }
 }
 

@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -12,6 +13,7 @@ use futures::future::{BoxFuture, Shared};
 use tokio::time::Instant;
 
 use super::fleet::AzureStats;
+use super::lock;
 use crate::export::{LookupError, PublicIp};
 
 /// Public IPs of one resource group, keyed by normalised address.
@@ -62,27 +64,12 @@ impl GroupState {
     }
 }
 
-/// One resource group's state.
-type Group = Mutex<GroupState>;
-
-/// The state is consistent after every statement; a panic elsewhere cannot corrupt it.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct CacheTiming {
-    pub ttl: Duration,
-    pub miss_refresh_interval: Duration,
-}
-
 pub(crate) struct GroupCache<L> {
     lister: Arc<L>,
-    timing: CacheTiming,
+    ttl: Duration,
+    miss_refresh_interval: Duration,
     stats: Arc<AzureStats>,
-    groups: Mutex<HashMap<String, Arc<Group>>>,
+    groups: Mutex<HashMap<String, Arc<Mutex<GroupState>>>>,
 }
 
 enum Plan {
@@ -92,16 +79,22 @@ enum Plan {
 }
 
 impl<L: GroupLister> GroupCache<L> {
-    pub(crate) fn new(lister: Arc<L>, timing: CacheTiming, stats: Arc<AzureStats>) -> Self {
+    pub(crate) fn new(
+        lister: Arc<L>,
+        ttl: Duration,
+        miss_refresh_interval: Duration,
+        stats: Arc<AzureStats>,
+    ) -> Self {
         Self {
             lister,
-            timing,
+            ttl,
+            miss_refresh_interval,
             stats,
             groups: Mutex::new(HashMap::new()),
         }
     }
 
-    fn group(&self, key: &str) -> Arc<Group> {
+    fn group(&self, key: &str) -> Arc<Mutex<GroupState>> {
         lock(&self.groups)
             .entry(key.to_owned())
             .or_default()
@@ -119,13 +112,13 @@ impl<L: GroupLister> GroupCache<L> {
         let ip = normalize_ip(ip);
         let (generation, flight) = match self.plan(&group, resource_group, &ip) {
             Plan::Answer(answer) => {
-                AzureStats::incr(&self.stats.cache_hits);
+                self.stats.cache_hits.fetch_add(1, Relaxed);
                 tracing::Span::current().record("azure.cache", "hit");
                 return Ok(answer);
             }
             Plan::Fail(error) => return Err(error),
             Plan::Wait(generation, flight) => {
-                AzureStats::incr(&self.stats.cache_misses);
+                self.stats.cache_misses.fetch_add(1, Relaxed);
                 tracing::Span::current().record("azure.cache", "miss");
                 (generation, flight)
             }
@@ -136,13 +129,13 @@ impl<L: GroupLister> GroupCache<L> {
         result.map(|snapshot| snapshot.by_ip.get(&ip).cloned())
     }
 
-    fn plan(&self, group: &Arc<Group>, resource_group: &str, ip: &str) -> Plan {
+    fn plan(&self, group: &Arc<Mutex<GroupState>>, resource_group: &str, ip: &str) -> Plan {
         let now = Instant::now();
         let mut state = lock(group);
         let fresh = state
             .snapshot
             .as_ref()
-            .filter(|s| now.duration_since(s.fetched_at) < self.timing.ttl)
+            .filter(|s| now.duration_since(s.fetched_at) < self.ttl)
             .cloned();
         // A hit never waits, not even behind a refresh in flight.
         if let Some(found) = fresh.as_ref().and_then(|s| s.by_ip.get(ip)) {
@@ -156,7 +149,7 @@ impl<L: GroupLister> GroupCache<L> {
             // at most once per miss_refresh_interval per group.
             let recently = state
                 .last_started
-                .is_some_and(|t| now.duration_since(t) < self.timing.miss_refresh_interval);
+                .is_some_and(|t| now.duration_since(t) < self.miss_refresh_interval);
             if recently {
                 return Plan::Answer(None);
             }
@@ -170,7 +163,7 @@ impl<L: GroupLister> GroupCache<L> {
 
     fn start(
         &self,
-        group: &Arc<Group>,
+        group: &Arc<Mutex<GroupState>>,
         state: &mut GroupState,
         resource_group: &str,
         now: Instant,
@@ -178,12 +171,12 @@ impl<L: GroupLister> GroupCache<L> {
         state.generation += 1;
         let generation = state.generation;
         state.last_started = Some(now);
-        AzureStats::incr(&self.stats.list_calls);
+        self.stats.list_calls.fetch_add(1, Relaxed);
 
         let lister = Arc::clone(&self.lister);
         let task_group = Arc::clone(group);
         let rg = resource_group.to_owned();
-        let hold = self.timing.miss_refresh_interval;
+        let hold = self.miss_refresh_interval;
         // Spawned, so a reconcile that gives up waiting does not cancel the LIST for the rest.
         // The LIST is a child of the lookup that started it, whoever else waits for it.
         let span = tracing::info_span!(
@@ -279,21 +272,32 @@ mod tests {
         }
     }
 
+    /// A cache over a fake whose LIST takes `delay_ms` and holds each `(ip, from_call)` from
+    /// that call on (0-based).
     fn cache(
-        lister: FakeLister,
+        appears: &[(&str, u64)],
+        delay_ms: u64,
         ttl_ms: u64,
         miss_ms: u64,
     ) -> (Arc<FakeLister>, GroupCache<FakeLister>) {
-        let lister = Arc::new(lister);
+        let lister = Arc::new(FakeLister {
+            delay: Duration::from_millis(delay_ms),
+            appears_at_call: appears.iter().map(|(ip, n)| (ip.to_string(), *n)).collect(),
+            ..FakeLister::default()
+        });
         let cache = GroupCache::new(
             Arc::clone(&lister),
-            CacheTiming {
-                ttl: Duration::from_millis(ttl_ms),
-                miss_refresh_interval: Duration::from_millis(miss_ms),
-            },
+            Duration::from_millis(ttl_ms),
+            Duration::from_millis(miss_ms),
             Arc::new(AzureStats::default()),
         );
         (lister, cache)
+    }
+
+    impl FakeLister {
+        fn calls(&self) -> u64 {
+            self.calls.load(Ordering::SeqCst)
+        }
     }
 
     #[test]
@@ -305,15 +309,7 @@ mod tests {
 
     #[tokio::test]
     async fn concurrent_first_lookups_share_one_list() {
-        let (lister, cache) = cache(
-            FakeLister {
-                delay: Duration::from_millis(50),
-                appears_at_call: [("10.0.0.1".to_owned(), 0)].into(),
-                ..FakeLister::default()
-            },
-            10_000,
-            1_000,
-        );
+        let (lister, cache) = cache(&[("10.0.0.1", 0)], 50, 10_000, 1_000);
         let cache = Arc::new(cache);
         let lookups = (0..64).map(|_| {
             let cache = Arc::clone(&cache);
@@ -322,79 +318,57 @@ mod tests {
         for result in futures::future::join_all(lookups).await {
             assert!(result.unwrap().is_some());
         }
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(lister.calls(), 1);
         // Case-insensitive group key, and now a cache hit.
         assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(lister.calls(), 1);
         let stats = cache.stats.snapshot();
         assert_eq!((stats.cache_misses, stats.cache_hits), (64, 1));
     }
 
     #[tokio::test]
     async fn miss_refreshes_at_most_once_per_interval() {
-        let (lister, cache) = cache(
-            FakeLister {
-                appears_at_call: [("10.0.0.1".to_owned(), 0), ("10.0.0.2".to_owned(), 2)].into(),
-                ..FakeLister::default()
-            },
-            10_000,
-            200,
-        );
+        let (lister, cache) = cache(&[("10.0.0.1", 0), ("10.0.0.2", 2)], 0, 10_000, 200);
         assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some()); // call 0
         // Within the interval: answered None from cache, no LIST.
         for _ in 0..20 {
             assert!(cache.find("rg", "10.0.0.2").await.unwrap().is_none());
         }
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(lister.calls(), 1);
         tokio::time::sleep(Duration::from_millis(220)).await;
         assert!(cache.find("rg", "10.0.0.2").await.unwrap().is_none()); // call 1, still absent
         assert!(cache.find("rg", "10.0.0.2").await.unwrap().is_none()); // from cache
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(lister.calls(), 2);
         tokio::time::sleep(Duration::from_millis(220)).await;
         assert!(cache.find("rg", "10.0.0.2").await.unwrap().is_some()); // call 2
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 3);
+        assert_eq!(lister.calls(), 3);
     }
 
     #[tokio::test]
     async fn ttl_expiry_relists_and_errors_are_held_down() {
-        let (lister, cache) = cache(
-            FakeLister {
-                appears_at_call: [("10.0.0.1".to_owned(), 0)].into(),
-                ..FakeLister::default()
-            },
-            100,
-            100,
-        );
+        let (lister, cache) = cache(&[("10.0.0.1", 0)], 0, 100, 100);
         assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
         assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(lister.calls(), 1);
         tokio::time::sleep(Duration::from_millis(120)).await;
         *lister.fail.lock().unwrap() = Some(LookupError::Failed {
             resource_group: "rg".into(),
             message: "boom".into(),
         });
         assert!(cache.find("rg", "10.0.0.1").await.is_err());
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(lister.calls(), 2);
         // Held down: the error is repeated without a LIST.
         assert!(cache.find("rg", "10.0.0.1").await.is_err());
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(lister.calls(), 2);
         *lister.fail.lock().unwrap() = None;
         tokio::time::sleep(Duration::from_millis(120)).await;
         assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 3);
+        assert_eq!(lister.calls(), 3);
     }
 
     #[tokio::test]
     async fn a_hit_does_not_wait_behind_a_miss_refresh() {
-        let (lister, cache) = cache(
-            FakeLister {
-                delay: Duration::from_millis(300),
-                appears_at_call: [("10.0.0.1".to_owned(), 0)].into(),
-                ..FakeLister::default()
-            },
-            10_000,
-            10,
-        );
+        let (lister, cache) = cache(&[("10.0.0.1", 0)], 300, 10_000, 10);
         let cache = Arc::new(cache);
         assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -407,25 +381,17 @@ mod tests {
         assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
         assert!(started.elapsed() < Duration::from_millis(100));
         assert_eq!(miss.await.unwrap().unwrap(), None);
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(lister.calls(), 2);
     }
 
     #[tokio::test]
     async fn a_cancelled_waiter_does_not_cancel_the_list() {
-        let (lister, cache) = cache(
-            FakeLister {
-                delay: Duration::from_millis(100),
-                appears_at_call: [("10.0.0.1".to_owned(), 0)].into(),
-                ..FakeLister::default()
-            },
-            10_000,
-            1_000,
-        );
+        let (lister, cache) = cache(&[("10.0.0.1", 0)], 100, 10_000, 1_000);
         let quick =
             tokio::time::timeout(Duration::from_millis(10), cache.find("rg", "10.0.0.1")).await;
         assert!(quick.is_err(), "gave up before the LIST finished");
         tokio::time::sleep(Duration::from_millis(150)).await;
         assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
-        assert_eq!(lister.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(lister.calls(), 1);
     }
 }

@@ -31,7 +31,7 @@ pub enum ConfigError {
     Invalid { field: &'static str, reason: String },
 }
 
-fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
+pub(super) fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field,
         reason: reason.into(),
@@ -56,8 +56,31 @@ pub enum CredentialKind {
     AzureCli,
 }
 
-/// Everything the shared Azure client needs. Plain fields; [`AzureConfig::validate`] checks them.
+/// A client secret: its `Debug` is `"<redacted>"`, so a printed [`AzureConfig`] never shows it.
 #[derive(Clone)]
+pub struct Secret(pub String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt("<redacted>", f)
+    }
+}
+
+impl std::ops::Deref for Secret {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(secret: &str) -> Self {
+        Self(secret.to_owned())
+    }
+}
+
+/// Everything the shared Azure client needs. Plain fields; [`AzureConfig::validate`] checks them.
+#[derive(Clone, Debug)]
 pub struct AzureConfig {
     /// Azure Resource Manager endpoint (sovereign clouds, tests). Default: public cloud.
     pub arm_endpoint: String,
@@ -71,8 +94,8 @@ pub struct AzureConfig {
     pub tenant_id: Option<String>,
     /// Application / managed identity client id.
     pub client_id: Option<String>,
-    /// Client secret (client secret credential). Never printed by `Debug`.
-    pub client_secret: Option<String>,
+    /// Client secret (client secret credential).
+    pub client_secret: Option<Secret>,
     /// Projected service account token (workload identity).
     pub federated_token_file: Option<PathBuf>,
     /// Managed identity token endpoint. Default: the instance metadata service.
@@ -126,39 +149,6 @@ impl Default for AzureConfig {
             max_retry_wait: Duration::from_secs(10),
         }
     }
-}
-
-impl fmt::Debug for AzureConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AzureConfig")
-            .field("arm_endpoint", &self.arm_endpoint)
-            .field("arm_scope", &self.arm_scope)
-            .field("authority_host", &self.authority_host)
-            .field("credential", &self.credential)
-            .field("tenant_id", &self.tenant_id)
-            .field("client_id", &self.client_id)
-            .field(
-                "client_secret",
-                &self.client_secret.as_ref().map(|_| "<redacted>"),
-            )
-            .field("federated_token_file", &self.federated_token_file)
-            .field("managed_identity_endpoint", &self.managed_identity_endpoint)
-            .field("default_subscription_id", &self.default_subscription_id)
-            .field("arm_qps", &self.arm_qps)
-            .field("arm_burst", &self.arm_burst)
-            .field("max_concurrency", &self.max_concurrency)
-            .field("cache_ttl", &self.cache_ttl)
-            .field("miss_refresh_interval", &self.miss_refresh_interval)
-            .field("request_timeout", &self.request_timeout)
-            .field("max_retries", &self.max_retries)
-            .field("retry_base_delay", &self.retry_base_delay)
-            .field("max_retry_wait", &self.max_retry_wait)
-            .finish()
-    }
-}
-
-fn non_empty(value: &Option<String>) -> bool {
-    value.as_deref().is_some_and(|v| !v.trim().is_empty())
 }
 
 pub(crate) fn parse_http_url(field: &'static str, value: &str) -> Result<Url, ConfigError> {
@@ -244,25 +234,25 @@ impl AzureConfig {
 
     /// The fields the chosen credential needs.
     fn validate_credential(&self) -> Result<(), ConfigError> {
-        let require = |field: &'static str, value: &Option<String>| match non_empty(value) {
-            true => Ok(()),
-            false => Err(ConfigError::Missing {
+        let require = |field: &'static str, value: Option<&str>| match value {
+            Some(v) if !v.trim().is_empty() => Ok(()),
+            _ => Err(ConfigError::Missing {
                 field,
                 credential: self.credential,
             }),
         };
         match self.credential {
             CredentialKind::WorkloadIdentity => {
-                require("tenant_id", &self.tenant_id)?;
-                require("client_id", &self.client_id)?;
+                require("tenant_id", self.tenant_id.as_deref())?;
+                require("client_id", self.client_id.as_deref())?;
                 let file = self.federated_token_file.as_ref();
-                let file = file.map(|p| p.to_string_lossy().into_owned());
-                require("federated_token_file", &file)
+                let file = file.map(|p| p.to_string_lossy());
+                require("federated_token_file", file.as_deref())
             }
             CredentialKind::ClientSecret => {
-                require("tenant_id", &self.tenant_id)?;
-                require("client_id", &self.client_id)?;
-                require("client_secret", &self.client_secret)
+                require("tenant_id", self.tenant_id.as_deref())?;
+                require("client_id", self.client_id.as_deref())?;
+                require("client_secret", self.client_secret.as_deref())
             }
             CredentialKind::ManagedIdentity => {
                 parse_http_url("managed_identity_endpoint", &self.managed_identity_endpoint)
@@ -299,7 +289,10 @@ mod tests {
     fn debug_redacts_the_secret() {
         let text = format!("{:?}", secret_config());
         assert!(!text.contains("hunter2"), "{text}");
-        assert!(text.contains("<redacted>"), "{text}");
+        assert!(
+            text.contains(r#"client_secret: Some("<redacted>")"#),
+            "{text}"
+        );
     }
 
     /// The error of `secret_config()` changed by `change`.
@@ -338,16 +331,8 @@ mod tests {
             assert!(err.contains(field), "{err}");
         }
         for (arm, authority, ok) in [
-            (
-                "http://management.example.com",
-                "https://login.example.com",
-                false,
-            ),
-            (
-                "https://management.example.com",
-                "http://10.0.0.5:8080",
-                false,
-            ),
+            ("http://arm.example.com", "https://login.example.com", false),
+            ("https://arm.example.com", "http://10.0.0.5:8080", false),
             ("http://127.0.0.1:8080", "http://localhost:9090", true),
             ("http://[::1]:8080", "https://login.example.com", true),
         ] {

@@ -34,10 +34,10 @@ pub(crate) fn build(
 ) -> Result<Arc<dyn TokenCredential>, AzureError> {
     let kind = config.credential;
     let fail = |message: String| AzureError::Credential { kind, message };
-    let field = |value: &Option<String>, name: &str| {
+    let field = |value: Option<&str>, name: &str| {
         value
-            .clone()
             .filter(|v| !v.trim().is_empty())
+            .map(str::to_owned)
             .ok_or_else(|| fail(format!("{name} is required")))
     };
     let authority = parse_http_url("authority_host", &config.authority_host)
@@ -46,15 +46,15 @@ pub(crate) fn build(
         CredentialKind::ClientSecret => Arc::new(ClientSecretCredential::new(
             http,
             authority,
-            field(&config.tenant_id, "tenant_id")?,
-            field(&config.client_id, "client_id")?,
-            field(&config.client_secret, "client_secret")?,
+            field(config.tenant_id.as_deref(), "tenant_id")?,
+            field(config.client_id.as_deref(), "client_id")?,
+            field(config.client_secret.as_deref(), "client_secret")?,
         )),
         CredentialKind::WorkloadIdentity => Arc::new(Cached::new(FederatedTokenFileCredential {
             http,
             authority_host: authority,
-            tenant_id: field(&config.tenant_id, "tenant_id")?,
-            client_id: field(&config.client_id, "client_id")?,
+            tenant_id: field(config.tenant_id.as_deref(), "tenant_id")?,
+            client_id: field(config.client_id.as_deref(), "client_id")?,
             token_file: config
                 .federated_token_file
                 .clone()

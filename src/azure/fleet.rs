@@ -11,11 +11,11 @@ use azure_core::{ClientOptions, HttpClient, RetryOptions, TransportOptions};
 use azure_mgmt_network::package_2024_03::Client as NetworkClient;
 use tokio::sync::Semaphore;
 
-use super::cache::{CacheTiming, GroupCache};
-use super::config::{AzureConfig, ConfigError, CredentialKind, parse_http_url};
-use super::credential;
+use super::cache::GroupCache;
+use super::config::{AzureConfig, ConfigError, CredentialKind, invalid, parse_http_url};
 use super::http::{StackClient, classify, stack};
 use super::lookup::{ArmLister, SubscriptionPublicIps};
+use super::{credential, lock};
 use crate::export::PublicIpLookup;
 use crate::policy::{ClientStats, Policy, RetryLimits};
 
@@ -114,26 +114,17 @@ impl AzureStats {
             throttled: self.token.throttled(),
         }
     }
-
-    pub(crate) fn incr(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
 }
 
 /// Subscription ids go into the ARM URL path: GUID-like characters only.
 pub(crate) fn check_subscription(subscription: &str) -> Result<(), String> {
-    if subscription.is_empty() {
-        return Err("must not be empty".to_owned());
+    match subscription {
+        "" => Err("must not be empty".to_owned()),
+        s if s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') => Ok(()),
+        s => Err(format!(
+            "{s:?} may contain only ASCII letters, digits and '-'"
+        )),
     }
-    if !subscription
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '-')
-    {
-        return Err(format!(
-            "{subscription:?} may contain only ASCII letters, digits and '-'"
-        ));
-    }
-    Ok(())
 }
 
 /// One per process. Holds the ONE credential, the ONE ARM network client (the SDK client is
@@ -192,12 +183,8 @@ impl AzureFleet {
         });
         let credential = credential::build(&config, tokens)?;
         // The process-wide ARM budget, shared by every member and subscription.
-        let bucket = crate::policy::bucket(config.arm_qps, config.arm_burst).map_err(|e| {
-            ConfigError::Invalid {
-                field: "arm_qps",
-                reason: e.to_owned(),
-            }
-        })?;
+        let bucket = crate::policy::bucket(config.arm_qps, config.arm_burst)
+            .map_err(|e| invalid("arm_qps", e))?;
         let arm = Policy {
             bucket: Some(bucket),
             ..policy(&stats.arm, config.max_concurrency)
@@ -230,8 +217,7 @@ impl AzureFleet {
         &self,
         subscription: Option<&str>,
     ) -> Result<Arc<dyn PublicIpLookup>, AzureError> {
-        self.subscription(subscription)
-            .map(|lookup| lookup as Arc<dyn PublicIpLookup>)
+        Ok(self.subscription(subscription)?)
     }
 
     /// Like [`Self::for_member`], with the concrete type.
@@ -249,23 +235,22 @@ impl AzureFleet {
             reason,
         })?;
         let key = subscription.to_ascii_lowercase();
-        let mut subscriptions = self
-            .subscriptions
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut subscriptions = lock(&self.subscriptions);
         let lookup = subscriptions.entry(key).or_insert_with(|| {
             let lister = ArmLister {
                 client: self.client.public_ip_addresses_client(),
                 subscription: subscription.to_owned(),
                 credential: Arc::clone(&self.credential),
             };
-            let timing = CacheTiming {
-                ttl: self.config.cache_ttl,
-                miss_refresh_interval: self.config.miss_refresh_interval,
-            };
+            let cache = GroupCache::new(
+                Arc::new(lister),
+                self.config.cache_ttl,
+                self.config.miss_refresh_interval,
+                Arc::clone(&self.stats),
+            );
             Arc::new(SubscriptionPublicIps {
                 subscription: subscription.to_owned(),
-                cache: GroupCache::new(Arc::new(lister), timing, Arc::clone(&self.stats)),
+                cache,
             })
         });
         Ok(Arc::clone(lookup))
@@ -273,10 +258,7 @@ impl AzureFleet {
 
     /// Number of distinct subscriptions bound so far.
     pub fn subscription_count(&self) -> usize {
-        self.subscriptions
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len()
+        lock(&self.subscriptions).len()
     }
 
     /// The process-wide counters now.

@@ -216,14 +216,12 @@ fn truncate(s: &str, max: usize) -> &str {
 /// `error` and its sources, joined: azure_core's Display shows only the outermost message.
 pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(inner) = source {
+    for inner in std::iter::successors(error.source(), |e| e.source()) {
         let s = inner.to_string();
         if !text.contains(&s) {
             text.push_str(": ");
             text.push_str(&s);
         }
-        source = inner.source();
     }
     text
 }

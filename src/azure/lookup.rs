@@ -33,7 +33,7 @@ impl GroupLister for ArmLister {
             let page = match page {
                 Ok(page) => page,
                 Err(error) => {
-                    if find_cause::<ArmFailure>(&error).is_some_and(|f| f.status == Some(401)) {
+                    if arm_failure(&error).is_some_and(|f| f.status == Some(401)) {
                         // ARM rejected a cached, unexpired token (revoked, wrong tenant, clock
                         // skew): drop it so the next LIST fetches a new one instead of failing
                         // until it expires.
@@ -85,26 +85,14 @@ impl GroupLister for ArmLister {
     }
 }
 
-fn find_cause<'a, T: std::error::Error + 'static>(
-    error: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a T> {
-    let mut current = Some(error);
-    while let Some(e) = current {
-        if let Some(found) = e.downcast_ref::<T>() {
-            return Some(found);
-        }
-        current = e.source();
-    }
-    None
+/// The [`ArmFailure`] somewhere in `error`'s chain of sources.
+fn arm_failure<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a ArmFailure> {
+    std::iter::successors(Some(error), |e| e.source()).find_map(|e| e.downcast_ref())
 }
 
 /// Maps an SDK error to the port's error, with subscription and resource group.
-pub(crate) fn classify(
-    error: &azure_core::Error,
-    subscription: &str,
-    resource_group: &str,
-) -> LookupError {
-    if let Some(failure) = find_cause::<ArmFailure>(error) {
+fn classify(error: &azure_core::Error, subscription: &str, resource_group: &str) -> LookupError {
+    if let Some(failure) = arm_failure(error) {
         if failure.status == Some(429) {
             return LookupError::Throttled {
                 resource_group: resource_group.to_owned(),

@@ -2,9 +2,11 @@
 //! are looked up in (`--member-config`, else the process defaults).
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use super::{AzureFleet, lock};
 use crate::config::MemberConfigFile;
+use crate::export::{LookupError, PublicIp, PublicIpLookup};
 use crate::fleet::MemberAzure;
 
 /// Azure per member: subscription and default resource group from `--member-config`,
@@ -15,10 +17,10 @@ use crate::fleet::MemberAzure;
 /// re-engaged. A file that became unreadable or invalid keeps the last good settings (and says
 /// so in the log, once per rescan).
 pub struct AzureMembers {
-    fleet: crate::azure::AzureFleet,
+    fleet: AzureFleet,
     path: Option<PathBuf>,
     default_resource_group: String,
-    last_good: std::sync::Mutex<MemberConfigFile>,
+    last_good: Mutex<MemberConfigFile>,
 }
 
 /// A member's Azure settings after the fallbacks.
@@ -32,7 +34,7 @@ pub struct ResolvedAzure {
 impl AzureMembers {
     /// `initial` is the member config already read at start (an invalid file fails start-up).
     pub fn new(
-        fleet: crate::azure::AzureFleet,
+        fleet: AzureFleet,
         path: Option<PathBuf>,
         initial: MemberConfigFile,
         default_resource_group: String,
@@ -41,20 +43,14 @@ impl AzureMembers {
             fleet,
             path,
             default_resource_group,
-            last_good: std::sync::Mutex::new(initial),
+            last_good: Mutex::new(initial),
         }
     }
 
     /// The member's settings as of the last [`MemberAzure::reload`].
     pub fn resolve(&self, member: &str) -> ResolvedAzure {
-        let settings = self
-            .last_good
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .members
-            .get(member)
-            .cloned()
-            .unwrap_or_default();
+        let settings = lock(&self.last_good).members.get(member).cloned();
+        let settings = settings.unwrap_or_default();
         ResolvedAzure {
             subscription: settings
                 .azure_subscription_id
@@ -71,17 +67,12 @@ impl MemberAzure for AzureMembers {
     fn reload(&self) {
         let Some(path) = &self.path else { return };
         match MemberConfigFile::load(path) {
-            Ok(file) => {
-                *self
-                    .last_good
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = file;
-            }
+            Ok(file) => *lock(&self.last_good) = file,
             Err(e) => tracing::warn!(error = %e, "keeping the last valid member config"),
         }
     }
 
-    fn for_member(&self, member: &str) -> (Arc<dyn crate::export::PublicIpLookup>, String) {
+    fn for_member(&self, member: &str) -> (Arc<dyn PublicIpLookup>, String) {
         let resolved = self.resolve(member);
         let lookup = match self.fleet.for_member(resolved.subscription.as_deref()) {
             Ok(lookup) => lookup,
@@ -105,13 +96,13 @@ impl MemberAzure for AzureMembers {
 struct Unavailable(String);
 
 #[async_trait::async_trait]
-impl crate::export::PublicIpLookup for Unavailable {
+impl PublicIpLookup for Unavailable {
     async fn find_by_address(
         &self,
         resource_group: &str,
         _: &str,
-    ) -> Result<Option<crate::export::PublicIp>, crate::export::LookupError> {
-        Err(crate::export::LookupError::Failed {
+    ) -> Result<Option<PublicIp>, LookupError> {
+        Err(LookupError::Failed {
             resource_group: resource_group.into(),
             message: self.0.clone(),
         })
@@ -121,7 +112,7 @@ impl crate::export::PublicIpLookup for Unavailable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::azure::{AzureConfig, AzureFleet, CredentialKind};
+    use crate::azure::{AzureConfig, CredentialKind};
 
     fn azure_members(path: &std::path::Path) -> AzureMembers {
         let fleet = AzureFleet::new(AzureConfig {

@@ -42,39 +42,32 @@ pub fn member_name(file_name: &str) -> &str {
     }
 }
 
+/// The hub namespace prefix fleet-networking uses: member `m`'s exports go to `fleet-member-m`.
+pub const DEFAULT_NAMESPACE_PREFIX: &str = "fleet-member-";
+
+/// At most `max` lower-case letters, digits and '-', not starting with '-'.
+fn label_like(s: &str, max: usize) -> bool {
+    s.len() <= max
+        && !s.starts_with('-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
 /// A DNS-1123 label: 1–63 lower-case alphanumerics or '-', starting and ending alphanumeric.
 pub fn validate_member_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-        && !name.ends_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
+    (!name.is_empty() && !name.ends_with('-') && label_like(name, 63))
+        .then_some(())
+        .ok_or_else(|| format!(
             "invalid member name {name:?}: must be a DNS-1123 label (lower-case letters, digits and '-', at most 63, starting and ending with a letter or digit)"
         ))
-    }
 }
 
 /// `--hub-namespace-prefix`: empty, or the start of a DNS-1123 label (lower-case letters,
 /// digits and '-', starting with a letter or digit) that leaves room for a member name.
 pub fn validate_namespace_prefix(prefix: &str) -> Result<(), String> {
-    let ok = prefix.len() <= 62
-        && prefix
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !prefix.starts_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "invalid hub namespace prefix {prefix:?}: lower-case letters, digits and '-', not starting with '-', at most 62 characters"
-        ))
-    }
+    label_like(prefix, 62).then_some(()).ok_or_else(|| format!(
+        "invalid hub namespace prefix {prefix:?}: lower-case letters, digits and '-', not starting with '-', at most 62 characters"
+    ))
 }
 
 /// The hub namespace of `member`: `<prefix><member>`, which must be a valid namespace name
@@ -205,6 +198,22 @@ fn hex(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
 
+    /// Writes each `(name, content)` below `dir`, creating its folder.
+    fn write(dir: &Path, files: &[(&str, &str)]) {
+        for (name, content) in files {
+            let path = dir.join(name);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, content).expect("write");
+        }
+    }
+
+    /// Creates each `(name, target)` symlink in `dir`.
+    fn link(dir: &Path, links: &[(&str, &str)]) {
+        for (name, target) in links {
+            std::os::unix::fs::symlink(target, dir.join(name)).expect("link");
+        }
+    }
+
     #[test]
     fn names() {
         assert_eq!(member_name("alpha.yaml"), "alpha");
@@ -221,16 +230,25 @@ mod tests {
     fn scan_reads_members_and_skips_the_rest() {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path();
-        std::fs::write(p.join("alpha.yaml"), "a").expect("write");
-        std::fs::write(p.join("Bad_Name.yaml"), "b").expect("write");
-        std::fs::write(p.join("README.md"), "docs").expect("write");
-        std::fs::write(p.join("example.yaml.sample"), "x").expect("write");
-        std::fs::write(p.join(".hidden"), "x").expect("write");
-        // A mounted Secret: data in a timestamped dir, `..data` link, file links.
-        std::fs::create_dir(p.join("..2026_12_02")).expect("mkdir");
-        std::fs::write(p.join("..2026_12_02/beta.yaml"), "b1").expect("write");
-        std::os::unix::fs::symlink("..2026_12_02", p.join("..data")).expect("link");
-        std::os::unix::fs::symlink("..data/beta.yaml", p.join("beta.yaml")).expect("link");
+        write(
+            p,
+            &[
+                ("alpha.yaml", "a"),
+                ("Bad_Name.yaml", "b"),
+                ("README.md", "docs"),
+                ("example.yaml.sample", "x"),
+                (".hidden", "x"),
+                // A mounted Secret: data in a timestamped dir, `..data` link, file links.
+                ("..2026_12_02/beta.yaml", "b1"),
+            ],
+        );
+        link(
+            p,
+            &[
+                ("..data", "..2026_12_02"),
+                ("beta.yaml", "..data/beta.yaml"),
+            ],
+        );
         let members = scan(p).expect("scan");
         assert_eq!(
             members.keys().collect::<Vec<_>>(),
@@ -247,9 +265,8 @@ mod tests {
 
         // Atomic swap of the Secret's data: same name, new content, new hash.
         let before = members["beta"].hash.clone();
-        std::fs::create_dir(p.join("..2026_12_03")).expect("mkdir");
-        std::fs::write(p.join("..2026_12_03/beta.yaml"), "b2").expect("write");
-        std::os::unix::fs::symlink("..2026_12_03", p.join("..data_tmp")).expect("link");
+        write(p, &[("..2026_12_03/beta.yaml", "b2")]);
+        link(p, &[("..data_tmp", "..2026_12_03")]);
         std::fs::rename(p.join("..data_tmp"), p.join("..data")).expect("swap");
         let members = scan(p).expect("scan");
         assert_eq!(members["beta"].kubeconfig.as_deref(), Ok("b2"));
@@ -260,9 +277,10 @@ mod tests {
     fn two_files_for_one_member_refuse_it_naming_both() {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path();
-        std::fs::write(p.join("alpha.yaml"), "a").expect("write");
-        std::fs::write(p.join("alpha.yml"), "b").expect("write");
-        std::fs::write(p.join("gamma.yaml"), "g").expect("write");
+        write(
+            p,
+            &[("alpha.yaml", "a"), ("alpha.yml", "b"), ("gamma.yaml", "g")],
+        );
         let members = scan(p).expect("scan");
         let e = members["alpha"].kubeconfig.as_ref().expect_err("refused");
         assert!(e.contains("alpha.yaml") && e.contains("alpha.yml"), "{e}");
@@ -277,15 +295,19 @@ mod tests {
     #[test]
     fn symlinks_are_followed_only_inside_the_directory() {
         let outside = tempfile::tempdir().expect("tempdir");
-        std::fs::write(outside.path().join("token"), "hub-sa-token").expect("write");
+        write(outside.path(), &[("token", "hub-sa-token")]);
+        let token = outside.path().join("token");
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path();
-        std::os::unix::fs::symlink(outside.path().join("token"), p.join("evil.yaml"))
-            .expect("link");
-        std::fs::create_dir(p.join("..2026_12_03")).expect("mkdir");
-        std::fs::write(p.join("..2026_12_03/good.yaml"), "g").expect("write");
-        std::os::unix::fs::symlink("..2026_12_03", p.join("..data")).expect("link");
-        std::os::unix::fs::symlink("..data/good.yaml", p.join("good.yaml")).expect("link");
+        write(p, &[("..2026_12_03/good.yaml", "g")]);
+        link(
+            p,
+            &[
+                ("evil.yaml", token.to_str().expect("utf-8")),
+                ("..data", "..2026_12_03"),
+                ("good.yaml", "..data/good.yaml"),
+            ],
+        );
         let members = scan(p).expect("scan");
         let e = members["evil"].kubeconfig.as_ref().expect_err("refused");
         assert!(e.contains("outside the kubeconfig directory"), "{e}");
@@ -299,17 +321,20 @@ mod tests {
 
     #[test]
     fn prefix_and_hub_namespace_names() {
-        assert!(validate_namespace_prefix("fleet-member-").is_ok());
+        assert!(validate_namespace_prefix(DEFAULT_NAMESPACE_PREFIX).is_ok());
         assert!(validate_namespace_prefix("").is_ok());
         for bad in ["Fleet-", "-x", "a_b-", "a.b-", &"x".repeat(63)] {
             assert!(validate_namespace_prefix(bad).is_err(), "{bad:?}");
         }
         assert_eq!(
-            hub_namespace("fleet-member-", "m1").as_deref(),
+            hub_namespace(DEFAULT_NAMESPACE_PREFIX, "m1").as_deref(),
             Ok("fleet-member-m1")
         );
         let long = "m".repeat(51);
-        assert!(hub_namespace("fleet-member-", &long).is_err_and(|e| e.contains("longer than 63")));
-        assert!(hub_namespace("fleet-member-", &"m".repeat(50)).is_ok());
+        assert!(
+            hub_namespace(DEFAULT_NAMESPACE_PREFIX, &long)
+                .is_err_and(|e| e.contains("longer than 63"))
+        );
+        assert!(hub_namespace(DEFAULT_NAMESPACE_PREFIX, &"m".repeat(50)).is_ok());
     }
 }

@@ -68,19 +68,11 @@ struct TraceLabels {
 
 type ExemplarHistogram = HistogramWithExemplars<TraceLabels>;
 
-fn reconcile_histogram() -> ExemplarHistogram {
-    HistogramWithExemplars::new(RECONCILE_BUCKETS.into_iter())
-}
-
 /// fleet-networking's export-duration metric, as its dashboards and perf tests query it.
 const EXPORT_DURATION_METRIC: &str = "fleet_networking_service_export_duration_milliseconds";
 const EXPORT_DURATION_BUCKETS_MS: [f64; 6] = [1000.0, 2500.0, 5000.0, 10000.0, 25000.0, 50000.0];
 /// The reference caps a data point here so outliers do not skew averages.
 const EXPORT_DURATION_CAP_MS: u128 = 100_000;
-
-fn export_duration_histogram() -> Histogram {
-    Histogram::new(EXPORT_DURATION_BUCKETS_MS)
-}
 
 /// The label of fleet-networking's metric: the member.
 fn origin(member: &str) -> Labels {
@@ -159,13 +151,17 @@ impl Metrics {
             registry: Registry::default(),
             shared: Arc::default(),
             reconciles: Family::default(),
-            durations: Family::new_with_constructor(reconcile_histogram),
+            durations: Family::new_with_constructor(|| {
+                HistogramWithExemplars::new(RECONCILE_BUCKETS.into_iter())
+            }),
             in_flight: Family::default(),
             controller_errors: Family::default(),
             ise_writes: Family::default(),
             export_latency: HistogramWithExemplars::new(LATENCY_BUCKETS.into_iter()),
             conflict_latency: Histogram::new(LATENCY_BUCKETS),
-            export_duration: Family::new_with_constructor(export_duration_histogram),
+            export_duration: Family::new_with_constructor(|| {
+                Histogram::new(EXPORT_DURATION_BUCKETS_MS)
+            }),
         };
         let registry = &mut m.registry;
         register!(

@@ -415,7 +415,7 @@ pub fn app_config(fleet: &Fleet, dir: &std::path::Path) -> fleetnet_hub::app::Ap
         },
         runtime: fleetnet_hub::fleet::RuntimeConfig {
             kubeconfig_dir: dir.to_path_buf(),
-            namespace_prefix: "fleet-member-".into(),
+            namespace_prefix: fleetnet_hub::fleet::registry::DEFAULT_NAMESPACE_PREFIX.into(),
             member_limits: Limits::default(),
             member_sync_timeout: Duration::from_secs(10),
             cleanup_on_remove: false,

@@ -10,7 +10,7 @@ fn deleted_export_without_finalizer_does_nothing() {
 
 #[test]
 fn deleted_export_with_finalizer_deletes_ise_then_drops_finalizer() {
-    let (se, ise) = converge(&settings(), export(), &service(), None);
+    let (se, ise) = converge();
     let mut se = se;
     se.metadata.deletion_timestamp = Some(Time(now()));
     let plan = run(&settings(), &se, Some(&service()), ise.as_ref());
@@ -49,9 +49,9 @@ fn fresh_export_costs_three_writes_in_the_right_order() {
         cond(&plan, CONDITION_VALID).map(|c| c.message.as_str()),
         Some("service ns/web is valid for export")
     );
-    let conflict = cond(&plan, CONDITION_CONFLICT).expect("conflict pending");
+    let (status, code, _) = status_of(&plan, CONDITION_CONFLICT);
     assert_eq!(
-        (conflict.status.as_str(), conflict.reason.as_str()),
+        (status, code),
         ("Unknown", reason::PENDING_CONFLICT_RESOLUTION)
     );
     assert_eq!(
@@ -81,12 +81,12 @@ fn fresh_export_costs_three_writes_in_the_right_order() {
 
 #[test]
 fn converged_export_writes_nothing() {
-    converge(&settings(), export(), &service(), None);
+    converge();
 }
 
 #[test]
 fn service_status_change_alone_writes_nothing() {
-    let (se, ise) = converge(&settings(), export(), &service(), None);
+    let (se, ise) = converge();
     let mut svc = service();
     svc.metadata.resource_version = Some("101".into());
     let plan = run(&settings(), &se, Some(&svc), ise.as_ref());
@@ -95,12 +95,8 @@ fn service_status_change_alone_writes_nothing() {
 
 #[test]
 fn port_change_updates_ise_and_restamps() {
-    let (se, ise) = converge(&settings(), export(), &service(), None);
-    let mut svc = service();
-    svc.metadata.resource_version = Some("102".into());
-    if let Some(ports) = svc.spec.as_mut().and_then(|s| s.ports.as_mut()) {
-        ports[0].port = 8080;
-    }
+    let (se, ise) = converge();
+    let svc = port_changed();
     let plan = run(&settings(), &se, Some(&svc), ise.as_ref());
     let Some(HubWrite::UpdateSpec(spec)) = &plan.hub else {
         panic!("expected update: {plan:#?}")
@@ -162,16 +158,14 @@ fn bad_or_future_stamps_are_reset() {
 
 #[test]
 fn missing_service_unexports_and_marks_invalid_once() {
-    let (se, ise) = converge(&settings(), export(), &service(), None);
+    let (se, ise) = converge();
     let plan = run(&settings(), &se, None, ise.as_ref());
     assert!(matches!(plan.hub, Some(HubWrite::Delete { .. })));
     assert!(plan.remove_finalizer);
-    let valid = cond(&plan, CONDITION_VALID).expect("valid condition");
     assert_eq!(
-        (valid.status.as_str(), valid.reason.as_str()),
-        ("False", reason::NOT_FOUND)
+        status_of(&plan, CONDITION_VALID),
+        ("False", reason::NOT_FOUND, "service ns/web is not found")
     );
-    assert_eq!(valid.message, "service ns/web is not found");
     assert_eq!(event_reasons(&plan), vec!["ServiceNotFound"]);
     assert_eq!(plan.events[0].kind, EventKind::Warning);
     let (se, ise) = apply(&plan, se, ise);
@@ -198,12 +192,14 @@ fn ineligible_services_are_not_exported() {
     headless.spec.as_mut().expect("spec").cluster_ip = Some("None".into());
     for svc in [external, headless] {
         let plan = run(&settings(), &with_finalizer(export()), Some(&svc), None);
-        let valid = cond(&plan, CONDITION_VALID).expect("valid");
         assert_eq!(
-            (valid.status.as_str(), valid.reason.as_str()),
-            ("False", reason::INELIGIBLE)
+            status_of(&plan, CONDITION_VALID),
+            (
+                "False",
+                reason::INELIGIBLE,
+                "service ns/web is not eligible for export"
+            )
         );
-        assert_eq!(valid.message, "service ns/web is not eligible for export");
         assert_eq!(event_reasons(&plan), vec!["ServiceNotEligible"]);
         assert!(plan.remove_finalizer);
         assert_eq!(
@@ -216,24 +212,21 @@ fn ineligible_services_are_not_exported() {
 
 #[test]
 fn invalid_weight_keeps_the_export_and_reports_once() {
-    let (se, ise) = converge(&settings(), export(), &service(), None);
+    let (se, ise) = converge();
     for bad in ["abc", "1001", "-1", "1.5"] {
         let se = annotate(se.clone(), WEIGHT_ANNOTATION, bad);
         let plan = run(&settings(), &se, Some(&service()), ise.as_ref());
         assert!(plan.hub.is_none(), "export kept for {bad}");
         assert!(!plan.remove_finalizer);
-        let valid = cond(&plan, CONDITION_VALID).expect("valid");
-        assert_eq!(
-            (valid.status.as_str(), valid.reason.as_str()),
-            ("False", reason::INVALID_WEIGHT)
-        );
+        let (status, code, message) = status_of(&plan, CONDITION_VALID);
+        assert_eq!((status, code), ("False", reason::INVALID_WEIGHT));
         let why = if bad == "abc" || bad == "1.5" {
             format!("the weight annotation is not a valid integer: {bad}")
         } else {
             format!("the weight annotation is not in the range [0, 1000]: {bad}")
         };
         assert_eq!(
-            valid.message,
+            message,
             format!("serviceExport ns/web has an invalid weight annotation, err = {why}")
         );
         assert_eq!(event_reasons(&plan), vec![reason::INVALID_WEIGHT]);
@@ -261,7 +254,7 @@ fn changed_invalid_weight_updates_the_message() {
 
 #[test]
 fn weight_zero_unexports_but_stays_valid() {
-    let (mut se, ise) = converge(&settings(), export(), &service(), None);
+    let (mut se, ise) = converge();
     // The hub had resolved the conflict for the old export.
     let resolved = ConditionSpec {
         type_: CONDITION_CONFLICT.into(),
@@ -279,12 +272,14 @@ fn weight_zero_unexports_but_stays_valid() {
     let plan = run(&settings(), &se, Some(&service()), ise.as_ref());
     assert!(matches!(plan.hub, Some(HubWrite::Delete { .. })));
     assert!(plan.remove_finalizer);
-    let valid = cond(&plan, CONDITION_VALID).expect("valid");
     assert_eq!(
-        (valid.status.as_str(), valid.reason.as_str()),
-        ("True", reason::VALID)
+        status_of(&plan, CONDITION_VALID),
+        (
+            "True",
+            reason::VALID,
+            "exported service ns/web with 0 weight"
+        )
     );
-    assert_eq!(valid.message, "exported service ns/web with 0 weight");
     assert_eq!(plan.outcome, Outcome::Unexported);
     assert_eq!(plan.events[0].kind, EventKind::Normal);
     let (se, ise) = apply(&plan, se, ise);
@@ -327,9 +322,8 @@ fn weight_is_exported_with_traffic_manager() {
 
 #[test]
 fn uid_mismatch_unexports_and_requeues() {
-    let (se, ise) = converge(&settings(), export(), &service(), None);
-    let mut recreated = service();
-    recreated.metadata.uid = Some("svc-uid-2".into());
+    let (se, ise) = converge();
+    let recreated = recreated();
     let plan = run(&settings(), &se, Some(&recreated), ise.as_ref());
     assert_eq!(
         plan.hub,
@@ -364,12 +358,9 @@ fn name_collision_is_reported_not_flapped() {
         plan.hub.is_none(),
         "never touch the other export: {plan:#?}"
     );
-    let valid = cond(&plan, CONDITION_VALID).expect("valid");
-    assert_eq!(
-        (valid.status.as_str(), valid.reason.as_str()),
-        ("False", reason::NAME_COLLISION)
-    );
-    assert!(valid.message.contains("a-b/c"), "{}", valid.message);
+    let (status, code, message) = status_of(&plan, CONDITION_VALID);
+    assert_eq!((status, code), ("False", reason::NAME_COLLISION));
+    assert!(message.contains("a-b/c"), "{message}");
     let (se, _) = apply(&plan, se, None);
     assert_eq!(run(&settings(), &se, Some(&svc), Some(&other)).writes(), 0);
     // Even when being deleted, the other export is left alone.
@@ -386,7 +377,7 @@ fn name_collision_is_reported_not_flapped() {
 
 #[test]
 fn hub_conflict_verdict_is_copied_with_the_export_generation() {
-    let (se, ise) = converge(&settings(), export(), &service(), None);
+    let (se, ise) = converge();
     let mut ise = ise.expect("ise");
     with_verdict(
         &mut ise,
@@ -441,16 +432,12 @@ fn hub_conflict_verdict_is_copied_with_the_export_generation() {
 
 #[test]
 fn a_terminating_ise_is_neither_a_verdict_nor_written_over() {
-    let (se, ise) = converge(&settings(), export(), &service(), None);
+    let (se, ise) = converge();
     let mut ise = ise.expect("ise");
     with_verdict(&mut ise, "True", "ConflictFound", "in conflict", 1);
     ise.metadata.deletion_timestamp = Some(Time(now()));
     // A port change while the old ISE is still terminating.
-    let mut svc = service();
-    svc.metadata.resource_version = Some("102".into());
-    if let Some(ports) = svc.spec.as_mut().and_then(|s| s.ports.as_mut()) {
-        ports[0].port = 8080;
-    }
+    let svc = port_changed();
     let plan = run(&settings(), &se, Some(&svc), Some(&ise));
     assert_eq!(plan.hub, None, "the name is taken until the ISE is gone");
     assert!(!plan.unexports());
@@ -460,8 +447,7 @@ fn a_terminating_ise_is_neither_a_verdict_nor_written_over() {
     );
     assert!(plan.events.is_empty());
     // A different Service UID against a terminating ISE: nothing to delete twice.
-    let mut recreated = service();
-    recreated.metadata.uid = Some("svc-uid-2".into());
+    let recreated = recreated();
     let plan = run(&settings(), &se, Some(&recreated), Some(&ise));
     assert_eq!(plan.hub, None);
     assert!(!plan.remove_finalizer);
@@ -472,7 +458,7 @@ fn a_terminating_ise_is_neither_a_verdict_nor_written_over() {
 
 #[test]
 fn a_verdict_on_a_terminating_ise_re_arms_a_copied_one() {
-    let (se, ise) = converge(&settings(), export(), &service(), None);
+    let (se, ise) = converge();
     let mut ise = ise.expect("ise");
     with_verdict(&mut ise, "False", "NoConflictFound", "ok", 1);
     let (se, ise) = apply(
@@ -483,9 +469,9 @@ fn a_verdict_on_a_terminating_ise_re_arms_a_copied_one() {
     let mut ise = ise.expect("ise");
     ise.metadata.deletion_timestamp = Some(Time(now()));
     let plan = run(&settings(), &se, Some(&service()), Some(&ise));
-    let c = cond(&plan, CONDITION_CONFLICT).expect("re-armed");
+    let (status, code, _) = status_of(&plan, CONDITION_CONFLICT);
     assert_eq!(
-        (c.status.as_str(), c.reason.as_str()),
+        (status, code),
         ("Unknown", reason::PENDING_CONFLICT_RESOLUTION)
     );
 }

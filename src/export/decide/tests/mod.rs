@@ -73,6 +73,23 @@ fn service() -> Service {
     }
 }
 
+/// `service()` at resourceVersion 102 with its port changed to 8080.
+fn port_changed() -> Service {
+    let mut svc = service();
+    svc.metadata.resource_version = Some("102".into());
+    if let Some(ports) = svc.spec.as_mut().and_then(|s| s.ports.as_mut()) {
+        ports[0].port = 8080;
+    }
+    svc
+}
+
+/// `service()` deleted and created again: a new UID.
+fn recreated() -> Service {
+    let mut svc = service();
+    svc.metadata.uid = Some("svc-uid-2".into());
+    svc
+}
+
 fn load_balancer(ip: Option<&str>) -> Service {
     let mut svc = service();
     if let Some(spec) = svc.spec.as_mut() {
@@ -181,20 +198,21 @@ fn cond<'a>(plan: &'a Plan, type_: &str) -> Option<&'a ConditionSpec> {
     plan.conditions.iter().find(|c| c.type_ == type_)
 }
 
+/// `(status, reason, message)` of the plan's condition `type_`, which must be there.
+fn status_of<'a>(plan: &'a Plan, type_: &str) -> (&'a str, &'a str, &'a str) {
+    let c = cond(plan, type_).unwrap_or_else(|| panic!("no {type_} condition: {plan:#?}"));
+    (&c.status, c.reason.as_str(), &c.message)
+}
+
 fn event_reasons(plan: &Plan) -> Vec<&'static str> {
     plan.events.iter().map(|e| e.reason).collect()
 }
 
-/// Converges from `se` and asserts the second pass writes nothing.
-fn converge(
-    settings: &Settings,
-    se: ServiceExport,
-    svc: &Service,
-    ise: Option<InternalServiceExport>,
-) -> (ServiceExport, Option<InternalServiceExport>) {
-    let plan = run(settings, &se, Some(svc), ise.as_ref());
-    let (se, ise) = apply(&plan, se, ise);
-    let again = run(settings, &se, Some(svc), ise.as_ref());
+/// `export()` of `service()` converged, asserting the second pass writes nothing.
+fn converge() -> (ServiceExport, Option<InternalServiceExport>) {
+    let plan = run(&settings(), &export(), Some(&service()), None);
+    let (se, ise) = apply(&plan, export(), None);
+    let again = run(&settings(), &se, Some(&service()), ise.as_ref());
     assert_eq!(
         again.writes(),
         0,
