@@ -22,6 +22,11 @@ pub struct Performed {
     /// The ISE as the hub answered our write (`Some(None)`: deleted), for reads of our own
     /// writes until the view has seen them.
     pub hub_object: Option<Option<InternalServiceExport>>,
+    /// The ServiceExport as the member answered our last write of it (unless it is being
+    /// deleted), and the resourceVersions that write superseded: the decision's and any
+    /// between our writes. A view still showing one of those is behind our own write.
+    pub export_object: Option<ServiceExport>,
+    pub superseded: Vec<String>,
 }
 
 /// Performs the plan's writes in order: metadata → hub delete → finalizer removal → status
@@ -95,8 +100,7 @@ impl<'a> Writes<'a> {
             .patch(self.name, &PatchParams::default(), &Patch::Merge(&body))
             .await
             .map_err(self.err(Step::PatchMetadata))?;
-        self.resource_version = patched.metadata.resource_version;
-        self.done.member_writes += 1;
+        self.wrote(patched);
         Ok(())
     }
 
@@ -143,8 +147,7 @@ impl<'a> Writes<'a> {
             .await
         {
             Ok(patched) => {
-                self.resource_version = patched.metadata.resource_version;
-                self.done.member_writes += 1;
+                self.wrote(patched);
                 Ok(true)
             }
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
@@ -159,12 +162,22 @@ impl<'a> Writes<'a> {
             set_condition(&mut conditions, c, Time(now));
         }
         let body = json!({"metadata": {"resourceVersion": self.resource_version}, "status": {"conditions": conditions}});
-        self.exports
+        let patched = self
+            .exports
             .patch_status(self.name, &PatchParams::default(), &Patch::Merge(&body))
             .await
             .map_err(self.err(Step::PatchStatus))?;
-        self.done.member_writes += 1;
+        self.wrote(patched);
         Ok(())
+    }
+
+    /// Counts a write of the ServiceExport and carries its new resourceVersion to the next.
+    fn wrote(&mut self, patched: ServiceExport) {
+        self.done.member_writes += 1;
+        self.done.superseded.extend(self.resource_version.take());
+        self.resource_version = patched.metadata.resource_version.clone();
+        self.done.export_object =
+            Some(patched).filter(|se| se.metadata.deletion_timestamp.is_none());
     }
 
     async fn create_ise(&mut self, ise: &InternalServiceExport) -> Result<(), Error> {

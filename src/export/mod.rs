@@ -11,6 +11,7 @@ mod dangling;
 pub mod decide;
 mod error;
 mod events;
+mod own_writes;
 pub mod public_ip;
 mod reconcile;
 mod views;
@@ -30,6 +31,7 @@ pub use error::{Error, Step};
 pub use public_ip::{LookupError, PublicIp, PublicIpLookup};
 
 use crate::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
+use own_writes::OwnWrites;
 pub use reconcile::backoff;
 pub use views::Synced;
 use views::{Views, WatchHealth};
@@ -125,36 +127,9 @@ pub struct Context {
     failures: Mutex<HashMap<ObjectRef<ServiceExport>, u32>>,
     /// Consecutive rechecks (a public IP not listed yet, a UID-mismatch unexport) per export.
     rechecks: Mutex<HashMap<ObjectRef<ServiceExport>, u32>>,
-    /// ISEs this exporter wrote that the view may not show yet, by name.
-    written: Mutex<HashMap<String, Written>>,
-}
-
-/// An ISE write, until the view shows it: what the view held when it was decided (its
-/// resourceVersion) and what the hub answered (`None`: deleted).
-struct Written {
-    view_before: Option<String>,
-    after: Option<InternalServiceExport>,
-}
-
-impl Context {
-    /// Our own last write of ISE `name` while the view still shows what it showed before it
-    /// (read-your-writes: no create answered 409, no patch repeated, no delete sent twice);
-    /// `None` once the view has caught up, or nothing was written.
-    fn own_write(
-        &self,
-        name: &str,
-        view: Option<&InternalServiceExport>,
-    ) -> Option<Option<InternalServiceExport>> {
-        let mut written = lock(&self.written);
-        let entry = written.get(name)?;
-        let view_rv = view.and_then(|i| i.metadata.resource_version.clone());
-        if view_rv == entry.view_before {
-            Some(entry.after.clone())
-        } else {
-            written.remove(name);
-            None
-        }
-    }
+    /// ISEs (by name) and ServiceExports this exporter wrote that the views may not show yet.
+    own_ises: OwnWrites<String, Option<InternalServiceExport>>,
+    own_exports: OwnWrites<ObjectRef<ServiceExport>, ServiceExport>,
 }
 
 impl Context {
@@ -208,7 +183,8 @@ impl MemberExporter {
             views: synced.clone(),
             failures: Mutex::default(),
             rechecks: Mutex::default(),
-            written: Mutex::default(),
+            own_ises: OwnWrites::default(),
+            own_exports: OwnWrites::default(),
         });
         let sweeper = dangling::sweep(ctx.clone(), views.exports, dangling_rx);
         let run = async move {

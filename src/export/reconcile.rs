@@ -16,7 +16,7 @@ use tracing::{Instrument, field};
 use super::decide::{
     self, Observation, Outcome, PublicIpObservation, decide, ise_name, public_ip_query,
 };
-use super::{Context, Error, LookupError, Reconciled, Step, Written, act, lock};
+use super::{Context, Error, LookupError, Reconciled, Step, act, lock};
 use crate::api::{InternalServiceExport, ServiceExport};
 
 /// Reconciles one ServiceExport: one trace per call, a root span `reconcile`.
@@ -70,7 +70,11 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
         // Standby: caches stay warm; becoming leader reconciles everything.
         return Ok((Outcome::Skipped, Action::await_change()));
     }
-    let mut pass = Pass::new(se.clone());
+    let key = ObjectRef::from_obj_with(se, ctx.se_version);
+    let own = ctx
+        .own_exports
+        .over(&key, se.metadata.resource_version.as_deref());
+    let mut pass = Pass::new(own.unwrap_or_else(|| se.clone()));
     let mut conflicts = 0;
     loop {
         let now = Timestamp::now();
@@ -151,7 +155,7 @@ impl Pass {
         let view_rv = cached
             .as_ref()
             .and_then(|i| i.metadata.resource_version.clone());
-        let viewed = match ctx.own_write(&hub_name, cached.as_deref()) {
+        let viewed = match ctx.own_ises.over(&hub_name, view_rv.as_deref()) {
             Some(own) => own.map(Arc::new),
             None => cached,
         };
@@ -210,9 +214,19 @@ fn performed(
     now: Timestamp,
 ) -> Result<(Outcome, Action), Error> {
     record_hub_writes(ctx, &plan, done);
+    let key = ObjectRef::from_obj_with(&pass.export, ctx.se_version);
+    match &done.export_object {
+        Some(after) => {
+            let superseded = done.superseded.iter().cloned().map(Some);
+            ctx.own_exports
+                .wrote(key.clone(), superseded, after.clone());
+        }
+        None if done.member_writes > 0 => ctx.own_exports.forget(&key),
+        None => {}
+    }
     if let Some(after) = done.hub_object.clone() {
         let hub_name = ise_name(&pass.ns, &pass.name);
-        lock(&ctx.written).insert(hub_name, Written { view_before, after });
+        ctx.own_ises.wrote(hub_name, [view_before], after);
     }
     if let Some(since) = plan.exported_since.filter(|_| done.hub_writes > 0) {
         // Until the ISE is written, not until the decision.
@@ -232,7 +246,6 @@ fn performed(
             retry_after: throttled_for,
         });
     }
-    let key = ObjectRef::from_obj_with(&pass.export, ctx.se_version);
     let action = if plan.recheck {
         let n = bump(&ctx.rechecks, key);
         Action::requeue(backoff(n, rand::random::<f64>()).min(MAX_RECHECK))

@@ -1,0 +1,104 @@
+//! Read-your-writes over the views: what this exporter wrote, until its view shows it.
+//!
+//! A view (watch cache) may lag our own writes. Deciding on the lagging view would repeat a
+//! write (an ISE create answered 409, a status patch refused for its stale resourceVersion), so
+//! a write is remembered with the resourceVersions it superseded, and while the view shows one
+//! of those, the decision reads what the API answered to our write instead.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::Mutex;
+
+/// Our writes by object, each with the versions it superseded (`None`: the view had no object).
+pub(super) struct OwnWrites<K, T> {
+    writes: Mutex<HashMap<K, Write<T>>>,
+}
+
+struct Write<T> {
+    superseded: Vec<Option<String>>,
+    after: T,
+}
+
+impl<K, T> Default for OwnWrites<K, T> {
+    fn default() -> Self {
+        Self {
+            writes: Mutex::default(),
+        }
+    }
+}
+
+impl<K: Hash + Eq, T: Clone> OwnWrites<K, T> {
+    /// Our last write of `key` while the view shows `view_rv`, a version it superseded; `None`
+    /// (and the write forgotten) once the view shows anything else, or if nothing was written.
+    pub(super) fn over(&self, key: &K, view_rv: Option<&str>) -> Option<T> {
+        let mut writes = super::lock(&self.writes);
+        let write = writes.get(key)?;
+        if write.superseded.iter().any(|s| s.as_deref() == view_rv) {
+            Some(write.after.clone())
+        } else {
+            writes.remove(key);
+            None
+        }
+    }
+
+    /// Remembers `after`, written over the versions in `superseded`, and over those an earlier
+    /// write of ours superseded (the view has not caught up with that one either).
+    pub(super) fn wrote(
+        &self,
+        key: K,
+        superseded: impl IntoIterator<Item = Option<String>>,
+        after: T,
+    ) {
+        let mut writes = super::lock(&self.writes);
+        let mut all = writes
+            .remove(&key)
+            .map(|w| w.superseded)
+            .unwrap_or_default();
+        all.extend(superseded);
+        writes.insert(
+            key,
+            Write {
+                superseded: all,
+                after,
+            },
+        );
+    }
+
+    pub(super) fn forget(&self, key: &K) {
+        super::lock(&self.writes).remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rv(v: &str) -> Option<String> {
+        Some(v.to_string())
+    }
+
+    #[test]
+    fn a_write_is_read_until_the_view_shows_a_version_it_did_not_supersede() {
+        let own: OwnWrites<&str, &str> = OwnWrites::default();
+        assert_eq!(own.over(&"a", Some("1")), None, "nothing written");
+        // Two writes in one reconcile: 1 → 2 → 3.
+        own.wrote("a", [rv("1"), rv("2")], "written at 3");
+        assert_eq!(own.over(&"a", Some("1")), Some("written at 3"));
+        assert_eq!(own.over(&"a", Some("2")), Some("written at 3"));
+        // Written again on top of it while the view still lagged: 3 → 4.
+        own.wrote("a", [rv("3")], "written at 4");
+        assert_eq!(own.over(&"a", Some("1")), Some("written at 4"));
+        // The view caught up (or someone else wrote): the view is read, the write forgotten.
+        assert_eq!(own.over(&"a", Some("4")), None);
+        assert_eq!(own.over(&"a", Some("1")), None, "forgotten");
+    }
+
+    #[test]
+    fn a_create_is_read_while_the_view_has_no_object() {
+        let own: OwnWrites<&str, Option<&str>> = OwnWrites::default();
+        own.wrote("ise", [None], Some("created"));
+        assert_eq!(own.over(&"ise", None), Some(Some("created")));
+        own.forget(&"ise");
+        assert_eq!(own.over(&"ise", None), None);
+    }
+}
