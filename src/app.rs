@@ -177,6 +177,7 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
         serve_http(&config, state.clone(), metrics.clone(), shutdown.clone()).await?;
 
     let (leader_tx, leader_rx) = watch::channel(config.leader_election.is_none() || sharded);
+    metrics.set_leader(leader_rx.clone());
     // The election outlives the fleet's shutdown by a little: the lease is released after
     // the members have stopped writing.
     let election_stop = CancellationToken::new();

@@ -743,7 +743,7 @@ run_check "helm lint --strict charts/fleetnet-hub (monitoring on)" "$HELM" lint 
 monitoring_render monitoring
 monitoring_render monitoring-sharded -f "$hub_chart/ci/sharded-values.yaml"
 monitoring_render monitoring-custom -f "$tmp/monitoring-custom-values.yaml"
-refused "a negative alert threshold" "minimum" --set metrics.prometheusRule.thresholds.hubErrorRatio=-1
+refused "a negative alert threshold" "minimum" --set metrics.prometheusRule.thresholds.apiThrottledPerSecond=-1
 refused "an alert duration that is not a Prometheus duration" "does not match pattern" \
   --set 'metrics.prometheusRule.thresholds.downFor=5 minutes'
 refused "an unknown alert threshold" "additional properties" --set metrics.prometheusRule.thresholds.latency=1

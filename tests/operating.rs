@@ -546,6 +546,33 @@ async fn dashboard_and_alerts_evaluate_against_a_real_prometheus_scraping_two_re
         active.len() == 2 && active.iter().all(|t| t["health"] == "up"),
         "both replicas scraped: {targets:#}"
     );
+    // What the NoLeader and HubUnreachable alerts read: the leader 1, the standby 0; the hub
+    // answers both.
+    for (query, expected) in [
+        (
+            "fleetnet_leader",
+            vec![("fleetnet-hub-0", "1"), ("fleetnet-hub-1", "0")],
+        ),
+        (
+            "fleetnet_hub_reachable",
+            vec![("fleetnet-hub-0", "1"), ("fleetnet-hub-1", "1")],
+        ),
+    ] {
+        let r = prom.query(query).await.expect(query);
+        let mut seen: Vec<(String, String)> = r
+            .iter()
+            .map(|v| {
+                let pod = v["metric"]["pod"].as_str().unwrap_or_default().to_string();
+                (pod, v["value"][1].as_str().unwrap_or_default().to_string())
+            })
+            .collect();
+        seen.sort();
+        let expected: Vec<(String, String)> = expected
+            .into_iter()
+            .map(|(p, v)| (p.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(seen, expected, "{query} by replica");
+    }
 
     let mut problems = vec![];
     // Variables first: their values are what the panels are evaluated with.

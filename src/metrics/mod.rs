@@ -103,6 +103,7 @@ struct Shared {
     members: RwLock<BTreeMap<String, MemberEntry>>,
     hub_client: RwLock<Option<Arc<ClientStats>>>,
     fleet: RwLock<Option<Arc<FleetState>>>,
+    leader: RwLock<Option<tokio::sync::watch::Receiver<bool>>>,
     azure: RwLock<Option<AzureSource>>,
 }
 
@@ -245,6 +246,12 @@ impl Metrics {
     /// Where member phases and last-sync times come from at scrape time.
     pub fn set_fleet_state(&self, state: Arc<FleetState>) {
         *write(&self.shared.fleet) = Some(state);
+    }
+
+    /// Whether this replica writes (holds the leader Lease, or election is off, or members are
+    /// sharded), read at scrape time: `fleetnet_leader`.
+    pub fn set_leader(&self, leader: tokio::sync::watch::Receiver<bool>) {
+        *write(&self.shared.leader) = Some(leader);
     }
 
     /// Where the Azure counters come from at scrape time; without one, no Azure series.

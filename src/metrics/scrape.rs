@@ -1,5 +1,6 @@
-//! The scrape-time series: member state, API requests, rate-limiter wait and Azure counters,
-//! read from [`crate::fleet::FleetState`], each client's [`ClientStats`] and the Azure source when encoded.
+//! The scrape-time series: leadership, hub reachability, member state, API requests,
+//! rate-limiter wait and Azure counters, read from the leader flag, [`crate::fleet::FleetState`],
+//! each client's [`ClientStats`] and the Azure source when encoded.
 
 use std::fmt;
 use std::sync::Arc;
@@ -201,9 +202,25 @@ fn encode_azure(e: &mut DescriptorEncoder, c: &AzureCounters) -> fmt::Result {
     )
 }
 
+/// The process's own state: whether it writes, whether the hub answers.
+fn encode_process(e: &mut DescriptorEncoder, shared: &Shared) -> fmt::Result {
+    let flag = |v: bool| vec![(vec![], ConstGauge::new(i64::from(v)))];
+    if let Some(leader) = read(&shared.leader).as_ref() {
+        let help = "1 while this replica writes: it holds the leader Lease, leader election is off, or members are sharded (each by its own Lease).";
+        family(e, ("fleetnet_leader", help, None), flag(*leader.borrow()))?;
+    }
+    if let Some(fleet) = read(&shared.fleet).as_ref() {
+        let help = "1 when the hub's API server answered this replica's last probe.";
+        let reachable = flag(fleet.hub_reachable());
+        family(e, ("fleetnet_hub_reachable", help, None), reachable)?;
+    }
+    Ok(())
+}
+
 impl Collector for ScrapeCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
         let (states, clients) = self.0.scrape();
+        encode_process(&mut encoder, &self.0)?;
         encode_members(&mut encoder, &states)?;
         encode_clients(&mut encoder, &clients)?;
         match read(&self.0.azure).clone() {
