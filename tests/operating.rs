@@ -165,9 +165,12 @@ fn alert_rules_pass_promtool_check_and_their_unit_tests() {
     );
 }
 
-/// A member apiserver that answers every request 429 with `Retry-After: 1`.
+/// A member apiserver that answers requests 429 with `Retry-After: 1`, every third one 503: a
+/// member's throttled and failed requests both.
 async fn throttling_server() -> std::net::SocketAddr {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    static SEEN: AtomicUsize = AtomicUsize::new(0);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -183,9 +186,15 @@ async fn throttling_server() -> std::net::SocketAddr {
                         Ok(n) => seen.extend_from_slice(&buf[..n]),
                     }
                 }
-                let body = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too many requests","reason":"TooManyRequests","code":429}"#;
+                let (code, status, reason) = match SEEN.fetch_add(1, Ordering::Relaxed) % 3 {
+                    2 => (503, "Service Unavailable", "ServiceUnavailable"),
+                    _ => (429, "Too Many Requests", "TooManyRequests"),
+                };
+                let body = format!(
+                    r#"{{"kind":"Status","apiVersion":"v1","metadata":{{}},"status":"Failure","message":"{status}","reason":"{reason}","code":{code}}}"#
+                );
                 let response = format!(
-                    "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    "HTTP/1.1 {code} {status}\r\nRetry-After: 1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                     body.len()
                 );
                 let _ = stream.write_all(response.as_bytes()).await;
@@ -470,8 +479,10 @@ async fn dashboard_and_alerts_evaluate_against_a_real_prometheus_scraping_two_re
         wait_ise(&hub, &fleet.hub_namespace(m), "shop-cart", |_| true).await;
     }
 
-    // The hub goes away for a while: hub requests without an answer, a reconcile error.
-    fleet.hub_mut().stop();
+    // The hub goes away for a while: hub requests without an answer, a reconcile error. Killed,
+    // not stopped: a graceful stop blocks here for up to 10 s, and the export below would race
+    // the leader's renew deadline (a standby's reconciles are skipped, not errors).
+    fleet.hub_mut().kill();
     let leader_metrics = leader.metrics.clone();
     slowly("a hub request without an answer", || {
         let text = leader_metrics.encode();

@@ -223,6 +223,15 @@ impl Cluster {
         }
     }
 
+    /// Kills the apiserver at once (SIGKILL): an outage from one moment to the next, where
+    /// [`Cluster::stop`]'s graceful shutdown lets open connections go on for up to 10 s. The
+    /// port, certificates and data stay.
+    pub fn kill(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            p.kill();
+        }
+    }
+
     fn check_alive(&mut self) -> Result<()> {
         let log = self.dir.join("kube-apiserver.log");
         match self.process.as_mut().map(ProcessGuard::exited) {

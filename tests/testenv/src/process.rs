@@ -63,6 +63,14 @@ impl ProcessGuard {
             .and_then(|v| v.parse().ok())
     }
 
+    /// SIGKILL at once, as a crash or a lost node. Idempotent.
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// SIGTERM, up to 10 s for a clean exit, then SIGKILL. Idempotent.
     pub(crate) fn stop(&mut self) {
         let Some(mut child) = self.child.take() else {
