@@ -137,17 +137,8 @@ async fn substrate(
     config: &Config,
 ) -> anyhow::Result<(Fleet, kube::Client, BTreeMap<String, kube::Client>)> {
     let names = member_names(config.members);
-    let fleet = Fleet::builder()
-        .members(names.clone())
-        .quiet()
-        .start()
-        .await
-        .context("starting the substrate")?;
-    let hub = fleet.hub().client().await?;
-    let mut clients = BTreeMap::new();
-    for m in &names {
-        clients.insert(m.clone(), fleet.member(m).client().await?);
-    }
+    let (fleet, hub, members) = fleetnet_bench::substrate(&names).await?;
+    let clients: BTreeMap<String, kube::Client> = names.into_iter().zip(members).collect();
     futures::future::try_join_all(clients.values().map(|c| {
         create_pairs(
             c.clone(),

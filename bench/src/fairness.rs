@@ -48,17 +48,7 @@ pub async fn run_fairness(config: &FairnessConfig) -> anyhow::Result<FairnessRep
     );
     let p = config.progress;
     let names = member_names(config.light_members + 1);
-    let fleet = fleetnet_testenv::Fleet::builder()
-        .members(names.clone())
-        .quiet()
-        .start()
-        .await
-        .context("starting the substrate")?;
-    let hub = fleet.hub().client().await?;
-    let mut members = vec![];
-    for m in &names {
-        members.push(fleet.member(m).client().await?);
-    }
+    let (fleet, hub, members) = substrate(&names).await?;
     create_pairs(
         members[0].clone(),
         (0..config.heavy_exports).map(service_name),

@@ -334,12 +334,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
     let p = config.progress;
     let names = member_names(config.members);
     let begun = Instant::now();
-    let fleet = fleetnet_testenv::Fleet::builder()
-        .members(names.clone())
-        .quiet()
-        .start()
-        .await
-        .context("starting the substrate")?;
+    let (fleet, hub, member_clients) = substrate(&names).await?;
     let substrate_start = begun.elapsed();
     say(
         p,
@@ -348,11 +343,6 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
             config.members
         ),
     );
-    let hub = fleet.hub().client().await?;
-    let mut member_clients = vec![];
-    for m in &names {
-        member_clients.push(fleet.member(m).client().await?);
-    }
     let mut all_clients = vec![hub.clone()];
     all_clients.extend(member_clients.iter().cloned());
 
@@ -573,6 +563,24 @@ async fn events_created(running: &app::Running, expected: usize, progress: bool)
     } else {
         Instant::now()
     }
+}
+
+/// A substrate hub and one member per name (quiet), with a client of each.
+pub async fn substrate(
+    names: &[String],
+) -> anyhow::Result<(fleetnet_testenv::Fleet, kube::Client, Vec<kube::Client>)> {
+    let fleet = fleetnet_testenv::Fleet::builder()
+        .members(names.iter().cloned())
+        .quiet()
+        .start()
+        .await
+        .context("starting the substrate")?;
+    let hub = fleet.hub().client().await?;
+    let mut members = vec![];
+    for m in names {
+        members.push(fleet.member(m).client().await?);
+    }
+    Ok((fleet, hub, members))
 }
 
 fn app_config(config: &Config, fleet: &fleetnet_testenv::Fleet, dir: &Path) -> AppConfig {
