@@ -95,13 +95,7 @@ impl<'a> Writes<'a> {
     async fn metadata(&mut self, change: &MetadataChange) -> Result<(), Error> {
         self.ctx.ensure_leader(self.ns, self.name)?;
         let body = metadata_patch(self.se, change, self.resource_version.as_deref());
-        let patched = self
-            .exports
-            .patch(self.name, &PatchParams::default(), &Patch::Merge(&body))
-            .await
-            .map_err(self.err(Step::PatchMetadata))?;
-        self.wrote(patched);
-        Ok(())
+        self.patch(false, &body, Step::PatchMetadata).await
     }
 
     async fn delete_ise(&mut self, uid: Option<&String>) -> Result<(), Error> {
@@ -162,12 +156,17 @@ impl<'a> Writes<'a> {
             set_condition(&mut conditions, c, Time(now));
         }
         let body = json!({"metadata": {"resourceVersion": self.resource_version}, "status": {"conditions": conditions}});
-        let patched = self
-            .exports
-            .patch_status(self.name, &PatchParams::default(), &Patch::Merge(&body))
-            .await
-            .map_err(self.err(Step::PatchStatus))?;
-        self.wrote(patched);
+        self.patch(true, &body, Step::PatchStatus).await
+    }
+
+    /// Merge-patches the ServiceExport (its status subresource when `status`).
+    async fn patch(&mut self, status: bool, body: &Value, step: Step) -> Result<(), Error> {
+        let (params, patch) = (PatchParams::default(), Patch::Merge(body));
+        let patched = match status {
+            true => self.exports.patch_status(self.name, &params, &patch).await,
+            false => self.exports.patch(self.name, &params, &patch).await,
+        };
+        self.wrote(patched.map_err(self.err(step))?);
         Ok(())
     }
 
