@@ -329,18 +329,14 @@ async fn apply_rendering(
     let mut applied = vec![];
     for obj in objects.into_iter().filter(|o| !o.is_null()) {
         let obj: DynamicObject = serde_json::from_value(obj).expect("a Kubernetes object");
-        let types = obj.types.clone().expect("apiVersion/kind");
-        let gvk = kube::api::GroupVersionKind::try_from(&types).expect("gvk");
-        let (resource, caps) = discovery
-            .resolve_gvk(&gvk)
-            .unwrap_or_else(|| panic!("hub does not serve {gvk:?}"));
+        let (resource, caps) = support::served_as(discovery, &obj);
         let name = obj.metadata.name.clone().expect("name");
         let api: Api<DynamicObject> = match (&caps.scope, obj.metadata.namespace.as_deref()) {
             (kube::discovery::Scope::Namespaced, Some(ns)) => {
                 Api::namespaced_with(hub.clone(), ns, &resource)
             }
             (kube::discovery::Scope::Namespaced, None) => {
-                panic!("{} {name} has no namespace", types.kind)
+                panic!("{} {name} has no namespace", resource.kind)
             }
             (kube::discovery::Scope::Cluster, _) => Api::all_with(hub.clone(), &resource),
         };
@@ -351,7 +347,7 @@ async fn apply_rendering(
                 &Patch::Apply(&obj),
             )
             .await
-            .unwrap_or_else(|e| panic!("apply {} {name}: {e}", types.kind));
+            .unwrap_or_else(|e| panic!("apply {} {name}: {e}", resource.kind));
         applied.push(result);
     }
     applied

@@ -745,11 +745,7 @@ async fn monitoring_objects_apply_to_a_hub_with_the_prometheus_operator_crds() {
         ) || (o["kind"] == "ConfigMap" && !o["metadata"]["labels"]["grafana_dashboard"].is_null())
     }) {
         let obj: DynamicObject = serde_json::from_value(obj.clone()).expect("an object");
-        let types = obj.types.clone().expect("apiVersion/kind");
-        let gvk = kube::api::GroupVersionKind::try_from(&types).expect("gvk");
-        let (resource, _) = discovery
-            .resolve_gvk(&gvk)
-            .unwrap_or_else(|| panic!("hub does not serve {gvk:?}"));
+        let (resource, _) = support::served_as(&discovery, &obj);
         let name = obj.metadata.name.clone().expect("name");
         let ns = obj.metadata.namespace.clone().expect("namespace");
         let api: Api<DynamicObject> = Api::namespaced_with(hub.clone(), &ns, &resource);
@@ -758,16 +754,16 @@ async fn monitoring_objects_apply_to_a_hub_with_the_prometheus_operator_crds() {
         params.field_validation = Some(ValidationDirective::Strict);
         api.patch(&name, &params, &Patch::Apply(&obj))
             .await
-            .unwrap_or_else(|e| panic!("apply {} {ns}/{name}: {e}", types.kind));
+            .unwrap_or_else(|e| panic!("apply {} {ns}/{name}: {e}", resource.kind));
         let back = api.get(&name).await.expect("read back");
         // The stored object carries the rendered spec (no field pruned by the CRD's schema).
         assert_eq!(
             serde_json::to_value(&back.data).expect("JSON"),
             serde_json::to_value(&obj.data).expect("JSON"),
             "{} {name} stored as rendered",
-            types.kind
+            resource.kind
         );
-        applied.push(types.kind);
+        applied.push(resource.kind.clone());
     }
     applied.sort();
     assert_eq!(

@@ -453,3 +453,19 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
         .unwrap_or_default();
     (status, body)
 }
+
+/// How the apiserver serves a rendered object's kind, from `discovery`; panics on a kind the
+/// apiserver does not serve (a chart that renders it is broken).
+pub fn served_as(
+    discovery: &kube::discovery::Discovery,
+    obj: &kube::api::DynamicObject,
+) -> (
+    kube::discovery::ApiResource,
+    kube::discovery::ApiCapabilities,
+) {
+    let types = obj.types.clone().expect("apiVersion/kind");
+    let gvk = kube::api::GroupVersionKind::try_from(&types).expect("gvk");
+    discovery
+        .resolve_gvk(&gvk)
+        .unwrap_or_else(|| panic!("hub does not serve {gvk:?}"))
+}
