@@ -96,24 +96,11 @@ impl Running {
             tracing::warn!("shutdown did not complete within 25 s");
         }
     }
-
-    /// Resolves when the process stopped by itself.
-    pub fn is_finished(&self) -> bool {
-        self.task.is_finished()
-    }
 }
 
-/// Builds the hub client from the kubeconfig (or in-cluster config).
-pub async fn hub_client(
-    path: Option<&std::path::Path>,
-    limits: &Limits,
-    stats: Arc<ClientStats>,
-) -> Result<kube::Client, Error> {
-    fenced_hub_client("hub", path, limits, stats, client::Fence::open()).await
-}
-
-/// [`hub_client`], named `name`, its writes fenced by `fence`.
-async fn fenced_hub_client(
+/// A hub client from the kubeconfig (or the in-cluster configuration), named `name`, its
+/// writes fenced by `fence`.
+async fn hub_client(
     name: &str,
     path: Option<&std::path::Path>,
     limits: &Limits,
@@ -157,7 +144,7 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
     let fence = client::Fence::new(hold_rx);
     let hub_stats = Arc::new(ClientStats::default());
     let path = config.hub_kubeconfig.as_deref();
-    let hub = fenced_hub_client(
+    let hub = hub_client(
         "hub",
         path,
         &config.hub_limits,
@@ -250,7 +237,7 @@ async fn lease_client(config: &AppConfig, sharded: bool) -> Result<Option<kube::
     let path = config.hub_kubeconfig.as_deref();
     let fence = client::Fence::open();
     Ok(Some(
-        fenced_hub_client("lease", path, &limits, Arc::default(), fence).await?,
+        hub_client("lease", path, &limits, Arc::default(), fence).await?,
     ))
 }
 
@@ -278,14 +265,7 @@ fn elect(
         let task = tokio::spawn(fleet::leader::run(api, cfg, leader_tx, hold_tx, stop));
         return (task, None);
     }
-    let shards = Arc::new(fleet::shard::Shards::new(fleet::shard::ShardConfig {
-        namespace: cfg.namespace,
-        prefix: cfg.name,
-        identity: cfg.identity,
-        lease_duration: cfg.lease_duration,
-        renew_deadline: cfg.renew_deadline,
-        retry_period: cfg.retry_period,
-    }));
+    let shards = Arc::new(fleet::shard::Shards::new(cfg));
     let task = tokio::spawn(fleet::shard::run(api, shards.clone(), stop));
     (task, Some(shards))
 }

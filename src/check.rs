@@ -72,65 +72,41 @@ async fn missing_permissions(client: kube::Client) -> Result<Vec<String>, String
 
 /// Checks one member kubeconfig.
 pub async fn check_member(name: &str, kubeconfig: &str, trust: TrustPolicy) -> MemberCheck {
-    let mut row = MemberCheck {
+    let mut server = "-".to_string();
+    let verdict = usable(name, kubeconfig, trust, &mut server).await;
+    MemberCheck {
         member: name.into(),
-        server: "-".into(),
-        ok: false,
-        problem: String::new(),
-    };
-    let member = match member_client(
-        name,
-        kubeconfig,
-        trust,
-        &Limits::default(),
-        Arc::default(),
-        crate::client::Fence::open(),
-    )
-    .await
-    {
-        Ok(c) => c,
-        Err(e) => {
-            row.problem = e;
-            return row;
-        }
-    };
-    row.server = member.server;
-    let client = member.client;
-    let insecure = if member.tls_verify_disabled {
-        "; TLS verification DISABLED"
-    } else {
-        ""
-    };
-    let version = match tokio::time::timeout(
-        Duration::from_secs(15),
-        ServiceExportVersion::discover(&client),
-    )
-    .await
-    {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) => {
-            row.problem = e;
-            return row;
-        }
-        Err(_) => {
-            row.problem = "no answer within 15 s".into();
-            return row;
-        }
-    };
-    let missing = match missing_permissions(client).await {
-        Ok(missing) => missing,
-        Err(e) => {
-            row.problem = e;
-            return row;
-        }
-    };
-    if missing.is_empty() {
-        row.ok = true;
-        row.problem = format!("ok (ServiceExport {}){insecure}", version.as_str());
-    } else {
-        row.problem = format!("missing RBAC: {}", missing.join(", "));
+        server,
+        ok: verdict.is_ok(),
+        problem: verdict.unwrap_or_else(|e| e),
     }
-    row
+}
+
+/// `Ok(summary)` when fleetnet-hub can work with the member, else the problem; `server` is
+/// set once known.
+async fn usable(
+    name: &str,
+    kubeconfig: &str,
+    trust: TrustPolicy,
+    server: &mut String,
+) -> Result<String, String> {
+    let limits = Limits::default();
+    let fence = crate::client::Fence::open();
+    let member = member_client(name, kubeconfig, trust, &limits, Arc::default(), fence).await?;
+    *server = member.server;
+    let discovery = ServiceExportVersion::discover(&member.client);
+    let version = tokio::time::timeout(Duration::from_secs(15), discovery)
+        .await
+        .map_err(|_| "no answer within 15 s".to_string())??;
+    let missing = missing_permissions(member.client).await?;
+    if !missing.is_empty() {
+        return Err(format!("missing RBAC: {}", missing.join(", ")));
+    }
+    let insecure = match member.tls_verify_disabled {
+        true => "; TLS verification DISABLED",
+        false => "",
+    };
+    Ok(format!("ok (ServiceExport {}){insecure}", version.as_str()))
 }
 
 /// Checks every member of `dir`, prints the table, fails if any member is unusable.

@@ -51,13 +51,8 @@ pub async fn serve_metrics(
         get(move || {
             let render = render.clone();
             async move {
-                (
-                    [(
-                        header::CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    render(),
-                )
+                let content_type = crate::metrics::OPENMETRICS_CONTENT_TYPE;
+                ([(header::CONTENT_TYPE, content_type)], render())
             }
         }),
     );

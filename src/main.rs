@@ -6,7 +6,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use fleetnet_hub::app::{self, AppConfig, Extensions, LeaderElection};
 use fleetnet_hub::azure::{
-    AZURE_PUBLIC_CLOUD_ARM, AZURE_PUBLIC_CLOUD_AUTHORITY, AzureConfig, AzureMembers, Secret,
+    AZURE_PUBLIC_CLOUD_ARM, AZURE_PUBLIC_CLOUD_AUTHORITY, AzureConfig, AzureMembers,
+    CredentialKind, Secret,
 };
 use fleetnet_hub::config::{Budgets, MemberConfigFile, parse_duration, positive_rate};
 use fleetnet_hub::fleet::RuntimeConfig;
@@ -157,13 +158,8 @@ pub struct AzureArgs {
     /// Microsoft Entra authority host (token endpoint).
     #[arg(long, env = "FLEETNET_AZURE_AUTHORITY_HOST", default_value = AZURE_PUBLIC_CLOUD_AUTHORITY)]
     azure_authority_host: String,
-    /// `workload-identity`, `managed-identity`, `client-secret` or `azure-cli`.
-    #[arg(
-        long,
-        env = "FLEETNET_AZURE_CREDENTIAL",
-        default_value = "workload-identity"
-    )]
-    azure_credential: String,
+    #[arg(long, env = "FLEETNET_AZURE_CREDENTIAL", value_enum, default_value_t)]
+    azure_credential: CredentialKind,
     #[arg(long, env = "AZURE_TENANT_ID")]
     azure_tenant_id: Option<String>,
     #[arg(long, env = "AZURE_CLIENT_ID")]
@@ -186,22 +182,10 @@ pub struct AzureArgs {
 
 impl AzureArgs {
     fn azure_config(&self) -> Result<AzureConfig, String> {
-        use fleetnet_hub::azure::CredentialKind;
-        let credential = match self.azure_credential.as_str() {
-            "workload-identity" => CredentialKind::WorkloadIdentity,
-            "managed-identity" => CredentialKind::ManagedIdentity,
-            "client-secret" => CredentialKind::ClientSecret,
-            "azure-cli" => CredentialKind::AzureCli,
-            other => {
-                return Err(format!(
-                    "--azure-credential {other:?}: expected workload-identity, managed-identity, client-secret or azure-cli"
-                ));
-            }
-        };
         let config = AzureConfig {
             arm_endpoint: self.azure_arm_endpoint.clone(),
             authority_host: self.azure_authority_host.clone(),
-            credential,
+            credential: self.azure_credential,
             tenant_id: self.azure_tenant_id.clone(),
             client_id: self.azure_client_id.clone(),
             // Secrets only from the environment, never from flags (visible in `ps`).

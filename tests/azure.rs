@@ -773,7 +773,7 @@ async fn each_retry_takes_its_own_limiter_token() {
         "limiter wait {:?}",
         stats.limiter_wait
     );
-    let tokens = fleet.token_stats();
+    let tokens = fleet.stats().token;
     assert_eq!(
         (tokens.requests, tokens.retries),
         (1, 0),
@@ -811,7 +811,7 @@ async fn token_requests_are_retried_by_the_token_transport() {
             .is_some()
     );
     assert_eq!(arm.requests(&token_path), 3);
-    let tokens = fleet.token_stats();
+    let tokens = fleet.stats().token;
     assert_eq!(
         (tokens.requests, tokens.retries, tokens.throttled),
         (3, 2, 1)
@@ -837,7 +837,7 @@ async fn token_requests_are_retried_by_the_token_transport() {
     arm.push_token_faults([Fault::Slow(Duration::from_secs(2))]);
     found_before_the_slow_answer(&*fleet.for_member(None).unwrap(), "rg-b", "20.17.1.0").await;
     assert_eq!(arm.imds_queries().len(), 2);
-    assert_eq!(fleet.token_stats().retries, 1);
+    assert_eq!(fleet.stats().token.retries, 1);
 
     // A refused credential (400) is the credential's answer: not retried.
     let mut cfg = config(&arm);

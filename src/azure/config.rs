@@ -38,8 +38,8 @@ pub(super) fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigE
     }
 }
 
-/// How the process authenticates to Azure Resource Manager.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How the process authenticates to Azure Resource Manager (`--azure-credential`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum CredentialKind {
     /// AKS workload identity: a federated (projected service account) token file exchanged at
     /// `{authority_host}/{tenant_id}/oauth2/v2.0/token`. Needs `tenant_id`, `client_id`,

@@ -102,16 +102,11 @@ impl AzureStats {
             retries: self.arm.retries(),
             throttled: self.arm.throttled(),
             limiter_wait: self.arm.waited(),
-            token: self.token_snapshot(),
-        }
-    }
-
-    /// The token stack's counters now.
-    pub fn token_snapshot(&self) -> TokenStatsSnapshot {
-        TokenStatsSnapshot {
-            requests: self.token.requests(),
-            retries: self.token.retries(),
-            throttled: self.token.throttled(),
+            token: TokenStatsSnapshot {
+                requests: self.token.requests(),
+                retries: self.token.retries(),
+                throttled: self.token.throttled(),
+            },
         }
     }
 }
@@ -264,11 +259,6 @@ impl AzureFleet {
     /// The process-wide counters now.
     pub fn stats(&self) -> AzureStatsSnapshot {
         self.stats.snapshot()
-    }
-
-    /// The token transport's counters now (requests to Entra ID / IMDS, not to ARM).
-    pub fn token_stats(&self) -> TokenStatsSnapshot {
-        self.stats.token_snapshot()
     }
 
     /// The live counters, for a metrics collector to read whenever it scrapes.

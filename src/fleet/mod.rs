@@ -108,9 +108,7 @@ impl Shared {
             None => self.fence.clone(),
         }
     }
-}
 
-impl Shared {
     fn observer_for(self: &Arc<Self>) -> Arc<dyn ReconcileObserver> {
         Arc::new(StateObserver {
             inner: self.observer.clone(),
@@ -131,12 +129,8 @@ impl ReconcileObserver for StateObserver {
     }
     fn reconciled(&self, member: &str, outcome: Reconciled, took: Duration) {
         // A member recovering from a watch failure proves it with a successful reconcile.
-        if !matches!(outcome, Reconciled::Failed(_))
-            && let Some(s) = self.state.member(member)
-            && s.phase == Phase::Failing
-            && s.last_sync.is_some()
-        {
-            self.state.set_phase(member, Phase::Ready, None);
+        if !matches!(outcome, Reconciled::Failed(_)) {
+            self.recovered(member);
         }
         self.inner.reconciled(member, outcome, took);
     }
@@ -155,13 +149,20 @@ impl ReconcileObserver for StateObserver {
         self.inner.controller_error(member, error);
     }
     fn watches_recovered(&self, member: &str) {
+        self.recovered(member);
+        self.inner.watches_recovered(member);
+    }
+}
+
+impl StateObserver {
+    /// A member that had synced and then failed is Ready again.
+    fn recovered(&self, member: &str) {
         if let Some(s) = self.state.member(member)
             && s.phase == Phase::Failing
             && s.last_sync.is_some()
         {
             self.state.set_phase(member, Phase::Ready, None);
         }
-        self.inner.watches_recovered(member);
     }
 }
 

@@ -28,19 +28,6 @@ use crate::client::{Fence, Hold};
 /// Label of the replicas' announcement leases; its value is the lease name prefix.
 pub const REPLICA_LABEL: &str = "fleetnet.azure.com/replica-of";
 
-/// Sharding settings: where the leases live and their timing.
-#[derive(Debug, Clone)]
-pub struct ShardConfig {
-    pub namespace: String,
-    /// Lease name prefix (`--leader-election-id`).
-    pub prefix: String,
-    /// This replica's identity.
-    pub identity: String,
-    pub lease_duration: Duration,
-    pub renew_deadline: Duration,
-    pub retry_period: Duration,
-}
-
 fn score(member: &str, replica: &str) -> u64 {
     let digest = Sha256::digest(format!("{member}\u{0}{replica}").as_bytes());
     let mut first = [0u8; 8];
@@ -130,14 +117,15 @@ struct State {
 
 /// Which members this replica owns; shared by the shard loop and the fleet loop.
 pub struct Shards {
-    cfg: ShardConfig,
+    /// Where the leases live, their timing, and (`name`) the prefix of every lease name.
+    cfg: LeaseConfig,
     state: Mutex<State>,
     /// Bumped whenever the set of members held here changes.
     changed: watch::Sender<u64>,
 }
 
 impl Shards {
-    pub fn new(cfg: ShardConfig) -> Self {
+    pub fn new(cfg: LeaseConfig) -> Self {
         Self {
             cfg,
             state: Mutex::default(),
@@ -190,25 +178,21 @@ impl Shards {
 
     fn lease_config(&self, name: String) -> LeaseConfig {
         LeaseConfig {
-            namespace: self.cfg.namespace.clone(),
             name,
-            identity: self.cfg.identity.clone(),
-            lease_duration: self.cfg.lease_duration,
-            renew_deadline: self.cfg.renew_deadline,
-            retry_period: self.cfg.retry_period,
+            ..self.cfg.clone()
         }
     }
 
     fn announcement(&self) -> String {
         format!(
             "{}-replica-{}",
-            self.cfg.prefix,
+            self.cfg.name,
             name_part(&self.cfg.identity)
         )
     }
 
     fn member_lease(&self, member: &str) -> String {
-        format!("{}-member-{member}", self.cfg.prefix)
+        format!("{}-member-{member}", self.cfg.name)
     }
 }
 
@@ -276,7 +260,7 @@ async fn announce(api: &Api<Lease>, shards: &Shards) {
                 metadata: ObjectMeta {
                     name: Some(name.clone()),
                     namespace: Some(shards.cfg.namespace.clone()),
-                    labels: Some([(REPLICA_LABEL.to_string(), shards.cfg.prefix.clone())].into()),
+                    labels: Some([(REPLICA_LABEL.to_string(), shards.cfg.name.clone())].into()),
                     ..Default::default()
                 },
                 spec: Some(spec),
@@ -292,7 +276,7 @@ async fn announce(api: &Api<Lease>, shards: &Shards) {
 
 /// The identities of the replicas seen alive (this one always included).
 async fn live_replicas(api: &Api<Lease>, shards: &Shards) -> BTreeSet<String> {
-    let selector = format!("{REPLICA_LABEL}={}", shards.cfg.prefix);
+    let selector = format!("{REPLICA_LABEL}={}", shards.cfg.name);
     let listed = api.list(&ListParams::default().labels(&selector)).await;
     let now = Instant::now();
     let mut live: BTreeSet<String> = [shards.cfg.identity.clone()].into();

@@ -92,7 +92,6 @@ fn export_duration_ms(took: Duration) -> f64 {
 #[derive(Default)]
 struct MemberEntry {
     member_client: Option<Arc<ClientStats>>,
-    hub_client: Option<Arc<ClientStats>>,
     /// Outcome labels recorded, so that removal finds every series.
     outcomes: BTreeSet<String>,
 }
@@ -227,15 +226,6 @@ impl Metrics {
             .entry(member.to_string())
             .or_default()
             .member_client = Some(member_stats);
-    }
-
-    /// Adds the counters of a hub client used by `member` only (when each member has its
-    /// own hub client). Series: `client="hub", member="<member>"`.
-    pub fn register_member_hub_client(&self, member: &str, hub_stats: Arc<ClientStats>) {
-        write(&self.shared.members)
-            .entry(member.to_string())
-            .or_default()
-            .hub_client = Some(hub_stats);
     }
 
     /// The counters of the hub client shared by every member. Series: `client="hub"`.

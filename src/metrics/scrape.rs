@@ -44,13 +44,10 @@ impl Shared {
             labels: vec![("client", "hub".into())],
             stats,
         });
-        let per_member = members.iter().flat_map(|(name, entry)| {
-            let clients = [("member", &entry.member_client), ("hub", &entry.hub_client)];
-            clients.into_iter().filter_map(move |(client, stats)| {
-                Some(ClientSeries {
-                    labels: vec![("client", client.into()), ("member", name.clone())],
-                    stats: stats.clone()?,
-                })
+        let per_member = members.iter().filter_map(|(name, entry)| {
+            Some(ClientSeries {
+                labels: vec![("client", "member".into()), ("member", name.clone())],
+                stats: entry.member_client.clone()?,
             })
         });
         (states, hub.into_iter().chain(per_member).collect())
