@@ -53,6 +53,48 @@ async fn patch_annotations(
         .expect("patch annotations");
 }
 
+/// An exporter that stops (member removed, SIGTERM) first creates the Events its reconciles
+/// queued, within a bound, rather than dropping them: a converged export never emits them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_queued_when_the_exporter_stops_are_still_created() {
+    let fleet = fleet().await;
+    let member = fleet.member(M).client().await.expect("member client");
+    let hub = fleet.hub().client().await.expect("hub client");
+    namespace(&member, "queue").await;
+    // Events at 2/s: the exports are written long before their Events.
+    let slow_events = fleetnet_hub::client::Limits {
+        qps: 2.0,
+        burst: 1,
+        ..Default::default()
+    };
+    let options = ExporterOptions {
+        events_limits: Some(slow_events),
+        ..Default::default()
+    };
+    let exporter = start_exporter(&fleet, M, options).await;
+    let names = ["a", "b", "c"];
+    for name in names {
+        create_service(&member, &service("queue", name, 80)).await;
+        create_export(&member, "queue", name, &[]).await;
+    }
+    for name in names {
+        let ise = format!("queue-{name}");
+        wait_ise(&hub, &fleet.hub_namespace(M), &ise, |_| true).await;
+    }
+    let queued_at_stop = 2 * names.len() - warning_reasons(&member, "queue").await.len();
+    exporter.stop().await;
+    let reasons = warning_reasons(&member, "queue").await;
+    assert_eq!(
+        reasons.len(),
+        2 * names.len(),
+        "Valid and Pending for each export; {queued_at_stop} were still queued at stop: {reasons:?}"
+    );
+    assert!(
+        queued_at_stop > 0,
+        "nothing was queued at stop: the test proves nothing"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn export_lifecycle_with_write_counts() {
     let fleet = fleet().await;

@@ -7,7 +7,7 @@
 //! A reconcile never waits for an Event: [`Events::publish`] queues it, and one task per member
 //! creates the queued Events in order through the member's Events client (its own budget). A
 //! member's exports are thus bound by its write budget only, even while thousands of Events
-//! wait for theirs.
+//! wait for theirs. A stopping exporter waits (at most 5 s) for its queue to empty.
 
 use jiff::Timestamp;
 use k8s_openapi::api::events::v1::Event;
@@ -32,20 +32,34 @@ pub(super) struct Events {
     /// The reporting instance (pod name).
     instance: String,
     member: String,
-    /// Stops creating this member's Events when the exporter goes.
-    _creator: AbortOnDropHandle<()>,
+}
+
+/// The task creating a member's queued Events; it ends once the [`Events`] is dropped and
+/// what was queued is created, or when this handle is dropped.
+pub(super) struct Creator(AbortOnDropHandle<()>);
+
+/// How long a stopping exporter waits for its queued Events to be created.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Creator {
+    /// Waits (bounded) until the queued Events are created; stops the rest, logged.
+    pub(super) async fn drain(mut self, member: &str) {
+        if tokio::time::timeout(DRAIN, &mut self.0).await.is_err() {
+            tracing::warn!(member = %member, "queued events not all created within {DRAIN:?} of stopping; dropped");
+        }
+    }
 }
 
 impl Events {
-    pub(super) fn new(client: kube::Client, instance: String, member: String) -> Self {
+    pub(super) fn new(client: kube::Client, instance: String, member: String) -> (Self, Creator) {
         let (queue, queued) = mpsc::channel(QUEUE);
         let creator = tokio::spawn(create_each(client, queued, member.clone()));
-        Self {
+        let events = Self {
             queue,
             instance,
             member,
-            _creator: AbortOnDropHandle::new(creator),
-        }
+        };
+        (events, Creator(AbortOnDropHandle::new(creator)))
     }
 
     /// Queues `events` on `se`. One that cannot be recorded is logged, never retried: it is

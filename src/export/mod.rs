@@ -166,7 +166,9 @@ impl MemberExporter {
             // Becoming leader: everything is reconciled once, from the warm caches.
             .reconcile_all_on(leadership_gained(self.leader.clone()))
             .graceful_shutdown_on(shutdown);
-        let events = events::Events::new(self.events_client, self.instance, self.member.clone());
+        let member = self.member.clone();
+        let (events, creator) =
+            events::Events::new(self.events_client, self.instance, member.clone());
         let ctx = Arc::new(Context {
             member: self.member,
             settings: self.settings,
@@ -198,6 +200,8 @@ impl MemberExporter {
                 () = controller => {}
                 () = sweeper => {}
             }
+            // Every reconcile is over and the context dropped: the queue closes once drained.
+            creator.drain(&member).await;
         };
         (run, synced)
     }

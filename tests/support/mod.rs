@@ -63,6 +63,8 @@ pub struct ExporterOptions {
     pub version: Option<ServiceExportVersion>,
     /// Limits of the member client (default: generous, so tests are not throttled).
     pub member_limits: Option<Limits>,
+    /// Events through a client of their own with these limits (default: the member client).
+    pub events_limits: Option<Limits>,
 }
 
 /// Starts an exporter for `member` of `fleet`, with counting clients, and waits for its sync.
@@ -86,10 +88,14 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
     let member_client =
         limited_client(member, &member_kubeconfig, &limits, member_stats.clone()).await;
     let hub_client = counted_client("hub", &hub_kubeconfig, hub_stats.clone()).await;
+    let events_client = match &opts.events_limits {
+        Some(limits) => limited_client(member, &member_kubeconfig, limits, Arc::default()).await,
+        None => member_client.clone(),
+    };
     let (_leader_tx, leader) = watch::channel(true);
     let exporter = MemberExporter {
         member: member.to_string(),
-        events_client: member_client.clone(),
+        events_client,
         concurrency: 0,
         member_client,
         hub_client,
