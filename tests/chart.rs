@@ -26,6 +26,7 @@ async fn charts_lint_render_apply_and_grant_exactly_what_the_controller_needs() 
     let status = Command::new("bash")
         .arg(repo().join("tests/chart.sh"))
         .env("FLEETNET_CHART_OUT", out.path())
+        .env("FLEETNET_HUB_BIN", env!("CARGO_BIN_EXE_fleetnet-hub"))
         .output()
         .expect("run tests/chart.sh");
     let stdout = String::from_utf8_lossy(&status.stdout);

@@ -18,6 +18,8 @@
 #   fleetnet-hub-member.yaml (the member manifest).
 # FLEETNET_CHART_UPDATE=1 rewrites charts/fleetnet-hub-member.yaml instead of comparing it.
 # FLEETNET_HELM=/path/to/helm uses that helm instead of building v4 (tests/testenv/versions.env).
+# FLEETNET_HUB_BIN=/path/to/fleetnet-hub: the binary whose `run --help` lists the flags the chart may
+# pass (default: `cargo run`); tests/chart.rs passes the one cargo built for the test.
 #
 # Last line: `chart: N passed, M failed`; the exit code is non-zero when anything failed.
 set -euo pipefail
@@ -76,6 +78,13 @@ if ! "$PY" -c 'import yaml' 2>/dev/null; then
   exit 1
 fi
 
+# The `fleetnet-hub run` flags, from the binary itself: a chart flag it does not know is a typo.
+if [ -n "${FLEETNET_HUB_BIN:-}" ]; then
+  "$FLEETNET_HUB_BIN" run --help >"$tmp/run-help.txt"
+else
+  (cd "$root" && cargo run -q --bin fleetnet-hub -- run --help) >"$tmp/run-help.txt"
+fi
+
 # Runs a command quietly; on failure shows its output.
 run_check() {
   local desc="$1"; shift
@@ -90,24 +99,21 @@ run_check() {
 # --- the checker --------------------------------------------------------------------------------------
 cat >"$tmp/check.py" <<'PY'
 """Assertions on one `helm template` rendering of charts/fleetnet-hub. Prints `ok`/`FAIL` lines."""
+import re
 import sys
 import yaml
 
-set_name, path, hub_role_path, release_ns, release = sys.argv[1:6]
+set_name, path, hub_role_path, release_ns, release, run_help = sys.argv[1:7]
 docs = [d for d in yaml.safe_load_all(open(path)) if d]
 hub_role = yaml.safe_load(open(hub_role_path))
 
-# The `fleetnet-hub run` flags (the binary's CLI); any other flag in the chart is a typo.
-KNOWN_FLAGS = {
-    "--hub-kubeconfig", "--kubeconfig-dir", "--hub-namespace-prefix", "--leader-elect",
-    "--leader-election-namespace", "--leader-election-id", "--metrics-bind-address",
-    "--health-probe-bind-address", "--kube-api-qps", "--kube-api-burst", "--hub-api-qps",
-    "--hub-api-burst", "--member-sync-timeout", "--cleanup-on-remove", "--enable-traffic-manager",
-    "--azure-arm-endpoint", "--azure-authority-host", "--azure-credential", "--azure-tenant-id",
-    "--azure-client-id", "--azure-subscription-id", "--azure-resource-group", "--member-config",
-    "--trace-sampling-ratio", "--log-format", "--shard-members",
-}
-BOOL_FLAGS = {"--leader-elect", "--shard-members", "--cleanup-on-remove", "--enable-traffic-manager"}
+# The `fleetnet-hub run` flags (its --help): `--name <VALUE>` takes a value, `--name` alone is a bool.
+help_flags = re.findall(r"^\s+(?:-\w, )?(--[a-z0-9-]+)( <[A-Z_]+>)?$", open(run_help).read(), re.M)
+KNOWN_FLAGS = {name for name, _ in help_flags}
+BOOL_FLAGS = {name for name, value in help_flags if not value}
+if len(KNOWN_FLAGS) < 20 or "--leader-elect" not in BOOL_FLAGS:
+    print(f"FAIL - the flags of `fleetnet-hub run --help` could not be read: {sorted(KNOWN_FLAGS)}")
+    sys.exit(1)
 
 EXPECT = {
     "defaults": dict(members=[], replicas=2, leader=True, service_monitor=False, otlp=False,
@@ -133,7 +139,8 @@ EXPECT = {
                     secrets=["fleetnet-member-kubeconfigs"]),
     "single-replica": dict(members=["member-1"], replicas=1, leader=False, service_monitor=False,
                            otlp=False, credential=None, namespaces=False,
-                           secrets=["fleetnet-member-kubeconfigs"], pdb=False),
+                           secrets=["fleetnet-member-kubeconfigs"], pdb=False,
+                           trust=True, events=("5", "10"), concurrency="4"),
 }
 exp = EXPECT[set_name]
 
@@ -196,6 +203,17 @@ else:
     check("args lack --leader-elect", "--leader-elect" not in flags)
     check("no --leader-election-namespace without leader election", "--leader-election-namespace" not in flags)
 
+# --- member trust and budgets
+trust = exp.get("trust", False)
+for flag in ("--allow-member-exec-plugins", "--allow-insecure-member-tls"):
+    check(f"{flag} {'on' if trust else 'off'}", flags.get(flag) == [None] if trust else flag not in flags)
+eq, eb = exp.get("events", ("10", "25"))
+check("--event-qps / --event-burst from values",
+      (flags.get("--event-qps"), flags.get("--event-burst")) == ([eq], [eb]),
+      (flags.get("--event-qps"), flags.get("--event-burst")))
+check("--reconcile-concurrency from values",
+      flags.get("--reconcile-concurrency") == [exp.get("concurrency", "16")], flags.get("--reconcile-concurrency"))
+
 # --- ports and probes
 ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
 check("metrics and health container ports", {"metrics", "health"} <= set(ports), ports)
@@ -256,8 +274,19 @@ if exp["otlp"]:
     check("OTEL_RESOURCE_ATTRIBUTES (sorted k=v)", env.get("OTEL_RESOURCE_ATTRIBUTES", {}).get("value") == "deployment.environment=prod,k8s.cluster.name=hub-1")
     check("--trace-sampling-ratio from values", flags.get("--trace-sampling-ratio") == ["0.25"])
     check("--log-format=text", flags.get("--log-format") == ["text"])
+    check("FLEETNET_OTLP_ALLOW_HTTP for the plain-http collector",
+          env.get("FLEETNET_OTLP_ALLOW_HTTP", {}).get("value") == "true")
+    ca = env.get("OTEL_EXPORTER_OTLP_CERTIFICATE", {}).get("value", "")
+    ca_dir, _, ca_file = ca.rpartition("/")
+    ca_mount = [m for m in mounts.values() if m.get("mountPath") == ca_dir]
+    check("OTEL_EXPORTER_OTLP_CERTIFICATE names the caSecret key in a read-only mount",
+          ca_file == "ca.pem" and len(ca_mount) == 1 and ca_mount[0].get("readOnly") is True, ca)
+    ca_vol = volumes.get(ca_mount[0]["name"], {}) if ca_mount else {}
+    check("that mount is the caSecret", ca_vol.get("secret", {}).get("secretName") == "otel-collector-ca", ca_vol)
 else:
     check("no OTLP endpoint by default (tracing off)", "OTEL_EXPORTER_OTLP_ENDPOINT" not in env)
+    check("no OTLP CA and no plain-http opt-in by default",
+          "OTEL_EXPORTER_OTLP_CERTIFICATE" not in env and "FLEETNET_OTLP_ALLOW_HTTP" not in env)
 check("no secret value inline in env", all("value" not in e for n, e in env.items() if "SECRET" in n or "TOKEN" in n))
 check("no secret in args", not any("secret" in a.lower() and "--azure-credential=client-secret" != a for a in args))
 
@@ -537,7 +566,7 @@ render() {  # render SET [helm args...]
   local set="$1"; shift
   if "$HELM" template --kube-version "$kube_version" "$release" "$hub_chart" --namespace "$release_ns" "$@" >"$out/$set.yaml" 2>"$tmp/$set.err"; then
     pass "helm template [$set]"
-    "$PY" "$tmp/check.py" "$set" "$out/$set.yaml" "$hub_chart/files/hub-member-role.yaml" "$release_ns" "$release" >"$tmp/$set.results" 2>&1 || true
+    "$PY" "$tmp/check.py" "$set" "$out/$set.yaml" "$hub_chart/files/hub-member-role.yaml" "$release_ns" "$release" "$tmp/run-help.txt" >"$tmp/$set.results" 2>&1 || true
     local n_ok n_fail
     n_ok=$(grep -c '^ok  ' "$tmp/$set.results" || true)
     n_fail=$(grep -c '^FAIL' "$tmp/$set.results" || true)
@@ -592,6 +621,12 @@ refused "client-secret without an existing Secret" "needs azure.clientSecret.exi
 refused "an unknown credential kind" "azure" --set azure.credential=password
 refused "an unknown top-level value" "additional properties" --set replicas=3
 refused "an OTLP protocol other than grpc or http/protobuf" "otlp" --set otlp.protocol=http/json
+refused "a plain http OTLP endpoint off loopback without otlp.allowHttp" "plain http off loopback" \
+  --set otlp.endpoint=http://otel-collector.observability:4318
+refused "memberTrust flags that are not booleans" "memberTrust" --set-string memberTrust.allowExecPlugins=yes
+run_check "a plain http OTLP endpoint on loopback renders without otlp.allowHttp" \
+  "$HELM" template --kube-version "$kube_version" "$release" "$hub_chart" --namespace "$release_ns" \
+  --set otlp.endpoint=http://127.0.0.1:4318
 refused "a Custom cloud without endpoints" "azure.armEndpoint is required" \
   --set azure.credential=azure-cli --set azure.cloud=Custom
 refused "a ServiceMonitor without the metrics Service" "needs metrics.service.enabled" \

@@ -112,6 +112,11 @@ Checks that the schema cannot express; included once, from the Deployment.
 {{- if and .Values.trafficManager.enabled (not .Values.azure.credential) -}}
 {{- fail "trafficManager.enabled needs azure.credential (workload-identity, managed-identity, client-secret or azure-cli)" -}}
 {{- end -}}
+{{- with .Values.otlp -}}
+{{- if and (hasPrefix "http://" .endpoint) (not .allowHttp) (not (regexMatch "^http://(localhost|127\\.[0-9.]+|\\[::1\\])(:[0-9]+)?(/.*)?$" .endpoint)) -}}
+{{- fail (printf "otlp.endpoint %q is plain http off loopback: spans name members and objects; use https (otlp.caSecret for a private CA) or set otlp.allowHttp: true" .endpoint) -}}
+{{- end -}}
+{{- end -}}
 {{- if eq .Values.azure.credential "client-secret" -}}
 {{- if not .Values.azure.clientSecret.existingSecret -}}
 {{- fail "azure.credential client-secret needs azure.clientSecret.existingSecret" -}}
