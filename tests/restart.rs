@@ -30,7 +30,7 @@ use fleetnet_hub::azure::{AzureConfig, AzureFleet};
 use fleetnet_hub::client::Limits;
 use fleetnet_hub::config::MemberConfigFile;
 use fleetnet_hub::fleet::{Phase, RuntimeConfig};
-use fleetnet_testenv::Fleet;
+use fleetnet_testenv::{COUNTED_RESOURCES, Fleet, WRITE_VERBS};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -43,17 +43,6 @@ const NS: &str = "work";
 const HOLD_FINALIZER: &str = "test.fleetnet/hold";
 /// The hub budget of the binary when nothing is to be slowed down.
 const FAST_HUB: u32 = 500;
-/// Resources whose writes are the product's (the apiserver writes its own leases: not these).
-const COUNTED_RESOURCES: [&str; 3] = ["serviceexports", "internalserviceexports", "events"];
-/// `verb` label values of writes in `apiserver_request_total` (server-side apply is `APPLY`).
-const WRITE_VERBS: [&str; 6] = [
-    "POST",
-    "PUT",
-    "PATCH",
-    "APPLY",
-    "DELETE",
-    "DELETECOLLECTION",
-];
 
 // ---------------------------------------------------------------------------------------------
 // Polling, configuration, object builders.

@@ -57,18 +57,8 @@ use fleetnet_hub::fleet::RuntimeConfig;
 
 /// The member namespace every benchmark Service and ServiceExport lives in.
 pub const NAMESPACE: &str = "bench";
-/// Resources whose writes are the product's (the apiservers also write their own leases).
-pub const COUNTED_RESOURCES: [&str; 3] = ["serviceexports", "internalserviceexports", "events"];
-/// `verb` label values of writes in `apiserver_request_total` (upper case; server-side apply is
-/// `APPLY`, a collection delete `DELETECOLLECTION`).
-pub const WRITE_VERBS: [&str; 6] = [
-    "POST",
-    "PUT",
-    "PATCH",
-    "APPLY",
-    "DELETE",
-    "DELETECOLLECTION",
-];
+/// The writes counted server-side: the substrate's definition, shared with tests/restart.rs.
+pub use fleetnet_testenv::{COUNTED_RESOURCES, WRITE_VERBS};
 /// Port of every Service when created; churn moves it to `CHURN_PORT_BASE + k`.
 const INITIAL_PORT: i32 = 80;
 const CHURN_PORT_BASE: i32 = 1024;

@@ -21,6 +21,20 @@ pub use rbac::{ScopedIdentity, load_cluster_role, load_role};
 
 use std::path::PathBuf;
 
+/// Resources whose writes are fleetnet-hub's, as the apiservers count them in
+/// `apiserver_request_total` (the apiservers also write their own leases: not these).
+pub const COUNTED_RESOURCES: [&str; 3] = ["serviceexports", "internalserviceexports", "events"];
+/// `verb` label values of writes in `apiserver_request_total` (upper case; server-side apply is
+/// `APPLY`, a collection delete `DELETECOLLECTION`).
+pub const WRITE_VERBS: [&str; 6] = [
+    "POST",
+    "PUT",
+    "PATCH",
+    "APPLY",
+    "DELETE",
+    "DELETECOLLECTION",
+];
+
 /// Everything that can go wrong while starting or driving the substrate.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
