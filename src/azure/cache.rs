@@ -4,16 +4,16 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::fleet::AzureStats;
-use super::lock;
 use crate::export::{LookupError, PublicIp};
 
 /// Public IPs of one resource group, keyed by normalised address.
@@ -95,7 +95,8 @@ impl<L: GroupLister> GroupCache<L> {
     }
 
     fn group(&self, key: &str) -> Arc<Mutex<GroupState>> {
-        lock(&self.groups)
+        self.groups
+            .lock()
             .entry(key.to_owned())
             .or_default()
             .clone()
@@ -125,13 +126,13 @@ impl<L: GroupLister> GroupCache<L> {
         };
         let result = flight.await;
         // Normally the LIST task has already cleared it; this covers a task that died.
-        lock(&group).landed(generation);
+        group.lock().landed(generation);
         result.map(|snapshot| snapshot.by_ip.get(&ip).cloned())
     }
 
     fn plan(&self, group: &Arc<Mutex<GroupState>>, resource_group: &str, ip: &str) -> Plan {
         let now = Instant::now();
-        let mut state = lock(group);
+        let mut state = group.lock();
         let fresh = state
             .snapshot
             .as_ref()
@@ -188,7 +189,7 @@ impl<L: GroupLister> GroupCache<L> {
             async move {
                 let result = lister.list(&rg).await;
                 let done = Instant::now();
-                let mut state = lock(&task_group);
+                let mut state = task_group.lock();
                 let result = match result {
                     Ok(by_ip) => {
                         let snapshot = Arc::new(Snapshot {
@@ -252,7 +253,7 @@ mod tests {
         async fn list(&self, resource_group: &str) -> Result<IpIndex, LookupError> {
             let call = self.calls.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(self.delay).await;
-            if let Some(error) = self.fail.lock().unwrap().clone() {
+            if let Some(error) = self.fail.lock().clone() {
                 return Err(error);
             }
             Ok(self
@@ -351,7 +352,7 @@ mod tests {
         assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
         assert_eq!(lister.calls(), 1);
         tokio::time::sleep(Duration::from_millis(120)).await;
-        *lister.fail.lock().unwrap() = Some(LookupError::Failed {
+        *lister.fail.lock() = Some(LookupError::Failed {
             resource_group: "rg".into(),
             message: "boom".into(),
         });
@@ -360,7 +361,7 @@ mod tests {
         // Held down: the error is repeated without a LIST.
         assert!(cache.find("rg", "10.0.0.1").await.is_err());
         assert_eq!(lister.calls(), 2);
-        *lister.fail.lock().unwrap() = None;
+        *lister.fail.lock() = None;
         tokio::time::sleep(Duration::from_millis(120)).await;
         assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
         assert_eq!(lister.calls(), 3);

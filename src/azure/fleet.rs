@@ -2,20 +2,21 @@
 //! per-subscription lookups to the member reconcilers, and the counters of it all.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use azure_core::auth::TokenCredential;
 use azure_core::{ClientOptions, HttpClient, RetryOptions, TransportOptions};
 use azure_mgmt_network::package_2024_03::Client as NetworkClient;
+use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
 use super::cache::GroupCache;
 use super::config::{AzureConfig, ConfigError, CredentialKind, invalid, parse_http_url};
+use super::credential;
 use super::http::{StackClient, classify, stack};
 use super::lookup::{ArmLister, SubscriptionPublicIps};
-use super::{credential, lock};
 use crate::export::PublicIpLookup;
 use crate::policy::{ClientStats, Policy, RetryLimits};
 
@@ -230,7 +231,7 @@ impl AzureFleet {
             reason,
         })?;
         let key = subscription.to_ascii_lowercase();
-        let mut subscriptions = lock(&self.subscriptions);
+        let mut subscriptions = self.subscriptions.lock();
         let lookup = subscriptions.entry(key).or_insert_with(|| {
             let lister = ArmLister {
                 client: self.client.public_ip_addresses_client(),
@@ -253,7 +254,7 @@ impl AzureFleet {
 
     /// Number of distinct subscriptions bound so far.
     pub fn subscription_count(&self) -> usize {
-        lock(&self.subscriptions).len()
+        self.subscriptions.lock().len()
     }
 
     /// The process-wide counters now.

@@ -2,9 +2,11 @@
 //! are looked up in (`--member-config`, else the process defaults).
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use super::{AzureFleet, lock};
+use parking_lot::Mutex;
+
+use super::AzureFleet;
 use crate::config::MemberConfigFile;
 use crate::export::{LookupError, PublicIp, PublicIpLookup};
 use crate::fleet::MemberAzure;
@@ -49,7 +51,7 @@ impl AzureMembers {
 
     /// The member's settings as of the last [`MemberAzure::reload`].
     pub fn resolve(&self, member: &str) -> ResolvedAzure {
-        let settings = lock(&self.last_good).members.get(member).cloned();
+        let settings = self.last_good.lock().members.get(member).cloned();
         let settings = settings.unwrap_or_default();
         ResolvedAzure {
             subscription: settings
@@ -67,7 +69,7 @@ impl MemberAzure for AzureMembers {
     fn reload(&self) {
         let Some(path) = &self.path else { return };
         match MemberConfigFile::load(path) {
-            Ok(file) => *lock(&self.last_good) = file,
+            Ok(file) => *self.last_good.lock() = file,
             Err(e) => tracing::warn!(error = %e, "keeping the last valid member config"),
         }
     }

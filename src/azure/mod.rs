@@ -16,13 +16,6 @@ mod http;
 mod lookup;
 mod members;
 
-/// Azure state is consistent after every statement; a panic elsewhere cannot corrupt it.
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 pub use config::{
     AZURE_PUBLIC_CLOUD_ARM, AZURE_PUBLIC_CLOUD_AUTHORITY, AzureConfig, ConfigError, CredentialKind,
     IMDS_TOKEN_ENDPOINT, Secret,

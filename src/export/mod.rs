@@ -17,13 +17,14 @@ mod reconcile;
 mod views;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Future, StreamExt};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
+use parking_lot::Mutex;
 use tokio::sync::watch;
 
 pub use decide::{Outcome, Settings};
@@ -220,8 +221,4 @@ fn leadership_gained(
             }
         }
     })
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

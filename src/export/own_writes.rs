@@ -7,7 +7,8 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::Mutex;
+
+use parking_lot::Mutex;
 
 /// Our writes by object, each with the versions it superseded (`None`: the view had no object).
 pub(super) struct OwnWrites<K, T> {
@@ -31,7 +32,7 @@ impl<K: Hash + Eq, T: Clone> OwnWrites<K, T> {
     /// Our last write of `key` while the view shows `view_rv`, a version it superseded; `None`
     /// (and the write forgotten) once the view shows anything else, or if nothing was written.
     pub(super) fn over(&self, key: &K, view_rv: Option<&str>) -> Option<T> {
-        let mut writes = super::lock(&self.writes);
+        let mut writes = self.writes.lock();
         let write = writes.get(key)?;
         if write.superseded.iter().any(|s| s.as_deref() == view_rv) {
             Some(write.after.clone())
@@ -49,7 +50,7 @@ impl<K: Hash + Eq, T: Clone> OwnWrites<K, T> {
         superseded: impl IntoIterator<Item = Option<String>>,
         after: T,
     ) {
-        let mut writes = super::lock(&self.writes);
+        let mut writes = self.writes.lock();
         let mut all = writes
             .remove(&key)
             .map(|w| w.superseded)
@@ -65,7 +66,7 @@ impl<K: Hash + Eq, T: Clone> OwnWrites<K, T> {
     }
 
     pub(super) fn forget(&self, key: &K) {
-        super::lock(&self.writes).remove(key);
+        self.writes.lock().remove(key);
     }
 }
 

@@ -2,7 +2,7 @@
 //! [`decide`] → [`act::perform`]; and how failures and rechecks are requeued.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
@@ -11,12 +11,13 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
+use parking_lot::Mutex;
 use tracing::{Instrument, field};
 
 use super::decide::{
     self, Observation, Outcome, PublicIpObservation, decide, ise_name, public_ip_query,
 };
-use super::{Context, Error, LookupError, Reconciled, Step, act, lock};
+use super::{Context, Error, LookupError, Reconciled, Step, act};
 use crate::api::{InternalServiceExport, ServiceExport};
 
 /// Reconciles one ServiceExport: one trace per call, a root span `reconcile`.
@@ -46,7 +47,7 @@ pub(super) async fn reconcile(se: Arc<ServiceExport>, ctx: Arc<Context>) -> Resu
     match &result {
         Ok((_, action)) => {
             span.record("requeue", format!("{action:?}").as_str());
-            lock(&ctx.failures).remove(&key);
+            ctx.failures.lock().remove(&key);
         }
         Err(e) => {
             span.record("otel.status_code", "ERROR");
@@ -250,7 +251,7 @@ fn performed(
         let n = bump(&ctx.rechecks, key);
         Action::requeue(backoff(n, rand::random::<f64>()).min(MAX_RECHECK))
     } else {
-        lock(&ctx.rechecks).remove(&key);
+        ctx.rechecks.lock().remove(&key);
         Action::await_change()
     };
     Ok((plan.outcome, action))
@@ -378,7 +379,7 @@ fn bump(
     counters: &Mutex<HashMap<ObjectRef<ServiceExport>, u32>>,
     key: ObjectRef<ServiceExport>,
 ) -> u32 {
-    let mut map = lock(counters);
+    let mut map = counters.lock();
     let n = map.entry(key).or_insert(0);
     *n = n.saturating_add(1);
     *n

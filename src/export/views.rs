@@ -2,7 +2,7 @@
 //! namespace): when they have listed, whether their watches are healthy, how they back off.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -16,6 +16,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::watcher::{self, ExponentialBackoff};
 use kube::runtime::{WatchStreamExt, watcher as watch_of};
+use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
 
 use super::ReconcileObserver;
@@ -276,7 +277,7 @@ impl WatchHealth {
     fn listed(&self, view: View) {
         self.listed[view as usize].send_replace(true);
         let recovered = {
-            let mut failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
+            let mut failing = self.failing.lock();
             let was = failing.iter().any(|f| *f);
             failing[view as usize] = false;
             was && !failing.iter().any(|f| *f)
@@ -288,7 +289,7 @@ impl WatchHealth {
     }
 
     fn failed(&self, view: View, error: &watcher::Error) {
-        self.failing.lock().unwrap_or_else(|p| p.into_inner())[view as usize] = true;
+        self.failing.lock()[view as usize] = true;
         tracing::warn!(member = %self.member, view = ?view, error = %error, "watch failed; retrying with backoff");
         self.observer
             .controller_error(&self.member, &format!("{view:?} watch: {error}"));

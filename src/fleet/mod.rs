@@ -92,7 +92,7 @@ pub struct Shared {
     pub shards: Option<Arc<shard::Shards>>,
     /// Removed members whose cleanup is running: their Leases are kept (and their cleanup
     /// fenced by them) until it is done, so no other replica exports them meanwhile.
-    pub cleaning: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    pub cleaning: parking_lot::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Shared {
@@ -272,7 +272,7 @@ async fn sync_members(
     };
     stop_departed(shared, engaged, &desired, background);
     if let Some(shards) = &shared.shards {
-        let cleaning = lock(&shared.cleaning).clone();
+        let cleaning = shared.cleaning.lock().clone();
         shards.set_wanted(desired.keys().cloned().chain(cleaning));
         shared.state.set_owners(shards.owners());
     }
@@ -344,14 +344,14 @@ fn stop_departed(
             && *shared.leader.borrow()
             && shared.owns(&name);
         if clean {
-            lock(&shared.cleaning).insert(name.clone());
+            shared.cleaning.lock().insert(name.clone());
         }
         let shared = shared.clone();
         background.spawn(async move {
             e.stop().await;
             if clean {
                 cleanup(&shared, &name, kubeconfig.as_deref()).await;
-                lock(&shared.cleaning).remove(&name);
+                shared.cleaning.lock().remove(&name);
             }
         });
     }
@@ -438,8 +438,4 @@ async fn probe_hub(shared: Arc<Shared>, shutdown: CancellationToken) {
         }
         shared.state.set_hub_reachable(ok);
     }
-}
-
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -11,12 +11,12 @@
 //!   is fenced by that hold's deadline. A member no longer assigned here is released at once.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -133,8 +133,8 @@ impl Shards {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 
     /// The members the directory declares now.

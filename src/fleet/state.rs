@@ -1,10 +1,10 @@
 //! What each member is doing, shared by the runtime (writer), the HTTP endpoints and metrics.
 
 use std::collections::BTreeMap;
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use jiff::Timestamp;
+use parking_lot::RwLock;
 use serde::Serialize;
 
 /// Lifecycle phase of a member engagement.
@@ -83,19 +83,12 @@ impl Drop for AliveGuard<'_> {
 impl FleetState {
     /// A copy of every member's status.
     pub fn members(&self) -> BTreeMap<String, MemberStatus> {
-        self.members
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.members.read().clone()
     }
 
     /// The status of one member.
     pub fn member(&self, name: &str) -> Option<MemberStatus> {
-        self.members
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .cloned()
+        self.members.read().get(name).cloned()
     }
 
     /// Starts tracking a (new engagement of a) member, in `Connecting`.
@@ -168,15 +161,12 @@ impl FleetState {
 
     /// Records which replica owns each member (sharded mode).
     pub fn set_owners(&self, owners: BTreeMap<String, String>) {
-        *self.owners.write().unwrap_or_else(|p| p.into_inner()) = owners;
+        *self.owners.write() = owners;
     }
 
     /// Which replica owns each member, as last seen (empty unless sharded).
     pub fn owners(&self) -> BTreeMap<String, String> {
-        self.owners
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.owners.read().clone()
     }
 
     /// Whether the fleet runtime is running (liveness).
@@ -193,8 +183,8 @@ impl FleetState {
                 .all(|m| m.phase == Phase::Failing || m.last_sync.is_some())
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, MemberStatus>> {
-        self.members.write().unwrap_or_else(|p| p.into_inner())
+    fn write(&self) -> parking_lot::RwLockWriteGuard<'_, BTreeMap<String, MemberStatus>> {
+        self.members.write()
     }
 }
 

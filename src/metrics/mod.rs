@@ -13,9 +13,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::RwLock;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::exemplar::HistogramWithExemplars;
@@ -222,7 +223,9 @@ impl Metrics {
     /// Starts tracking `member` with the counters of its client (again: a new engagement
     /// replaces the client counters; the event series are kept).
     pub fn register_member(&self, member: &str, member_stats: Arc<ClientStats>) {
-        write(&self.shared.members)
+        self.shared
+            .members
+            .write()
             .entry(member.to_string())
             .or_default()
             .member_client = Some(member_stats);
@@ -230,30 +233,30 @@ impl Metrics {
 
     /// The counters of the hub client shared by every member. Series: `client="hub"`.
     pub fn set_hub_client(&self, hub_stats: Arc<ClientStats>) {
-        *write(&self.shared.hub_client) = Some(hub_stats);
+        *self.shared.hub_client.write() = Some(hub_stats);
     }
 
     /// Where member phases and last-sync times come from at scrape time.
     pub fn set_fleet_state(&self, state: Arc<FleetState>) {
-        *write(&self.shared.fleet) = Some(state);
+        *self.shared.fleet.write() = Some(state);
     }
 
     /// Whether this replica writes (holds the leader Lease, or election is off, or members are
     /// sharded), read at scrape time: `fleetnet_leader`.
     pub fn set_leader(&self, leader: tokio::sync::watch::Receiver<bool>) {
-        *write(&self.shared.leader) = Some(leader);
+        *self.shared.leader.write() = Some(leader);
     }
 
     /// Where the Azure counters come from at scrape time; without one, no Azure series.
     pub fn set_azure_source(&self, source: AzureSource) {
-        *write(&self.shared.azure) = Some(source);
+        *self.shared.azure.write() = Some(source);
     }
 
     /// Drops every series of `member`: reconcile totals, duration histogram, in-flight and
     /// error counters, member state, last sync and its clients' series. Call it after the
     /// member's exporter stopped (a reconcile still running would record it again).
     pub fn remove_member(&self, member: &str) {
-        let entry = write(&self.shared.members).remove(member);
+        let entry = self.shared.members.write().remove(member);
         for outcome in entry.map(|e| e.outcomes).unwrap_or_default() {
             self.reconciles
                 .remove(&vec![("member", member.to_string()), ("outcome", outcome)]);
@@ -267,7 +270,7 @@ impl Metrics {
 
     /// Members with series, sorted.
     pub fn members(&self) -> Vec<String> {
-        read(&self.shared.members).keys().cloned().collect()
+        self.shared.members.read().keys().cloned().collect()
     }
 
     /// Every series in the OpenMetrics text format ([`OPENMETRICS_CONTENT_TYPE`]), with
@@ -294,19 +297,26 @@ impl Metrics {
     }
 
     fn ensure_member(&self, member: &str) {
-        if !read(&self.shared.members).contains_key(member) {
-            write(&self.shared.members)
+        if !self.shared.members.read().contains_key(member) {
+            self.shared
+                .members
+                .write()
                 .entry(member.to_string())
                 .or_default();
         }
     }
 
     fn note_outcome(&self, member: &str, outcome: &str) {
-        let known = read(&self.shared.members)
+        let known = self
+            .shared
+            .members
+            .read()
             .get(member)
             .is_some_and(|e| e.outcomes.contains(outcome));
         if !known {
-            write(&self.shared.members)
+            self.shared
+                .members
+                .write()
                 .entry(member.to_string())
                 .or_default()
                 .outcomes
@@ -381,14 +391,6 @@ impl MemberHooks for Metrics {
 /// that was never exported would be a dead link). `None` without the OpenTelemetry layer.
 fn current_trace() -> Option<TraceLabels> {
     crate::telemetry::current_sampled_trace_id().map(|trace_id| TraceLabels { trace_id })
-}
-
-pub(crate) fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
-use super::{AzureCounters, Labels, Shared, member_labels, read};
+use super::{AzureCounters, Labels, Shared, member_labels};
 use crate::client::{ClientStats, RequestCount};
 use crate::fleet::{MemberStatus, Phase};
 
@@ -33,14 +33,14 @@ struct ClientSeries {
 impl Shared {
     /// The member states and client counters to encode, copied so no lock is held meanwhile.
     fn scrape(&self) -> (Vec<(String, MemberStatus)>, Vec<ClientSeries>) {
-        let members = read(&self.members);
-        let states = read(&self.fleet).as_ref().map_or_else(Vec::new, |fleet| {
+        let members = self.members.read();
+        let states = self.fleet.read().as_ref().map_or_else(Vec::new, |fleet| {
             let states = fleet.members().into_iter();
             states
                 .filter(|(name, _)| members.contains_key(name))
                 .collect()
         });
-        let hub = read(&self.hub_client).clone().map(|stats| ClientSeries {
+        let hub = self.hub_client.read().clone().map(|stats| ClientSeries {
             labels: vec![("client", "hub".into())],
             stats,
         });
@@ -202,11 +202,11 @@ fn encode_azure(e: &mut DescriptorEncoder, c: &AzureCounters) -> fmt::Result {
 /// The process's own state: whether it writes, whether the hub answers.
 fn encode_process(e: &mut DescriptorEncoder, shared: &Shared) -> fmt::Result {
     let flag = |v: bool| vec![(vec![], ConstGauge::new(i64::from(v)))];
-    if let Some(leader) = read(&shared.leader).as_ref() {
+    if let Some(leader) = shared.leader.read().as_ref() {
         let help = "1 while this replica writes: it holds the leader Lease, leader election is off, or members are sharded (each by its own Lease).";
         family(e, ("fleetnet_leader", help, None), flag(*leader.borrow()))?;
     }
-    if let Some(fleet) = read(&shared.fleet).as_ref() {
+    if let Some(fleet) = shared.fleet.read().as_ref() {
         let help = "1 when the hub's API server answered this replica's last probe.";
         let reachable = flag(fleet.hub_reachable());
         family(e, ("fleetnet_hub_reachable", help, None), reachable)?;
@@ -220,7 +220,7 @@ impl Collector for ScrapeCollector {
         encode_process(&mut encoder, &self.0)?;
         encode_members(&mut encoder, &states)?;
         encode_clients(&mut encoder, &clients)?;
-        match read(&self.0.azure).clone() {
+        match self.0.azure.read().clone() {
             Some(source) => encode_azure(&mut encoder, &source()),
             None => Ok(()),
         }

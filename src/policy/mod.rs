@@ -17,14 +17,15 @@
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use http::{Method, Request, Response, Uri};
+use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 use tower::layer::util::{Identity, Stack};
 use tower::retry::RetryLayer;
@@ -113,7 +114,7 @@ pub struct ClientStats {
 
 impl ClientStats {
     fn record(&self, kind: &RequestKind, code: Option<u16>) {
-        let mut map = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.requests.lock();
         *map.entry((kind.verb, kind.resource.clone(), code))
             .or_default() += 1;
     }
@@ -130,7 +131,7 @@ impl ClientStats {
 
     /// Every counter, sorted.
     pub fn snapshot(&self) -> Vec<RequestCount> {
-        let map = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.requests.lock();
         map.iter()
             .map(|((verb, resource, code), count)| RequestCount {
                 verb,
