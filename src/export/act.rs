@@ -105,13 +105,7 @@ impl<'a> Writes<'a> {
         };
         let Some(uid) = uid else { return Ok(()) };
         self.ctx.ensure_leader(self.ns, self.name)?;
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(uid),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
+        let params = only_uid(Some(uid));
         // Accepted (gone, or terminating behind the hub's finalizer) or already gone: the
         // export is withdrawn and the finalizer may go. A failed precondition (409) means
         // the name now holds another object: the caller re-observes.
@@ -212,6 +206,16 @@ impl<'a> Writes<'a> {
         self.done.hub_object = Some(Some(patched));
         Ok(())
     }
+}
+
+/// A delete of exactly the object with `uid`: a name since taken by another object is refused
+/// with a 409.
+pub(super) fn only_uid(uid: Option<String>) -> DeleteParams {
+    let resource_version = None;
+    DeleteParams::default().preconditions(Preconditions {
+        uid,
+        resource_version,
+    })
 }
 
 /// The UID of this export's ISE, read live: `None` when the name is free, already terminating,

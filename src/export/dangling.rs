@@ -7,11 +7,12 @@
 use std::sync::Arc;
 
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Preconditions};
+use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::mpsc;
 
 use super::Context;
+use super::act::only_uid;
 use super::decide::ise_name;
 use crate::api::{InternalServiceExport, ServiceExport};
 
@@ -88,14 +89,11 @@ async fn check(ctx: &Context, exports: &Store<ServiceExport>, name: &str) {
     if !*ctx.leader.borrow() {
         return;
     }
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: ise.metadata.uid.clone(),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    match ctx.hub.delete(name, &params).await {
+    match ctx
+        .hub
+        .delete(name, &only_uid(ise.metadata.uid.clone()))
+        .await
+    {
         Ok(_) => {
             tracing::info!(member = %ctx.member, ise = %name, export = %format!("{ns}/{se_name}"), "removed a dangling ISE: its ServiceExport is gone");
             ctx.observer.hub_write(&ctx.member, "delete");
