@@ -106,6 +106,13 @@ struct MemberLease {
     holder: String,
 }
 
+impl MemberLease {
+    /// This replica holds the lease, or held it and has not released it yet.
+    fn held(&self) -> bool {
+        !matches!(*self.hold.borrow(), Hold::Never)
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// Members the kubeconfig directory declares.
@@ -220,7 +227,7 @@ pub async fn run(api: Api<Lease>, shards: std::sync::Arc<Shards>, shutdown: Canc
         state
             .members
             .iter()
-            .filter(|(_, m)| !matches!(*m.hold.borrow(), Hold::Never))
+            .filter(|(_, m)| m.held())
             .map(|(name, _)| name.clone())
             .collect()
     };
@@ -350,7 +357,7 @@ async fn balance(api: &Api<Lease>, shards: &Shards, live: &BTreeSet<String>) {
             .lock()
             .members
             .remove(&member)
-            .is_some_and(|m| !matches!(*m.hold.borrow(), Hold::Never));
+            .is_some_and(|m| m.held());
         if held {
             let lease = shards.lease_config(shards.member_lease(&member));
             let _ = release(api, &lease).await;
@@ -406,7 +413,7 @@ async fn leave_or_watch(api: &Api<Lease>, shards: &Shards, member: &str, lease: 
         .lock()
         .members
         .get(member)
-        .is_some_and(|m| !matches!(*m.hold.borrow(), Hold::Never));
+        .is_some_and(MemberLease::held);
     if held {
         // Another replica wins this member now: stop writing at once, then hand over.
         set_hold(shards, member, Hold::Never, "");
