@@ -35,6 +35,13 @@ impl MemberConfigFile {
     }
 }
 
+/// `localhost` or a loopback address (`127.0.0.1`, `[::1]`): the only hosts secrets and spans may
+/// reach over plain http.
+pub fn is_loopback_host(host: &str) -> bool {
+    let ip = host.trim_matches(['[', ']']).parse::<std::net::IpAddr>();
+    host.eq_ignore_ascii_case("localhost") || ip.is_ok_and(|ip| ip.is_loopback())
+}
+
 /// `90s`, `5m`, `1h`, `250ms` or plain seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -146,6 +153,29 @@ mod tests {
         assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("5d").is_err());
+    }
+
+    #[test]
+    fn loopback_hosts() {
+        for host in [
+            "localhost",
+            "LOCALHOST",
+            "127.0.0.1",
+            "127.8.9.10",
+            "[::1]",
+            "::1",
+        ] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in [
+            "",
+            "10.0.0.1",
+            "[::2]",
+            "localhost.example.com",
+            "collector",
+        ] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
     }
 
     #[test]

@@ -171,13 +171,7 @@ pub(crate) fn parse_http_url(field: &'static str, value: &str) -> Result<Url, Co
 /// (a local test server), never across a network.
 fn require_https_off_loopback(field: &'static str, value: &str) -> Result<(), ConfigError> {
     let url = parse_http_url(field, value)?;
-    let host = url.host_str().unwrap_or_default();
-    let loopback = host.eq_ignore_ascii_case("localhost")
-        || host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
+    let loopback = crate::config::is_loopback_host(url.host_str().unwrap_or_default());
     if url.scheme() == "https" || loopback {
         Ok(())
     } else {

@@ -90,12 +90,9 @@ fn name_part(s: &str) -> String {
         .collect();
     let digest = Sha256::digest(s.as_bytes());
     format!(
-        "{}-{:02x}{:02x}{:02x}{:02x}",
+        "{}-{}",
         clean.trim_matches('-'),
-        digest[0],
-        digest[1],
-        digest[2],
-        digest[3]
+        super::registry::hex(&digest[..4])
     )
 }
 

@@ -87,8 +87,7 @@ impl OtlpConfig {
 fn check_scheme(endpoint: &str, allow_http: bool) -> Result<(), Error> {
     let uri = endpoint.parse::<http::Uri>().ok();
     let host = uri.as_ref().and_then(|u| u.host()).unwrap_or_default();
-    let ip = host.trim_matches(['[', ']']).parse::<std::net::IpAddr>();
-    let loopback = host.eq_ignore_ascii_case("localhost") || ip.is_ok_and(|ip| ip.is_loopback());
+    let loopback = crate::config::is_loopback_host(host);
     match uri.as_ref().and_then(|u| u.scheme_str()) {
         Some("https") => Ok(()),
         Some("http") if loopback => Ok(()),
