@@ -61,6 +61,11 @@ pub struct NotHeld {
     path: String,
 }
 
+/// Whether `error`, or any error it came from, is a write this replica's fence refused.
+pub fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(error), |e| e.source()).any(|e| e.is::<NotHeld>())
+}
+
 /// With `tower::filter::FilterLayer::new(fence)`, every write (anything but GET, HEAD,
 /// OPTIONS) is refused with [`NotHeld`] when the fence does not hold.
 impl<B> Predicate<Request<B>> for Fence {
@@ -112,5 +117,22 @@ mod tests {
         assert!(e.to_string().contains("does not hold its lease"), "{e}");
         assert!(send(&fence, Method::GET).await.is_ok());
         assert!(send(&Fence::open(), Method::PUT).await.is_ok());
+    }
+
+    /// Through a whole client stack (buffer, retry, counting), a fenced write fails with an
+    /// error [`refused`] recognises, without reaching any server.
+    #[tokio::test]
+    async fn a_client_reports_its_fenced_writes_as_refused() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("url"));
+        let limits = crate::client::Limits::default();
+        let closed = Fence::new(watch::channel(Hold::Never).1);
+        let stats = std::sync::Arc::default();
+        let client = crate::client::build_fenced("t", config, &limits, stats, closed);
+        let api = kube::Api::<ConfigMap>::namespaced(client.expect("client"), "ns");
+        let created = api.create(&Default::default(), &ConfigMap::default()).await;
+        assert!(refused(&created.expect_err("fenced")));
+        let other = kube::Error::Service("connection refused".into());
+        assert!(!refused(&other));
     }
 }

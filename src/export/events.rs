@@ -109,12 +109,22 @@ impl Events {
     }
 }
 
-/// Creates the queued Events one after the other, until the queue's sender is gone.
+/// Creates the queued Events one after the other, until the queue's sender is gone. When this
+/// replica may not write for the member (it does not hold the lease), what is queued then is
+/// dropped at once, in one log line; Events queued later (the lease back) are created.
 async fn create_each(client: kube::Client, mut queued: mpsc::Receiver<Event>, member: String) {
     while let Some(event) = queued.recv().await {
         let ns = event.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(client.clone(), &ns);
-        if let Err(e) = api.create(&PostParams::default(), &event).await {
+        let created = api.create(&PostParams::default(), &event).await;
+        if let Err(e) = &created
+            && crate::client::fence::refused(e)
+        {
+            let dropped = 1 + std::iter::from_fn(|| queued.try_recv().ok()).count();
+            tracing::info!(member = %member, dropped, "this replica does not hold the member's lease: queued events dropped");
+            continue;
+        }
+        if let Err(e) = created {
             let regarding = event.regarding.as_ref().and_then(|r| r.name.as_deref());
             tracing::warn!(
                 member = %member,
