@@ -389,6 +389,68 @@ async fn cleanup_on_remove_and_leader_election() {
     standby.shutdown().await;
 }
 
+/// Pauses a process (SIGSTOP) until dropped (SIGCONT), also when the test fails meanwhile.
+struct Paused(String);
+
+impl Paused {
+    fn new(pid: u32) -> Self {
+        let paused = Self(pid.to_string());
+        paused.signal("-STOP");
+        paused
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([signal, &self.0])
+            .status();
+        assert!(
+            status.is_ok_and(|s| s.success()),
+            "kill {signal} {}",
+            self.0
+        );
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        self.signal("-CONT");
+    }
+}
+
+/// A member whose API server hangs (SIGSTOP: connections accepted, nothing answered; its watches
+/// just go quiet) shows failing within the probe's period while the others keep exporting, and
+/// ready again once it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_api_server_hangs_shows_failing_until_it_answers() {
+    let fleet = Fleet::builder()
+        .members(["alpha", "beta"])
+        .start()
+        .await
+        .expect("fleet");
+    let dir = member_dir(&fleet, &["alpha", "beta"]);
+    let running = app::start(config(&fleet, &dir), Extensions::default())
+        .await
+        .expect("starts");
+    wait_phase(&running, "alpha", Phase::Ready).await;
+    wait_phase(&running, "beta", Phase::Ready).await;
+
+    let paused = Paused::new(fleet.member("beta").pid().expect("beta runs"));
+    wait_phase(&running, "beta", Phase::Failing).await;
+    let beta = running.state.member("beta").expect("beta");
+    let error = beta.last_error.unwrap_or_default();
+    assert!(error.contains("API server not answering"), "{error}");
+    export_and_wait(&fleet, "alpha", "ns1", "web").await;
+    assert_eq!(
+        running.state.member("alpha").map(|m| m.phase),
+        Some(Phase::Ready)
+    );
+
+    drop(paused);
+    wait_phase(&running, "beta", Phase::Ready).await;
+    export_and_wait(&fleet, "beta", "ns1", "web").await;
+    running.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_member_fails_alone_and_check_reports_every_member() {
     let mut fleet = Fleet::builder()

@@ -151,19 +151,23 @@ async fn run_once(
         )
     })??;
     shared.state.set_phase(name, Phase::Syncing, None);
+    let probe_client = client.clone();
     let exporter = exporter(name, shared, client, events, version);
     let stop = cancel.clone();
     let (run, synced) = exporter.start(async move { stop.cancelled().await });
     let span = tracing::info_span!("member", fleet.member = %name);
     let run = tokio::spawn(run.instrument(span));
+    let state = shared.state.clone();
     let watcher = tokio::spawn(track_sync(
-        shared.state.clone(),
+        state.clone(),
         name.to_string(),
         synced,
         cfg.member_sync_timeout,
     ));
+    let prober = tokio::spawn(probe(state, name.to_string(), probe_client));
     let result = run.await;
     watcher.abort();
+    prober.abort();
     result.map_err(|e| format!("member task ended abnormally: {e}"))
 }
 
@@ -215,6 +219,50 @@ async fn track_sync(state: Arc<FleetState>, member: String, synced: Synced, time
     }
     state.set_phase(&member, Phase::Ready, None);
     tracing::info!(member = %member, exports = synced.exports(), "member synced");
+}
+
+/// How often a running member's API server is asked whether it answers, and how long it may take.
+const PROBE_EVERY: Duration = Duration::from_secs(10);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Shows the member failing while its API server does not answer: a hung or partitioned server
+/// leaves the watches silent rather than failing them. Once it answers again the member is
+/// Ready, unless something else (a failing watch) reported it failing meanwhile.
+async fn probe(state: Arc<FleetState>, member: String, client: kube::Client) {
+    let mut ticker = tokio::time::interval(PROBE_EVERY);
+    // The error this probe recorded, while it stands.
+    let mut recorded: Option<String> = None;
+    loop {
+        ticker.tick().await;
+        match super::answers(&client, PROBE_TIMEOUT).await {
+            Err(e) => {
+                // Also after a reconcile that needed no member request showed it ready.
+                let failing = state
+                    .member(&member)
+                    .is_some_and(|s| s.phase == Phase::Failing);
+                if !failing {
+                    let error = format!("API server not answering: {e}");
+                    tracing::warn!(member = %member, error = %error, "member failing");
+                    state.set_phase(&member, Phase::Failing, Some(error.clone()));
+                    recorded = Some(error);
+                }
+            }
+            Ok(()) => {
+                let Some(error) = recorded.take() else {
+                    continue;
+                };
+                let ours = state.member(&member).is_some_and(|s| {
+                    s.phase == Phase::Failing
+                        && s.last_sync.is_some()
+                        && s.last_error.as_deref() == Some(error.as_str())
+                });
+                if ours {
+                    tracing::info!(member = %member, "API server answers again");
+                    state.set_phase(&member, Phase::Ready, None);
+                }
+            }
+        }
+    }
 }
 
 /// Parser errors quote the offending value, which in a kubeconfig may be a token or a key:

@@ -419,6 +419,15 @@ async fn cleanup(shared: &Arc<Shared>, name: &str, kubeconfig: Option<&str>) {
     crate::export::cleanup::withdraw_member(name, hub, member).await;
 }
 
+/// Whether `client`'s API server answers (`/version`) within `within`; else why not.
+async fn answers(client: &kube::Client, within: Duration) -> Result<(), String> {
+    match tokio::time::timeout(within, client.apiserver_version()).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {within:?}")),
+    }
+}
+
 /// Hub reachability for `/readyz`, every 5 s.
 async fn probe_hub(shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut ticker = tokio::time::interval(Duration::from_secs(5));
@@ -427,12 +436,9 @@ async fn probe_hub(shared: Arc<Shared>, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => return,
             _ = ticker.tick() => {}
         }
-        let ok = tokio::time::timeout(
-            Duration::from_secs(5),
-            shared.hub_client.apiserver_version(),
-        )
-        .await
-        .is_ok_and(|r| r.is_ok());
+        let ok = answers(&shared.hub_client, Duration::from_secs(5))
+            .await
+            .is_ok();
         if ok != shared.state.hub_reachable() {
             tracing::info!(reachable = ok, "hub reachability changed");
         }
