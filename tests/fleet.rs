@@ -69,6 +69,20 @@ async fn wait_ready(running: &Running) {
     .await;
 }
 
+/// A hub, members `alpha` and `beta` in the kubeconfig directory, and the controller running.
+async fn alpha_and_beta() -> (Fleet, Running) {
+    let fleet = Fleet::builder()
+        .members(["alpha", "beta"])
+        .start()
+        .await
+        .expect("fleet");
+    let dir = member_dir(&fleet, &["alpha", "beta"]);
+    let running = app::start(config(&fleet, &dir), Extensions::default())
+        .await
+        .expect("starts");
+    (fleet, running)
+}
+
 /// Creates `ns/name` Service + ServiceExport in `member` and waits for the ISE in the hub.
 async fn export_and_wait(fleet: &Fleet, member: &str, ns: &str, name: &str) -> Duration {
     let client = fleet.member(member).client().await.expect("member client");
@@ -236,15 +250,7 @@ async fn three_members_export_into_their_own_namespaces_and_come_and_go() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_outage_does_not_delay_the_others_and_nothing_is_lost() {
-    let mut fleet = Fleet::builder()
-        .members(["alpha", "beta"])
-        .start()
-        .await
-        .expect("fleet");
-    let dir = member_dir(&fleet, &["alpha", "beta"]);
-    let running = app::start(config(&fleet, &dir), Extensions::default())
-        .await
-        .expect("starts");
+    let (mut fleet, running) = alpha_and_beta().await;
     wait_ready(&running).await;
     let baseline = export_and_wait(&fleet, "beta", "ns1", "baseline").await;
 
@@ -422,15 +428,7 @@ impl Drop for Paused {
 /// ready again once it answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_whose_api_server_hangs_shows_failing_until_it_answers() {
-    let fleet = Fleet::builder()
-        .members(["alpha", "beta"])
-        .start()
-        .await
-        .expect("fleet");
-    let dir = member_dir(&fleet, &["alpha", "beta"]);
-    let running = app::start(config(&fleet, &dir), Extensions::default())
-        .await
-        .expect("starts");
+    let (fleet, running) = alpha_and_beta().await;
     wait_phase(&running, "alpha", Phase::Ready).await;
     wait_phase(&running, "beta", Phase::Ready).await;
 
