@@ -248,17 +248,9 @@ async fn probe(state: Arc<FleetState>, member: String, client: kube::Client) {
                 }
             }
             Ok(()) => {
-                let Some(error) = recorded.take() else {
-                    continue;
-                };
-                let ours = state.member(&member).is_some_and(|s| {
-                    s.phase == Phase::Failing
-                        && s.last_sync.is_some()
-                        && s.last_error.as_deref() == Some(error.as_str())
-                });
-                if ours {
+                let error = recorded.take();
+                if error.is_some_and(|e| state.recovered(&member, Some(&e))) {
                     tracing::info!(member = %member, "API server answers again");
-                    state.set_phase(&member, Phase::Ready, None);
                 }
             }
         }

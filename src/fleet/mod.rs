@@ -130,7 +130,7 @@ impl ReconcileObserver for StateObserver {
     fn reconciled(&self, member: &str, outcome: Reconciled, took: Duration) {
         // A member recovering from a watch failure proves it with a successful reconcile.
         if !matches!(outcome, Reconciled::Failed(_)) {
-            self.recovered(member);
+            self.state.recovered(member, None);
         }
         self.inner.reconciled(member, outcome, took);
     }
@@ -149,20 +149,8 @@ impl ReconcileObserver for StateObserver {
         self.inner.controller_error(member, error);
     }
     fn watches_recovered(&self, member: &str) {
-        self.recovered(member);
+        self.state.recovered(member, None);
         self.inner.watches_recovered(member);
-    }
-}
-
-impl StateObserver {
-    /// A member that had synced and then failed is Ready again.
-    fn recovered(&self, member: &str) {
-        if let Some(s) = self.state.member(member)
-            && s.phase == Phase::Failing
-            && s.last_sync.is_some()
-        {
-            self.state.set_phase(member, Phase::Ready, None);
-        }
     }
 }
 

@@ -135,6 +135,20 @@ impl FleetState {
         }
     }
 
+    /// A member that had synced and then failed is Ready again. With `cause`, only while that is
+    /// still the failure it shows (another failure since then stands). Returns whether it was.
+    pub fn recovered(&self, name: &str, cause: Option<&str>) -> bool {
+        let failed = self.member(name).is_some_and(|s| {
+            s.phase == Phase::Failing
+                && s.last_sync.is_some()
+                && cause.is_none_or(|c| s.last_error.as_deref() == Some(c))
+        });
+        if failed {
+            self.set_phase(name, Phase::Ready, None);
+        }
+        failed
+    }
+
     /// Marks the member's kubeconfig refused: failing with `error`, never connected.
     pub fn refuse(&self, name: &str, error: String) {
         self.set_phase(name, Phase::Failing, Some(error));
@@ -212,5 +226,23 @@ mod tests {
         );
         state.set_hub_reachable(false);
         assert!(!state.ready(), "hub unreachable");
+    }
+
+    #[test]
+    fn only_a_synced_member_recovers_and_only_from_the_failure_named() {
+        let state = FleetState::default();
+        state.engage("a", "h1");
+        state.set_phase("a", Phase::Failing, Some("not answering".into()));
+        assert!(!state.recovered("a", None), "never synced: not Ready");
+        state.set_phase("a", Phase::Ready, None);
+        state.set_phase("a", Phase::Failing, Some("watch error".into()));
+        assert!(
+            !state.recovered("a", Some("not answering")),
+            "another failure stands"
+        );
+        assert_eq!(state.member("a").map(|m| m.phase), Some(Phase::Failing));
+        assert!(state.recovered("a", Some("watch error")));
+        assert_eq!(state.member("a").map(|m| m.phase), Some(Phase::Ready));
+        assert!(!state.recovered("a", None), "not failing");
     }
 }
