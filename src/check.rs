@@ -14,7 +14,7 @@ use kube::api::{Api, PostParams};
 use crate::api::GROUP;
 use crate::api::ServiceExportVersion;
 use crate::client::Limits;
-use crate::fleet::{TrustPolicy, member_client, registry};
+use crate::fleet::{MemberClient, TrustPolicy, member_client, registry};
 
 /// `(group, resource, verb)` the reconciler needs in each member.
 pub const MEMBER_PERMISSIONS: &[(&str, &str, &str)] = &[
@@ -70,30 +70,31 @@ async fn missing_permissions(client: kube::Client) -> Result<Vec<String>, String
     Ok(missing)
 }
 
-/// Checks one member kubeconfig.
-pub async fn check_member(name: &str, kubeconfig: &str, trust: TrustPolicy) -> MemberCheck {
-    let mut server = "-".to_string();
-    let verdict = usable(name, kubeconfig, trust, &mut server).await;
-    MemberCheck {
-        member: name.into(),
-        server,
-        ok: verdict.is_ok(),
-        problem: verdict.unwrap_or_else(|e| e),
+impl MemberCheck {
+    fn new(member: &str, server: &str, verdict: Result<String, String>) -> Self {
+        Self {
+            member: member.into(),
+            server: server.into(),
+            ok: verdict.is_ok(),
+            problem: verdict.unwrap_or_else(|e| e),
+        }
     }
 }
 
-/// `Ok(summary)` when fleetnet-hub can work with the member, else the problem; `server` is
-/// set once known.
-async fn usable(
-    name: &str,
-    kubeconfig: &str,
-    trust: TrustPolicy,
-    server: &mut String,
-) -> Result<String, String> {
-    let limits = Limits::default();
-    let fence = crate::client::Fence::open();
-    let member = member_client(name, kubeconfig, trust, &limits, Arc::default(), fence).await?;
-    *server = member.server;
+/// Checks one member kubeconfig.
+pub async fn check_member(name: &str, kubeconfig: &str, trust: TrustPolicy) -> MemberCheck {
+    let (limits, fence) = (Limits::default(), crate::client::Fence::open());
+    match member_client(name, kubeconfig, trust, &limits, Arc::default(), fence).await {
+        Ok(member) => {
+            let server = member.server.clone();
+            MemberCheck::new(name, &server, usable(member).await)
+        }
+        Err(problem) => MemberCheck::new(name, "-", Err(problem)),
+    }
+}
+
+/// `Ok(summary)` when fleetnet-hub can work with the member, else the problem.
+async fn usable(member: MemberClient) -> Result<String, String> {
     let discovery = ServiceExportVersion::discover(&member.client);
     let version = tokio::time::timeout(Duration::from_secs(15), discovery)
         .await
@@ -119,12 +120,7 @@ pub async fn run(dir: &Path, trust: TrustPolicy) -> Result<(), String> {
     for (name, source) in members {
         rows.push(match source.kubeconfig {
             Ok(k) => check_member(&name, &k, trust).await,
-            Err(e) => MemberCheck {
-                member: name,
-                server: "-".into(),
-                ok: false,
-                problem: e,
-            },
+            Err(e) => MemberCheck::new(&name, "-", Err(e)),
         });
     }
     print!("{}", table(&rows));

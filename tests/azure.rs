@@ -36,12 +36,20 @@ fn fleet(config: AzureConfig) -> AzureFleet {
 /// timeout abandoned it and a retry answered, well before the slow answer would have.
 async fn found_before_the_slow_answer(lookup: &dyn PublicIpLookup, rg: &str, ip: &str) {
     let started = Instant::now();
-    assert!(lookup.find_by_address(rg, ip).await.unwrap().is_some());
+    assert!(found(lookup, rg, ip).await);
     assert!(
         started.elapsed() < Duration::from_millis(1500),
         "{:?}",
         started.elapsed()
     );
+}
+
+/// Whether `lookup` finds `ip` in `rg`; a failed lookup fails the test.
+async fn found(lookup: &dyn PublicIpLookup, rg: &str, ip: &str) -> bool {
+    match lookup.find_by_address(rg, ip).await {
+        Ok(found) => found.is_some(),
+        Err(e) => panic!("lookup of {ip} in {rg}: {e}"),
+    }
 }
 
 fn path(rg: &str) -> String {
@@ -169,13 +177,7 @@ async fn a_miss_refreshes_at_most_once_per_interval() {
     let fleet = fleet(cfg);
     let lookup = fleet.for_member(None).unwrap();
 
-    assert!(
-        lookup
-            .find_by_address(RG, "20.3.0.1")
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(found(&*lookup, RG, "20.3.0.1").await);
     arm.add_ip(SUB, RG, FakeIp::new("b", "20.3.0.2"));
     for _ in 0..10 {
         assert_eq!(lookup.find_by_address(RG, "20.3.0.2").await.unwrap(), None);
@@ -188,11 +190,7 @@ async fn a_miss_refreshes_at_most_once_per_interval() {
 
     tokio::time::sleep(Duration::from_millis(350)).await;
     assert!(
-        lookup
-            .find_by_address(RG, "20.3.0.2")
-            .await
-            .unwrap()
-            .is_some(),
+        found(&*lookup, RG, "20.3.0.2").await,
         "after the interval a miss re-lists and finds the new IP"
     );
     assert_eq!(arm.requests(&path(RG)), 2);
@@ -219,29 +217,11 @@ async fn ttl_expiry_triggers_a_new_list() {
     cfg.miss_refresh_interval = Duration::from_millis(100);
     let fleet = fleet(cfg);
     let lookup = fleet.for_member(None).unwrap();
-    assert!(
-        lookup
-            .find_by_address(RG, "20.4.0.0")
-            .await
-            .unwrap()
-            .is_some()
-    );
-    assert!(
-        lookup
-            .find_by_address(RG, "20.4.0.1")
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(found(&*lookup, RG, "20.4.0.0").await);
+    assert!(found(&*lookup, RG, "20.4.0.1").await);
     assert_eq!(arm.requests(&path(RG)), 1);
     tokio::time::sleep(Duration::from_millis(350)).await;
-    assert!(
-        lookup
-            .find_by_address(RG, "20.4.0.0")
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(found(&*lookup, RG, "20.4.0.0").await);
     assert_eq!(arm.requests(&path(RG)), 2);
 }
 
@@ -261,13 +241,7 @@ async fn throttling_honours_retry_after_then_gives_throttled() {
     arm.push_faults([Fault::Throttle {
         retry_after_secs: 1,
     }]);
-    assert!(
-        lookup
-            .find_by_address(RG, "20.5.0.0")
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(found(&*lookup, RG, "20.5.0.0").await);
     let seen = arm.lists();
     assert_eq!(seen.len(), 2);
     let waited = seen[1].at - seen[0].at;
@@ -341,13 +315,7 @@ async fn server_errors_are_retried_then_failed() {
     let lookup = fleet.for_member(None).unwrap();
 
     arm.push_faults([Fault::Status(503), Fault::Status(500)]);
-    assert!(
-        lookup
-            .find_by_address(RG, "20.6.0.0")
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(found(&*lookup, RG, "20.6.0.0").await);
     assert_eq!(arm.requests(&path(RG)), 3);
 
     arm.push_faults([500, 502, 503, 504].map(Fault::Status));
@@ -441,13 +409,7 @@ async fn arm_requires_a_valid_bearer_token() {
     arm.reject_tokens(false);
     arm.set_ips(SUB, "rg-next", ips("20.8.1", 1));
     let lookup = fleet.for_member(None).unwrap();
-    assert!(
-        lookup
-            .find_by_address("rg-next", "20.8.1.0")
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(found(&*lookup, "rg-next", "20.8.1.0").await);
     assert_eq!(arm.token_requests(), 2);
 
     // A wrong client secret: no token, no ARM request.
@@ -658,21 +620,9 @@ async fn workload_identity_rereads_the_rotated_token_file() {
     };
     let fleet = fleet(cfg);
     let lookup = fleet.for_member(None).unwrap();
-    assert!(
-        lookup
-            .find_by_address("rg-a", "20.14.0.0")
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(found(&*lookup, "rg-a", "20.14.0.0").await);
     std::fs::write(&token_file, "projected-sa-token-2\n").unwrap();
-    assert!(
-        lookup
-            .find_by_address("rg-b", "20.14.1.0")
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(found(&*lookup, "rg-b", "20.14.1.0").await);
     let assertions: Vec<String> = arm
         .token_forms()
         .iter()
@@ -695,20 +645,8 @@ async fn managed_identity_asks_imds_for_the_user_assigned_identity() {
     };
     let fleet = fleet(cfg);
     let lookup = fleet.for_member(None).unwrap();
-    assert!(
-        lookup
-            .find_by_address(RG, "20.15.0.0")
-            .await
-            .unwrap()
-            .is_some()
-    );
-    assert!(
-        lookup
-            .find_by_address(RG, "20.15.0.0")
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(found(&*lookup, RG, "20.15.0.0").await);
+    assert!(found(&*lookup, RG, "20.15.0.0").await);
     let queries = arm.imds_queries();
     assert_eq!(queries.len(), 1, "the token is cached");
     assert_eq!(queries[0]["client_id"], "kubelet-identity-client-id");
@@ -803,13 +741,7 @@ async fn token_requests_are_retried_by_the_token_transport() {
             retry_after_secs: 0,
         },
     ]);
-    assert!(
-        lookup
-            .find_by_address("rg-a", "20.17.0.0")
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(found(&*lookup, "rg-a", "20.17.0.0").await);
     assert_eq!(arm.requests(&token_path), 3);
     let tokens = fleet.stats().token;
     assert_eq!(

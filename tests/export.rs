@@ -37,20 +37,17 @@ async fn warning_reasons(member: &kube::Client, ns: &str) -> Vec<String> {
         .collect()
 }
 
-async fn patch_annotations(
-    member: &kube::Client,
-    ns: &str,
-    name: &str,
-    annotations: serde_json::Value,
-) {
-    exports(member, ns)
+/// Sets shop/cart's weight annotation (`null` removes it).
+async fn set_weight(member: &kube::Client, weight: serde_json::Value) {
+    let annotations = serde_json::json!({ WEIGHT_ANNOTATION: weight });
+    exports(member, "shop")
         .patch(
-            name,
+            "cart",
             &PatchParams::default(),
             &Patch::Merge(&serde_json::json!({"metadata": {"annotations": annotations}})),
         )
         .await
-        .expect("patch annotations");
+        .expect("patch shop/cart's weight");
 }
 
 /// An exporter that stops (member removed, SIGTERM) first creates the Events its reconciles
@@ -274,13 +271,7 @@ async fn export_lifecycle_with_write_counts() {
     );
 
     // 5. Invalid weight: the export stays, Valid=False with the parse error.
-    patch_annotations(
-        &member,
-        "shop",
-        "cart",
-        serde_json::json!({WEIGHT_ANNOTATION: "lots"}),
-    )
-    .await;
+    set_weight(&member, serde_json::json!("lots")).await;
     let se = wait_condition(
         &member,
         "shop",
@@ -300,13 +291,7 @@ async fn export_lifecycle_with_write_counts() {
         "export kept"
     );
     // Weight 0: unexported, still valid.
-    patch_annotations(
-        &member,
-        "shop",
-        "cart",
-        serde_json::json!({WEIGHT_ANNOTATION: "0"}),
-    )
-    .await;
+    set_weight(&member, serde_json::json!("0")).await;
     let se = wait_condition(
         &member,
         "shop",
@@ -324,13 +309,7 @@ async fn export_lifecycle_with_write_counts() {
     );
     wait_ise_gone(&hub, &hub_ns, "shop-cart").await;
     // Weight back: exported afresh and Conflict re-armed.
-    patch_annotations(
-        &member,
-        "shop",
-        "cart",
-        serde_json::json!({WEIGHT_ANNOTATION: null}),
-    )
-    .await;
+    set_weight(&member, serde_json::json!(null)).await;
     wait_ise(&hub, &hub_ns, "shop-cart", |_| true).await;
     wait_condition(
         &member,
@@ -404,16 +383,7 @@ async fn export_lifecycle_with_write_counts() {
         .await
         .expect("delete export");
     wait_ise_gone(&hub, &hub_ns, "shop-cart").await;
-    eventually("ServiceExport shop/cart gone", || {
-        let api = exports(&member, "shop");
-        async move {
-            api.get_opt("cart")
-                .await
-                .ok()
-                .and_then(|o| o.is_none().then_some(()))
-        }
-    })
-    .await;
+    wait_gone(&exports(&member, "shop"), "cart").await;
     exporter.stop().await;
 }
 
@@ -481,16 +451,7 @@ async fn service_export_before_service_and_name_collisions() {
         .delete("c", &DeleteParams::default())
         .await
         .expect("delete");
-    eventually("a-b/c gone", || {
-        let api = exports(&member, "a-b");
-        async move {
-            api.get_opt("c")
-                .await
-                .ok()
-                .and_then(|o| o.is_none().then_some(()))
-        }
-    })
-    .await;
+    wait_gone(&exports(&member, "a-b"), "c").await;
     assert!(
         ises(&hub, &hub_ns)
             .get_opt("a-b-c")

@@ -93,6 +93,25 @@ fn member_dir(fleet: &Fleet, members: &[&str]) -> PathBuf {
     dir
 }
 
+/// A fleet of one member `m`: the fleet, a hub client, `m`'s namespace in the hub, a client of `m`.
+async fn one_member(m: &str) -> (Fleet, kube::Client, String, kube::Client) {
+    let fleet = Fleet::builder().members([m]).start().await.expect("fleet");
+    let hub = fleet.hub().client().await.expect("hub client");
+    let hub_ns = fleet.hub_namespace(m);
+    let member = fleet.member(m).client().await.expect("member client");
+    (fleet, hub, hub_ns, member)
+}
+
+/// The product, in this process, exporting `fleet`'s member `m`; ready.
+async fn started_in_process(fleet: &Fleet, m: &str) -> Running {
+    let config = app_config(fleet, &member_dir(fleet, &[m]));
+    let running = app::start(config, Extensions::default())
+        .await
+        .expect("starts");
+    wait_app_ready(&running, &[m]).await;
+    running
+}
+
 async fn wait_app_ready(running: &Running, members: &[&str]) {
     within(Duration::from_secs(60), "process ready", || async {
         let all = members.iter().all(|m| {
@@ -649,53 +668,60 @@ async fn a_converged_fleet_restarted_gracefully_then_killed_makes_no_write_and_n
         "the counting sees the product's ISE creations: {converged:?}"
     );
 
+    /// Starts the hub again as `label`, waits for its reconcile of every export and 5 s more,
+    /// and adds to `failures` each cluster that saw writes or Events since `before`.
+    async fn restarted(
+        fleet: &Fleet,
+        dir: &Path,
+        counted: &Counted,
+        before: &BTreeMap<String, Writes>,
+        label: &str,
+        failures: &mut Vec<String>,
+    ) -> HubProcess {
+        let mut process = HubProcess::spawn(fleet, dir, FAST_HUB, label);
+        let ready = process.wait_ready(&MEMBERS, Duration::from_secs(90)).await;
+        let reconciled = process
+            .wait_reconciled(&MEMBERS, EXPORTS, Duration::from_secs(60))
+            .await;
+        println!("[restart] {label}: ready after {ready:?}; reconciles {reconciled}");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let after = counted.snapshot().await;
+        for (cluster, (writes, events, detail)) in delta(before, &after) {
+            let line = format!("{label}: {cluster}: {writes} writes, {events} events {detail:?}");
+            println!("[restart] {line}");
+            if writes + events > 0 {
+                failures.push(line);
+            }
+        }
+        process
+    }
+
     let mut failures = vec![];
-    // Graceful restart.
     let status = process.terminate().await;
     assert!(
         status.success(),
         "SIGTERM ends the process cleanly: {status}"
     );
-    let mut process = HubProcess::spawn(&fleet, &dir, FAST_HUB, "after-sigterm");
-    let ready = process.wait_ready(&MEMBERS, Duration::from_secs(90)).await;
-    let reconciled = process
-        .wait_reconciled(&MEMBERS, EXPORTS, Duration::from_secs(60))
-        .await;
-    println!("[restart] after SIGTERM: ready after {ready:?}; reconciles {reconciled}");
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let after_term = counted.snapshot().await;
-    for (cluster, (writes, events, detail)) in delta(&converged, &after_term) {
-        println!(
-            "[restart] graceful restart: {cluster}: {writes} writes, {events} events {detail:?}"
-        );
-        if writes + events > 0 {
-            failures.push(format!(
-                "graceful restart: {cluster}: {writes} writes, {events} events {detail:?}"
-            ));
-        }
-    }
-
-    // kill -9 and start again.
+    let process = restarted(
+        &fleet,
+        &dir,
+        &counted,
+        &converged,
+        "after-sigterm",
+        &mut failures,
+    )
+    .await;
     let before_kill = counted.snapshot().await;
     process.kill().await;
-    let mut process = HubProcess::spawn(&fleet, &dir, FAST_HUB, "after-sigkill");
-    let ready = process.wait_ready(&MEMBERS, Duration::from_secs(90)).await;
-    let reconciled = process
-        .wait_reconciled(&MEMBERS, EXPORTS, Duration::from_secs(60))
-        .await;
-    println!("[restart] after SIGKILL: ready after {ready:?}; reconciles {reconciled}");
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let after_kill = counted.snapshot().await;
-    for (cluster, (writes, events, detail)) in delta(&before_kill, &after_kill) {
-        println!(
-            "[restart] kill -9 restart: {cluster}: {writes} writes, {events} events {detail:?}"
-        );
-        if writes + events > 0 {
-            failures.push(format!(
-                "kill -9 restart: {cluster}: {writes} writes, {events} events {detail:?}"
-            ));
-        }
-    }
+    let process = restarted(
+        &fleet,
+        &dir,
+        &counted,
+        &before_kill,
+        "after-sigkill",
+        &mut failures,
+    )
+    .await;
     let _ = process.terminate().await;
     assert!(
         failures.is_empty(),
@@ -715,10 +741,7 @@ async fn kill_minus_9_during_creation_deletes_no_ise_and_leaves_one_per_export()
     const MORE: usize = 100;
     // A slow hub budget keeps the second batch in flight long enough to be killed midway.
     const SLOW_HUB: u32 = 8;
-    let fleet = Fleet::builder().members([M]).start().await.expect("fleet");
-    let hub = fleet.hub().client().await.expect("hub client");
-    let hub_ns = fleet.hub_namespace(M);
-    let member = fleet.member(M).client().await.expect("member client");
+    let (fleet, hub, hub_ns, member) = one_member(M).await;
     namespace(&member, NS).await;
     let counted = Counted::new(&fleet).await;
     let at_start = counted.snapshot().await;
@@ -854,10 +877,7 @@ async fn kill_minus_9_during_creation_deletes_no_ise_and_leaves_one_per_export()
 async fn quick_create_then_delete_leaves_no_ise_and_no_finalizer() {
     const M: &str = "m1";
     const N: usize = 50;
-    let fleet = Fleet::builder().members([M]).start().await.expect("fleet");
-    let hub = fleet.hub().client().await.expect("hub client");
-    let hub_ns = fleet.hub_namespace(M);
-    let member = fleet.member(M).client().await.expect("member client");
+    let (fleet, hub, hub_ns, member) = one_member(M).await;
     namespace(&member, NS).await;
     let quick = names("quick", 0..N);
     futures::stream::iter(quick.clone())
@@ -868,13 +888,7 @@ async fn quick_create_then_delete_leaves_no_ise_and_no_finalizer() {
             }
         })
         .await;
-    let running = app::start(
-        app_config(&fleet, &member_dir(&fleet, &[M])),
-        Extensions::default(),
-    )
-    .await
-    .expect("starts");
-    wait_app_ready(&running, &[M]).await;
+    let running = started_in_process(&fleet, M).await;
 
     let started = Instant::now();
     futures::stream::iter(quick.clone())
@@ -971,18 +985,9 @@ fn hand_made_ise(hub_ns: &str, cluster_id: &str, ns: &str, name: &str) -> Intern
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dangling_ise_is_removed_and_another_members_is_not() {
     const M: &str = "m1";
-    let fleet = Fleet::builder().members([M]).start().await.expect("fleet");
-    let hub = fleet.hub().client().await.expect("hub client");
-    let hub_ns = fleet.hub_namespace(M);
-    let member = fleet.member(M).client().await.expect("member client");
+    let (fleet, hub, hub_ns, member) = one_member(M).await;
     namespace(&member, NS).await;
-    let running = app::start(
-        app_config(&fleet, &member_dir(&fleet, &[M])),
-        Extensions::default(),
-    )
-    .await
-    .expect("starts");
-    wait_app_ready(&running, &[M]).await;
+    let running = started_in_process(&fleet, M).await;
     // A real export, to know the product is at work (and must keep it).
     create_pairs(&member, NS, vec!["real".into()]).await;
     wait_ise(&hub, &hub_ns, "work-real", |_| true).await;
@@ -1032,20 +1037,11 @@ async fn a_dangling_ise_is_removed_and_another_members_is_not() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_collision_loser_takes_over_when_the_winner_goes() {
     const M: &str = "m1";
-    let fleet = Fleet::builder().members([M]).start().await.expect("fleet");
-    let hub = fleet.hub().client().await.expect("hub client");
-    let hub_ns = fleet.hub_namespace(M);
-    let member = fleet.member(M).client().await.expect("member client");
+    let (fleet, hub, hub_ns, member) = one_member(M).await;
     for ns in ["a", "a-b"] {
         namespace(&member, ns).await;
     }
-    let running = app::start(
-        app_config(&fleet, &member_dir(&fleet, &[M])),
-        Extensions::default(),
-    )
-    .await
-    .expect("starts");
-    wait_app_ready(&running, &[M]).await;
+    let running = started_in_process(&fleet, M).await;
 
     // The winner: a-b/c, exported first.
     create_service(&member, &service("a-b", "c", 80)).await;
@@ -1121,10 +1117,7 @@ async fn a_public_ip_that_appears_later_reaches_the_ise_without_a_service_change
     const SUB: &str = "00000000-0000-0000-0000-0000000000e1";
     const RG: &str = "mc_east";
     const IP: &str = "20.0.0.9";
-    let fleet = Fleet::builder().members([M]).start().await.expect("fleet");
-    let hub = fleet.hub().client().await.expect("hub client");
-    let hub_ns = fleet.hub_namespace(M);
-    let member = fleet.member(M).client().await.expect("member client");
+    let (fleet, hub, hub_ns, member) = one_member(M).await;
     let arm = FakeArm::start().await;
     // The group exists, the address is not in it yet.
     arm.set_ips(SUB, RG, vec![FakeIp::new("pip-other", "20.0.0.1")]);
@@ -1382,6 +1375,21 @@ async fn write_verdict(hub: &kube::Client, hub_ns: &str, name: &str, body: &serd
         .expect("hub verdict");
 }
 
+/// Asserts, every 200 ms for `period`, that held's Conflict stays Unknown (pending).
+async fn stays_pending(
+    se_api: &Api<fleetnet_hub::api::ServiceExport>,
+    period: Duration,
+    why: &str,
+) {
+    let until = Instant::now() + period;
+    while Instant::now() < until {
+        let se = se_api.get("held").await.expect("ServiceExport");
+        let pending = ("Unknown".into(), "ServicePendingConflictResolution".into());
+        assert_eq!(conflict_of(&se), pending, "{why}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 fn conflict_of(se: &fleetnet_hub::api::ServiceExport) -> (String, String) {
     condition(se, CONDITION_CONFLICT)
         .map(|(s, r, _)| (s, r))
@@ -1391,18 +1399,9 @@ fn conflict_of(se: &fleetnet_hub::api::ServiceExport) -> (String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminating_ise_is_not_reflected_as_a_verdict() {
     const M: &str = "m1";
-    let fleet = Fleet::builder().members([M]).start().await.expect("fleet");
-    let hub = fleet.hub().client().await.expect("hub client");
-    let hub_ns = fleet.hub_namespace(M);
-    let member = fleet.member(M).client().await.expect("member client");
+    let (fleet, hub, hub_ns, member) = one_member(M).await;
     namespace(&member, NS).await;
-    let running = app::start(
-        app_config(&fleet, &member_dir(&fleet, &[M])),
-        Extensions::default(),
-    )
-    .await
-    .expect("starts");
-    wait_app_ready(&running, &[M]).await;
+    let running = started_in_process(&fleet, M).await;
     create_pairs(&member, NS, vec!["held".into()]).await;
     let first = wait_ise(&hub, &hub_ns, "work-held", |_| true).await;
     let api = ises(&hub, &hub_ns);
@@ -1474,16 +1473,7 @@ async fn a_terminating_ise_is_not_reflected_as_a_verdict() {
         written.elapsed()
     );
     // And it stays so while the ISE is held.
-    let hold_until = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < hold_until {
-        let se = se_api.get("held").await.expect("ServiceExport");
-        assert_eq!(
-            conflict_of(&se),
-            ("Unknown".into(), "ServicePendingConflictResolution".into()),
-            "while the ISE terminates"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    stays_pending(&se_api, Duration::from_secs(3), "while the ISE terminates").await;
     let still = api.get("work-held").await.expect("held");
     assert!(still.metadata.deletion_timestamp.is_some());
     assert_eq!(still.metadata.uid, first.metadata.uid, "still the held ISE");
@@ -1514,16 +1504,12 @@ async fn a_terminating_ise_is_not_reflected_as_a_verdict() {
         "[restart] new ISE {:?} after the release",
         released.elapsed()
     );
-    let hold_until = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < hold_until {
-        let se = se_api.get("held").await.expect("ServiceExport");
-        assert_eq!(
-            conflict_of(&se),
-            ("Unknown".into(), "ServicePendingConflictResolution".into()),
-            "no verdict on the new ISE yet"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    stays_pending(
+        &se_api,
+        Duration::from_secs(2),
+        "no verdict on the new ISE yet",
+    )
+    .await;
     assert!(second.conditions().is_empty());
     write_verdict(
         &hub,

@@ -48,62 +48,62 @@ struct ChildRun {
 async fn grpc_export_of_two_members() {
     let _serial = SERIAL.lock().await;
     let receiver = Receiver::grpc().await;
-    let run = run_child(&[
-        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint),
-        (SAMPLING_ENV, "1"),
-    ])
+    exported(
+        &receiver,
+        "grpc",
+        "application/grpc",
+        "1",
+        &["alpha", "beta"],
+        &[],
+    )
     .await;
-    let spans = receiver.spans();
-    assert!(
-        receiver
-            .content_types()
-            .iter()
-            .all(|c| c == "application/grpc"),
-        "{:?}",
-        receiver.content_types()
-    );
-    check_traces(&spans, &run, &["alpha", "beta"], &[]);
-    check_no_secrets(&receiver, &run);
-    eprintln!(
-        "grpc: {} export requests, {} spans, {} reconcile roots; names {:?}",
-        receiver.requests(),
-        spans.len(),
-        spans.iter().filter(|s| s.name == "reconcile").count(),
-        spans
-            .iter()
-            .map(|s| s.name.as_str())
-            .collect::<BTreeSet<_>>()
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_protobuf_export_with_ratio_zero_for_one_member() {
     let _serial = SERIAL.lock().await;
     let receiver = Receiver::http().await;
+    // Everything for alpha (the default), nothing for beta.
+    let (protocol, content_type) = ("http/protobuf", "application/x-protobuf");
+    exported(
+        &receiver,
+        protocol,
+        content_type,
+        "1,beta=0",
+        &["alpha"],
+        &["beta"],
+    )
+    .await;
+}
+
+/// Runs the two-member child exporting to `receiver` over `protocol` with `sampling`, then
+/// checks what arrived: only `content_type`, traces of `sampled` members and none of
+/// `unsampled`, no secret of any kubeconfig.
+async fn exported(
+    receiver: &Receiver,
+    protocol: &str,
+    content_type: &str,
+    sampling: &str,
+    sampled: &[&str],
+    unsampled: &[&str],
+) {
     let run = run_child(&[
-        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol),
         ("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint),
-        // Everything for alpha (the default), nothing for beta.
-        (SAMPLING_ENV, "1,beta=0"),
+        (SAMPLING_ENV, sampling),
     ])
     .await;
     let spans = receiver.spans();
-    assert!(
-        receiver
-            .content_types()
-            .iter()
-            .all(|c| c == "application/x-protobuf"),
-        "{:?}",
-        receiver.content_types()
-    );
-    check_traces(&spans, &run, &["alpha"], &["beta"]);
-    check_no_secrets(&receiver, &run);
+    let types = receiver.content_types();
+    assert!(types.iter().all(|c| c == content_type), "{types:?}");
+    check_traces(&spans, &run, sampled, unsampled);
+    check_no_secrets(receiver, &run);
+    let names: BTreeSet<_> = spans.iter().map(|s| s.name.as_str()).collect();
     eprintln!(
-        "http/protobuf: {} export requests, {} spans, {} reconcile roots",
+        "{protocol}: {} export requests, {} spans, {} reconcile roots; names {names:?}",
         receiver.requests(),
         spans.len(),
-        spans.iter().filter(|s| s.name == "reconcile").count()
+        spans.iter().filter(|s| s.name == "reconcile").count(),
     );
 }
 

@@ -328,16 +328,23 @@ pub async fn wait_ise(
 
 /// Waits until the ISE `name` is gone from `ns`.
 pub async fn wait_ise_gone(hub: &kube::Client, ns: &str, name: &str) {
-    let api = ises(hub, ns);
-    eventually(&format!("ISE {ns}/{name} deleted"), || {
-        let api = api.clone();
-        async move {
+    wait_gone(&ises(hub, ns), name).await;
+}
+
+/// Waits until `api` answers that `name` does not exist.
+pub async fn wait_gone<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    eventually(
+        &format!("{}/{name} deleted", api.resource_url()),
+        || async {
             api.get_opt(name)
                 .await
                 .ok()
                 .and_then(|o| o.is_none().then_some(()))
-        }
-    })
+        },
+    )
     .await
 }
 
