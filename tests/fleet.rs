@@ -51,17 +51,6 @@ fn secret_swap(dir: &Path, version: &str, file: &str, content: &str) {
     std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).expect("swap");
 }
 
-async fn wait_phase(running: &Running, member: &str, phase: Phase) {
-    eventually(&format!("member {member} {phase:?}"), || async {
-        running
-            .state
-            .member(member)
-            .filter(|m| m.phase == phase)
-            .map(|_| ())
-    })
-    .await;
-}
-
 async fn wait_ready(running: &Running) {
     eventually("process ready", || async {
         running.state.ready().then_some(())

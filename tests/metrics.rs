@@ -12,20 +12,13 @@ use std::time::Duration;
 use fleetnet_hub::azure::TokenStatsSnapshot;
 use fleetnet_hub::fleet::{FleetState, Phase};
 use fleetnet_hub::metrics::{AzureCounters, Metrics};
-use fleetnet_testenv::Fleet;
 use support::*;
 
 const MEMBERS: [&str; 2] = ["alpha", "beta"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_of_two_exporting_members_and_removal() {
-    let fleet = Fleet::builder()
-        .members(MEMBERS)
-        .quiet()
-        .start()
-        .await
-        .expect("fleet starts");
-    let hub = fleet.hub().client().await.expect("hub client");
+    let (fleet, hub) = quiet_fleet(MEMBERS).await;
     let metrics = Arc::new(Metrics::new());
     let state = Arc::new(FleetState::default());
     metrics.set_fleet_state(state.clone());

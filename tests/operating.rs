@@ -212,13 +212,7 @@ fn throttled_kubeconfig(addr: std::net::SocketAddr) -> String {
 
 /// A fleet of `members` and a client of its hub, the chart's release namespace created there.
 async fn fleet_with_release_namespace(members: &[&str]) -> (Fleet, kube::Client) {
-    let fleet = Fleet::builder()
-        .members(members.iter().copied())
-        .quiet()
-        .start()
-        .await
-        .expect("fleet starts");
-    let hub = fleet.hub().client().await.expect("hub client");
+    let (fleet, hub) = quiet_fleet(members.iter().copied()).await;
     fleetnet_testenv::ensure_namespace(&hub, "hub", "fleetnet-system")
         .await
         .expect("release namespace");

@@ -29,7 +29,7 @@ use fleetnet_hub::azure::AzureMembers;
 use fleetnet_hub::azure::{AzureConfig, AzureFleet};
 use fleetnet_hub::client::Limits;
 use fleetnet_hub::config::MemberConfigFile;
-use fleetnet_hub::fleet::{Phase, RuntimeConfig};
+use fleetnet_hub::fleet::Phase;
 use fleetnet_testenv::{COUNTED_RESOURCES, Fleet, WRITE_VERBS};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
@@ -51,32 +51,19 @@ const FAST_HUB: u32 = 500;
 /// The in-process product with raised budgets, so setup is fast.
 fn app_config(fleet: &Fleet, dir: &Path) -> AppConfig {
     init_test_logs();
-    AppConfig {
-        hub_kubeconfig: Some(fleet.hub().kubeconfig_path().to_path_buf()),
-        hub_limits: Limits {
-            qps: 500.0,
-            burst: 1000,
-            ..Limits::default()
-        },
-        runtime: RuntimeConfig {
-            kubeconfig_dir: dir.to_path_buf(),
-            namespace_prefix: fleetnet_testenv::DEFAULT_HUB_NAMESPACE_PREFIX.into(),
-            member_limits: Limits {
-                qps: 200.0,
-                burst: 400,
-                ..Limits::default()
-            },
-            member_sync_timeout: Duration::from_secs(60),
-            cleanup_on_remove: false,
-            traffic_manager: false,
-            rescan_interval: Duration::from_secs(30),
-            instance: "test".into(),
-            trust: Default::default(),
-        },
-        leader_election: None,
-        metrics_bind_address: "127.0.0.1:0".into(),
-        health_probe_bind_address: "127.0.0.1:0".into(),
-    }
+    let mut config = support::app_config(fleet, dir);
+    config.hub_limits = Limits {
+        qps: 500.0,
+        burst: 1000,
+        ..Limits::default()
+    };
+    config.runtime.member_limits = Limits {
+        qps: 200.0,
+        burst: 400,
+        ..Limits::default()
+    };
+    config.runtime.member_sync_timeout = Duration::from_secs(60);
+    config
 }
 
 /// A kubeconfig directory of our own: `<member>.yaml`, a copy of each member's admin kubeconfig.
@@ -335,20 +322,8 @@ impl Counted {
 
     /// Waits until no counted write happens for `quiet`; returns the counts then.
     async fn settled(&self, quiet: Duration) -> BTreeMap<String, Writes> {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        let mut last = self.snapshot().await;
-        let mut since = Instant::now();
-        loop {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let now = self.snapshot().await;
-            if now != last {
-                last = now;
-                since = Instant::now();
-            } else if since.elapsed() >= quiet {
-                return now;
-            }
-            assert!(Instant::now() < deadline, "writes never settled");
-        }
+        let (every, within) = (Duration::from_millis(500), Duration::from_secs(90));
+        until_unchanged(every, quiet, within, || self.snapshot()).await
     }
 }
 

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use fleetnet_hub::app::{self, AppConfig, Extensions, Running};
+use fleetnet_hub::app::{self, AppConfig, Extensions};
 use fleetnet_hub::fleet::{Phase, TrustPolicy};
 use fleetnet_testenv::Fleet;
 use support::*;
@@ -86,17 +86,6 @@ fn config(fleet: &Fleet, dir: &Path, trust: TrustPolicy) -> AppConfig {
     config.runtime.instance = "security-test".into();
     config.runtime.trust = trust;
     config
-}
-
-async fn wait_phase(running: &Running, member: &str, phase: Phase) {
-    eventually(&format!("{member} {phase:?}"), || async {
-        running
-            .state
-            .member(member)
-            .filter(|m| m.phase == phase)
-            .map(|_| ())
-    })
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,13 +25,7 @@ const BURST: usize = 15;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_are_sharded_written_by_owners_only_and_fail_over() {
     init_test_logs();
-    let fleet = Fleet::builder()
-        .members(MEMBERS)
-        .quiet()
-        .start()
-        .await
-        .expect("fleet starts");
-    let hub = fleet.hub().client().await.expect("hub client");
+    let (fleet, hub) = quiet_fleet(MEMBERS).await;
     let admin = Access::admin(&fleet);
 
     // Two replicas, then a third: few members move.

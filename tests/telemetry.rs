@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use fleetnet_hub::metrics::Metrics;
 use fleetnet_hub::telemetry::{self, LogFormat, SAMPLING_ENV, TelemetryConfig};
-use fleetnet_testenv::Fleet;
 use otlp::{ExportedSpan, Receiver};
 use support::*;
 
@@ -375,13 +374,7 @@ async fn child_two_members() {
     let guard = telemetry::init(config).expect("telemetry init");
     assert!(guard.tracing_enabled(), "OTLP endpoint configured");
 
-    let fleet = Fleet::builder()
-        .members(MEMBERS)
-        .quiet()
-        .start()
-        .await
-        .expect("fleet starts");
-    let hub = fleet.hub().client().await.expect("hub client");
+    let (fleet, hub) = quiet_fleet(MEMBERS).await;
     let metrics = Arc::new(Metrics::new());
     let mut exporters = vec![];
     let mut secrets = otlp::kubeconfig_secrets(fleet.hub().kubeconfig_path());

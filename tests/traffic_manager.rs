@@ -21,7 +21,6 @@ use fleetnet_hub::azure::AzureMembers;
 use fleetnet_hub::azure::{AzureConfig, AzureFleet};
 use fleetnet_hub::client::Limits;
 use fleetnet_hub::config::MemberConfigFile;
-use fleetnet_hub::fleet::RuntimeConfig;
 use fleetnet_testenv::Fleet;
 use support::*;
 
@@ -43,25 +42,14 @@ fn azure_config(arm: &FakeArm) -> AzureConfig {
     }
 }
 
+/// With the Traffic Manager feature on and a 1 s rescan.
 fn app_config(fleet: &Fleet, dir: &Path) -> AppConfig {
-    AppConfig {
-        hub_kubeconfig: Some(fleet.hub().kubeconfig_path().to_path_buf()),
-        hub_limits: Limits::default(),
-        runtime: RuntimeConfig {
-            kubeconfig_dir: dir.to_path_buf(),
-            namespace_prefix: fleetnet_testenv::DEFAULT_HUB_NAMESPACE_PREFIX.into(),
-            member_limits: Limits::default(),
-            member_sync_timeout: Duration::from_secs(120),
-            cleanup_on_remove: false,
-            traffic_manager: true,
-            rescan_interval: Duration::from_secs(1),
-            instance: "test".into(),
-            trust: Default::default(),
-        },
-        leader_election: None,
-        metrics_bind_address: "127.0.0.1:0".into(),
-        health_probe_bind_address: "127.0.0.1:0".into(),
-    }
+    let mut config = support::app_config(fleet, dir);
+    config.hub_limits = Limits::default();
+    config.runtime.member_sync_timeout = Duration::from_secs(120);
+    config.runtime.traffic_manager = true;
+    config.runtime.rescan_interval = Duration::from_secs(1);
+    config
 }
 
 /// An external LoadBalancer Service `web/front` with its ServiceExport; no ingress IP yet.

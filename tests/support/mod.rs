@@ -350,19 +350,36 @@ where
 
 /// Waits until `writes()` stops changing for `quiet`, and returns it.
 pub async fn settled_writes(exporter: &RunningExporter, quiet: Duration) -> u64 {
-    let mut last = exporter.writes();
+    let every = Duration::from_millis(100);
+    until_unchanged(every, quiet, CONVERGE, || async { exporter.writes() }).await
+}
+
+/// Polls `probe` every `every` until its answer has not changed for `quiet`, and returns it;
+/// fails the test if that takes longer than `within`.
+pub async fn until_unchanged<T, F, Fut>(
+    every: Duration,
+    quiet: Duration,
+    within: Duration,
+    probe: F,
+) -> T
+where
+    T: PartialEq,
+    F: Fn() -> Fut,
+    Fut: Future<Output = T>,
+{
+    let deadline = Instant::now() + within;
+    let mut last = probe().await;
     let mut since = Instant::now();
-    let deadline = Instant::now() + CONVERGE;
     loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let now = exporter.writes();
+        tokio::time::sleep(every).await;
+        let now = probe().await;
         if now != last {
             last = now;
             since = Instant::now();
         } else if since.elapsed() >= quiet {
             return now;
         }
-        assert!(Instant::now() < deadline, "writes never settled");
+        assert!(Instant::now() < deadline, "never settled within {within:?}");
     }
 }
 
@@ -414,6 +431,36 @@ pub fn sum(text: &str, name: &str, labels: &[&str]) -> f64 {
         .filter(|l| labels.iter().all(|want| l.contains(want)))
         .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
         .sum()
+}
+
+/// A fleet of `members` that prints no readiness figures, and a hub client.
+pub async fn quiet_fleet<S: Into<String>>(
+    members: impl IntoIterator<Item = S>,
+) -> (Fleet, kube::Client) {
+    let fleet = Fleet::builder()
+        .members(members)
+        .quiet()
+        .start()
+        .await
+        .expect("fleet starts");
+    let hub = fleet.hub().client().await.expect("hub client");
+    (fleet, hub)
+}
+
+/// Waits until the running product shows `member` in `phase`.
+pub async fn wait_phase(
+    running: &fleetnet_hub::app::Running,
+    member: &str,
+    phase: fleetnet_hub::fleet::Phase,
+) {
+    eventually(&format!("member {member} {phase:?}"), || async {
+        running
+            .state
+            .member(member)
+            .filter(|m| m.phase == phase)
+            .map(|_| ())
+    })
+    .await;
 }
 
 /// The whole process's configuration for `fleet`, members from `dir`, generous hub budget,
