@@ -1,5 +1,6 @@
-//! The multi-member runtime: member registry (kubeconfig directory), one engagement per member,
-//! leader election, and the state shown by the health endpoints.
+//! The multi-member runtime: the kubeconfig directory and its vetting (`registry`, `vet`), one
+//! engagement per member with its API-server probe (`member`), leader election and member
+//! shards on fenced leases (`leader`, `shard`), and the state the health endpoints show (`state`).
 //!
 //! `fleet` starts and stops members; it knows nothing of ServiceExport conditions.
 
