@@ -63,11 +63,10 @@ async fn http_protobuf_export_with_ratio_zero_for_one_member() {
     let _serial = SERIAL.lock().await;
     let receiver = Receiver::http().await;
     // Everything for alpha (the default), nothing for beta.
-    let (protocol, content_type) = ("http/protobuf", "application/x-protobuf");
     exported(
         &receiver,
-        protocol,
-        content_type,
+        "http/protobuf",
+        "application/x-protobuf",
         "1,beta=0",
         &["alpha"],
         &["beta"],
