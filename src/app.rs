@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{self, ClientStats, Limits};
-use crate::fleet::{self, FleetState, MemberAzure, RuntimeConfig, leader::LeaseConfig};
+use crate::fleet::{self, FleetState, MemberAzure, RuntimeConfig, lease::LeaseConfig};
 use crate::http;
 use crate::metrics::Metrics;
 
@@ -23,9 +23,11 @@ pub struct LeaderElection {
     /// The Lease's name; with `shard_members`, the prefix of every lease name.
     pub name: String,
     pub identity: String,
-    /// Shard the members across the replicas (a Lease per member, rendezvous hashing over
-    /// the replicas' announcements) instead of electing one leader for all.
+    /// Shard the members across the replicas (members hashed onto `shards` shard Leases,
+    /// rendezvous hashing over the replicas' announcements) instead of electing one leader.
     pub shard_members: bool,
+    /// How many shard Leases (with `shard_members`).
+    pub shards: u16,
 }
 
 /// Everything the process needs, validated.
@@ -228,10 +230,12 @@ async fn lease_client(config: &AppConfig, sharded: bool) -> Result<Option<kube::
         return Ok(None);
     }
     let limits = Limits {
-        // Sharded: a renew per member per retry period.
+        // Sharded: a list, an announcement and a renew per held shard per retry period.
         qps: if sharded { 50.0 } else { 5.0 },
         burst: if sharded { 100 } else { 10 },
         max_in_flight: if sharded { 8 } else { 2 },
+        // No attempt may outlive a hold: each lease call has its own deadline anyway.
+        timeout: Duration::from_secs(5),
         ..Limits::default()
     };
     let path = config.hub_kubeconfig.as_deref();
@@ -241,8 +245,8 @@ async fn lease_client(config: &AppConfig, sharded: bool) -> Result<Option<kube::
     ))
 }
 
-/// Runs the election: one leader for all members, or (`shard_members`) a Lease per member
-/// among the announced replicas, whose [`fleet::shard::Shards`] is returned too.
+/// Runs the election: one leader for all members, or (`shard_members`) shard Leases among
+/// the announced replicas, whose [`fleet::shard::Shards`] is returned too.
 fn elect(
     api: Api<Lease>,
     le: LeaderElection,
@@ -265,7 +269,7 @@ fn elect(
         let task = tokio::spawn(fleet::leader::run(api, cfg, leader_tx, hold_tx, stop));
         return (task, None);
     }
-    let shards = Arc::new(fleet::shard::Shards::new(cfg));
+    let shards = Arc::new(fleet::shard::Shards::new(cfg, le.shards));
     let task = tokio::spawn(fleet::shard::run(api, shards.clone(), stop));
     (task, Some(shards))
 }

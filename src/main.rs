@@ -61,11 +61,16 @@ pub struct RunArgs {
     /// Elect a leader on a Lease in the hub; standbys keep watches warm and do not write.
     #[arg(long, env = "FLEETNET_LEADER_ELECT")]
     leader_elect: bool,
-    /// Shard members across the replicas: a Lease per member (named after
-    /// --leader-election-id), owners chosen by rendezvous hashing over the live replicas.
+    /// Shard members across the replicas: members hashed onto --shards shard Leases (named
+    /// after --leader-election-id), shards owned by rendezvous hashing over the live replicas.
     /// Replaces --leader-elect (the one-replica case of it).
     #[arg(long, env = "FLEETNET_SHARD_MEMBERS")]
     shard_members: bool,
+    /// Shard Leases with --shard-members: the coordination cost (one renewal per shard per
+    /// 2 s) and the unit members move in. All replicas must use the same number.
+    #[arg(long, env = "FLEETNET_SHARDS", default_value_t = fleetnet_hub::fleet::shard::DEFAULT_SHARDS,
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    shards: u16,
     /// Namespace of the leader Lease (defaults to $POD_NAMESPACE, else `default`).
     #[arg(long, env = "FLEETNET_LEADER_ELECTION_NAMESPACE")]
     leader_election_namespace: Option<String>,
@@ -224,6 +229,7 @@ impl RunArgs {
             name: self.leader_election_id.clone(),
             identity: format!("{instance}_{:08x}", rand::random::<u32>()),
             shard_members: self.shard_members,
+            shards: self.shards,
         });
         Ok(AppConfig {
             hub_kubeconfig: self.hub_kubeconfig.clone(),

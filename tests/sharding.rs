@@ -82,7 +82,7 @@ async fn members_are_sharded_written_by_owners_only_and_fail_over() {
     let killed = Instant::now();
     let survivors: Vec<&Replica> = survivors.iter().collect();
     let took_over = loop {
-        let holders = holders(&hub).await;
+        let holders = holders(&hub, &MEMBERS).await;
         if holders.len() == MEMBERS.len() && holders.values().all(|h| !victim.is(h)) {
             break killed.elapsed();
         }
@@ -183,10 +183,20 @@ async fn paused_stopped_and_removed_members_are_written_by_lease_holders_only() 
     let mut replicas = vec![];
     for name in names {
         let access = identity(&env.fleet, name, &MEMBERS).await;
-        // replica-a, the one paused, writes to members slowly: when it is paused, writes
-        // are waiting for its tokens, and go the moment it wakes unless the fence stops them.
+        // replica-a, the one paused, writes slowly to members and to the hub: when it is
+        // paused, member writes wait for its tokens and ISE creates for the shared hub
+        // bucket's, and would go the moment it wakes unless the fence stopped them then.
         let slow: &[&str] = if name == "replica-a" {
-            &["--kube-api-qps", "2", "--kube-api-burst", "2"]
+            &[
+                "--kube-api-qps",
+                "2",
+                "--kube-api-burst",
+                "2",
+                "--hub-api-qps",
+                "1",
+                "--hub-api-burst",
+                "1",
+            ]
         } else {
             &[]
         };
@@ -299,20 +309,16 @@ async fn paused_replica_writes_nothing_before_it_holds_again(
         .into_iter()
         .filter(|w| w.user == user)
     {
-        let member = env.member_of(&w);
-        if w.holds_member_lease() {
-            holding.extend(member);
+        if w.resource == "leases" {
+            // Its shards (taken, or a refused attempt: 409), or its announcement.
+            holding.extend(MEMBERS.iter().copied().filter(|m| w.holds_shard_of(m)));
             continue;
         }
-        if w.resource == "leases" && member.is_none() {
-            continue; // its announcement
-        }
-        if w.resource == "leases" {
-            continue; // a refused attempt at a member lease (409)
-        }
-        let member = member.unwrap_or_else(|| panic!("a write for no member: {w:?}"));
+        let member = env
+            .member_of(&w)
+            .unwrap_or_else(|| panic!("a write for no member: {w:?}"));
         assert!(
-            holding.contains(&member),
+            holding.contains(member.as_str()),
             "{} wrote {w:?} after SIGCONT before holding {member}'s lease again",
             paused.name
         );
@@ -414,10 +420,10 @@ async fn graceful_stop_releases_and_moves_few(
     let held = owned_by(&before, &stopped, members);
     let deletes = ise_deletes(&env.hub).await;
     let took = stopped.terminate();
-    let holders = holders(&env.hub).await;
+    let holders = holders(&env.hub, members).await;
     assert!(
         holders.values().all(|h| !stopped.is(h)),
-        "{} exited still holding member leases: {holders:?}",
+        "{} exited still holding shard leases: {holders:?}",
         stopped.name
     );
     assert!(

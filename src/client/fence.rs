@@ -4,6 +4,8 @@
 //! each request, so a replica that was paused, partitioned or stuck renewing stops writing
 //! before anyone else may take the lease, whatever its tasks were doing.
 
+use std::time::Duration;
+
 use http::{Method, Request};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -46,10 +48,57 @@ impl Fence {
     pub fn new(hold: watch::Receiver<Hold>) -> Self {
         Self(hold)
     }
+}
 
-    /// Whether a write may leave now.
-    pub fn holds(&self) -> bool {
-        self.0.borrow().valid_at(Instant::now())
+/// One write's pass through a [`Fence`], asked again at every step where the write waited
+/// (for a token, a slot) and on every retry: a write is authorised when it is sent.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    fence: Fence,
+    method: Method,
+    path: String,
+}
+
+impl Gate {
+    /// Whether the write may leave now, and then for at most how long (`None`: no limit).
+    pub fn admit(&self) -> Result<Option<Duration>, NotHeld> {
+        let now = Instant::now();
+        match *self.fence.0.borrow() {
+            Hold::Always => Ok(None),
+            Hold::Until(until) if now < until => Ok(Some(until - now)),
+            _ => Err(self.refusal()),
+        }
+    }
+
+    /// Resolves, with the refusal, once the fence closes.
+    pub async fn closed(&self) -> NotHeld {
+        self.fence.closed().await;
+        self.refusal()
+    }
+
+    fn refusal(&self) -> NotHeld {
+        NotHeld {
+            method: self.method.clone(),
+            path: self.path.clone(),
+        }
+    }
+}
+
+/// With `tower::filter::FilterLayer::new(AtSend)` innermost in a client stack, the request's
+/// [`Fence`] (an extension) is asked once more as it goes to the connection, below the
+/// buffer's queue: nothing that waited after the policy's last step slips out.
+#[derive(Debug, Clone, Copy)]
+pub struct AtSend;
+
+impl<B> Predicate<Request<B>> for AtSend {
+    type Request = Request<B>;
+
+    fn check(&mut self, req: Request<B>) -> Result<Request<B>, BoxError> {
+        let gate = req.extensions().get::<Fence>().and_then(|f| f.gate(&req));
+        match gate.map(|g| g.admit()) {
+            Some(Err(refusal)) => Err(refusal.into()),
+            _ => Ok(req),
+        }
     }
 }
 
@@ -66,57 +115,96 @@ pub fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
     std::iter::successors(Some(error), |e| e.source()).any(|e| e.is::<NotHeld>())
 }
 
-/// With `tower::filter::FilterLayer::new(fence)`, every write (anything but GET, HEAD,
-/// OPTIONS) is refused with [`NotHeld`] when the fence does not hold.
-impl<B> Predicate<Request<B>> for Fence {
-    type Request = Request<B>;
-
-    fn check(&mut self, req: Request<B>) -> Result<Request<B>, BoxError> {
+impl Fence {
+    /// The pass of `req` through this fence: `None` for a read, which always goes.
+    pub fn gate<B>(&self, req: &Request<B>) -> Option<Gate> {
         let read = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-        if read || self.holds() {
-            return Ok(req);
+        (!read).then(|| Gate {
+            fence: self.clone(),
+            method: req.method().clone(),
+            path: req.uri().path().to_string(),
+        })
+    }
+
+    /// Resolves once the fence does not hold (its deadline passed, or the hold was given up);
+    /// never for an open fence.
+    pub async fn closed(&self) {
+        let mut rx = self.0.clone();
+        loop {
+            let hold = *rx.borrow_and_update();
+            match hold {
+                Hold::Never => return,
+                Hold::Until(until) if Instant::now() >= until => return,
+                Hold::Until(until) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(until) => return,
+                        changed = rx.changed() => if changed.is_err() { return },
+                    }
+                }
+                Hold::Always => {
+                    if rx.changed().await.is_err() {
+                        return std::future::pending().await;
+                    }
+                }
+            }
         }
-        let (method, path) = (req.method().clone(), req.uri().path().to_string());
-        Err(NotHeld { method, path }.into())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-    use tower::filter::FilterLayer;
-    use tower::{Layer, ServiceExt};
 
-    async fn send(fence: &Fence, method: Method) -> Result<(), BoxError> {
-        let svc =
-            FilterLayer::new(fence.clone()).layer(tower::service_fn(|_: Request<()>| async {
-                Ok::<_, BoxError>(())
-            }));
-        svc.oneshot(
-            Request::builder()
-                .method(method)
-                .uri("/x")
-                .body(())
-                .expect("req"),
-        )
-        .await
+    fn admit(fence: &Fence, method: Method) -> Result<Option<Duration>, NotHeld> {
+        let req = Request::builder()
+            .method(method)
+            .uri("/x")
+            .body(())
+            .expect("req");
+        fence.gate(&req).map_or(Ok(None), |gate| gate.admit())
     }
 
     #[tokio::test(start_paused = true)]
     async fn writes_pass_only_while_the_hold_is_valid_reads_always() {
         let (tx, rx) = watch::channel(Hold::Never);
         let fence = Fence::new(rx);
-        assert!(send(&fence, Method::GET).await.is_ok());
-        assert!(send(&fence, Method::PATCH).await.is_err());
+        assert_eq!(admit(&fence, Method::GET).ok(), Some(None));
+        assert!(admit(&fence, Method::PATCH).is_err());
         tx.send_replace(Hold::Until(Instant::now() + Duration::from_secs(10)));
-        assert!(send(&fence, Method::POST).await.is_ok());
+        tokio::time::advance(Duration::from_secs(4)).await;
+        assert_eq!(
+            admit(&fence, Method::POST).ok(),
+            Some(Some(Duration::from_secs(6))),
+            "a write may take what is left of the hold"
+        );
         // The deadline passes with nobody telling the fence: writes stop by the clock alone.
-        tokio::time::advance(Duration::from_secs(11)).await;
-        let e = send(&fence, Method::DELETE).await.expect_err("fenced");
+        tokio::time::advance(Duration::from_secs(7)).await;
+        let e = admit(&fence, Method::DELETE).expect_err("fenced");
         assert!(e.to_string().contains("does not hold its lease"), "{e}");
-        assert!(send(&fence, Method::GET).await.is_ok());
-        assert!(send(&Fence::open(), Method::PUT).await.is_ok());
+        assert!(admit(&fence, Method::GET).is_ok());
+        assert_eq!(admit(&Fence::open(), Method::PUT).ok(), Some(None));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn closed_resolves_when_the_hold_runs_out_or_is_given_up() {
+        let start = Instant::now();
+        let (tx, rx) = watch::channel(Hold::Until(start + Duration::from_secs(10)));
+        let fence = Fence::new(rx);
+        fence.closed().await;
+        assert_eq!(start.elapsed(), Duration::from_secs(10), "by the clock");
+        tx.send_replace(Hold::Until(Instant::now() + Duration::from_secs(60)));
+        let given_up = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            tx.send_replace(Hold::Never);
+            tx
+        });
+        let at = Instant::now();
+        fence.closed().await;
+        assert_eq!(at.elapsed(), Duration::from_secs(3), "given up");
+        drop(given_up.await);
+        let open = Fence::open();
+        let waited = tokio::time::timeout(Duration::from_secs(100), open.closed()).await;
+        assert!(waited.is_err(), "an open fence never closes");
     }
 
     /// Through a whole client stack (buffer, retry, counting), a fenced write fails with an

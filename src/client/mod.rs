@@ -111,7 +111,8 @@ pub fn build(
 }
 
 /// [`build`], and every write refused unless `fence` holds at the moment it is sent (each
-/// attempt, after its wait for a token).
+/// attempt, after its wait for a token), its deadline clipped to what is left of the hold.
+/// A request that already carries a [`Fence`] ([`member_view`]) keeps its own.
 pub fn build_fenced(
     name: &str,
     mut config: kube::Config,
@@ -144,27 +145,34 @@ pub fn build_fenced(
     // The buffer makes kube's boxed stack cloneable, so a request can wait for its token
     // without holding the service. Layers listed inner to outer.
     Ok(builder
-        .with_layer(&FilterLayer::new(fence))
+        .with_layer(&FilterLayer::new(fence::AtSend))
         .with_layer(&tower::util::MapRequestLayer::new(identify))
         .with_layer(&BufferLayer::new(1024))
         .with_layer(&policy.layers())
+        .with_layer(&tower::util::MapRequestLayer::new(
+            move |mut req: Request<Body>| {
+                if req.extensions().get::<Fence>().is_none() {
+                    req.extensions_mut().insert(fence.clone());
+                }
+                req
+            },
+        ))
         .build())
 }
 
 /// One member's view of a client shared by many (the hub's): it sends through `client` (its
-/// budget, retries, counters), with every write refused unless `fence` holds, and its requests
-/// in one line for the shared bucket ([`Turn`]): a member's backlog never starves another
-/// member's change.
+/// budget, retries, counters), with every write refused unless `fence` holds when it is sent
+/// (after its wait in the shared bucket, on every retry), and its requests in one line for the
+/// shared bucket ([`Turn`]): a member's backlog never starves another member's change.
 pub fn member_view(client: &kube::Client, fence: Fence) -> kube::Client {
     let shared = client.clone();
     let turn = Turn::default();
-    let service = tower::ServiceBuilder::new()
-        .layer(FilterLayer::new(fence))
-        .service_fn(move |mut req: Request<Body>| {
-            let shared = shared.clone();
-            req.extensions_mut().insert(turn.clone());
-            async move { shared.send(req).await.map_err(BoxError::from) }
-        });
+    let service = tower::service_fn(move |mut req: Request<Body>| {
+        let shared = shared.clone();
+        req.extensions_mut().insert(turn.clone());
+        req.extensions_mut().insert(fence.clone());
+        async move { shared.send(req).await.map_err(BoxError::from) }
+    });
     kube::Client::new(service, client.default_namespace().to_string())
 }
 
@@ -213,6 +221,40 @@ impl crate::policy::Resend for Body {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    /// A write that enters the shared hub bucket while its member's hold is valid, and whose
+    /// hold runs out while it waits for a token, is refused when its turn comes: it never
+    /// reaches the server (a connection error would say it did).
+    #[tokio::test]
+    async fn a_member_write_is_fenced_when_it_leaves_the_shared_bucket_not_when_it_enters() {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("url"));
+        let limits = Limits {
+            qps: 1.0,
+            burst: 1,
+            ..Limits::default()
+        };
+        let hub = build("hub", config, &limits, Arc::default()).expect("hub client");
+        let (hold, rx) = tokio::sync::watch::channel(Hold::Never);
+        let view = member_view(&hub, Fence::new(rx));
+        let api = kube::Api::<ConfigMap>::namespaced(view, "ns");
+        // The one token goes to a write sent while the hold is valid: it reaches the (absent)
+        // server and fails there.
+        hold.send_replace(Hold::Until(
+            tokio::time::Instant::now() + Duration::from_secs(60),
+        ));
+        let first = api.create(&Default::default(), &ConfigMap::default()).await;
+        assert!(!fence::refused(&first.expect_err("no server")), "sent");
+        // The next waits about a second for its token; its hold ends before that.
+        hold.send_replace(Hold::Until(
+            tokio::time::Instant::now() + Duration::from_millis(200),
+        ));
+        let second = api.create(&Default::default(), &ConfigMap::default()).await;
+        assert!(
+            fence::refused(&second.expect_err("fenced")),
+            "refused, not sent"
+        );
+    }
 
     fn req(method: http::Method, uri: &str) -> Request<Body> {
         Request::builder()

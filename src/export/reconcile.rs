@@ -49,6 +49,11 @@ pub(super) async fn reconcile(se: Arc<ServiceExport>, ctx: Arc<Context>) -> Resu
             span.record("requeue", format!("{action:?}").as_str());
             ctx.failures.lock().remove(&key);
         }
+        // Fenced: the member is no longer ours (it moved, or the hold lapsed); its engagement
+        // is stopping, and a line per queued write would only hide that.
+        Err(e) if crate::client::fence::refused(e) => {
+            span.in_scope(|| tracing::debug!(error = %e, "reconcile fenced"));
+        }
         Err(e) => {
             span.record("otel.status_code", "ERROR");
             span.in_scope(|| tracing::warn!(error = %e, "reconcile failed"));

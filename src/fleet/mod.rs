@@ -1,10 +1,11 @@
 //! The multi-member runtime: the kubeconfig directory and its vetting (`registry`, `vet`), one
 //! engagement per member with its API-server probe (`member`), leader election and member
-//! shards on fenced leases (`leader`, `shard`), and the state the health endpoints show (`state`).
+//! shards on fenced leases (`lease`, the state machine both use; `leader`, `shard`), and the state the health endpoints show (`state`).
 //!
 //! `fleet` starts and stops members; it knows nothing of ServiceExport conditions.
 
 pub mod leader;
+pub mod lease;
 mod member;
 pub mod registry;
 pub mod shard;

@@ -1,79 +1,108 @@
-//! Members sharded across replicas, with Kubernetes Leases as the only coordination:
+//! Members sharded across replicas on a fixed set of shard Leases, so that coordination costs
+//! the same for 6 members or 5,000 (as Argo CD shards clusters):
 //!
+//! - members map onto `count` shards by a stable hash of their name ([`shard_of`]);
 //! - each replica announces itself with a Lease of its own (`<prefix>-replica-<identity>`,
 //!   label [`REPLICA_LABEL`]), renewed every retry period and deleted on shutdown;
-//! - the live replicas are the announcements whose record changed within a lease duration, as
-//!   this replica observed it (its own clock only, as for leader election);
-//! - each member's owner is chosen by rendezvous hashing over the live replicas, so a replica
-//!   coming or going moves only the members it wins or held;
-//! - ownership itself is a Lease per member (`<prefix>-member-<member>`, holder = replica):
-//!   a replica engages a member only while it holds that lease, and every write for the member
-//!   is fenced by that hold's deadline. A member no longer assigned here is released at once.
+//! - each round a replica lists the leases of its prefix once (label [`LEASE_LABEL`]:
+//!   announcements and shards), sees the replicas whose announcement changed within a lease
+//!   duration as live (its own clock only, as for leader election), and assigns the shards that
+//!   have members over them ([`assign`]: rendezvous hashing, loads bounded in members);
+//! - it then writes, concurrently and each within what is left of its hold, only the shard
+//!   Leases (`<prefix>-shard-<n>`) it renews, takes or gives up: one request each, carrying
+//!   the resourceVersion it last saw, so two replicas never both win;
+//! - a member is engaged only while its shard is held here, and every write for it is fenced
+//!   by that hold's deadline; a shard is fenced before its Lease is given up.
+//!
+//! Requests per retry period: 2 per replica (list, announcement) + 1 per held shard.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use futures::future::join_all;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, DeleteParams, ListParams};
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::leader::{LeaseConfig, Observed, Record, release, try_acquire_or_renew};
+use super::lease::{self, LeaseConfig, Observed, Record, Step, Written};
 use crate::client::{Fence, Hold};
 
 /// Label of the replicas' announcement leases; its value is the lease name prefix.
 pub const REPLICA_LABEL: &str = "fleetnet.azure.com/replica-of";
+/// Label of every lease of the sharding (announcements and shards); value: the prefix.
+pub const LEASE_LABEL: &str = "fleetnet.azure.com/lease-of";
+/// Shards when `--shards` is not given: 16 renewals per retry period in all, whatever the
+/// fleet's size; ceil(16/3) = 6 shards at most per replica of three.
+pub const DEFAULT_SHARDS: u16 = 16;
 
-fn score(member: &str, replica: &str) -> u64 {
-    let digest = Sha256::digest(format!("{member}\u{0}{replica}").as_bytes());
+fn hash64(parts: &[&str]) -> u64 {
+    let digest = Sha256::digest(parts.join("\u{0}").as_bytes());
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
     u64::from_be_bytes(first)
 }
 
-/// The owner of every member, from who holds what now: each live replica keeps what it holds
-/// up to its share (ceil(members / replicas), its best-scored members first); every other
-/// member, in name order, goes to the replica that scores it highest among those below their
-/// share (rendezvous hashing with bounded loads). A replica coming takes only its share from
-/// the others; a replica going leaves only its own members to move; nobody carries more than
-/// its share. Every replica computes the same answer from the same leases.
+/// The shard of `member` among `count` (at least 1): stable for a member name, whatever
+/// else is in the fleet.
+pub fn shard_of(member: &str, count: u16) -> u16 {
+    let count = u64::from(count.max(1));
+    u16::try_from(hash64(&[member]) % count).unwrap_or(0)
+}
+
+/// The Lease name of shard `shard` under `prefix`.
+pub fn shard_lease(prefix: &str, shard: u16) -> String {
+    format!("{prefix}-shard-{shard}")
+}
+
+/// The owner of every shard that has members (`weights[s]`: members in shard `s`), from who
+/// holds what now (`holders[s]`): each live replica keeps what it holds, best-scored first,
+/// while its load in members stays within the cap; every other shard, in order, goes to the
+/// replica that scores it highest among those it fits. The cap is ceil(members / replicas) +
+/// the heaviest shard - 1: every shard always fits somewhere, and nobody carries more than a
+/// shard above its share. A replica coming takes only what fits it from the others; a replica
+/// going leaves only its own shards to move. Every replica computes the same answer from the
+/// same leases and members.
 pub fn assign<'a>(
-    members: &BTreeSet<String>,
+    weights: &[usize],
     replicas: &BTreeSet<&'a str>,
-    holders: &BTreeMap<String, String>,
-) -> BTreeMap<String, &'a str> {
-    let mut owners = BTreeMap::new();
+    holders: &[Option<&str>],
+) -> Vec<Option<&'a str>> {
+    let mut owners: Vec<Option<&'a str>> = vec![None; weights.len()];
     if replicas.is_empty() {
         return owners;
     }
-    let cap = members.len().div_ceil(replicas.len());
-    let mut load: BTreeMap<&'a str, usize> = BTreeMap::new();
+    let total: usize = weights.iter().sum();
+    let heaviest = weights.iter().copied().max().unwrap_or(0);
+    let cap = total.div_ceil(replicas.len()) + heaviest.saturating_sub(1);
+    let score = |shard: usize, replica: &str| hash64(&[&format!("shard-{shard}"), replica]);
+    let mut load: BTreeMap<&'a str, usize> = replicas.iter().map(|r| (*r, 0)).collect();
     for replica in replicas {
-        let mut kept: Vec<&String> = members
-            .iter()
-            .filter(|m| holders.get(*m).map(String::as_str) == Some(*replica))
+        let mut kept: Vec<usize> = (0..weights.len())
+            .filter(|s| weights[*s] > 0 && holders.get(*s).copied().flatten() == Some(*replica))
             .collect();
-        kept.sort_by_key(|m| std::cmp::Reverse((score(m, replica), (*m).clone())));
-        for member in kept.into_iter().take(cap) {
-            owners.insert(member.clone(), *replica);
+        kept.sort_by_key(|s| std::cmp::Reverse((score(*s, replica), *s)));
+        for shard in kept {
+            let l = load.entry(replica).or_insert(0);
+            if *l + weights[shard] <= cap {
+                *l += weights[shard];
+                owners[shard] = Some(*replica);
+            }
         }
-        load.insert(*replica, owners.values().filter(|r| *r == replica).count());
     }
-    for member in members {
-        if owners.contains_key(member) {
+    for shard in 0..weights.len() {
+        if weights[shard] == 0 || owners[shard].is_some() {
             continue;
         }
         let best = replicas
             .iter()
-            .filter(|r| load.get(*r).copied().unwrap_or(0) < cap)
-            .max_by_key(|r| (score(member, r), **r));
+            .filter(|r| load.get(*r).copied().unwrap_or(0) + weights[shard] <= cap)
+            .max_by_key(|r| (score(shard, r), **r));
         if let Some(owner) = best {
-            *load.entry(owner).or_insert(0) += 1;
-            owners.insert(member.clone(), *owner);
+            *load.entry(owner).or_insert(0) += weights[shard];
+            owners[shard] = Some(*owner);
         }
     }
     owners
@@ -96,27 +125,58 @@ fn name_part(s: &str) -> String {
     )
 }
 
-struct MemberLease {
+/// What this replica keeps about one shard's Lease.
+struct ShardLease {
+    /// The record as last seen (listed or written), and since when.
     observed: Option<Observed>,
+    /// The object last seen: its resourceVersion makes the next write conditional.
+    last: Option<Lease>,
     hold: watch::Sender<Hold>,
-    /// The holder this replica last saw (for `/members`).
-    holder: String,
 }
 
-impl MemberLease {
-    /// This replica holds the lease, or held it and has not released it yet.
-    fn held(&self) -> bool {
+impl ShardLease {
+    fn new() -> Self {
+        Self {
+            observed: None,
+            last: None,
+            hold: watch::channel(Hold::Never).0,
+        }
+    }
+
+    fn held_at(&self, now: Instant) -> bool {
+        self.hold.borrow().valid_at(now)
+    }
+
+    /// This replica holds it, or held it and has not given it up yet.
+    fn claimed(&self) -> bool {
         !matches!(*self.hold.borrow(), Hold::Never)
+    }
+
+    fn holder(&self) -> Option<&str> {
+        self.observed
+            .as_ref()
+            .map(|o| o.record.holder.as_str())
+            .filter(|h| !h.is_empty())
+    }
+
+    /// What was seen of the lease (`None`: it does not exist), at `now`.
+    fn see(&mut self, lease: Option<Lease>, now: Instant) {
+        self.observed = lease.as_ref().map(|l| {
+            let record = Record::of(&l.spec.clone().unwrap_or_default());
+            Observed::update(self.observed.take(), record, now)
+        });
+        self.last = lease;
     }
 }
 
-#[derive(Default)]
 struct State {
     /// Members the kubeconfig directory declares.
     wanted: BTreeSet<String>,
-    members: BTreeMap<String, MemberLease>,
+    shards: Vec<ShardLease>,
     /// Announcement lease name → what was seen of it.
     replicas: BTreeMap<String, Observed>,
+    /// This replica's announcement as last written or listed.
+    announcement: Option<Lease>,
 }
 
 /// Which members this replica owns; shared by the shard loop and the fleet loop.
@@ -124,15 +184,22 @@ pub struct Shards {
     /// Where the leases live, their timing, and (`name`) the prefix of every lease name.
     cfg: LeaseConfig,
     state: Mutex<State>,
-    /// Bumped whenever the set of members held here changes.
+    /// Bumped whenever the set of shards held here changes.
     changed: watch::Sender<u64>,
 }
 
 impl Shards {
-    pub fn new(cfg: LeaseConfig) -> Self {
+    /// `count` shards (at least 1).
+    pub fn new(cfg: LeaseConfig, count: u16) -> Self {
+        let shards = (0..count.max(1)).map(|_| ShardLease::new()).collect();
         Self {
             cfg,
-            state: Mutex::default(),
+            state: Mutex::new(State {
+                wanted: BTreeSet::new(),
+                shards,
+                replicas: BTreeMap::new(),
+                announcement: None,
+            }),
             changed: watch::channel(0).0,
         }
     }
@@ -141,36 +208,42 @@ impl Shards {
         self.state.lock()
     }
 
+    fn count(&self) -> u16 {
+        u16::try_from(self.lock().shards.len()).unwrap_or(u16::MAX)
+    }
+
     /// The members the directory declares now.
     pub fn set_wanted(&self, members: impl IntoIterator<Item = String>) {
         self.lock().wanted = members.into_iter().collect();
     }
 
-    /// Whether this replica holds `member`'s lease now.
+    /// Whether this replica holds `member`'s shard now.
     pub fn owns(&self, member: &str) -> bool {
-        self.lock()
-            .members
-            .get(member)
-            .is_some_and(|m| m.hold.borrow().valid_at(Instant::now()))
+        let shard = usize::from(shard_of(member, self.count()));
+        self.lock().shards[shard].held_at(Instant::now())
     }
 
-    /// The write fence of `member`: open only while this replica holds its lease.
+    /// The write fence of `member`: open only while this replica holds its shard.
     pub fn fence(&self, member: &str) -> Fence {
-        Fence::new(entry(&mut self.lock(), member).hold.subscribe())
+        let shard = usize::from(shard_of(member, self.count()));
+        Fence::new(self.lock().shards[shard].hold.subscribe())
     }
 
-    /// Every declared member's holder as last seen (empty: none).
+    /// Every declared member's holder (its shard's) as last seen (empty: none).
     pub fn owners(&self) -> BTreeMap<String, String> {
+        let count = self.count();
         let state = self.lock();
         state
-            .members
+            .wanted
             .iter()
-            .filter(|(name, _)| state.wanted.contains(*name))
-            .map(|(name, m)| (name.clone(), m.holder.clone()))
+            .map(|m| {
+                let shard = &state.shards[usize::from(shard_of(m, count))];
+                (m.clone(), shard.holder().unwrap_or_default().to_string())
+            })
             .collect()
     }
 
-    /// Notified when the members held here change.
+    /// Notified when the shards held here change.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
     }
@@ -180,14 +253,7 @@ impl Shards {
         &self.cfg.identity
     }
 
-    fn lease_config(&self, name: String) -> LeaseConfig {
-        LeaseConfig {
-            name,
-            ..self.cfg.clone()
-        }
-    }
-
-    fn announcement(&self) -> String {
+    fn announcement_name(&self) -> String {
         format!(
             "{}-replica-{}",
             self.cfg.name,
@@ -195,286 +261,269 @@ impl Shards {
         )
     }
 
-    fn member_lease(&self, member: &str) -> String {
-        format!("{}-member-{member}", self.cfg.name)
+    fn labels(&self, announcement: bool) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::from([(LEASE_LABEL.to_string(), self.cfg.name.clone())]);
+        if announcement {
+            labels.insert(REPLICA_LABEL.to_string(), self.cfg.name.clone());
+        }
+        labels
+    }
+
+    fn held_shards(&self) -> BTreeSet<usize> {
+        let now = Instant::now();
+        let state = self.lock();
+        (0..state.shards.len())
+            .filter(|s| state.shards[*s].held_at(now))
+            .collect()
     }
 }
 
-/// Runs the shard loop until `shutdown`, then releases every lease it holds and withdraws
-/// its announcement.
+/// Runs the shard loop until `shutdown`, then gives up every shard it holds (fence first) and
+/// withdraws its announcement.
 pub async fn run(api: Api<Lease>, shards: std::sync::Arc<Shards>, shutdown: CancellationToken) {
     let cfg = shards.cfg.clone();
     loop {
-        let round = async {
-            announce(&api, &shards).await;
-            let live = live_replicas(&api, &shards).await;
-            balance(&api, &shards, &live).await;
-        };
+        let before = shards.held_shards();
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            () = round => {}
+            () = round(&api, &shards) => {}
+        }
+        if shards.held_shards() != before {
+            shards.changed.send_modify(|n| *n += 1);
         }
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(cfg.retry_period) => {}
         }
     }
-    let held: Vec<String> = {
+    let claimed: Vec<usize> = {
         let state = shards.lock();
-        state
-            .members
-            .iter()
-            .filter(|(_, m)| m.held())
-            .map(|(name, _)| name.clone())
+        let claimed = (0..state.shards.len()).filter(|s| state.shards[*s].claimed());
+        claimed.collect()
+    };
+    let releases = claimed
+        .into_iter()
+        .map(|s| write_shard(&api, &shards, s, Step::Release));
+    let _ = tokio::time::timeout(cfg.renew_deadline, join_all(releases)).await;
+    let (name, params) = (shards.announcement_name(), DeleteParams::default());
+    let _ = tokio::time::timeout(cfg.renew_deadline, api.delete(&name, &params)).await;
+}
+
+/// One round: the announcement and the renewals of held shards at once; then one list, and
+/// from it the shards to take and to give up. The list comes after this replica's own writes,
+/// so what it shows of them is never older than what they answered.
+async fn round(api: &Api<Lease>, shards: &Shards) {
+    let cfg = &shards.cfg;
+    let renewals: Vec<usize> = {
+        let state = shards.lock();
+        let mine = |s: &ShardLease| s.claimed() && s.holder() == Some(cfg.identity.as_str());
+        (0..state.shards.len())
+            .filter(|s| mine(&state.shards[*s]))
             .collect()
     };
-    for member in held {
-        set_hold(&shards, &member, Hold::Never, "");
-        let lease = shards.lease_config(shards.member_lease(&member));
-        let _ = tokio::time::timeout(cfg.renew_deadline, release(&api, &lease)).await;
-    }
-    let _ = tokio::time::timeout(
-        cfg.renew_deadline,
-        api.delete(&shards.announcement(), &DeleteParams::default()),
-    )
-    .await;
+    let renew = renewals
+        .into_iter()
+        .map(|s| write_shard(api, shards, s, Step::Renew));
+    tokio::join!(announce(api, shards), join_all(renew));
+    let selector = format!("{LEASE_LABEL}={}", cfg.name);
+    let params = ListParams::default().labels(&selector);
+    let listed = match tokio::time::timeout(cfg.renew_deadline, api.list(&params)).await {
+        Ok(Ok(list)) => list.items,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "listing the shard leases failed; renewing only");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!("listing the shard leases did not answer in time; renewing only");
+            return;
+        }
+    };
+    let steps = plan(shards, listed);
+    let writes = steps
+        .into_iter()
+        .filter(|(_, step)| *step != Step::Wait)
+        .map(|(s, step)| write_shard(api, shards, s, step));
+    join_all(writes).await;
 }
 
-/// Creates or renews this replica's announcement.
-async fn announce(api: &Api<Lease>, shards: &Shards) {
-    let name = shards.announcement();
-    let now = MicroTime(jiff::Timestamp::now());
-    let spec = LeaseSpec {
-        holder_identity: Some(shards.cfg.identity.clone()),
-        lease_duration_seconds: Some(
-            i32::try_from(shards.cfg.lease_duration.as_secs()).unwrap_or(i32::MAX),
-        ),
-        renew_time: Some(now),
-        ..Default::default()
-    };
-    let result = match api.get_opt(&name).await {
-        Ok(Some(mut lease)) => {
-            lease.spec = Some(spec);
-            api.replace(&name, &PostParams::default(), &lease)
-                .await
-                .map(|_| ())
-        }
-        Ok(None) => {
-            let lease = Lease {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    namespace: Some(shards.cfg.namespace.clone()),
-                    labels: Some([(REPLICA_LABEL.to_string(), shards.cfg.name.clone())].into()),
-                    ..Default::default()
-                },
-                spec: Some(spec),
-            };
-            api.create(&PostParams::default(), &lease).await.map(|_| ())
-        }
-        Err(e) => Err(e),
-    };
-    if let Err(e) = result {
-        tracing::warn!(lease = %name, error = %e, "replica announcement failed");
-    }
-}
-
-/// The identities of the replicas seen alive (this one always included).
-async fn live_replicas(api: &Api<Lease>, shards: &Shards) -> BTreeSet<String> {
-    let selector = format!("{REPLICA_LABEL}={}", shards.cfg.name);
-    let listed = api.list(&ListParams::default().labels(&selector)).await;
+/// Records what was listed, and decides each shard's next step.
+fn plan(shards: &Shards, listed: Vec<Lease>) -> Vec<(usize, Step)> {
+    let cfg = &shards.cfg;
     let now = Instant::now();
-    let mut live: BTreeSet<String> = [shards.cfg.identity.clone()].into();
+    let count = shards.count();
+    let shard_names: BTreeMap<String, usize> = (0..count)
+        .map(|s| (shard_lease(&cfg.name, s), usize::from(s)))
+        .collect();
+    let own_announcement = shards.announcement_name();
     let mut state = shards.lock();
-    match listed {
-        Ok(list) => {
-            let mut seen = BTreeMap::new();
-            for lease in list.items {
-                let (Some(name), Some(spec)) = (lease.metadata.name, lease.spec) else {
-                    continue;
-                };
-                let record = Record::of(&spec);
-                let observed = match state.replicas.remove(&name) {
-                    Some(o) if o.record == record => o,
-                    _ => Observed { record, at: now },
-                };
-                seen.insert(name, observed);
+    let mut found: Vec<Option<Lease>> = vec![None; state.shards.len()];
+    let mut replicas = BTreeMap::new();
+    for l in listed {
+        let Some(name) = l.metadata.name.clone() else {
+            continue;
+        };
+        if let Some(&s) = shard_names.get(&name) {
+            found[s] = Some(l);
+        } else if l
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|m| m.contains_key(REPLICA_LABEL))
+        {
+            let record = Record::of(&l.spec.clone().unwrap_or_default());
+            replicas.insert(
+                name.clone(),
+                Observed::update(state.replicas.remove(&name), record, now),
+            );
+            if name == own_announcement {
+                state.announcement = Some(l);
             }
-            state.replicas = seen;
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "listing replica announcements failed; using the last view")
         }
     }
-    for observed in state.replicas.values() {
-        let duration =
-            Duration::from_secs(u64::try_from(observed.record.duration_secs).unwrap_or(0));
-        let holder = &observed.record.holder;
-        if !holder.is_empty() && now < observed.at + duration {
-            live.insert(holder.clone());
-        }
+    state.replicas = replicas;
+    for (shard, lease) in state.shards.iter_mut().zip(found) {
+        shard.see(lease, now);
     }
-    live
-}
-
-/// Acquires or renews the leases of the members assigned here; releases the others.
-async fn balance(api: &Api<Lease>, shards: &Shards, live: &BTreeSet<String>) {
-    let me = shards.cfg.identity.clone();
-    let (wanted, known): (BTreeSet<String>, Vec<String>) = {
-        let state = shards.lock();
-        (
-            state.wanted.clone(),
-            state.members.keys().cloned().collect(),
-        )
-    };
-    let before: BTreeSet<String> = wanted.iter().filter(|m| shards.owns(m)).cloned().collect();
-    let holders: BTreeMap<String, String> = {
-        let state = shards.lock();
-        state
-            .members
-            .iter()
-            .filter_map(|(m, l)| Some((m.clone(), l.observed.as_ref()?.record.holder.clone())))
-            .collect()
-    };
-    let owners = assign(
-        &wanted,
-        &live.iter().map(String::as_str).collect(),
-        &holders,
-    );
-    for member in wanted.iter() {
-        let lease = shards.lease_config(shards.member_lease(member));
-        if owners.get(member).copied() == Some(me.as_str()) {
-            hold_assigned(api, shards, member, &lease).await;
-        } else {
-            leave_or_watch(api, shards, member, &lease).await;
-        }
+    let mut live: BTreeSet<&str> = state
+        .replicas
+        .values()
+        .filter_map(|o| o.live_holder(now))
+        .collect();
+    live.insert(cfg.identity.as_str());
+    let mut weights = vec![0usize; state.shards.len()];
+    for m in &state.wanted {
+        weights[usize::from(shard_of(m, count))] += 1;
     }
-    // Members that left the directory: released if held, forgotten.
-    for member in known.into_iter().filter(|m| !wanted.contains(m)) {
-        let held = shards
-            .lock()
-            .members
-            .remove(&member)
-            .is_some_and(|m| m.held());
-        if held {
-            let lease = shards.lease_config(shards.member_lease(&member));
-            let _ = release(api, &lease).await;
-        }
-    }
-    let after: BTreeSet<String> = wanted.iter().filter(|m| shards.owns(m)).cloned().collect();
-    if before != after {
-        shards.changed.send_modify(|n| *n += 1);
-    }
-}
-
-/// A member assigned here: acquire or renew its Lease within the renew deadline; the hold
-/// (and so the member's fence) follows the answer.
-async fn hold_assigned(api: &Api<Lease>, shards: &Shards, member: &str, lease: &LeaseConfig) {
-    let me = shards.cfg.identity.as_str();
-    let start = Instant::now();
-    let mut observed = shards
-        .lock()
-        .members
-        .get_mut(member)
-        .and_then(|m| m.observed.take());
-    let attempt = tokio::time::timeout(
-        shards.cfg.renew_deadline,
-        try_acquire_or_renew(api, lease, &mut observed),
-    )
-    .await;
-    let holder = observed
-        .as_ref()
-        .map(|o| o.record.holder.clone())
-        .unwrap_or_default();
-    match attempt {
-        Ok(Ok(true)) => set_hold(
-            shards,
-            member,
-            Hold::Until(start + shards.cfg.renew_deadline),
-            me,
-        ),
-        Ok(Ok(false)) => set_hold(shards, member, Hold::Never, &holder),
-        // Keep the hold until its own deadline: the fence closes by the clock.
-        Ok(Err(e)) => tracing::warn!(member = %member, error = %e, "member lease update failed"),
-        Err(_) => tracing::warn!(member = %member, "member lease update did not answer in time"),
-    }
-    if let Some(m) = shards.lock().members.get_mut(member) {
-        m.observed = observed;
-    }
-}
-
-/// A member assigned elsewhere: released at once if held here; otherwise its Lease is only
-/// looked at, to show the owner and so that its age is already observed should the member
-/// come here when its owner dies.
-async fn leave_or_watch(api: &Api<Lease>, shards: &Shards, member: &str, lease: &LeaseConfig) {
-    let held = shards
-        .lock()
-        .members
-        .get(member)
-        .is_some_and(MemberLease::held);
-    if held {
-        // Another replica wins this member now: stop writing at once, then hand over.
-        set_hold(shards, member, Hold::Never, "");
-        tracing::info!(member = %member, "member assigned to another replica: releasing it");
-        if let Err(e) = release(api, lease).await {
-            tracing::warn!(member = %member, error = %e, "could not release the member lease");
-        }
-        return;
-    }
-    let Ok(Some(l)) = api.get_opt(&shards.member_lease(member)).await else {
-        return;
-    };
-    let record = Record::of(&l.spec.unwrap_or_default());
-    set_hold(shards, member, Hold::Never, &record.holder.clone());
-    if let Some(m) = shards.lock().members.get_mut(member)
-        && !m.observed.as_ref().is_some_and(|o| o.record == record)
-    {
-        m.observed = Some(Observed {
-            record,
-            at: Instant::now(),
-        });
-    }
-}
-
-fn set_hold(shards: &Shards, member: &str, hold: Hold, holder: &str) {
-    let mut state = shards.lock();
-    let lease = entry(&mut state, member);
-    lease.hold.send_replace(hold);
-    lease.holder = holder.to_string();
-}
-
-/// What this replica keeps about `member`'s lease, created not held.
-fn entry<'a>(state: &'a mut State, member: &str) -> &'a mut MemberLease {
-    state
-        .members
-        .entry(member.to_string())
-        .or_insert_with(|| MemberLease {
-            observed: None,
-            hold: watch::channel(Hold::Never).0,
-            holder: String::new(),
+    let holders: Vec<Option<&str>> = state.shards.iter().map(ShardLease::holder).collect();
+    let owners = assign(&weights, &live, &holders);
+    owners
+        .iter()
+        .enumerate()
+        .map(|(s, owner)| {
+            let want = *owner == Some(cfg.identity.as_str());
+            let shard = &state.shards[s];
+            (
+                s,
+                lease::step(shard.observed.as_ref(), &cfg.identity, want, now),
+            )
         })
+        .collect()
+}
+
+/// Performs `step` on shard `s` within what is left of its hold, and moves the hold with the
+/// answer. Giving up closes the fence first.
+async fn write_shard(api: &Api<Lease>, shards: &Shards, s: usize, step: Step) {
+    let cfg = &shards.cfg;
+    let name = shard_lease(&cfg.name, u16::try_from(s).unwrap_or(0));
+    let start = Instant::now();
+    let (current, budget) = {
+        let state = shards.lock();
+        let shard = &state.shards[s];
+        if step == Step::Release {
+            shard.hold.send_replace(Hold::Never);
+            tracing::info!(shard = s, "shard assigned to another replica: giving it up");
+        }
+        let budget = lease::attempt_budget(*shard.hold.borrow(), start, cfg);
+        (shard.last.clone(), budget)
+    };
+    let labels = shards.labels(false);
+    let write = lease::write(api, cfg, &name, &labels, step, current.as_ref());
+    let answer = tokio::time::timeout(budget, write).await;
+    let mut state = shards.lock();
+    let shard = &mut state.shards[s];
+    match answer {
+        Ok(Ok(Written::Done(l))) => {
+            shard.see(Some(*l), Instant::now());
+            if step != Step::Release {
+                if !shard.claimed() {
+                    tracing::info!(shard = s, "shard taken");
+                }
+                shard.hold.send_replace(lease::hold_after(start, cfg));
+            }
+        }
+        // Somebody else wrote it: not ours, whatever we thought.
+        Ok(Ok(Written::Lost)) => {
+            if shard.claimed() {
+                tracing::warn!(shard = s, "shard lease written by another replica: fenced");
+            }
+            shard.hold.send_replace(Hold::Never);
+            shard.last = None;
+        }
+        Ok(Ok(Written::Nothing)) => {}
+        // The hold stays until its own deadline: the fence closes by the clock.
+        Ok(Err(e)) => tracing::warn!(lease = %name, error = %e, "shard lease write failed"),
+        Err(_) => {
+            tracing::warn!(lease = %name, budget = ?budget, "shard lease write did not answer in time")
+        }
+    }
+}
+
+/// Creates or renews this replica's announcement (one request).
+async fn announce(api: &Api<Lease>, shards: &Shards) {
+    let cfg = &shards.cfg;
+    let name = shards.announcement_name();
+    let current = shards.lock().announcement.clone();
+    let step = if current.is_some() {
+        Step::Renew
+    } else {
+        Step::Acquire
+    };
+    let labels = shards.labels(true);
+    let write = lease::write(api, cfg, &name, &labels, step, current.as_ref());
+    let answer = tokio::time::timeout(cfg.retry_period.max(cfg.renew_deadline / 2), write).await;
+    let mut state = shards.lock();
+    match answer {
+        Ok(Ok(Written::Done(l))) => state.announcement = Some(*l),
+        // Stale or gone: the next list shows it as it is (or not at all: then it is created).
+        Ok(Ok(_)) => state.announcement = None,
+        Ok(Err(e)) => tracing::warn!(lease = %name, error = %e, "replica announcement failed"),
+        Err(_) => tracing::warn!(lease = %name, "replica announcement did not answer in time"),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn owners(
-        members: &BTreeSet<String>,
-        replicas: &[&str],
-        holders: &BTreeMap<String, String>,
-    ) -> BTreeMap<String, String> {
-        assign(members, &replicas.iter().copied().collect(), holders)
-            .into_iter()
-            .map(|(m, r)| (m, r.to_string()))
-            .collect()
+    fn weights(members: &[String], count: u16) -> Vec<usize> {
+        let mut w = vec![0; usize::from(count)];
+        for m in members {
+            w[usize::from(shard_of(m, count))] += 1;
+        }
+        w
+    }
+
+    fn owners<'a>(
+        w: &[usize],
+        replicas: &[&'a str],
+        holders: &[Option<&'a str>],
+    ) -> Vec<Option<&'a str>> {
+        assign(w, &replicas.iter().copied().collect(), holders)
+    }
+
+    fn load(w: &[usize], owners: &[Option<&str>], r: &str) -> usize {
+        owners
+            .iter()
+            .zip(w)
+            .filter(|(o, _)| **o == Some(r))
+            .map(|(_, w)| *w)
+            .sum()
     }
 
     #[test]
-    fn shares_are_bounded_and_few_members_move_when_replicas_come_and_go() {
-        let none = BTreeMap::new();
-        for n in [6usize, 7, 20, 60] {
-            let members: BTreeSet<String> = (0..n).map(|i| format!("member-{i}")).collect();
-            for seed in 0..40u32 {
+    fn loads_are_bounded_and_few_members_move_when_replicas_come_and_go() {
+        for (n, count) in [
+            (6usize, 16u16),
+            (6, 17),
+            (20, 16),
+            (300, 16),
+            (1000, 16),
+            (1000, 64),
+        ] {
+            let members: Vec<String> = (0..n).map(|i| format!("member-{i}")).collect();
+            let w = weights(&members, count);
+            let heaviest = *w.iter().max().expect("shards");
+            for seed in 0..20u32 {
                 let ids: Vec<String> = ["a", "b", "c"]
                     .iter()
                     .map(|p| {
@@ -485,40 +534,60 @@ mod tests {
                     })
                     .collect();
                 let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-                let two = owners(&members, &ids[..2], &none);
-                let three = owners(&members, &ids, &two);
-                assert_eq!(three.len(), n, "every member owned");
-                for r in &ids {
-                    let load = three.values().filter(|o| o == r).count();
-                    assert!(load <= n.div_ceil(3), "{r} carries {load} of {n}");
+                let none = vec![None; w.len()];
+                let two = owners(&w, &ids[..2], &none);
+                let three = owners(&w, &ids, &two);
+                for (s, o) in three.iter().enumerate() {
+                    assert_eq!(o.is_some(), w[s] > 0, "shard {s}: owned iff it has members");
                 }
-                let moved = members.iter().filter(|m| two[*m] != three[*m]).count();
+                let cap = n.div_ceil(3) + heaviest - 1;
+                for r in &ids {
+                    let l = load(&w, &three, r);
+                    assert!(l <= cap, "{r} carries {l} of {n} (cap {cap})");
+                }
+                let moved: Vec<usize> = (0..w.len()).filter(|s| two[*s] != three[*s]).collect();
+                let moved_members: usize = moved.iter().map(|s| w[*s]).sum();
+                // The newcomer's share, and at most a shard more that an old replica trimmed
+                // to its cap and the other took.
                 assert!(
-                    moved <= n.div_ceil(3) + 1,
-                    "{moved} of {n} moved when a third came"
+                    moved_members <= cap + heaviest,
+                    "{moved_members} of {n} moved when a third came (cap {cap})"
                 );
-                assert!(
-                    members
-                        .iter()
-                        .filter(|m| two[*m] != three[*m])
-                        .all(|m| three[m] == ids[2]),
-                    "only the newcomer gains"
-                );
-                // The third goes: only its members move.
-                let back = owners(&members, &ids[..2], &three);
-                for m in &members {
-                    if three[m] != ids[2] {
-                        assert_eq!(back[m], three[m], "{m} moved needlessly");
+                // The third goes: only its shards move.
+                let back = owners(&w, &ids[..2], &three);
+                for s in 0..w.len() {
+                    if three[s] != Some(ids[2]) {
+                        assert_eq!(back[s], three[s], "shard {s} moved needlessly");
                     }
                 }
-                assert_eq!(owners(&members, &ids, &three), three, "stable");
+                assert_eq!(owners(&w, &ids, &three), three, "stable");
             }
         }
-        assert!(assign(&BTreeSet::from(["m".to_string()]), &BTreeSet::new(), &none).is_empty());
+        assert!(
+            assign(&[1], &BTreeSet::new(), &[None])
+                .iter()
+                .all(Option::is_none)
+        );
     }
 
     #[test]
-    fn lease_name_parts_are_valid_and_distinct() {
+    fn one_member_a_shard_balances_exactly() {
+        // m1..m6 fall into six distinct shards of 17 (the sharding tests rely on it).
+        let members: Vec<String> = (1..=6).map(|i| format!("m{i}")).collect();
+        let w = weights(&members, 17);
+        assert_eq!(w.iter().filter(|x| **x == 1).count(), 6);
+        let three = owners(&w, &["a", "b", "c"], &vec![None; 17]);
+        for r in ["a", "b", "c"] {
+            assert_eq!(load(&w, &three, r), 2, "{three:?}");
+        }
+    }
+
+    #[test]
+    fn shards_are_stable_and_lease_name_parts_valid() {
+        assert_eq!(shard_of("member-1", 16), shard_of("member-1", 16));
+        assert!((0..1000).all(|i| shard_of(&format!("m{i}"), 16) < 16));
+        assert_eq!(shard_of("x", 0), 0);
+        assert_eq!(shard_lease("fleetnet-hub", 3), "fleetnet-hub-shard-3");
         let a = name_part("Pod_A.example/1_deadbeef");
         assert!(
             a.bytes()

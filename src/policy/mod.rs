@@ -7,9 +7,12 @@
 //! | [`Step::Classify`] | puts the request's [`RequestKind`] in its extensions |
 //! | retry ([`RetryPolicy`]) | sends again what [`decide`] allows, after [`retry_after`] or [`backoff`] |
 //! | [`Step::Count`] | counts every attempt in [`ClientStats`] by verb, resource and status |
-//! | [`Step::RateLimit`] | waits for a token of a shared token bucket ([`bucket`], governor), one request per [`Turn`] at a time |
+//! | [`Step::RateLimit`] | waits for a token of a shared token bucket ([`bucket`], governor), reads first, one request per [`Turn`] at a time |
 //! | [`Step::Concurrency`] | waits for a slot of a shared semaphore |
-//! | [`Step::Timeout`] | a deadline per attempt |
+//! | [`Step::Timeout`] | a deadline per attempt; a write's [`Fence`] asked last, the deadline clipped to its hold |
+//!
+//! A write carrying a [`Fence`] in its extensions gives up its wait for a token or a slot the
+//! moment the fence closes, and is refused at the last step if it does not hold then.
 //!
 //! Below the retry layer each attempt (first, retry, every page) takes its own token and slot
 //! and is counted; no slot is held while a retry waits. Long-running requests (watches,
@@ -30,6 +33,8 @@ use tokio::sync::Semaphore;
 use tower::layer::util::{Identity, Stack};
 use tower::retry::RetryLayer;
 use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
+
+use crate::client::fence::{Fence, Gate};
 
 mod retry;
 pub use retry::{Attempts, Resend, RetryLimits, RetryPolicy, backoff, decide, retry_after};
@@ -186,25 +191,62 @@ pub fn bucket(qps: f64, burst: u32) -> Result<Arc<Bucket>, &'static str> {
     Ok(Arc::new(Bucket {
         tokens: RateLimiter::direct(quota.allow_burst(burst)),
         line: tokio::sync::Mutex::new(()),
+        urgent_line: tokio::sync::Mutex::new(()),
+        urgent: std::sync::atomic::AtomicUsize::new(0),
+        calm: tokio::sync::Notify::new(),
     }))
 }
 
 /// A token bucket (governor) whose waiters are served first come, first served: one waits
 /// for the next token at a time, the others in a FIFO line (tokio's mutex is fair), rather than
 /// all waking together to race for it. With [`Turn`]s, a line of requesters' heads: round-robin.
+/// Urgent requests (reads: probes, lists, the live reads that confirm a step) have a line of
+/// their own that goes first: a bulk request waits for a token only while no urgent one does,
+/// so control traffic never waits behind a backlog of writes, only behind one token.
 pub struct Bucket {
     tokens: DefaultDirectRateLimiter,
     line: tokio::sync::Mutex<()>,
+    urgent_line: tokio::sync::Mutex<()>,
+    /// Urgent requests waiting.
+    urgent: std::sync::atomic::AtomicUsize,
+    /// Told when the last urgent request waiting got its token (or gave up).
+    calm: tokio::sync::Notify,
+}
+
+/// One urgent request waiting, counted until it is dropped (served or cancelled).
+struct Urgent<'a>(&'a Bucket);
+
+impl Drop for Urgent<'_> {
+    fn drop(&mut self) {
+        if self.0.urgent.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.calm.notify_waiters();
+        }
+    }
 }
 
 impl Bucket {
-    /// Waits for a token; `turn` first, when the request has one.
-    pub async fn take(&self, turn: Option<&Turn>) {
+    /// Waits for a token: an `urgent` request in the urgent line; any other behind `turn`
+    /// (when it has one), then the bulk line, then until no urgent request waits.
+    pub async fn take(&self, turn: Option<&Turn>, urgent: bool) {
+        if urgent {
+            self.urgent.fetch_add(1, Ordering::AcqRel);
+            let _waiting = Urgent(self);
+            let _head = self.urgent_line.lock().await;
+            self.tokens.until_ready().await;
+            return;
+        }
         let _turn = match turn {
             Some(Turn(own)) => Some(own.lock().await),
             None => None,
         };
         let _head = self.line.lock().await;
+        loop {
+            let calm = self.calm.notified();
+            if self.urgent.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            calm.await;
+        }
         self.tokens.until_ready().await;
     }
 }
@@ -244,6 +286,7 @@ impl Step {
         &self,
         kind: &RequestKind,
         turn: Option<&Turn>,
+        gate: Option<&Gate>,
         attempt: Reply<RB>,
     ) -> Reply<RB> {
         let long_running = kind.repeat == Repeat::Never;
@@ -274,23 +317,33 @@ impl Step {
             }
             _ if long_running => attempt,
             Step::RateLimit { bucket, stats } => {
-                let turn = turn.cloned();
+                let (turn, gate, urgent) = (turn.cloned(), gate.cloned(), !kind.is_write());
                 Box::pin(async move {
                     let waited = Instant::now();
-                    bucket.take(turn.as_ref()).await;
+                    unless_fenced(gate.as_ref(), bucket.take(turn.as_ref(), urgent)).await?;
                     stats.add_wait(waited.elapsed());
                     attempt.await
                 })
             }
-            Step::Concurrency { slots, stats } => Box::pin(async move {
-                let waited = Instant::now();
-                let _slot = slots.acquire_owned().await?;
-                stats.add_wait(waited.elapsed());
-                attempt.await
-            }),
-            Step::Timeout(after) => {
-                let (verb, resource) = (kind.verb, kind.resource.clone());
+            Step::Concurrency { slots, stats } => {
+                let gate = gate.cloned();
                 Box::pin(async move {
+                    let waited = Instant::now();
+                    let _slot = unless_fenced(gate.as_ref(), slots.acquire_owned()).await??;
+                    stats.add_wait(waited.elapsed());
+                    attempt.await
+                })
+            }
+            Step::Timeout(limit) => {
+                let (verb, resource) = (kind.verb, kind.resource.clone());
+                // The last step before the request leaves: a fenced write is refused here if
+                // its hold ran out while it waited, and may not outlive what is left of it.
+                let admitted = gate.map_or(Ok(None), Gate::admit);
+                Box::pin(async move {
+                    let after = match admitted? {
+                        Some(left) => limit.min(left),
+                        None => limit,
+                    };
                     tokio::time::timeout(after, attempt).await.map_err(|_| {
                         Box::new(TimedOut {
                             verb,
@@ -301,6 +354,20 @@ impl Step {
                 })
             }
         }
+    }
+}
+
+/// `wait`, unless the write's fence closes first (then its refusal).
+async fn unless_fenced<T>(
+    gate: Option<&Gate>,
+    wait: impl std::future::Future<Output = T>,
+) -> Result<T, BoxError> {
+    match gate {
+        Some(gate) => tokio::select! {
+            refusal = gate.closed() => Err(refusal.into()),
+            done = wait => Ok(done),
+        },
+        None => Ok(wait.await),
     }
 }
 
@@ -360,11 +427,12 @@ where
         }
         let kind = RequestKind::of(&req);
         let turn = req.extensions().get::<Turn>().cloned();
+        let gate = req.extensions().get::<Fence>().and_then(|f| f.gate(&req));
         let attempt = self.inner.clone().oneshot(req);
         let attempt: Reply<RB> = Box::pin(async move { attempt.await.map_err(Into::into) });
         let steps = self.steps.iter().rev();
         steps.fold(attempt, |attempt, step| {
-            step.around(&kind, turn.as_ref(), attempt)
+            step.around(&kind, turn.as_ref(), gate.as_ref(), attempt)
         })
     }
 }
@@ -439,7 +507,7 @@ mod tests {
         for i in 0..a {
             let (bucket, done_tx, turn) = (bucket.clone(), done_tx.clone(), backlog.clone());
             tokio::spawn(async move {
-                bucket.take(turns.then_some(&turn)).await;
+                bucket.take(turns.then_some(&turn), false).await;
                 let _ = done_tx.send(i);
             });
         }
@@ -451,7 +519,7 @@ mod tests {
         let before = order.len();
         let latecomer = Turn::default();
         tokio::spawn(async move {
-            bucket.take(turns.then_some(&latecomer)).await;
+            bucket.take(turns.then_some(&latecomer), false).await;
             let _ = done_tx.send(a);
         });
         while let Some(i) = done.recv().await {
@@ -462,6 +530,39 @@ mod tests {
             .position(|&i| i == a)
             .expect("the latecomer served");
         at - before
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn urgent_requests_go_before_a_backlog_of_bulk_ones() {
+        let bucket = bucket(20.0, 1).expect("bucket");
+        let (done_tx, mut done) = tokio::sync::mpsc::unbounded_channel();
+        for i in 0..20 {
+            let (bucket, done_tx) = (bucket.clone(), done_tx.clone());
+            tokio::spawn(async move {
+                bucket.take(None, false).await;
+                let _ = done_tx.send(i);
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(70)).await;
+        let mut order = vec![];
+        while let Ok(i) = done.try_recv() {
+            order.push(i);
+        }
+        let before = order.len();
+        tokio::spawn(async move {
+            bucket.take(None, true).await;
+            let _ = done_tx.send(99);
+        });
+        while let Some(i) = done.recv().await {
+            order.push(i);
+        }
+        let at = order.iter().position(|&i| i == 99).expect("served");
+        // At most the bulk head already waiting for the next token goes first.
+        assert!(
+            at - before <= 1,
+            "{} bulk requests went first: {order:?}",
+            at - before
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,8 +3,8 @@
 //!
 //! - [`Replica`]: one process (its health and metrics ports), stopped, paused, resumed or
 //!   killed on demand; killed when dropped.
-//! - Ownership as the hub records it (member Lease holders) and as the replicas run it
-//!   (`/members`), and a wait until both agree and hold still.
+//! - Ownership as the hub records it (the holders of the members' shard Leases) and as the
+//!   replicas run it (`/members`), and a wait until both agree and hold still.
 //! - Server-side attribution: each replica may get an identity of its own (a ServiceAccount in
 //!   the hub and in every member, its own hub kubeconfig and kubeconfig directory), and every
 //!   apiserver audits those users ([`audit_args`], [`writes`]), so a write is tied to the
@@ -30,6 +30,15 @@ pub const PREFIX: &str = "fleetnet-hub";
 pub const LEASE_NS: &str = "default";
 /// The lease duration the binary uses.
 pub const LEASE_DURATION: Duration = Duration::from_secs(15);
+/// `--shards` of every replica: 17 puts the tests' six members (m1..m6) in six shards of their
+/// own (a unit test of `fleet::shard` checks it), so ownership moves member by member.
+pub const SHARDS: u16 = 17;
+
+/// The Lease name of `member`'s shard.
+pub fn shard_lease_of(member: &str) -> String {
+    let shard = fleetnet_hub::fleet::shard::shard_of(member, SHARDS);
+    fleetnet_hub::fleet::shard::shard_lease(PREFIX, shard)
+}
 
 /// How a replica reaches the clusters.
 #[derive(Debug, Clone)]
@@ -89,6 +98,8 @@ pub fn replica(name: &str, access: &Access, extra: &[&str]) -> Replica {
             LEASE_NS,
             "--leader-election-id",
             PREFIX,
+            "--shards",
+            &SHARDS.to_string(),
             "--health-probe-bind-address",
             &format!("127.0.0.1:{health}"),
             "--metrics-bind-address",
@@ -218,23 +229,22 @@ fn leases(hub: &kube::Client) -> Api<Lease> {
     Api::namespaced(hub.clone(), LEASE_NS)
 }
 
-/// Member → holder of its member Lease (empty holders left out).
-pub async fn holders(hub: &kube::Client) -> BTreeMap<String, String> {
-    leases(hub)
+/// Member (of `members`) → holder of its shard Lease (empty holders left out).
+pub async fn holders(hub: &kube::Client, members: &[&str]) -> BTreeMap<String, String> {
+    let shards: BTreeMap<String, String> = leases(hub)
         .list(&ListParams::default())
         .await
         .expect("list leases")
         .items
         .into_iter()
         .filter_map(|l| {
-            let member = l
-                .metadata
-                .name?
-                .strip_prefix(&format!("{PREFIX}-member-"))?
-                .to_string();
             let holder = l.spec?.holder_identity.unwrap_or_default();
-            (!holder.is_empty()).then_some((member, holder))
+            (!holder.is_empty()).then_some((l.metadata.name?, holder))
         })
+        .collect();
+    members
+        .iter()
+        .filter_map(|m| Some((m.to_string(), shards.get(&shard_lease_of(m))?.clone())))
         .collect()
 }
 
@@ -259,7 +269,7 @@ pub async fn ownership(
     replicas: &[&Replica],
     members: &[&str],
 ) -> Option<BTreeMap<String, String>> {
-    let holders = holders(hub).await;
+    let holders = holders(hub, members).await;
     if members.iter().any(|m| !holders.contains_key(*m)) {
         return None;
     }
@@ -420,28 +430,25 @@ pub struct Write {
 }
 
 impl Write {
-    /// The member this write is for: a write to the member's cluster, to its hub namespace
-    /// (`<prefix><member>`), or to its member Lease. `None`: the replica's own (announcement).
+    /// The member this write is for: a write to the member's cluster or to its hub namespace
+    /// (`<prefix><member>`). `None`: a Lease, or anything else.
     pub fn member(&self, namespace_prefix: &str) -> Option<String> {
         if self.cluster != "hub" {
             return Some(self.cluster.clone());
         }
         if self.resource == "leases" {
-            return self
-                .name
-                .strip_prefix(&format!("{PREFIX}-member-"))
-                .map(str::to_string);
+            return None;
         }
         self.namespace
             .strip_prefix(namespace_prefix)
             .map(str::to_string)
     }
 
-    /// A member Lease write the apiserver accepted (acquire or renew).
-    pub fn holds_member_lease(&self) -> bool {
+    /// A write of `member`'s shard Lease the apiserver accepted (acquire or renew).
+    pub fn holds_shard_of(&self, member: &str) -> bool {
         self.cluster == "hub"
             && self.resource == "leases"
-            && self.name.starts_with(&format!("{PREFIX}-member-"))
+            && self.name == shard_lease_of(member)
             && (200..300).contains(&self.code)
     }
 }
