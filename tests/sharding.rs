@@ -115,6 +115,79 @@ async fn members_are_sharded_written_by_owners_only_and_fail_over() {
     }
 }
 
+/// 300 member names on one member API server (each name its own kubeconfig and hub namespace,
+/// as 300 clusters would be) over 3 replicas: every member owned by exactly one; then a quiet
+/// minute in which no shard changes hands and the hub, counting for itself, serves the Lease
+/// traffic of the three within a bound that does not depend on the member count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundreds_of_members_stay_put_and_coordination_stays_constant() {
+    init_test_logs();
+    const NAMES: usize = 300;
+    const QUIET: Duration = Duration::from_secs(60);
+    let (fleet, hub) = quiet_fleet(["m1"]).await;
+    let dir = fleet.scratch_dir().join("fleet-of-300");
+    std::fs::create_dir_all(&dir).expect("kubeconfig dir");
+    let kubeconfig =
+        std::fs::read(fleet.member_kubeconfig_dir().join("m1.yaml")).expect("m1 kubeconfig");
+    let names: Vec<String> = (0..NAMES).map(|i| format!("f{i:03}")).collect();
+    for name in &names {
+        std::fs::write(dir.join(format!("{name}.yaml")), &kubeconfig).expect("kubeconfig");
+        fleetnet_testenv::ensure_namespace(&hub, "hub", &fleet.hub_namespace(name))
+            .await
+            .expect("hub namespace");
+    }
+    let access = Access {
+        kubeconfig_dir: dir,
+        ..Access::admin(&fleet)
+    };
+    let replicas: Vec<Replica> = ["replica-a", "replica-b", "replica-c"]
+        .iter()
+        .map(|name| replica(name, &access, &[]))
+        .collect();
+    let all: Vec<&Replica> = replicas.iter().collect();
+    let members: Vec<&str> = names.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let before = settled(&hub, &all, &members).await;
+    let engaged = started.elapsed();
+
+    let transitions = shard_transitions(&hub).await;
+    let leases = ["resource=\"leases\""];
+    let (lease_requests, requests) = (
+        hub_requests(&hub, &leases).await,
+        hub_requests(&hub, &[]).await,
+    );
+    let quiet = Instant::now();
+    tokio::time::sleep(QUIET).await;
+    let secs = quiet.elapsed().as_secs_f64();
+    let lease_rate = (hub_requests(&hub, &leases).await - lease_requests) / secs;
+    let hub_rate = (hub_requests(&hub, &[]).await - requests) / secs;
+    let after = ownership(&hub, &all, &members).await;
+    let per_replica: Vec<usize> = all
+        .iter()
+        .map(|r| before.values().filter(|o| **o == r.name).count())
+        .collect();
+    println!(
+        "sharding: {NAMES} members on 3 replicas ({per_replica:?}) engaged in {engaged:?}; quiet {secs:.0} s: hub {hub_rate:.1} requests/s, {lease_rate:.1} of them Leases; {} shard hand-offs",
+        shard_transitions(&hub).await - transitions
+    );
+    assert_eq!(
+        after.as_ref(),
+        Some(&before),
+        "members changed owner while nothing changed"
+    );
+    assert_eq!(
+        shard_transitions(&hub).await,
+        transitions,
+        "shards changed hands while nothing changed"
+    );
+    // 3 × (list + announcement) + one renewal per shard (17), every 2 s: 11.5/s, whatever the
+    // number of members.
+    assert!(
+        lease_rate <= 13.0,
+        "{lease_rate:.1} Lease requests/s for 3 replicas"
+    );
+}
+
 /// The substrate of the audited test: the fleet, the hub, where the audit logs are.
 struct Env {
     fleet: Fleet,

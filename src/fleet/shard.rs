@@ -59,12 +59,12 @@ pub fn shard_lease(prefix: &str, shard: u16) -> String {
 
 /// The owner of every shard that has members (`weights[s]`: members in shard `s`), from who
 /// holds what now (`holders[s]`): each live replica keeps what it holds, best-scored first,
-/// while its load in members stays within the cap; every other shard, in order, goes to the
-/// replica that scores it highest among those it fits. The cap is ceil(members / replicas) +
-/// the heaviest shard - 1: every shard always fits somewhere, and nobody carries more than a
-/// shard above its share. A replica coming takes only what fits it from the others; a replica
-/// going leaves only its own shards to move. Every replica computes the same answer from the
-/// same leases and members.
+/// while its load in members is below its share (ceil(members / replicas)); every other shard,
+/// in order, goes to the replica that scores it highest among those still below their share.
+/// Every shard always finds one (not all can be at their share while members are left), and
+/// nobody ends more than a shard less one member above it. A replica coming takes only what
+/// the others are over their new share by; a replica going leaves only its own shards to move.
+/// Every replica computes the same answer from the same leases and members.
 pub fn assign<'a>(
     weights: &[usize],
     replicas: &BTreeSet<&'a str>,
@@ -74,9 +74,7 @@ pub fn assign<'a>(
     if replicas.is_empty() {
         return owners;
     }
-    let total: usize = weights.iter().sum();
-    let heaviest = weights.iter().copied().max().unwrap_or(0);
-    let cap = total.div_ceil(replicas.len()) + heaviest.saturating_sub(1);
+    let share = weights.iter().sum::<usize>().div_ceil(replicas.len());
     let score = |shard: usize, replica: &str| hash64(&[&format!("shard-{shard}"), replica]);
     let mut load: BTreeMap<&'a str, usize> = replicas.iter().map(|r| (*r, 0)).collect();
     for replica in replicas {
@@ -86,7 +84,7 @@ pub fn assign<'a>(
         kept.sort_by_key(|s| std::cmp::Reverse((score(*s, replica), *s)));
         for shard in kept {
             let l = load.entry(replica).or_insert(0);
-            if *l + weights[shard] <= cap {
+            if *l < share {
                 *l += weights[shard];
                 owners[shard] = Some(*replica);
             }
@@ -98,7 +96,7 @@ pub fn assign<'a>(
         }
         let best = replicas
             .iter()
-            .filter(|r| load.get(*r).copied().unwrap_or(0) + weights[shard] <= cap)
+            .filter(|r| load.get(*r).copied().unwrap_or(0) < share)
             .max_by_key(|r| (score(shard, r), **r));
         if let Some(owner) = best {
             *load.entry(owner).or_insert(0) += weights[shard];
@@ -338,10 +336,11 @@ async fn round(api: &Api<Lease>, shards: &Shards) {
             return;
         }
     };
+    // Renewals went first, above.
     let steps = plan(shards, listed);
     let writes = steps
         .into_iter()
-        .filter(|(_, step)| *step != Step::Wait)
+        .filter(|(_, step)| matches!(step, Step::Acquire | Step::Release))
         .map(|(s, step)| write_shard(api, shards, s, step));
     join_all(writes).await;
 }
@@ -541,9 +540,11 @@ mod tests {
                     assert_eq!(o.is_some(), w[s] > 0, "shard {s}: owned iff it has members");
                 }
                 let cap = n.div_ceil(3) + heaviest - 1;
+                let floor = n.div_ceil(3).saturating_sub(2 * heaviest);
                 for r in &ids {
                     let l = load(&w, &three, r);
                     assert!(l <= cap, "{r} carries {l} of {n} (cap {cap})");
+                    assert!(l >= floor, "{r} carries {l} of {n} (floor {floor})");
                 }
                 let moved: Vec<usize> = (0..w.len()).filter(|s| two[*s] != three[*s]).collect();
                 let moved_members: usize = moved.iter().map(|s| w[*s]).sum();

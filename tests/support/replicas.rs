@@ -310,8 +310,9 @@ pub async fn settled(
     }
 }
 
-/// Server-side count of ISE deletes on the hub (its own `apiserver_request_total`).
-pub async fn ise_deletes(hub: &kube::Client) -> f64 {
+/// Server-side count of the hub's requests whose `apiserver_request_total` labels contain
+/// every one of `labels`.
+pub async fn hub_requests(hub: &kube::Client, labels: &[&str]) -> f64 {
     let text = hub
         .request_text(
             http::Request::get("/metrics")
@@ -320,13 +321,31 @@ pub async fn ise_deletes(hub: &kube::Client) -> f64 {
         )
         .await
         .expect("hub metrics");
-    text.lines()
+    crate::support::sum(&text, "apiserver_request_total", labels)
+}
+
+/// Server-side count of ISE deletes on the hub.
+pub async fn ise_deletes(hub: &kube::Client) -> f64 {
+    let labels = ["resource=\"internalserviceexports\"", "verb=\"DELETE\""];
+    hub_requests(hub, &labels).await
+}
+
+/// Every shard Lease's `leaseTransitions`, summed: it grows by one each time a shard changes
+/// hands (a first take counts none).
+pub async fn shard_transitions(hub: &kube::Client) -> i32 {
+    leases(hub)
+        .list(&ListParams::default())
+        .await
+        .expect("list leases")
+        .items
+        .into_iter()
         .filter(|l| {
-            l.starts_with("apiserver_request_total{")
-                && l.contains("resource=\"internalserviceexports\"")
-                && l.contains("verb=\"DELETE\"")
+            l.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(&format!("{PREFIX}-shard-")))
         })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .filter_map(|l| l.spec?.lease_transitions)
         .sum()
 }
 
