@@ -254,24 +254,29 @@ async fn sharded_rendering_is_accepted_and_its_lease_rbac_suffices(
             .and_then(|s| s.holder_identity.clone())
             .unwrap_or_default()
     };
-    eventually("the replica announced and holding every member", || async {
-        let list = leases.list(&Default::default()).await.ok()?.items;
-        let announced = list.iter().any(|l| {
-            l.metadata
-                .labels
-                .as_ref()
-                .and_then(|m| m.get("fleetnet.azure.com/replica-of"))
-                == Some(&id)
-                && holder(l).starts_with("fleetnet-hub-0_")
-        });
-        let holds = members.iter().all(|m| {
-            list.iter().any(|l| {
-                l.metadata.name.as_deref() == Some(&format!("{id}-member-{m}"))
+    eventually(
+        "the replica announced and holding every member's shard",
+        || async {
+            let list = leases.list(&Default::default()).await.ok()?.items;
+            let announced = list.iter().any(|l| {
+                l.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|m| m.get("fleetnet.azure.com/replica-of"))
+                    == Some(&id)
                     && holder(l).starts_with("fleetnet-hub-0_")
-            })
-        });
-        (announced && holds).then_some(())
-    })
+            });
+            let holds = members.iter().all(|m| {
+                use fleetnet_hub::fleet::shard::{DEFAULT_SHARDS, shard_lease, shard_of};
+                let shard = shard_lease(&id, shard_of(m, DEFAULT_SHARDS));
+                list.iter().any(|l| {
+                    l.metadata.name.as_deref() == Some(shard.as_str())
+                        && holder(l).starts_with("fleetnet-hub-0_")
+                })
+            });
+            (announced && holds).then_some(())
+        },
+    )
     .await;
     let member = fleet
         .member("member-1")

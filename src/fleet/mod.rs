@@ -156,6 +156,9 @@ impl ReconcileObserver for StateObserver {
     }
 }
 
+/// How long a stopping member's in-flight reconciles may take to finish.
+const DRAIN: Duration = Duration::from_secs(15);
+
 struct Engagement {
     hash: String,
     /// The member's Azure settings when it was engaged ([`MemberAzure::settings_key`]).
@@ -168,13 +171,14 @@ struct Engagement {
 impl Engagement {
     async fn stop(mut self) {
         self.cancel.cancel();
-        if let Some(task) = self.task.take() {
-            // In-flight reconciles finish; a stuck member cannot hold the others' shutdown.
-            if tokio::time::timeout(Duration::from_secs(15), task)
-                .await
-                .is_err()
-            {
-                tracing::warn!("member did not stop within 15 s");
+        if let Some(mut task) = self.task.take() {
+            // In-flight reconciles finish; a stuck member (its requests waiting for tokens or
+            // for a server that does not answer) is aborted after the drain period, so it can
+            // neither hold the others' shutdown nor live on detached.
+            if tokio::time::timeout(DRAIN, &mut task).await.is_err() {
+                tracing::warn!(drain = ?DRAIN, "member did not stop within its drain period: aborted");
+                task.abort();
+                let _ = task.await;
             }
         }
     }
