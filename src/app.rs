@@ -189,7 +189,7 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
         leader: leader_rx.clone(),
         fence,
         shards,
-        cleaning: Default::default(),
+        cleanups: Default::default(),
     });
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {

@@ -118,5 +118,6 @@ async fn members(State(state): State<Arc<FleetState>>) -> Json<serde_json::Value
         "ready": state.ready(),
         "members": state.members(),
         "owners": state.owners(),
+        "pendingCleanups": state.cleanups(),
     }))
 }

@@ -71,7 +71,8 @@ pub struct RunArgs {
     #[arg(long, env = "FLEETNET_SHARDS", default_value_t = fleetnet_hub::fleet::shard::DEFAULT_SHARDS,
           value_parser = clap::value_parser!(u16).range(1..=1024))]
     shards: u16,
-    /// Namespace of the leader Lease (defaults to $POD_NAMESPACE, else `default`).
+    /// Namespace of the leader Lease, the shard Leases and the pending-cleanup records
+    /// (defaults to $POD_NAMESPACE, else `default`).
     #[arg(long, env = "FLEETNET_LEADER_ELECTION_NAMESPACE")]
     leader_election_namespace: Option<String>,
     /// Name of the leader Lease.
@@ -220,12 +221,13 @@ impl RunArgs {
         fleetnet_hub::fleet::registry::validate_namespace_prefix(&self.hub_namespace_prefix)
             .map_err(|e| format!("--hub-namespace-prefix: {e}"))?;
         let instance = std::env::var("POD_NAME").unwrap_or_else(|_| hostname());
+        let release_namespace = self
+            .leader_election_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".into());
         let leader_election = (self.leader_elect || self.shard_members).then(|| LeaderElection {
-            namespace: self
-                .leader_election_namespace
-                .clone()
-                .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                .unwrap_or_else(|| "default".into()),
+            namespace: release_namespace.clone(),
             name: self.leader_election_id.clone(),
             identity: format!("{instance}_{:08x}", rand::random::<u32>()),
             shard_members: self.shard_members,
@@ -240,6 +242,8 @@ impl RunArgs {
                 member_limits: self.budgets.member(),
                 member_sync_timeout: self.member_sync_timeout,
                 cleanup_on_remove: self.cleanup_on_remove,
+                records_namespace: release_namespace,
+                records_prefix: self.leader_election_id.clone(),
                 traffic_manager: self.enable_traffic_manager,
                 rescan_interval: Duration::from_secs(30),
                 instance,

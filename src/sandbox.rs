@@ -93,6 +93,8 @@ fn app_config(fleet: &fleetnet_testenv::Fleet) -> AppConfig {
             member_limits: Limits::default(),
             member_sync_timeout: Duration::from_secs(60),
             cleanup_on_remove: false,
+            records_namespace: "default".into(),
+            records_prefix: "fleetnet-hub".into(),
             traffic_manager: false,
             rescan_interval: Duration::from_secs(30),
             instance: "sandbox".into(),

@@ -205,10 +205,17 @@ async fn sharded_rendering_is_accepted_and_its_lease_rbac_suffices(
     let pdb = one("PodDisruptionBudget");
     assert_eq!(pdb.data["spec"]["minAvailable"], 2, "PDB keeps 2 of 3");
     let role = one("Role");
+    let resources: Vec<serde_json::Value> = role.data["rules"]
+        .as_array()
+        .map(|rules| rules.iter().map(|r| r["resources"].clone()).collect())
+        .unwrap_or_default();
     assert_eq!(
-        role.data["rules"][0]["resources"],
-        serde_json::json!(["leases"]),
-        "the release-namespace Role is about Leases only: {:?}",
+        resources,
+        [
+            serde_json::json!(["secrets"]),
+            serde_json::json!(["leases"])
+        ],
+        "the release-namespace Role is about the cleanup records (cleanupOnRemove) and Leases only: {:?}",
         role.data["rules"]
     );
     let binding = one("RoleBinding");

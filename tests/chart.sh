@@ -134,7 +134,7 @@ EXPECT = {
     "client-secret": dict(members=["member-1"], replicas=2, leader=True, service_monitor=False,
                           otlp=False, credential="client-secret", namespaces=False,
                           secrets=["fleetnet-member-kubeconfigs"]),
-    "sharded": dict(members=["member-1", "member-2", "member-3"], replicas=3, leader=True, shard=True,
+    "sharded": dict(members=["member-1", "member-2", "member-3"], replicas=3, leader=True, shard=True, cleanup=True,
                     service_monitor=False, otlp=False, credential=None, namespaces=False,
                     secrets=["fleetnet-member-kubeconfigs"]),
     "single-replica": dict(members=["member-1"], replicas=1, leader=False, service_monitor=False,
@@ -193,6 +193,9 @@ check("--hub-namespace-prefix=fleet-member-", flags.get("--hub-namespace-prefix"
 if exp.get("shard"):
     check("args contain --shard-members, not --leader-elect",
           "--shard-members" in args and "--leader-elect" not in args)
+    check("--shards=16 (the default)", flags.get("--shards") == ["16"], flags.get("--shards"))
+check("--cleanup-on-remove exactly with cleanupOnRemove",
+      ("--cleanup-on-remove" in args) == bool(exp.get("cleanup")))
 if exp["leader"]:
     check("args contain --leader-elect or --shard-members",
           ("--leader-elect" in args) != bool(exp.get("shard")))
@@ -358,22 +361,29 @@ if exp["namespaces"]:
 else:
     check("no Namespace objects (createMemberNamespaces false)", not ns_objs, sorted(ns_objs))
 own = [r for (rns, _), r in roles.items() if rns == release_ns]
-if exp["leader"]:
-    # Exactly the Lease: get + update of this release's Lease by name, create (which RBAC cannot
-    # restrict by name) in the release namespace; no Events (none are recorded in the hub).
-    check("one Role in the release namespace", len(own) == 1)
+# The release namespace: the pending-cleanup records (Secrets: create, list, delete) with
+# cleanupOnRemove; with leader election exactly the Lease (get + update of this release's Lease by
+# name, create, which RBAC cannot restrict by name), or sharded the shard Leases (list, create,
+# update, delete; no get); no Events (none are recorded in the hub).
+want_rules = []
+if exp.get("cleanup"):
+    want_rules.append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "list", "delete"]})
+if exp.get("shard"):
+    want_rules.append({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                       "verbs": ["list", "create", "update", "delete"]})
+elif exp["leader"]:
     lease_id = (flags.get("--leader-election-id") or [None])[0]
-    want_rules = [
+    want_rules += [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [lease_id], "verbs": ["get", "update"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
     ]
-    if exp.get("shard"):
-        want_rules = [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                       "verbs": ["get", "list", "create", "update", "delete"]}]
-    check("release-namespace Role: leases get update (resourceNames: the Lease) + create, nothing else",
+if want_rules:
+    check("one Role in the release namespace", len(own) == 1)
+    check("release-namespace Role: the Leases (and the cleanup records with cleanupOnRemove), nothing else",
           bool(own) and own[0].get("rules") == want_rules, own[0].get("rules") if own else None)
 else:
-    check("no Role in the release namespace without leader election", not own, [r["metadata"]["name"] for r in own])
+    check("no Role in the release namespace without leader election or cleanupOnRemove", not own,
+          [r["metadata"]["name"] for r in own])
 
 # --- Service, PDB, ServiceMonitor
 def selects(selector, labels):

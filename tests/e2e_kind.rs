@@ -87,6 +87,8 @@ async fn controller(c: &Clusters) -> Option<Running> {
             // its watches listed, never because this timeout woke a lost sync signal.
             member_sync_timeout: Duration::from_secs(120),
             cleanup_on_remove: false,
+            records_namespace: "default".into(),
+            records_prefix: "fleetnet-hub".into(),
             traffic_manager: false,
             rescan_interval: Duration::from_secs(30),
             instance: "e2e".into(),

@@ -386,6 +386,89 @@ async fn cleanup_on_remove_and_leader_election() {
     standby.shutdown().await;
 }
 
+/// `--cleanup-on-remove` survives a restart: a member removed while its API server is down has
+/// its hub exports withdrawn and its cleanup recorded in the hub (its finalizers cannot be
+/// reached); the pending cleanup shows on `/members` and in `fleetnet_member_cleanups_pending`;
+/// the process restarts, the member answers again, and the new process removes the finalizers
+/// from the record and deletes the record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_cleanup_is_finished_after_a_restart() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Api, ListParams};
+    let mut fleet = Fleet::builder()
+        .members(["alpha", "beta"])
+        .quiet()
+        .start()
+        .await
+        .expect("fleet");
+    let dir = member_dir(&fleet, &["alpha", "beta"]);
+    let hub = fleet.hub().client().await.expect("hub client");
+    let mut cfg = config(&fleet, &dir);
+    cfg.runtime.cleanup_on_remove = true;
+    cfg.runtime.rescan_interval = Duration::from_secs(2);
+    let running = app::start(cfg.clone(), Extensions::default())
+        .await
+        .expect("starts");
+    wait_phase(&running, "alpha", Phase::Ready).await;
+    export_and_wait(&fleet, "alpha", "ns1", "web").await;
+
+    fleet.member_mut("alpha").stop();
+    std::fs::remove_file(dir.join("alpha.yaml")).expect("remove");
+    wait_ise_gone(&hub, &fleet.hub_namespace("alpha"), "ns1-web").await;
+    let records: Api<Secret> = Api::namespaced(hub.clone(), &cfg.runtime.records_namespace);
+    let selector = ListParams::default().labels("fleetnet.azure.com/cleanup-of=fleetnet-hub");
+    let error = within(
+        Duration::from_secs(90),
+        "the cleanup pending, recorded and shown",
+        || async {
+            let error = running.state.cleanups().get("alpha")?.clone()?;
+            let recorded = records.list(&selector).await.ok()?.items.len() == 1;
+            let metrics = http_get_body(running.metrics_address, "/metrics").await;
+            let counted = sample(&metrics, "fleetnet_member_cleanups_pending") == Some(1.0);
+            (recorded && counted).then_some(error)
+        },
+    )
+    .await;
+    let members: serde_json::Value =
+        serde_json::from_str(&http_get_body(running.health_address, "/members").await)
+            .expect("/members is JSON");
+    assert_eq!(
+        members["pendingCleanups"]["alpha"],
+        error.as_str(),
+        "{members}"
+    );
+    assert!(error.contains("finalizers left in place"), "{error}");
+    running.shutdown().await;
+
+    fleet.member_mut("alpha").start().await.expect("alpha back");
+    let restarted = app::start(cfg, Extensions::default())
+        .await
+        .expect("restarts");
+    let alpha = fleet.member("alpha").client().await.expect("alpha client");
+    within(
+        Duration::from_secs(90),
+        "finalizers removed by the restarted process",
+        || {
+            let api = exports(&alpha, "ns1");
+            async move {
+                let list = api.list(&Default::default()).await.ok()?;
+                list.items
+                    .iter()
+                    .all(|se| !se.has_cleanup_finalizer())
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    within(Duration::from_secs(30), "the record deleted", || async {
+        let left = records.list(&selector).await.ok()?.items.len();
+        (left == 0 && restarted.state.cleanups().is_empty()).then_some(())
+    })
+    .await;
+    wait_phase(&restarted, "beta", Phase::Ready).await;
+    restarted.shutdown().await;
+}
+
 /// Pauses a process (SIGSTOP) until dropped (SIGCONT), also when the test fails meanwhile.
 struct Paused(String);
 

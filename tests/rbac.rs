@@ -173,7 +173,13 @@ async fn token_kubeconfig(cluster: &fleetnet_testenv::Cluster, sa: &(String, Str
 async fn chart_rbac_is_exactly_what_the_controller_uses() {
     // --- the charts, rendered as a release in the test's members --------------------------------
     let members_value = format!("members={{{}}}", MEMBERS.join(","));
-    let hub_docs = render(RELEASE, "charts/fleetnet-hub", &["--set", &members_value]);
+    // As the controller runs below: with --cleanup-on-remove (its records need the Secrets rule).
+    let cleanup = "controller.cleanupOnRemove=true";
+    let hub_docs = render(
+        RELEASE,
+        "charts/fleetnet-hub",
+        &["--set", &members_value, "--set", cleanup],
+    );
     let member_docs = render("fleetnet-hub-member", "charts/fleetnet-hub-member", &[]);
     let hub_sa = service_account(&hub_docs);
     let member_sa = service_account(&member_docs);
@@ -244,6 +250,8 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
             },
             member_sync_timeout: Duration::from_secs(20),
             cleanup_on_remove: true,
+            records_namespace: lease_ns.clone(),
+            records_prefix: lease_name.clone(),
             traffic_manager: false,
             rescan_interval: Duration::from_secs(5),
             instance: "rbac-test".into(),

@@ -188,6 +188,99 @@ async fn hundreds_of_members_stay_put_and_coordination_stays_constant() {
     );
 }
 
+/// Two replicas on a hub budget of 1 request/s, one of them with a backlog of ISE creates: the
+/// hub stays reachable for both (reads go before writes); when the other is killed (SIGKILL), its
+/// members are synced on the survivor within seconds of the takeover despite the backlog, and
+/// a new export of one of them reaches the hub within the lease duration + a few tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_traffic_never_waits_behind_a_backlog_of_writes() {
+    init_test_logs();
+    const BACKLOG: usize = 30;
+    let (fleet, hub) = quiet_fleet(MEMBERS).await;
+    let admin = Access::admin(&fleet);
+    let budget = ["--hub-api-qps", "1", "--hub-api-burst", "1"];
+    let a = replica("replica-a", &admin, &budget);
+    let mut b = replica("replica-b", &admin, &budget);
+    let owners = settled(&hub, &[&a, &b], &MEMBERS).await;
+    let of = |r: &Replica| owned_by(&owners, r, &MEMBERS);
+    let (busy, orphans) = (of(&a)[0], of(&b));
+    // The backlog: BACKLOG ISE creates for one of a's members, at 1/s.
+    let client = fleet.member(busy).client().await.expect("member");
+    namespace(&client, "shop").await;
+    for i in 0..BACKLOG {
+        create_service(&client, &service("shop", &format!("bulk-{i}"), 80)).await;
+        create_export(&client, "shop", &format!("bulk-{i}"), &[]).await;
+    }
+    for m in &orphans {
+        let client = fleet.member(m).client().await.expect("member");
+        namespace(&client, "shop").await;
+        create_service(&client, &service("shop", "after", 80)).await;
+    }
+    b.kill();
+    let killed = Instant::now();
+    let mut unreachable = 0;
+    let took_over = loop {
+        if a.hub_reachable().await != Some(true) {
+            unreachable += 1;
+        }
+        let holders = holders(&hub, &MEMBERS).await;
+        if orphans
+            .iter()
+            .all(|m| holders.get(*m).is_some_and(|h| a.is(h)))
+        {
+            break killed.elapsed();
+        }
+        assert!(killed.elapsed() < Duration::from_secs(60), "no takeover");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let synced = loop {
+        if a.hub_reachable().await != Some(true) {
+            unreachable += 1;
+        }
+        let engaged = a.engaged().await;
+        if orphans.iter().all(|m| engaged.contains(*m)) {
+            break killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(90),
+            "orphans not synced"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    for m in &orphans {
+        let client = fleet.member(m).client().await.expect("member");
+        create_export(&client, "shop", "after", &[]).await;
+    }
+    for m in &orphans {
+        wait_ise(&hub, &fleet.hub_namespace(m), "shop-after", |_| true).await;
+    }
+    let exported = killed.elapsed();
+    let backlog_left = BACKLOG
+        - ises(&hub, &fleet.hub_namespace(busy))
+            .list(&Default::default())
+            .await
+            .expect("list")
+            .items
+            .len();
+    println!(
+        "sharding (hub budget 1/s, {BACKLOG} creates queued): {} orphans owned after {took_over:?}, synced after {synced:?}, new exports in the hub after {exported:?} with {backlog_left} creates still queued; hub unreachable in {unreachable} probes",
+        orphans.len()
+    );
+    assert_eq!(
+        unreachable, 0,
+        "the hub was reported unreachable behind our own queue"
+    );
+    assert!(
+        synced < took_over + Duration::from_secs(10),
+        "handed-over members synced {:?} after the takeover",
+        synced - took_over
+    );
+    assert!(
+        exported < LEASE_DURATION + Duration::from_secs(15),
+        "new exports of the orphans took {exported:?}"
+    );
+}
+
 /// The substrate of the audited test: the fleet, the hub, where the audit logs are.
 struct Env {
     fleet: Fleet,

@@ -583,6 +583,8 @@ fn app_config(config: &Config, fleet: &fleetnet_testenv::Fleet, dir: &Path) -> A
             member_limits: config.member_limits.clone(),
             member_sync_timeout: Duration::from_secs(120),
             cleanup_on_remove: false,
+            records_namespace: "default".into(),
+            records_prefix: "fleetnet-hub".into(),
             traffic_manager: false,
             rescan_interval: Duration::from_secs(30),
             instance: "fleetnet-bench".into(),

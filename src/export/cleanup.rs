@@ -11,31 +11,37 @@ use crate::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
 const EACH_SIDE: Duration = Duration::from_secs(30);
 
 /// Deletes every ISE in the member's hub namespace (`hub`), then, with `member` (its client,
-/// when it could be built), drops our finalizer from its ServiceExports.
+/// when it could be built), drops our finalizer from its ServiceExports. `Ok` once both sides
+/// are done; else what is left, naming the member.
 pub async fn withdraw_member(
     name: &str,
     hub: Api<InternalServiceExport>,
     member: Result<kube::Client, String>,
-) {
-    match tokio::time::timeout(EACH_SIDE, delete_all(&hub)).await {
-        Ok(Ok(())) => tracing::info!(member = %name, "removed the member's exports from the hub"),
-        Ok(Err(e)) => {
-            tracing::warn!(member = %name, error = %e, "cleanup of the hub namespace failed")
-        }
-        Err(_) => tracing::warn!(member = %name, "cleanup of the hub namespace timed out"),
+) -> Result<(), String> {
+    let hub_side = match tokio::time::timeout(EACH_SIDE, delete_all(&hub)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("hub namespace not cleaned: {e}")),
+        Err(_) => Err(format!("hub namespace not cleaned within {EACH_SIDE:?}")),
+    };
+    match &hub_side {
+        Ok(()) => tracing::info!(member = %name, "removed the member's exports from the hub"),
+        Err(e) => tracing::warn!(member = %name, error = %e, "cleanup of the hub namespace failed"),
     }
     let member_side = async { release_finalizers(member?).await };
-    match tokio::time::timeout(EACH_SIDE, member_side).await {
-        Ok(Ok(())) => {
+    let member_side = match tokio::time::timeout(EACH_SIDE, member_side).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("finalizers left in place: {e}")),
+        Err(_) => Err(format!(
+            "finalizers left in place: no answer within {EACH_SIDE:?}"
+        )),
+    };
+    match &member_side {
+        Ok(()) => {
             tracing::info!(member = %name, "removed finalizers from the member's ServiceExports")
         }
-        Ok(Err(e)) => {
-            tracing::warn!(member = %name, error = %e, "member unreachable: finalizers left in place")
-        }
-        Err(_) => {
-            tracing::warn!(member = %name, "member cleanup timed out: finalizers left in place")
-        }
+        Err(e) => tracing::warn!(member = %name, error = %e, "member cleanup failed"),
     }
+    hub_side.and(member_side)
 }
 
 async fn delete_all(hub: &Api<InternalServiceExport>) -> Result<(), kube::Error> {

@@ -1,9 +1,11 @@
 //! The multi-member runtime: the kubeconfig directory and its vetting (`registry`, `vet`), one
 //! engagement per member with its API-server probe (`member`), leader election and member
-//! shards on fenced leases (`lease`, the state machine both use; `leader`, `shard`), and the state the health endpoints show (`state`).
+//! shards on fenced leases (`lease`, the state machine both use; `leader`, `shard`), the
+//! durable record of `--cleanup-on-remove` (`cleanup`), and the state the health endpoints show (`state`).
 //!
 //! `fleet` starts and stops members; it knows nothing of ServiceExport conditions.
 
+mod cleanup;
 pub mod leader;
 pub mod lease;
 mod member;
@@ -42,6 +44,10 @@ pub struct RuntimeConfig {
     pub member_sync_timeout: Duration,
     /// On removal: delete the member's ISEs and its ServiceExports' finalizers.
     pub cleanup_on_remove: bool,
+    /// Where pending cleanups are recorded in the hub (Secrets): the release namespace, and
+    /// the prefix of their names (`--leader-election-id`).
+    pub records_namespace: String,
+    pub records_prefix: String,
     pub traffic_manager: bool,
     /// Safety net besides the directory watch.
     pub rescan_interval: Duration,
@@ -92,15 +98,35 @@ pub struct Shared {
     pub fence: crate::client::Fence,
     /// Sharded mode: the members this replica owns, each with its own fence.
     pub shards: Option<Arc<shard::Shards>>,
-    /// Removed members whose cleanup is running: their Leases are kept (and their cleanup
-    /// fenced by them) until it is done, so no other replica exports them meanwhile.
-    pub cleaning: parking_lot::Mutex<std::collections::BTreeSet<String>>,
+    /// Removed members whose cleanup is recorded or running: they keep their shards (and
+    /// their cleanup is fenced by them) until it is done.
+    pub cleanups: parking_lot::Mutex<Cleanups>,
+}
+
+/// What this replica knows of pending cleanups ([`cleanup`]).
+#[derive(Debug, Default)]
+pub struct Cleanups {
+    /// As last listed in the hub (or written here since).
+    pending: BTreeMap<String, cleanup::Pending>,
+    /// Running here now.
+    running: std::collections::BTreeSet<String>,
 }
 
 impl Shared {
     /// Whether this replica runs `member` (always, unless sharded).
     fn owns(&self, member: &str) -> bool {
         self.shards.as_ref().is_none_or(|s| s.owns(member))
+    }
+
+    /// Whether this replica writes for `member` now: it leads (or nobody does) and owns it.
+    fn writes_for(&self, member: &str) -> bool {
+        *self.leader.borrow() && self.owns(member)
+    }
+
+    /// The cleanup records, written through `member`'s fence.
+    fn records(&self, member: &str) -> Api<k8s_openapi::api::core::v1::Secret> {
+        let client = crate::client::member_view(&self.hub_client, self.fence_of(member));
+        Api::namespaced(client, &self.config.records_namespace)
     }
 
     /// The fence of `member`'s writes.
@@ -265,9 +291,14 @@ async fn sync_members(
         }
     };
     stop_departed(shared, engaged, &desired, background);
+    if shared.config.cleanup_on_remove {
+        resume_cleanups(shared, &desired, background).await;
+    }
     if let Some(shards) = &shared.shards {
-        let cleaning = shared.cleaning.lock().clone();
+        let cleanups = shared.cleanups.lock();
+        let cleaning = cleanups.pending.keys().chain(&cleanups.running).cloned();
         shards.set_wanted(desired.keys().cloned().chain(cleaning));
+        drop(cleanups);
         shared.state.set_owners(shards.owners());
     }
     let azure = shared
@@ -333,19 +364,26 @@ fn stop_departed(
         shared.hooks.member_left(&name);
         // Only the lease holder cleans up (its clients' writes are fenced anyway), and only
         // a member that left the fleet, not one that moved to another replica.
-        let clean = removed
-            && shared.config.cleanup_on_remove
-            && *shared.leader.borrow()
-            && shared.owns(&name);
+        let clean = removed && shared.config.cleanup_on_remove && shared.writes_for(&name);
         if clean {
-            shared.cleaning.lock().insert(name.clone());
+            shared.cleanups.lock().running.insert(name.clone());
         }
         let shared = shared.clone();
         background.spawn(async move {
             e.stop().await;
             if clean {
-                cleanup(&shared, &name, kubeconfig.as_deref()).await;
-                shared.cleaning.lock().remove(&name);
+                let pending = cleanup::Pending {
+                    member: name.clone(),
+                    kubeconfig,
+                };
+                // Recorded first, so that a restart or a failover finishes what this starts.
+                match cleanup::write(&shared.records(&name), &shared.config.records_prefix, &pending).await {
+                    Ok(()) => {
+                        shared.cleanups.lock().pending.insert(name.clone(), pending.clone());
+                    }
+                    Err(e) => tracing::warn!(member = %name, error = %e, "could not record the cleanup in the hub; cleaning up without a record (not resumed after a restart)"),
+                }
+                clean_up(&shared, pending).await;
             }
         });
     }
@@ -388,8 +426,84 @@ fn engage(
     }
 }
 
+/// Lists the pending cleanups recorded in the hub: each one this replica owns and is not
+/// running yet is started; the record of a member that came back is dropped.
+async fn resume_cleanups(
+    shared: &Arc<Shared>,
+    desired: &BTreeMap<String, registry::MemberSource>,
+    background: &TaskTracker,
+) {
+    let all: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(shared.hub_client.clone(), &shared.config.records_namespace);
+    let listed = match cleanup::list(&all, &shared.config.records_prefix).await {
+        Ok(listed) => listed,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list the pending cleanups; keeping the last view");
+            return;
+        }
+    };
+    let mut cleanups = shared.cleanups.lock();
+    let running = cleanups.running.clone();
+    cleanups.pending = listed.into_iter().map(|p| (p.member.clone(), p)).collect();
+    let pending: Vec<cleanup::Pending> = cleanups.pending.values().cloned().collect();
+    drop(cleanups);
+    let mut shown = shared.state.cleanups();
+    shown.retain(|m, _| pending.iter().any(|p| &p.member == m) || running.contains(m));
+    for p in &pending {
+        shown.entry(p.member.clone()).or_insert(None);
+    }
+    shared.state.set_cleanups(shown);
+    for p in pending {
+        if running.contains(&p.member) || !shared.writes_for(&p.member) {
+            continue;
+        }
+        let shared = shared.clone();
+        if desired.contains_key(&p.member) {
+            tracing::info!(member = %p.member, "removed member is back: its pending cleanup is dropped");
+            background.spawn(async move {
+                let api = shared.records(&p.member);
+                if cleanup::forget(&api, &shared.config.records_prefix, &p.member)
+                    .await
+                    .is_ok()
+                {
+                    shared.state.cleanup_tried(&p.member, Ok(()));
+                }
+            });
+            continue;
+        }
+        tracing::info!(member = %p.member, "resuming the recorded cleanup of a removed member");
+        shared.cleanups.lock().running.insert(p.member.clone());
+        background.spawn(async move { clean_up(&shared, p).await });
+    }
+}
+
+/// Runs one pending cleanup; its record goes once both sides are done.
+async fn clean_up(shared: &Arc<Shared>, pending: cleanup::Pending) {
+    let name = pending.member.clone();
+    let mut result = withdraw(shared, &name, pending.kubeconfig.as_deref()).await;
+    if result.is_ok() {
+        let api = shared.records(&name);
+        result = cleanup::forget(&api, &shared.config.records_prefix, &name)
+            .await
+            .map_err(|e| format!("cleanup done, its record not deleted: {e}"));
+    }
+    if let Err(e) = &result {
+        tracing::warn!(member = %name, error = %e, "cleanup of a removed member not done; retried at the next rescan");
+    }
+    shared.state.cleanup_tried(&name, result.clone());
+    let mut cleanups = shared.cleanups.lock();
+    cleanups.running.remove(&name);
+    if result.is_ok() {
+        cleanups.pending.remove(&name);
+    }
+}
+
 /// `--cleanup-on-remove`: withdraws a member that left the fleet (see `export::cleanup`).
-async fn cleanup(shared: &Arc<Shared>, name: &str, kubeconfig: Option<&str>) {
+async fn withdraw(
+    shared: &Arc<Shared>,
+    name: &str,
+    kubeconfig: Option<&str>,
+) -> Result<(), String> {
     let ns = format!("{}{name}", shared.config.namespace_prefix);
     // Fenced by the member's lease (sharded), which is kept until the cleanup is done.
     let fence = shared.fence_of(name);
@@ -410,7 +524,7 @@ async fn cleanup(shared: &Arc<Shared>, name: &str, kubeconfig: Option<&str>) {
         .map(|m| m.client),
         None => Err("no usable kubeconfig".to_string()),
     };
-    crate::export::cleanup::withdraw_member(name, hub, member).await;
+    crate::export::cleanup::withdraw_member(name, hub, member).await
 }
 
 /// Whether `client`'s API server answers (`/version`) within `within`; else why not.

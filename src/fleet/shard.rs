@@ -108,7 +108,7 @@ pub fn assign<'a>(
 
 /// A lease name part from any string: lower-case alphanumerics and '-', at most 40 characters,
 /// plus a hash of the whole so two identities never collide.
-fn name_part(s: &str) -> String {
+pub(super) fn name_part(s: &str) -> String {
     let clean: String = s
         .to_ascii_lowercase()
         .chars()
@@ -320,8 +320,8 @@ async fn round(api: &Api<Lease>, shards: &Shards) {
             .collect()
     };
     let renew = renewals
-        .into_iter()
-        .map(|s| write_shard(api, shards, s, Step::Renew));
+        .iter()
+        .map(|s| write_shard(api, shards, *s, Step::Renew));
     tokio::join!(announce(api, shards), join_all(renew));
     let selector = format!("{LEASE_LABEL}={}", cfg.name);
     let params = ListParams::default().labels(&selector);
@@ -336,11 +336,12 @@ async fn round(api: &Api<Lease>, shards: &Shards) {
             return;
         }
     };
-    // Renewals went first, above.
+    // What was renewed above is not written twice; a shard the list shows as ours that was
+    // not renewed (its fence closed on a lost answer) is renewed now, taking it back.
     let steps = plan(shards, listed);
     let writes = steps
         .into_iter()
-        .filter(|(_, step)| matches!(step, Step::Acquire | Step::Release))
+        .filter(|(s, step)| *step != Step::Wait && !(*step == Step::Renew && renewals.contains(s)))
         .map(|(s, step)| write_shard(api, shards, s, step));
     join_all(writes).await;
 }
@@ -568,6 +569,67 @@ mod tests {
             assign(&[1], &BTreeSet::new(), &[None])
                 .iter()
                 .all(Option::is_none)
+        );
+    }
+
+    fn listed(name: &str, holder: &str, replica_of: Option<&str>) -> Lease {
+        Lease {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                labels: replica_of.map(|p| [(REPLICA_LABEL.to_string(), p.to_string())].into()),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
+                holder_identity: Some(holder.into()),
+                lease_duration_seconds: Some(15),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_round_plans_this_replicas_share_and_takes_back_what_it_still_holds() {
+        let cfg = LeaseConfig {
+            namespace: "ns".into(),
+            name: "p".into(),
+            identity: "me".into(),
+            lease_duration: std::time::Duration::from_secs(15),
+            renew_deadline: std::time::Duration::from_secs(10),
+            retry_period: std::time::Duration::from_secs(2),
+        };
+        let shards = Shards::new(cfg, 8);
+        let members: Vec<String> = (0..40).map(|i| format!("m{i}")).collect();
+        shards.set_wanted(members.clone());
+        let announcements = vec![
+            listed("p-replica-me", "me", Some("p")),
+            listed("p-replica-other", "other", Some("p")),
+        ];
+        let steps = plan(&shards, announcements.clone());
+        let w = weights(&members, 8);
+        let owners = owners(&w, &["me", "other"], &[None; 8]);
+        for (s, step) in steps {
+            let expected = match owners[s] {
+                Some("me") => Step::Acquire,
+                _ => Step::Wait,
+            };
+            assert_eq!(step, expected, "shard {s}");
+        }
+        // A shard listed as ours whose fence is closed (an answer lost): renewed, not left.
+        let mine = owners
+            .iter()
+            .position(|o| *o == Some("me"))
+            .expect("a shard of mine");
+        let mut list = announcements;
+        list.push(listed(
+            &shard_lease("p", u16::try_from(mine).expect("shard")),
+            "me",
+            None,
+        ));
+        let steps: BTreeMap<usize, Step> = plan(&shards, list).into_iter().collect();
+        assert_eq!(steps[&mine], Step::Renew);
+        assert!(
+            !shards.lock().shards[mine].claimed(),
+            "not written yet: still fenced"
         );
     }
 

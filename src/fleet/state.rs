@@ -69,6 +69,8 @@ pub struct FleetState {
     runtime_alive: AtomicBool,
     /// Sharded: every declared member's owner (lease holder) as this replica last saw it.
     owners: RwLock<BTreeMap<String, String>>,
+    /// Removed members whose cleanup is recorded and not done, with its last failure.
+    cleanups: RwLock<BTreeMap<String, Option<String>>>,
 }
 
 /// Marks the runtime alive while it exists; dropped when the runtime returns or panics.
@@ -176,6 +178,26 @@ impl FleetState {
     /// Records which replica owns each member (sharded mode).
     pub fn set_owners(&self, owners: BTreeMap<String, String>) {
         *self.owners.write() = owners;
+    }
+
+    /// The removed members whose cleanup is pending (as last listed or tried here), each
+    /// with why its last attempt failed.
+    pub fn set_cleanups(&self, pending: BTreeMap<String, Option<String>>) {
+        *self.cleanups.write() = pending;
+    }
+
+    /// A pending cleanup tried: `Ok` ends it, `Err` keeps it with the reason.
+    pub fn cleanup_tried(&self, member: &str, result: Result<(), String>) {
+        let mut cleanups = self.cleanups.write();
+        match result {
+            Ok(()) => cleanups.remove(member),
+            Err(e) => cleanups.insert(member.to_string(), Some(e)),
+        };
+    }
+
+    /// Pending cleanups (`--cleanup-on-remove`), each with its last failure.
+    pub fn cleanups(&self) -> BTreeMap<String, Option<String>> {
+        self.cleanups.read().clone()
     }
 
     /// Which replica owns each member, as last seen (empty unless sharded).

@@ -210,6 +210,10 @@ fn encode_process(e: &mut DescriptorEncoder, shared: &Shared) -> fmt::Result {
         let help = "1 when the hub's API server answered this replica's last probe.";
         let reachable = flag(fleet.hub_reachable());
         family(e, ("fleetnet_hub_reachable", help, None), reachable)?;
+        let help = "Removed members whose --cleanup-on-remove is recorded in the hub and not done yet (retried every rescan by their owner).";
+        let pending = i64::try_from(fleet.cleanups().len()).unwrap_or(i64::MAX);
+        let pending = vec![(vec![], ConstGauge::new(pending))];
+        family(e, ("fleetnet_member_cleanups_pending", help, None), pending)?;
     }
     Ok(())
 }

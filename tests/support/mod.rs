@@ -479,6 +479,8 @@ pub fn app_config(fleet: &Fleet, dir: &std::path::Path) -> fleetnet_hub::app::Ap
             member_limits: Limits::default(),
             member_sync_timeout: Duration::from_secs(10),
             cleanup_on_remove: false,
+            records_namespace: "default".into(),
+            records_prefix: "fleetnet-hub".into(),
             traffic_manager: false,
             rescan_interval: Duration::from_secs(30),
             instance: "test".into(),

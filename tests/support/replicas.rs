@@ -191,6 +191,12 @@ impl Replica {
             .unwrap_or_default()
     }
 
+    /// Whether this replica's last hub probe was answered, from its `/members`.
+    pub async fn hub_reachable(&self) -> Option<bool> {
+        let v: serde_json::Value = serde_json::from_str(&self.get("/members").await).ok()?;
+        v["hubReachable"].as_bool()
+    }
+
     /// Member-side writes its own clients counted, per member.
     pub async fn member_writes(&self) -> BTreeMap<String, f64> {
         let text = http_get(([127, 0, 0, 1], self.metrics).into(), "/metrics")

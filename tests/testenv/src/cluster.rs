@@ -151,7 +151,17 @@ impl Cluster {
     }
 
     /// Waits for the serving certificate, writes the admin kubeconfig and waits for `/readyz`.
+    /// An apiserver answers 500 and refuses connections while it comes up, and kube's client
+    /// logs each such answer as an ERROR: the polls run with logging off, so that a process
+    /// embedding the substrate (`fleetnet-hub sandbox`, the tests) shows no error when nothing
+    /// is wrong.
     pub(crate) async fn wait_ready(&mut self, started: Instant) -> Result<()> {
+        use tracing::instrument::WithSubscriber;
+        let quiet = tracing::subscriber::NoSubscriber::default();
+        self.poll_ready(started).with_subscriber(quiet).await
+    }
+
+    async fn poll_ready(&mut self, started: Instant) -> Result<()> {
         let deadline = started + Duration::from_secs(240);
         // The apiserver writes its self-signed certificate while starting: a half-written file
         // must not become the kubeconfig's CA for good, so the client follows the file.

@@ -368,6 +368,19 @@ async fn wait_servable(
     client: &kube::Client,
     crd: &CustomResourceDefinition,
 ) -> Result<()> {
+    use tracing::instrument::WithSubscriber;
+    // 429s until it is servable are expected: not logged (see `Cluster::wait_ready`).
+    let quiet = tracing::subscriber::NoSubscriber::default();
+    list_every_version(cluster, client, crd)
+        .with_subscriber(quiet)
+        .await
+}
+
+async fn list_every_version(
+    cluster: &str,
+    client: &kube::Client,
+    crd: &CustomResourceDefinition,
+) -> Result<()> {
     for version in crd.spec.versions.iter().filter(|v| v.served) {
         let gvk =
             kube::api::GroupVersionKind::gvk(&crd.spec.group, &version.name, &crd.spec.names.kind);
