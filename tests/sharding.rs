@@ -19,11 +19,16 @@ use replicas::*;
 use support::*;
 
 const MEMBERS: [&str; 6] = ["m1", "m2", "m3", "m4", "m5", "m6"];
+
+/// One test of this file at a time: each runs a hub, members and two or three replicas, and
+/// together they would load two cores until member probes time out, which measures the machine.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// Exports created for the paused replica's members just before it is paused.
 const BURST: usize = 15;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_are_sharded_written_by_owners_only_and_fail_over() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     init_test_logs();
     let (fleet, hub) = quiet_fleet(MEMBERS).await;
     let admin = Access::admin(&fleet);
@@ -121,6 +126,7 @@ async fn members_are_sharded_written_by_owners_only_and_fail_over() {
 /// traffic of the three within a bound that does not depend on the member count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundreds_of_members_stay_put_and_coordination_stays_constant() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     init_test_logs();
     const NAMES: usize = 300;
     const QUIET: Duration = Duration::from_secs(60);
@@ -194,6 +200,7 @@ async fn hundreds_of_members_stay_put_and_coordination_stays_constant() {
 /// a new export of one of them reaches the hub within the lease duration + a few tokens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_traffic_never_waits_behind_a_backlog_of_writes() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     init_test_logs();
     const BACKLOG: usize = 30;
     let (fleet, hub) = quiet_fleet(MEMBERS).await;
@@ -343,6 +350,7 @@ fn owned_by<'a>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_stopped_and_removed_members_are_written_by_lease_holders_only() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     init_test_logs();
     let names = ["replica-a", "replica-b", "replica-c"];
     let env = Env::start(&names).await;

@@ -497,9 +497,10 @@ mod tests {
         assert_eq!(bucket(1e308, 1).err(), Some("qps too large"));
     }
 
-    /// `a` requests of one turn queued first, then one of another turn (or, without turns, all
-    /// of none): how many of the first went before the latecomer once it was queued.
-    async fn served_before_latecomer(a: usize, turns: bool) -> usize {
+    /// `a` bulk requests of one turn queued first, then one of another turn (or, without turns,
+    /// all of none), `urgent` or not: how many of the first went before the latecomer once it
+    /// was queued.
+    async fn served_before_latecomer(a: usize, turns: bool, urgent: bool) -> usize {
         // A token every 50 ms: time enough for the latecomer's task to join the line.
         let bucket = bucket(20.0, 1).expect("bucket");
         let (done_tx, mut done) = tokio::sync::mpsc::unbounded_channel();
@@ -519,7 +520,7 @@ mod tests {
         let before = order.len();
         let latecomer = Turn::default();
         tokio::spawn(async move {
-            bucket.take(turns.then_some(&latecomer), false).await;
+            bucket.take(turns.then_some(&latecomer), urgent).await;
             let _ = done_tx.send(a);
         });
         while let Some(i) = done.recv().await {
@@ -534,43 +535,17 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn urgent_requests_go_before_a_backlog_of_bulk_ones() {
-        let bucket = bucket(20.0, 1).expect("bucket");
-        let (done_tx, mut done) = tokio::sync::mpsc::unbounded_channel();
-        for i in 0..20 {
-            let (bucket, done_tx) = (bucket.clone(), done_tx.clone());
-            tokio::spawn(async move {
-                bucket.take(None, false).await;
-                let _ = done_tx.send(i);
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(70)).await;
-        let mut order = vec![];
-        while let Ok(i) = done.try_recv() {
-            order.push(i);
-        }
-        let before = order.len();
-        tokio::spawn(async move {
-            bucket.take(None, true).await;
-            let _ = done_tx.send(99);
-        });
-        while let Some(i) = done.recv().await {
-            order.push(i);
-        }
-        let at = order.iter().position(|&i| i == 99).expect("served");
         // At most the bulk head already waiting for the next token goes first.
-        assert!(
-            at - before <= 1,
-            "{} bulk requests went first: {order:?}",
-            at - before
-        );
+        let went_first = served_before_latecomer(20, false, true).await;
+        assert!(went_first <= 1, "{went_first} bulk requests went first");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_backlog_holds_one_place_in_the_line_for_a_shared_bucket() {
         // The backlog's head waits for the next token, then the latecomer's turn comes.
-        assert!(served_before_latecomer(20, true).await <= 2);
+        assert!(served_before_latecomer(20, true, false).await <= 2);
         // Without turns the line is first come, first served: the latecomer waits for all
         // that were queued before it (20 less those served in the first 70 ms).
-        assert!(served_before_latecomer(20, false).await >= 15);
+        assert!(served_before_latecomer(20, false, false).await >= 15);
     }
 }
