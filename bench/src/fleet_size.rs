@@ -20,7 +20,8 @@
 //!   budget bound of the replica with the largest share (`ceil(N/R)` members: one ISE create
 //!   per export and one LIST per member through its hub bucket, as `ideal_bound` computes it);
 //! - RSS (`/proc/<pid>/status`) per replica at convergence and after the quiet window, and per
-//!   member (sum over replicas / N);
+//!   member (sum over replicas / N; and less R times the RSS of the binary running no member,
+//!   read before the run: what a member adds);
 //! - a quiet window after convergence: requests/s the hub and the member apiservers counted
 //!   themselves (`apiserver_request_total` deltas, by resource and verb, any resource: Leases
 //!   too), next to the same figure of the substrate alone (a baseline window before the
@@ -118,6 +119,11 @@ pub struct Report {
     /// Sum of the replicas' RSS / N.
     pub rss_per_member_converged_kib: f64,
     pub rss_per_member_after_quiet_kib: f64,
+    /// The binary running no member (`fleetnet-hub run` on an empty kubeconfig directory,
+    /// after 3 s), when it could be read.
+    pub replica_idle_kib: Option<u64>,
+    /// (Sum of the replicas' RSS after the quiet window - R × idle) / N.
+    pub rss_per_member_marginal_kib: Option<f64>,
     /// The substrate alone (no replica).
     pub baseline: Traffic,
     pub quiet: Traffic,
@@ -424,6 +430,12 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         })
         .collect();
 
+    let replica_idle_kib = fleetnet_bench::binary_idle_rss(&config.binary, &fleet).await;
+    say(format!(
+        "the binary running no member: RSS {}",
+        replica_idle_kib.map_or("unknown".into(), |k| mib(k as f64))
+    ));
+
     let (seen, _watch) = watch_ises(&hub);
     let listed = Instant::now();
     while !lock(&seen).listed {
@@ -594,6 +606,9 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         handoffs_quiet: replica_figures.iter().map(|r| r.handoffs_quiet).sum(),
         rss_per_member_converged_kib: per_member(&q0.rss),
         rss_per_member_after_quiet_kib: per_member(&q1.rss),
+        replica_idle_kib,
+        rss_per_member_marginal_kib: replica_idle_kib
+            .map(|idle| marginal_per_member(&q1.rss, idle, names.len())),
         replica: replica_figures,
         baseline,
         quiet,
@@ -735,6 +750,12 @@ async fn failover(
     })
 }
 
+/// (Σ rss − replicas × idle) / members: what the members add to the replicas.
+pub fn marginal_per_member(rss: &[u64], idle: u64, members: usize) -> f64 {
+    let total = rss.iter().sum::<u64>() as f64;
+    (total - (idle as f64) * rss.len() as f64) / members.max(1) as f64
+}
+
 fn durations(secs: &[f64]) -> Vec<Duration> {
     secs.iter().map(|s| Duration::from_secs_f64(*s)).collect()
 }
@@ -753,6 +774,7 @@ pub fn markdown(r: &Report) -> String {
          | replicas start → every name ready on a replica (`/members`) | {ready} |\n\
          | budget bound ({share} members × ({exports} + 1) hub requests, {qps} qps / {burst} burst per replica) ; ratio | {bound} ; {ratio} |\n\
          | RSS per member (Σ replicas / {members}): at convergence / after the quiet window | {rss0} / {rss1} |\n\
+         | RSS per member less the replicas' own ((Σ − {replicas} × {idle} idle) / {members}), after the quiet window | {marginal} |\n\
          | quiet window | {window} |\n\
          | hub requests/s in the quiet window (substrate alone) | {hub:.1} ({hub0:.1}) |\n\
          | member apiserver requests/s, all {servers} (substrate alone) | {mem:.1} ({mem0:.1}) |\n\
@@ -778,6 +800,8 @@ pub fn markdown(r: &Report) -> String {
             .map_or("- (within the burst)".into(), |x| format!("{x:.2}")),
         rss0 = mib(r.rss_per_member_converged_kib),
         rss1 = mib(r.rss_per_member_after_quiet_kib),
+        idle = r.replica_idle_kib.map_or("?".into(), |k| mib(k as f64)),
+        marginal = r.rss_per_member_marginal_kib.map_or("-".into(), mib),
         window = secs(Duration::from_secs_f64(r.quiet.window_s)),
         hub = r.quiet.hub_per_s,
         hub0 = r.baseline.hub_per_s,
@@ -917,6 +941,13 @@ mod tests {
             ..config
         };
         assert_eq!(budget_bound(&single), Duration::from_secs(31));
+    }
+
+    #[test]
+    fn marginal_rss_leaves_out_the_idle_replicas() {
+        // 3 replicas of 20 MiB idle, 90 MiB in all with 30 members: 1 MiB per member.
+        let rss = [30 * 1024, 30 * 1024, 30 * 1024];
+        assert_eq!(marginal_per_member(&rss, 20 * 1024, 30), 1024.0);
     }
 
     #[test]

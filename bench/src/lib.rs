@@ -41,7 +41,9 @@ mod tests;
 pub use fairness::{FairnessConfig, FairnessReport, fairness_markdown, run_fairness};
 use observe::*;
 use process::*;
-pub use process::{cpu_seconds, cpu_seconds_of, machine_cpu_seconds, rss_kib, status_kib_of};
+pub use process::{
+    binary_idle_rss, cpu_seconds, cpu_seconds_of, machine_cpu_seconds, rss_kib, status_kib_of,
+};
 use report::*;
 pub use report::{markdown, summary_markdown};
 use server::*;

@@ -68,7 +68,7 @@ pub(crate) fn cpu_seconds_in(stat: &str) -> f64 {
 }
 
 /// Starts `fleetnet-hub run` with no member against the hub and reads its RSS after 3 s.
-pub(crate) async fn binary_idle_rss(binary: &Path, fleet: &fleetnet_testenv::Fleet) -> Option<u64> {
+pub async fn binary_idle_rss(binary: &Path, fleet: &fleetnet_testenv::Fleet) -> Option<u64> {
     let dir = fleet.scratch_dir().join("bench-binary-no-members");
     std::fs::create_dir_all(&dir).ok()?;
     let port = |_: ()| {
