@@ -87,6 +87,10 @@ struct Cli {
     /// `--fleet-size` without the kill -9.
     #[arg(long)]
     no_failover: bool,
+    /// Seconds `--fleet-size` waits after the kill -9 for the orphans and the probe's ISEs;
+    /// what is not done by then is reported as incomplete.
+    #[arg(long, default_value_t = 120.0)]
+    failover_timeout: f64,
     /// Measure fairness instead: member 1 cold-starts `--exports` exports while the other
     /// members, one export each, change their Service at `--churn` per second (default 5) until
     /// member 1 has converged (see `fairness.rs`).
@@ -214,6 +218,7 @@ async fn main_inner(cli: Cli) -> Result<(), String> {
             failover: !cli.no_failover,
             binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
             timeout: seconds("converge-timeout", cli.converge_timeout)?,
+            failover_timeout: seconds("failover-timeout", cli.failover_timeout)?,
         };
         let report = fleet_size::run(&config)
             .await
