@@ -22,6 +22,8 @@
 //! - RSS (`/proc/<pid>/status`) per replica at convergence and after the quiet window, and per
 //!   member (sum over replicas / N; and less R times the RSS of the binary running no member,
 //!   read before the run: what a member adds);
+//! - the cold start's requests, counted by the apiservers as below (replicas start → quiet
+//!   window), by resource and verb;
 //! - a quiet window after convergence: requests/s the hub and the member apiservers counted
 //!   themselves (`apiserver_request_total` deltas, by resource and verb, any resource: Leases
 //!   too), next to the same figure of the substrate alone (a baseline window before the
@@ -135,6 +137,8 @@ pub struct Report {
     pub rss_per_member_marginal_kib: Option<f64>,
     /// The substrate alone (no replica).
     pub baseline: Traffic,
+    /// Replicas start → the quiet window (the cold start: where its requests went).
+    pub cold: Traffic,
     pub quiet: Traffic,
     pub failover: Option<Failover>,
     /// The hub's ISE DELETEs from the replicas' start to the end (must be 0).
@@ -567,6 +571,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
     }
     let q1 = snapshot(&hub, &server_clients, &replicas).await?;
     let quiet = traffic(&q0, &q1);
+    let cold = traffic(&base1, &q0);
     let window = q1.at.duration_since(q0.at).as_secs_f64().max(1e-9);
     let replica_figures: Vec<ReplicaFigures> = replicas
         .iter()
@@ -636,6 +641,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
             .map(|idle| marginal_per_member(&q1.rss, idle, names.len())),
         replica: replica_figures,
         baseline,
+        cold,
         quiet,
         failover,
         ise_deletes,
@@ -914,6 +920,15 @@ pub fn markdown(r: &Report) -> String {
             );
         }
     }
+    out += &format!(
+        "\n| apiserver | resource | verb | requests in the cold start (replicas start → quiet window, {}) |\n|---|---|---|---|\n",
+        secs(Duration::from_secs_f64(r.cold.window_s))
+    );
+    for (kind, cold) in [("hub", &r.cold.hub), ("members (all)", &r.cold.members)] {
+        for c in cold.iter().take(TOP) {
+            out += &format!("| {kind} | {} | {} | {} |\n", c.resource, c.verb, c.count);
+        }
+    }
     out
 }
 
@@ -1023,6 +1038,7 @@ mod tests {
             replica_idle_kib: None,
             rss_per_member_marginal_kib: None,
             baseline: Traffic::default(),
+            cold: Traffic::default(),
             quiet: Traffic::default(),
             failover: Some(Failover {
                 killed: "replica-1".into(),
