@@ -11,17 +11,17 @@
 //! DELETEs over the whole failover (must be 0).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
-use fleetnet_bench::{NAMESPACE, create_pair, create_pairs, member_names, quantile};
+use fleetnet_bench::{NAMESPACE, create_pair, create_pairs, member_names};
 use fleetnet_hub::api::InternalServiceExport;
 use fleetnet_testenv::Fleet;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams};
-use tokio::process::{Child, Command};
+
+use crate::replicas::{Replica, Sharding, Spec, p50_max, secs};
 
 /// Where the replicas keep their Leases, and the prefix of their names.
 const LEASE_NS: &str = "default";
@@ -64,28 +64,40 @@ pub struct Report {
     pub ise_deletes: f64,
 }
 
-/// A replica process; killed when dropped.
-struct Replica {
-    name: String,
-    child: Child,
-}
-
 /// Runs the failover benchmark once.
 pub async fn run(config: &Config) -> anyhow::Result<Report> {
     ensure!(
         config.members > 0 && config.replicas > 1,
         "--failover needs members and at least 2 replicas"
     );
-    ensure!(
-        config.binary.is_file(),
-        "no fleetnet-hub binary at {} (build it: cargo build --release -p fleetnet-hub, or pass --binary)",
-        config.binary.display()
-    );
     let (fleet, hub, clients) = substrate(config).await?;
+    let spec = Spec {
+        binary: config.binary.clone(),
+        hub_kubeconfig: fleet.hub().kubeconfig_path().to_path_buf(),
+        kubeconfig_dir: fleet.member_kubeconfig_dir(),
+        log_dir: fleet.scratch_dir().to_path_buf(),
+        shard: Some(Sharding {
+            lease_namespace: LEASE_NS.into(),
+            lease_prefix: LEASE_PREFIX.into(),
+        }),
+        args: [
+            "--kube-api-qps",
+            "100",
+            "--kube-api-burst",
+            "200",
+            "--hub-api-qps",
+            "100",
+            "--hub-api-burst",
+            "200",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rust_log: "warn".into(),
+    };
     let started = Instant::now();
     let mut replicas = vec![];
     for i in 0..config.replicas {
-        replicas.push(start_replica(config, &fleet, &format!("replica-{i}"))?);
+        replicas.push(spec.start(&format!("replica-{i}"))?);
     }
     let before = converge(&hub, config, &replicas).await?;
     let converged = started.elapsed();
@@ -98,14 +110,10 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         .filter(|(_, h)| owner_of(&replicas, h) == Some(victim))
         .map(|(m, _)| m.clone())
         .collect();
-    let mut killed_replica = replicas.remove(victim);
-    killed_replica
-        .child
-        .start_kill()
-        .context("kill -9 the busiest replica")?;
-    let killed = Instant::now();
+    let killed_replica = replicas.remove(victim);
     let victim_name = killed_replica.name.clone();
-    let _ = killed_replica.child.wait().await;
+    let killed = Instant::now();
+    killed_replica.kill().await?;
     eprintln!(
         "[failover] killed {victim_name} holding {} members: {orphans:?}",
         orphans.len()
@@ -151,34 +159,6 @@ async fn substrate(
         config.members, config.exports
     );
     Ok((fleet, hub, clients))
-}
-
-fn start_replica(config: &Config, fleet: &Fleet, name: &str) -> anyhow::Result<Replica> {
-    let log = fleet.scratch_dir().join(format!("{name}.log"));
-    let stderr = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
-    let child = Command::new(&config.binary)
-        .args(["run", "--hub-kubeconfig"])
-        .arg(fleet.hub().kubeconfig_path())
-        .arg("--kubeconfig-dir")
-        .arg(fleet.member_kubeconfig_dir())
-        .args(["--shard-members", "--leader-election-namespace", LEASE_NS])
-        .args(["--leader-election-id", LEASE_PREFIX])
-        .args(["--health-probe-bind-address", "127.0.0.1:0"])
-        .args(["--metrics-bind-address", "127.0.0.1:0"])
-        .args(["--kube-api-qps", "100", "--kube-api-burst", "200"])
-        .args(["--hub-api-qps", "100", "--hub-api-burst", "200"])
-        .env("POD_NAME", name)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(stderr))
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", config.binary.display()))?;
-    Ok(Replica {
-        name: name.to_string(),
-        child,
-    })
 }
 
 /// The replica a Lease holder identity (`<pod name>_<suffix>`) names.
@@ -325,18 +305,6 @@ async fn create_probe(client: kube::Client) -> anyhow::Result<()> {
     create_pair(client, PROBE.to_string()).await
 }
 
-fn secs(d: Duration) -> String {
-    format!("{:.1} s", d.as_secs_f64())
-}
-
-fn p50_max(values: &[Duration]) -> String {
-    let secs: Vec<f64> = values.iter().map(Duration::as_secs_f64).collect();
-    match (quantile(&secs, 0.5), secs.last()) {
-        (Some(p50), Some(max)) => format!("{p50:.1} s / {max:.1} s"),
-        _ => "-".into(),
-    }
-}
-
 /// The report as a markdown table.
 pub fn markdown(r: &Report) -> String {
     let deletes = if r.ise_deletes == 0.0 {
@@ -363,14 +331,6 @@ pub fn markdown(r: &Report) -> String {
         takeover = p50_max(&r.takeover),
         exported = p50_max(&r.exported),
     )
-}
-
-/// `fleetnet-hub` next to this executable (where cargo puts both).
-pub fn default_binary() -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| Some(exe.parent()?.join("fleetnet-hub")))
-        .unwrap_or_else(|| Path::new("fleetnet-hub").to_path_buf())
 }
 
 #[cfg(test)]

@@ -41,11 +41,13 @@ mod tests;
 pub use fairness::{FairnessConfig, FairnessReport, fairness_markdown, run_fairness};
 use observe::*;
 use process::*;
-pub use process::{cpu_seconds, machine_cpu_seconds, rss_kib};
+pub use process::{
+    binary_idle_rss, cpu_seconds, cpu_seconds_of, machine_cpu_seconds, rss_kib, status_kib_of,
+};
 use report::*;
 pub use report::{markdown, summary_markdown};
 use server::*;
-pub use server::{ServerCounts, ideal_bound, parse_sample};
+pub use server::{ServerCounts, ideal_bound, parse_sample, scrape_every_resource};
 pub use svg::svg;
 
 use fleetnet_hub::api::{

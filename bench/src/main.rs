@@ -6,9 +6,12 @@
 //! cargo run --release -p fleetnet-bench -- --members 10 --exports 250 --churn 10 --duration 30 --svg docs/bench.svg
 //! cargo build --release -p fleetnet-hub && cargo run --release -p fleetnet-bench -- --failover --members 20 --exports 10
 //! cargo run --release -p fleetnet-bench -- --fairness --members 6 --exports 2000 --churn 5 --kube-api-qps 500 --kube-api-burst 500
+//! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --fleet-size --members 300 --member-servers 5 --exports 10 --replicas 3 --quiet 60
 //! ```
 
 mod failover;
+mod fleet_size;
+mod replicas;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -68,15 +71,33 @@ struct Cli {
     /// the busiest killed with SIGKILL (see `failover.rs`).
     #[arg(long)]
     failover: bool,
-    /// Replicas for `--failover`.
+    /// Replicas for `--failover` and `--fleet-size`.
     #[arg(long, default_value_t = 3)]
     replicas: usize,
+    /// Measure a large fleet instead: `--members` member names served by `--member-servers`
+    /// apiservers (`--exports` exports per apiserver, seen by each of its names), `--replicas`
+    /// replicas of the `fleetnet-hub` binary; convergence, RSS, a `--quiet` window's requests
+    /// counted by the apiservers, hand-offs, and a kill -9 of the busiest replica (see
+    /// `fleet_size.rs`).
+    #[arg(long, conflicts_with_all = ["failover", "fairness", "sweep", "replay"])]
+    fleet_size: bool,
+    /// Member apiservers for `--fleet-size`; member name i is served by apiserver i % K.
+    #[arg(long, default_value_t = 1)]
+    member_servers: usize,
+    /// `--fleet-size` without the kill -9.
+    #[arg(long)]
+    no_failover: bool,
+    /// Seconds `--fleet-size` waits after the kill -9 for the orphans and the probe's ISEs;
+    /// what is not done by then is reported as incomplete.
+    #[arg(long, default_value_t = 120.0)]
+    failover_timeout: f64,
     /// Measure fairness instead: member 1 cold-starts `--exports` exports while the other
     /// members, one export each, change their Service at `--churn` per second (default 5) until
     /// member 1 has converged (see `fairness.rs`).
     #[arg(long, conflicts_with_all = ["failover", "sweep"])]
     fairness: bool,
-    /// The `fleetnet-hub` binary for `--failover` (default: next to this executable).
+    /// The `fleetnet-hub` binary for `--failover` and `--fleet-size` (default: next to this
+    /// executable).
     #[arg(long)]
     binary: Option<PathBuf>,
 }
@@ -177,11 +198,36 @@ async fn main_inner(cli: Cli) -> Result<(), String> {
             members: cli.members,
             replicas: cli.replicas,
             exports: cli.exports,
-            binary: cli.binary.clone().unwrap_or_else(failover::default_binary),
+            binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
             timeout: seconds("converge-timeout", cli.converge_timeout)?,
         };
         let report = failover::run(&config).await.map_err(|e| format!("{e:#}"))?;
         println!("{}", failover::markdown(&report));
+        return Ok(());
+    }
+    if cli.fleet_size {
+        let config = fleet_size::Config {
+            members: cli.members,
+            member_servers: cli.member_servers,
+            exports: cli.exports,
+            replicas: cli.replicas,
+            hub_limits: cli.budgets.hub(),
+            member_limits: cli.budgets.member(),
+            budget_args: cli.budgets.to_args(),
+            quiet: seconds("quiet", cli.quiet)?,
+            failover: !cli.no_failover,
+            binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
+            timeout: seconds("converge-timeout", cli.converge_timeout)?,
+            failover_timeout: seconds("failover-timeout", cli.failover_timeout)?,
+        };
+        let report = fleet_size::run(&config)
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+        println!("{}", fleet_size::markdown(&report));
+        if let Some(path) = &cli.json {
+            let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+            std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        }
         return Ok(());
     }
     if cli.fairness {

@@ -13,7 +13,8 @@ pub(crate) fn status_kib(field: &str) -> Option<u64> {
     status_kib_of("/proc/self/status", field)
 }
 
-pub(crate) fn status_kib_of(path: &str, field: &str) -> Option<u64> {
+/// A field (`VmRSS`, `VmHWM`, …) of a `/proc/<pid>/status` file, in KiB.
+pub fn status_kib_of(path: &str, field: &str) -> Option<u64> {
     let text = std::fs::read_to_string(path).ok()?;
     text.lines()
         .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
@@ -40,9 +41,17 @@ pub(crate) fn trim_heap() -> bool {
 
 /// User + system CPU seconds of this process so far.
 pub fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
+    cpu_seconds_of("/proc/self/stat").unwrap_or(0.0)
+}
+
+/// User + system CPU seconds so far of the process whose `/proc/<pid>/stat` is `path` (`None`
+/// when unreadable: the process is gone).
+pub fn cpu_seconds_of(path: &str) -> Option<f64> {
+    Some(cpu_seconds_in(&std::fs::read_to_string(path).ok()?))
+}
+
+/// User + system CPU seconds in the text of a `/proc/<pid>/stat`.
+pub(crate) fn cpu_seconds_in(stat: &str) -> f64 {
     // Fields after the command name (which may hold spaces): state is the first; utime and
     // stime are the 14th and 15th fields of the line.
     let Some((_, rest)) = stat.rsplit_once(')') else {
@@ -59,7 +68,7 @@ pub fn cpu_seconds() -> f64 {
 }
 
 /// Starts `fleetnet-hub run` with no member against the hub and reads its RSS after 3 s.
-pub(crate) async fn binary_idle_rss(binary: &Path, fleet: &fleetnet_testenv::Fleet) -> Option<u64> {
+pub async fn binary_idle_rss(binary: &Path, fleet: &fleetnet_testenv::Fleet) -> Option<u64> {
     let dir = fleet.scratch_dir().join("bench-binary-no-members");
     std::fs::create_dir_all(&dir).ok()?;
     let port = |_: ()| {

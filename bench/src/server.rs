@@ -4,16 +4,28 @@ use super::*;
 // Server-side counts: `apiserver_request_total` of every apiserver.
 // ---------------------------------------------------------------------------------------------
 
-/// `apiserver_request_total` of the counted resources, summed over every apiserver:
+/// `apiserver_request_total` of the counted resources (or of every resource, see
+/// [`ServerCounts::every_resource`]), summed over every apiserver:
 /// (resource[/subresource], verb, code) → requests.
 #[derive(Debug, Clone, Default)]
 pub struct ServerCounts {
     pub requests: BTreeMap<(String, String, String), u64>,
     /// Every `verb` label value seen (any resource).
     pub verbs: BTreeSet<String>,
+    /// Keep every resource, not only [`COUNTED_RESOURCES`]; a non-resource request (`/metrics`,
+    /// `/readyz`, …) is keyed by its path.
+    pub all_resources: bool,
 }
 
 impl ServerCounts {
+    /// Counts that keep every resource (leases, namespaces, …) and non-resource paths.
+    pub fn every_resource() -> Self {
+        Self {
+            all_resources: true,
+            ..Self::default()
+        }
+    }
+
     /// Parses one apiserver's `/metrics` text and adds it.
     pub fn add_metrics_text(&mut self, text: &str) {
         for line in text.lines() {
@@ -30,12 +42,14 @@ impl ServerCounts {
             if !verb.is_empty() {
                 self.verbs.insert(verb.to_string());
             }
-            if !COUNTED_RESOURCES.contains(&resource) {
+            if !self.all_resources && !COUNTED_RESOURCES.contains(&resource) {
                 continue;
             }
-            let resource = match get("subresource") {
-                "" => resource.to_string(),
-                sub => format!("{resource}/{sub}"),
+            let resource = match (resource, get("subresource")) {
+                (resource, "") => resource.to_string(),
+                // A non-resource URL: its path is the subresource label.
+                ("", path) => path.to_string(),
+                (resource, sub) => format!("{resource}/{sub}"),
             };
             *self
                 .requests
@@ -85,6 +99,19 @@ impl ServerCounts {
             .collect()
     }
 
+    /// Requests (any verb, any response code) since `before`, by resource and verb.
+    pub fn requests_since(&self, before: &Self) -> Vec<WriteCount> {
+        self.since(before, |_| true)
+            .into_iter()
+            .map(|((resource, verb), (count, conflicts))| WriteCount {
+                resource,
+                verb,
+                count,
+                conflicts,
+            })
+            .collect()
+    }
+
     /// 409 responses since `before` (any verb).
     pub fn conflicts_since(&self, before: &Self) -> u64 {
         self.since(before, |_| true).values().map(|(_, c)| c).sum()
@@ -97,9 +124,23 @@ pub(crate) async fn scrape(
     clients: &[kube::Client],
     cpu: &mut f64,
 ) -> anyhow::Result<ServerCounts> {
-    use futures::{AsyncBufReadExt, TryStreamExt};
     let c = cpu_seconds();
     let mut counts = ServerCounts::default();
+    scrape_into(clients, &mut counts).await?;
+    *cpu += cpu_seconds() - c;
+    Ok(counts)
+}
+
+/// Every request the apiservers of `clients` have counted so far, any resource (see
+/// [`ServerCounts::every_resource`]), summed; streamed as [`scrape`] does.
+pub async fn scrape_every_resource(clients: &[kube::Client]) -> anyhow::Result<ServerCounts> {
+    let mut counts = ServerCounts::every_resource();
+    scrape_into(clients, &mut counts).await?;
+    Ok(counts)
+}
+
+async fn scrape_into(clients: &[kube::Client], counts: &mut ServerCounts) -> anyhow::Result<()> {
+    use futures::{AsyncBufReadExt, TryStreamExt};
     for client in clients {
         let req = http::Request::get("/metrics").body(Vec::new())?;
         let mut lines = client
@@ -117,8 +158,7 @@ pub(crate) async fn scrape(
             }
         }
     }
-    *cpu += cpu_seconds() - c;
-    Ok(counts)
+    Ok(())
 }
 
 /// One Prometheus text sample of `name`: its labels (unescaped) and value.
