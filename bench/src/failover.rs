@@ -180,24 +180,31 @@ fn busiest(replicas: &[Replica], holders: &BTreeMap<String, String>) -> usize {
         .unwrap_or(0)
 }
 
-/// Member → holder of its member Lease (released Leases left out).
-async fn holders(hub: &kube::Client) -> anyhow::Result<BTreeMap<String, String>> {
-    let prefix = format!("{LEASE_PREFIX}-member-");
-    Ok(Api::<Lease>::namespaced(hub.clone(), LEASE_NS)
+/// Member → holder of its shard's Lease (released Leases left out), for the bench's members
+/// (`member_names(members)`) under the binary's default shard count.
+async fn holders(hub: &kube::Client, members: usize) -> anyhow::Result<BTreeMap<String, String>> {
+    use fleetnet_hub::fleet::shard::{DEFAULT_SHARDS, shard_lease, shard_of};
+    let shards: BTreeMap<String, String> = Api::<Lease>::namespaced(hub.clone(), LEASE_NS)
         .list(&ListParams::default())
         .await?
         .items
         .into_iter()
         .filter_map(|l| {
-            let member = l.metadata.name?.strip_prefix(&prefix)?.to_string();
             let holder = l.spec?.holder_identity.unwrap_or_default();
-            (!holder.is_empty()).then_some((member, holder))
+            (!holder.is_empty()).then_some((l.metadata.name?, holder))
+        })
+        .collect();
+    Ok(member_names(members)
+        .into_iter()
+        .filter_map(|m| {
+            let lease = shard_lease(LEASE_PREFIX, shard_of(&m, DEFAULT_SHARDS));
+            Some((m, shards.get(&lease)?.clone()))
         })
         .collect())
 }
 
-/// Waits until every export has its ISE and every member Lease is held, spread over all
-/// replicas (none above its share), and unchanged for 5 s. Returns the holders.
+/// Waits until every export has its ISE and every member's shard Lease is held, spread over
+/// all replicas, and unchanged for 5 s. Returns the holders.
 async fn converge(
     hub: &kube::Client,
     config: &Config,
@@ -205,7 +212,6 @@ async fn converge(
 ) -> anyhow::Result<BTreeMap<String, String>> {
     let deadline = Instant::now() + config.timeout;
     let ises: Api<InternalServiceExport> = Api::all(hub.clone());
-    let share = config.members.div_ceil(config.replicas);
     let mut last: Option<(BTreeMap<String, String>, Instant)> = None;
     loop {
         if Instant::now() > deadline {
@@ -213,13 +219,13 @@ async fn converge(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
         let count = ises.list(&ListParams::default()).await?.items.len();
-        let now = holders(hub).await?;
+        let now = holders(hub, config.members).await?;
         let spread = (0..replicas.len()).all(|i| {
             let n = now
                 .values()
                 .filter(|h| owner_of(replicas, h) == Some(i))
                 .count();
-            n > 0 && n <= share
+            n > 0
         });
         if count < config.members * config.exports || now.len() < config.members || !spread {
             last = None;
@@ -255,7 +261,7 @@ async fn watch_failover(
                 "failover incomplete after {timeout:?}: taken over {taken:?}, exported {exported:?}"
             );
         }
-        let now = holders(hub).await?;
+        let now = holders(hub, fleet.members().len()).await?;
         let elapsed = killed.elapsed();
         for m in orphans {
             let held_elsewhere = now
