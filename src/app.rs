@@ -153,7 +153,7 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
         hub_stats.clone(),
         fence.clone(),
     );
-    let (hub, lease_client) = (hub.await?, lease_client(&config, sharded).await?);
+    let (hub, control) = (hub.await?, control_client(&config, sharded).await?);
     let shutdown = CancellationToken::new();
     let state = Arc::new(FleetState::default());
     let metrics = Arc::new(Metrics::new());
@@ -170,18 +170,19 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
     // The election outlives the fleet's shutdown by a little: the lease is released after
     // the members have stopped writing.
     let election_stop = CancellationToken::new();
-    let (election, shards) = match (config.leader_election.clone(), lease_client) {
-        (Some(le), Some(lease_client)) => {
-            let api: Api<Lease> = Api::namespaced(lease_client, &le.namespace);
+    let (election, shards) = match config.leader_election.clone() {
+        Some(le) => {
+            let api: Api<Lease> = Api::namespaced(control.clone(), &le.namespace);
             let (task, shards) = elect(api, le, leader_tx, hold_tx, election_stop.clone());
             (Some(task), shards)
         }
-        _ => (None, None),
+        None => (None, None),
     };
 
     let shared = Arc::new(fleet::Shared {
         config: config.runtime,
         hub_client: hub,
+        control_client: control,
         state: state.clone(),
         observer: metrics.clone(),
         hooks: metrics.clone(),
@@ -224,11 +225,10 @@ async fn serve_http(
     Ok((health, metrics))
 }
 
-/// The lease has its own client and budget: members' writes never delay a renew.
-async fn lease_client(config: &AppConfig, sharded: bool) -> Result<Option<kube::Client>, Error> {
-    if config.leader_election.is_none() {
-        return Ok(None);
-    }
+/// Control traffic (Lease calls, the hub probe) has its own client and budget: members'
+/// writes never delay a renew, and the hub is never reported unreachable because of our own
+/// queue.
+async fn control_client(config: &AppConfig, sharded: bool) -> Result<kube::Client, Error> {
     let limits = Limits {
         // Sharded: a list, an announcement and a renew per held shard per retry period.
         qps: if sharded { 50.0 } else { 5.0 },
@@ -240,9 +240,7 @@ async fn lease_client(config: &AppConfig, sharded: bool) -> Result<Option<kube::
     };
     let path = config.hub_kubeconfig.as_deref();
     let fence = client::Fence::open();
-    Ok(Some(
-        hub_client("lease", path, &limits, Arc::default(), fence).await?,
-    ))
+    hub_client("control", path, &limits, Arc::default(), fence).await
 }
 
 /// Runs the election: one leader for all members, or (`shard_members`) shard Leases among

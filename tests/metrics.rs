@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fleetnet_hub::azure::TokenStatsSnapshot;
-use fleetnet_hub::fleet::{FleetState, Phase};
+use fleetnet_hub::fleet::FleetState;
 use fleetnet_hub::metrics::{AzureCounters, Metrics};
 use support::*;
 
@@ -44,7 +44,7 @@ async fn metrics_of_two_exporting_members_and_removal() {
         namespace(&client, "shop").await;
         let exporter = otlp::start_observed(&fleet, member, metrics.clone()).await;
         metrics.register_member(member, exporter.member_stats.clone());
-        state.set_phase(member, Phase::Ready, None);
+        state.record(member, fleetnet_hub::fleet::Event::Synced);
         create_service(&client, &service("shop", "cart", 80)).await;
         create_export(&client, "shop", "cart", &[]).await;
         exporters.push(exporter);

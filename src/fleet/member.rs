@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::Shared;
-use super::state::{FleetState, Phase};
+use super::state::{Event, FleetState, Phase};
 use super::vet::{self, TrustPolicy};
 use crate::api::ServiceExportVersion;
 use crate::client::{self, ClientStats};
@@ -27,14 +27,14 @@ pub(super) async fn run(
     // retries, and never a connection to its server.
     if let Err(e) = parse_and_vet(&kubeconfig, shared.config.trust) {
         tracing::error!(member = %name, error = %e, "member kubeconfig refused; not connecting");
-        shared.state.refuse(&name, e);
+        shared.state.record(&name, Event::Refused(e));
         shared.hooks.member_engaged(&name, Arc::default());
         cancel.cancelled().await;
         return;
     }
     let mut failures = 0u32;
     while !cancel.is_cancelled() {
-        shared.state.set_phase(&name, Phase::Connecting, None);
+        shared.state.record(&name, Event::Connecting);
         match run_once(&name, &kubeconfig, &shared, &cancel).await {
             Ok(()) => break,
             Err(e) => {
@@ -42,7 +42,7 @@ pub(super) async fn run(
                 let delay = crate::export::backoff(failures, rand::random::<f64>())
                     .min(Duration::from_secs(60));
                 tracing::warn!(member = %name, error = %e, retry_in = ?delay, "member failing");
-                shared.state.set_phase(&name, Phase::Failing, Some(e));
+                shared.state.record(&name, Event::Failed(e));
                 tokio::select! {
                     _ = cancel.cancelled() => break,
                     _ = tokio::time::sleep(delay) => {}
@@ -150,7 +150,7 @@ async fn run_once(
             cfg.member_sync_timeout
         )
     })??;
-    shared.state.set_phase(name, Phase::Syncing, None);
+    shared.state.record(name, Event::Syncing);
     let probe_client = client.clone();
     let exporter = exporter(name, shared, client, events, version);
     let stop = cancel.clone();
@@ -214,10 +214,10 @@ async fn track_sync(state: Arc<FleetState>, member: String, synced: Synced, time
     if tokio::time::timeout(timeout, synced.wait()).await.is_err() {
         let e = format!("initial sync did not finish within {timeout:?}; still trying");
         tracing::warn!(member = %member, "{e}");
-        state.set_phase(&member, Phase::Failing, Some(e));
+        state.record(&member, Event::Failed(e));
         synced.wait().await;
     }
-    state.set_phase(&member, Phase::Ready, None);
+    state.record(&member, Event::Synced);
     tracing::info!(member = %member, exports = synced.exports(), "member synced");
 }
 
@@ -243,13 +243,13 @@ async fn probe(state: Arc<FleetState>, member: String, client: kube::Client) {
                 if !failing {
                     let error = format!("API server not answering: {e}");
                     tracing::warn!(member = %member, error = %error, "member failing");
-                    state.set_phase(&member, Phase::Failing, Some(error.clone()));
+                    state.record(&member, Event::Failed(error.clone()));
                     recorded = Some(error);
                 }
             }
             Ok(()) => {
                 let error = recorded.take();
-                if error.is_some_and(|e| state.recovered(&member, Some(&e))) {
+                if error.is_some_and(|e| state.record(&member, Event::Recovered(Some(e)))) {
                     tracing::info!(member = %member, "API server answers again");
                 }
             }

@@ -26,7 +26,7 @@ use tokio_util::task::TaskTracker;
 
 pub(crate) use member::redact_quoted;
 pub use member::{MemberClient, member_client};
-pub use state::{FleetState, MemberStatus, Phase};
+pub use state::{Event, FleetState, MemberStatus, Phase};
 pub use vet::TrustPolicy;
 
 use crate::client::{ClientStats, Limits};
@@ -89,6 +89,8 @@ pub struct Shared {
     pub config: RuntimeConfig,
     /// One hub client (one hub limiter) for the whole fleet; members only get scoped APIs.
     pub hub_client: kube::Client,
+    /// The hub for control traffic (the probe; Leases), on a budget of its own.
+    pub control_client: kube::Client,
     pub state: Arc<FleetState>,
     pub observer: Arc<dyn ReconcileObserver>,
     pub hooks: Arc<dyn MemberHooks>,
@@ -158,7 +160,7 @@ impl ReconcileObserver for StateObserver {
     fn reconciled(&self, member: &str, outcome: Reconciled, took: Duration) {
         // A member recovering from a watch failure proves it with a successful reconcile.
         if !matches!(outcome, Reconciled::Failed(_)) {
-            self.state.recovered(member, None);
+            self.state.record(member, Event::Recovered(None));
         }
         self.inner.reconciled(member, outcome, took);
     }
@@ -172,12 +174,11 @@ impl ReconcileObserver for StateObserver {
         self.inner.conflict_reflected(member, latency);
     }
     fn controller_error(&self, member: &str, error: &str) {
-        self.state
-            .set_phase(member, Phase::Failing, Some(error.to_string()));
+        self.state.record(member, Event::Failed(error.to_string()));
         self.inner.controller_error(member, error);
     }
     fn watches_recovered(&self, member: &str) {
-        self.state.recovered(member, None);
+        self.state.record(member, Event::Recovered(None));
         self.inner.watches_recovered(member);
     }
 }
@@ -411,7 +412,7 @@ fn engage(
         }
         Err(e) => {
             tracing::error!(member = %name, file = %source.path.display(), error = %e, "member not started");
-            shared.state.refuse(name, e);
+            shared.state.record(name, Event::Refused(e));
             // Its series show the refusal on /metrics too.
             shared.hooks.member_engaged(name, Arc::default());
             (None, None)
@@ -544,7 +545,7 @@ async fn probe_hub(shared: Arc<Shared>, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => return,
             _ = ticker.tick() => {}
         }
-        let ok = answers(&shared.hub_client, Duration::from_secs(5))
+        let ok = answers(&shared.control_client, Duration::from_secs(5))
             .await
             .is_ok();
         if ok != shared.state.hub_reachable() {

@@ -61,6 +61,79 @@ pub struct MemberStatus {
     pub tls_verify_disabled: bool,
 }
 
+/// What happened to a member engagement, as the task that saw it reports it. Every phase change
+/// is one of these through [`MemberStatus::next`]: the lifecycle's one rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// (Re)connecting: building its client, discovering its API.
+    Connecting,
+    /// Discovered; its watches started.
+    Syncing,
+    /// Every watch has listed once.
+    Synced,
+    /// Unusable for now, and why.
+    Failed(String),
+    /// Its kubeconfig was refused: never connected, until its content changes.
+    Refused(String),
+    /// It works again after the failure named (any, when `None`): a member that had synced is
+    /// Ready again, unless another failure has been reported since.
+    Recovered(Option<String>),
+}
+
+impl MemberStatus {
+    /// A new engagement, connecting.
+    fn engaged(kubeconfig_hash: &str, now: Timestamp) -> Self {
+        Self {
+            phase: Phase::Connecting,
+            last_error: None,
+            last_sync: None,
+            server: None,
+            kubeconfig_hash: kubeconfig_hash.to_string(),
+            since: now,
+            refused: false,
+            tls_verify_disabled: false,
+        }
+    }
+
+    /// The status after `event` at `now`; `None` when the event changes nothing.
+    pub fn next(&self, event: &Event, now: Timestamp) -> Option<Self> {
+        let mut next = self.clone();
+        let phase = match event {
+            Event::Connecting => Phase::Connecting,
+            Event::Syncing => Phase::Syncing,
+            Event::Synced => Phase::Ready,
+            Event::Failed(e) => {
+                next.last_error = Some(e.clone());
+                Phase::Failing
+            }
+            Event::Refused(e) => {
+                next.last_error = Some(e.clone());
+                next.refused = true;
+                Phase::Failing
+            }
+            Event::Recovered(cause) => {
+                let failed = self.phase == Phase::Failing
+                    && self.last_sync.is_some()
+                    && cause
+                        .as_ref()
+                        .is_none_or(|c| self.last_error.as_ref() == Some(c));
+                if !failed {
+                    return None;
+                }
+                Phase::Ready
+            }
+        };
+        if phase != self.phase {
+            next.since = now;
+        }
+        next.phase = phase;
+        if phase == Phase::Ready {
+            next.last_sync = Some(now);
+        }
+        Some(next)
+    }
+}
+
 /// All members' states, plus hub reachability.
 #[derive(Debug, Default)]
 pub struct FleetState {
@@ -95,16 +168,7 @@ impl FleetState {
 
     /// Starts tracking a (new engagement of a) member, in `Connecting`.
     pub fn engage(&self, name: &str, kubeconfig_hash: &str) {
-        let status = MemberStatus {
-            phase: Phase::Connecting,
-            last_error: None,
-            last_sync: None,
-            server: None,
-            kubeconfig_hash: kubeconfig_hash.to_string(),
-            since: Timestamp::now(),
-            refused: false,
-            tls_verify_disabled: false,
-        };
+        let status = MemberStatus::engaged(kubeconfig_hash, Timestamp::now());
         self.write().insert(name.to_string(), status);
     }
 
@@ -113,19 +177,18 @@ impl FleetState {
         self.write().remove(name);
     }
 
-    /// Moves a member to `phase`; `error` is recorded when given.
-    pub fn set_phase(&self, name: &str, phase: Phase, error: Option<String>) {
-        if let Some(s) = self.write().get_mut(name) {
-            if s.phase != phase {
-                s.since = Timestamp::now();
+    /// Applies `event` to member `name` ([`MemberStatus::next`]); whether it changed anything.
+    pub fn record(&self, name: &str, event: Event) -> bool {
+        let mut members = self.write();
+        let Some(status) = members.get_mut(name) else {
+            return false;
+        };
+        match status.next(&event, Timestamp::now()) {
+            Some(next) => {
+                *status = next;
+                true
             }
-            s.phase = phase;
-            if phase == Phase::Ready {
-                s.last_sync = Some(Timestamp::now());
-            }
-            if error.is_some() {
-                s.last_error = error;
-            }
+            None => false,
         }
     }
 
@@ -134,28 +197,6 @@ impl FleetState {
         if let Some(s) = self.write().get_mut(name) {
             s.server = Some(server.to_string());
             s.tls_verify_disabled = tls_verify_disabled;
-        }
-    }
-
-    /// A member that had synced and then failed is Ready again. With `cause`, only while that is
-    /// still the failure it shows (another failure since then stands). Returns whether it was.
-    pub fn recovered(&self, name: &str, cause: Option<&str>) -> bool {
-        let failed = self.member(name).is_some_and(|s| {
-            s.phase == Phase::Failing
-                && s.last_sync.is_some()
-                && cause.is_none_or(|c| s.last_error.as_deref() == Some(c))
-        });
-        if failed {
-            self.set_phase(name, Phase::Ready, None);
-        }
-        failed
-    }
-
-    /// Marks the member's kubeconfig refused: failing with `error`, never connected.
-    pub fn refuse(&self, name: &str, error: String) {
-        self.set_phase(name, Phase::Failing, Some(error));
-        if let Some(s) = self.write().get_mut(name) {
-            s.refused = true;
         }
     }
 
@@ -236,35 +277,64 @@ mod tests {
         state.engage("a", "h1");
         state.engage("b", "h2");
         assert!(!state.ready());
-        state.set_phase("a", Phase::Ready, None);
+        state.record("a", Event::Synced);
         assert!(!state.ready(), "b still connecting");
-        state.set_phase("b", Phase::Failing, Some("unreachable".into()));
+        state.record("b", Event::Failed("unreachable".into()));
         assert!(state.ready(), "a failing member does not hold readiness");
-        state.set_phase("a", Phase::Failing, Some("watch error".into()));
-        state.set_phase("a", Phase::Ready, None);
+        state.record("a", Event::Failed("watch error".into()));
+        state.record("a", Event::Synced);
         assert_eq!(
             state.member("a").and_then(|m| m.last_error).as_deref(),
-            Some("watch error")
+            Some("watch error"),
+            "the last error is kept after recovery"
         );
         state.set_hub_reachable(false);
         assert!(!state.ready(), "hub unreachable");
+        assert!(
+            !state.record("gone", Event::Synced),
+            "an unknown member stays unknown"
+        );
     }
 
     #[test]
     fn only_a_synced_member_recovers_and_only_from_the_failure_named() {
         let state = FleetState::default();
         state.engage("a", "h1");
-        state.set_phase("a", Phase::Failing, Some("not answering".into()));
-        assert!(!state.recovered("a", None), "never synced: not Ready");
-        state.set_phase("a", Phase::Ready, None);
-        state.set_phase("a", Phase::Failing, Some("watch error".into()));
+        state.record("a", Event::Failed("not answering".into()));
         assert!(
-            !state.recovered("a", Some("not answering")),
-            "another failure stands"
+            !state.record("a", Event::Recovered(None)),
+            "never synced: not Ready"
         );
+        state.record("a", Event::Synced);
+        state.record("a", Event::Failed("watch error".into()));
+        let other = Event::Recovered(Some("not answering".into()));
+        assert!(!state.record("a", other), "another failure stands");
         assert_eq!(state.member("a").map(|m| m.phase), Some(Phase::Failing));
-        assert!(state.recovered("a", Some("watch error")));
+        assert!(state.record("a", Event::Recovered(Some("watch error".into()))));
         assert_eq!(state.member("a").map(|m| m.phase), Some(Phase::Ready));
-        assert!(!state.recovered("a", None), "not failing");
+        assert!(!state.record("a", Event::Recovered(None)), "not failing");
+    }
+
+    #[test]
+    fn every_event_moves_the_lifecycle_as_written() {
+        let t0 = Timestamp::from_second(1_000).expect("t0");
+        let t1 = Timestamp::from_second(2_000).expect("t1");
+        let new = MemberStatus::engaged("h", t0);
+        assert_eq!(new.phase, Phase::Connecting);
+        let step = |s: &MemberStatus, e: Event| s.next(&e, t1).expect("changes");
+        let syncing = step(&new, Event::Syncing);
+        assert_eq!((syncing.phase, syncing.since), (Phase::Syncing, t1));
+        let ready = step(&syncing, Event::Synced);
+        assert_eq!((ready.phase, ready.last_sync), (Phase::Ready, Some(t1)));
+        let failing = step(&ready, Event::Failed("x".into()));
+        assert_eq!(
+            (failing.phase, failing.last_error.as_deref()),
+            (Phase::Failing, Some("x"))
+        );
+        let refused = step(&new, Event::Refused("bad".into()));
+        assert!(refused.refused && refused.phase == Phase::Failing);
+        let again = step(&ready, Event::Synced);
+        assert_eq!(again.since, ready.since, "the same phase keeps its since");
+        assert_eq!(step(&failing, Event::Connecting).phase, Phase::Connecting);
     }
 }

@@ -397,7 +397,6 @@ fn current_trace() -> Option<TraceLabels> {
 mod tests {
     use super::*;
     use crate::export::Outcome;
-    use crate::fleet::Phase;
 
     const EXPORTED: Reconciled = Reconciled::Done(Outcome::Exported);
 
@@ -416,7 +415,7 @@ mod tests {
         let fleet = Arc::new(FleetState::default());
         fleet.engage("a", "h");
         fleet.engage("b", "h");
-        fleet.set_phase("a", Phase::Ready, None);
+        fleet.record("a", crate::fleet::Event::Synced);
         m.set_fleet_state(fleet);
         m.set_azure_source(Arc::new(|| AzureCounters {
             list_calls: 3,

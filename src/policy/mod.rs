@@ -7,12 +7,14 @@
 //! | [`Step::Classify`] | puts the request's [`RequestKind`] in its extensions |
 //! | retry ([`RetryPolicy`]) | sends again what [`decide`] allows, after [`retry_after`] or [`backoff`] |
 //! | [`Step::Count`] | counts every attempt in [`ClientStats`] by verb, resource and status |
-//! | [`Step::RateLimit`] | waits for a token of a shared token bucket ([`bucket`], governor), reads first, one request per [`Turn`] at a time |
+//! | [`Step::RateLimit`] | waits for a token of a shared token bucket ([`bucket`], governor), one request per [`Turn`] at a time |
 //! | [`Step::Concurrency`] | waits for a slot of a shared semaphore |
 //! | [`Step::Timeout`] | a deadline per attempt; a write's [`Fence`] asked last, the deadline clipped to its hold |
 //!
 //! A write carrying a [`Fence`] in its extensions gives up its wait for a token or a slot the
 //! moment the fence closes, and is refused at the last step if it does not hold then.
+//! Control traffic does not wait in these buckets: Lease calls and the hub probe go through a
+//! client and budget of their own (`app::lease_client`).
 //!
 //! Below the retry layer each attempt (first, retry, every page) takes its own token and slot
 //! and is counted; no slot is held while a retry waits. Long-running requests (watches,
@@ -191,62 +193,25 @@ pub fn bucket(qps: f64, burst: u32) -> Result<Arc<Bucket>, &'static str> {
     Ok(Arc::new(Bucket {
         tokens: RateLimiter::direct(quota.allow_burst(burst)),
         line: tokio::sync::Mutex::new(()),
-        urgent_line: tokio::sync::Mutex::new(()),
-        urgent: std::sync::atomic::AtomicUsize::new(0),
-        calm: tokio::sync::Notify::new(),
     }))
 }
 
 /// A token bucket (governor) whose waiters are served first come, first served: one waits
 /// for the next token at a time, the others in a FIFO line (tokio's mutex is fair), rather than
 /// all waking together to race for it. With [`Turn`]s, a line of requesters' heads: round-robin.
-/// Urgent requests (reads: probes, lists, the live reads that confirm a step) have a line of
-/// their own that goes first: a bulk request waits for a token only while no urgent one does,
-/// so control traffic never waits behind a backlog of writes, only behind one token.
 pub struct Bucket {
     tokens: DefaultDirectRateLimiter,
     line: tokio::sync::Mutex<()>,
-    urgent_line: tokio::sync::Mutex<()>,
-    /// Urgent requests waiting.
-    urgent: std::sync::atomic::AtomicUsize,
-    /// Told when the last urgent request waiting got its token (or gave up).
-    calm: tokio::sync::Notify,
-}
-
-/// One urgent request waiting, counted until it is dropped (served or cancelled).
-struct Urgent<'a>(&'a Bucket);
-
-impl Drop for Urgent<'_> {
-    fn drop(&mut self) {
-        if self.0.urgent.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.calm.notify_waiters();
-        }
-    }
 }
 
 impl Bucket {
-    /// Waits for a token: an `urgent` request in the urgent line; any other behind `turn`
-    /// (when it has one), then the bulk line, then until no urgent request waits.
-    pub async fn take(&self, turn: Option<&Turn>, urgent: bool) {
-        if urgent {
-            self.urgent.fetch_add(1, Ordering::AcqRel);
-            let _waiting = Urgent(self);
-            let _head = self.urgent_line.lock().await;
-            self.tokens.until_ready().await;
-            return;
-        }
+    /// Waits for a token; `turn` first, when the request has one.
+    pub async fn take(&self, turn: Option<&Turn>) {
         let _turn = match turn {
             Some(Turn(own)) => Some(own.lock().await),
             None => None,
         };
         let _head = self.line.lock().await;
-        loop {
-            let calm = self.calm.notified();
-            if self.urgent.load(Ordering::Acquire) == 0 {
-                break;
-            }
-            calm.await;
-        }
         self.tokens.until_ready().await;
     }
 }
@@ -317,10 +282,10 @@ impl Step {
             }
             _ if long_running => attempt,
             Step::RateLimit { bucket, stats } => {
-                let (turn, gate, urgent) = (turn.cloned(), gate.cloned(), !kind.is_write());
+                let (turn, gate) = (turn.cloned(), gate.cloned());
                 Box::pin(async move {
                     let waited = Instant::now();
-                    unless_fenced(gate.as_ref(), bucket.take(turn.as_ref(), urgent)).await?;
+                    unless_fenced(gate.as_ref(), bucket.take(turn.as_ref())).await?;
                     stats.add_wait(waited.elapsed());
                     attempt.await
                 })
@@ -338,9 +303,9 @@ impl Step {
                 let (verb, resource) = (kind.verb, kind.resource.clone());
                 // The last step before the request leaves: a fenced write is refused here if
                 // its hold ran out while it waited, and may not outlive what is left of it.
-                let admitted = gate.map_or(Ok(None), Gate::admit);
+                let gate = gate.cloned();
                 Box::pin(async move {
-                    let after = match admitted? {
+                    let after = match gate.as_ref().map_or(Ok(None), Gate::admit)? {
                         Some(left) => limit.min(left),
                         None => limit,
                     };
@@ -497,10 +462,9 @@ mod tests {
         assert_eq!(bucket(1e308, 1).err(), Some("qps too large"));
     }
 
-    /// `a` bulk requests of one turn queued first, then one of another turn (or, without turns,
-    /// all of none), `urgent` or not: how many of the first went before the latecomer once it
-    /// was queued.
-    async fn served_before_latecomer(a: usize, turns: bool, urgent: bool) -> usize {
+    /// `a` requests of one turn queued first, then one of another turn (or, without turns, all
+    /// of none): how many of the first went before the latecomer once it was queued.
+    async fn served_before_latecomer(a: usize, turns: bool) -> usize {
         // A token every 50 ms: time enough for the latecomer's task to join the line.
         let bucket = bucket(20.0, 1).expect("bucket");
         let (done_tx, mut done) = tokio::sync::mpsc::unbounded_channel();
@@ -508,7 +472,7 @@ mod tests {
         for i in 0..a {
             let (bucket, done_tx, turn) = (bucket.clone(), done_tx.clone(), backlog.clone());
             tokio::spawn(async move {
-                bucket.take(turns.then_some(&turn), false).await;
+                bucket.take(turns.then_some(&turn)).await;
                 let _ = done_tx.send(i);
             });
         }
@@ -520,7 +484,7 @@ mod tests {
         let before = order.len();
         let latecomer = Turn::default();
         tokio::spawn(async move {
-            bucket.take(turns.then_some(&latecomer), urgent).await;
+            bucket.take(turns.then_some(&latecomer)).await;
             let _ = done_tx.send(a);
         });
         while let Some(i) = done.recv().await {
@@ -534,18 +498,11 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn urgent_requests_go_before_a_backlog_of_bulk_ones() {
-        // At most the bulk head already waiting for the next token goes first.
-        let went_first = served_before_latecomer(20, false, true).await;
-        assert!(went_first <= 1, "{went_first} bulk requests went first");
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_backlog_holds_one_place_in_the_line_for_a_shared_bucket() {
         // The backlog's head waits for the next token, then the latecomer's turn comes.
-        assert!(served_before_latecomer(20, true, false).await <= 2);
+        assert!(served_before_latecomer(20, true).await <= 2);
         // Without turns the line is first come, first served: the latecomer waits for all
         // that were queued before it (20 less those served in the first 70 ms).
-        assert!(served_before_latecomer(20, false, false).await >= 15);
+        assert!(served_before_latecomer(20, false).await >= 15);
     }
 }
