@@ -276,16 +276,24 @@ impl Shards {
     }
 }
 
+/// Rounds a replica only announces itself and observes before it takes shards.
+const OBSERVING_ROUNDS: u32 = 2;
+
 /// Runs the shard loop until `shutdown`, then gives up every shard it holds (fence first) and
 /// withdraws its announcement.
 pub async fn run(api: Api<Lease>, shards: std::sync::Arc<Shards>, shutdown: CancellationToken) {
     let cfg = shards.cfg.clone();
+    // The first rounds only announce and look: replicas started together see each other
+    // before anyone takes a shard, instead of one taking all and shedding most a round later
+    // (a storm of engagements started and stopped at once).
+    let mut looking = OBSERVING_ROUNDS;
     loop {
         let before = shards.held_shards();
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            () = round(&api, &shards) => {}
+            () = round(&api, &shards, looking == 0) => {}
         }
+        looking = looking.saturating_sub(1);
         if shards.held_shards() != before {
             shards.changed.send_modify(|n| *n += 1);
         }
@@ -310,7 +318,7 @@ pub async fn run(api: Api<Lease>, shards: std::sync::Arc<Shards>, shutdown: Canc
 /// One round: the announcement and the renewals of held shards at once; then one list, and
 /// from it the shards to take and to give up. The list comes after this replica's own writes,
 /// so what it shows of them is never older than what they answered.
-async fn round(api: &Api<Lease>, shards: &Shards) {
+async fn round(api: &Api<Lease>, shards: &Shards, may_take: bool) {
     let cfg = &shards.cfg;
     let renewals: Vec<usize> = {
         let state = shards.lock();
@@ -341,6 +349,7 @@ async fn round(api: &Api<Lease>, shards: &Shards) {
     let steps = plan(shards, listed);
     let writes = steps
         .into_iter()
+        .filter(|(_, step)| may_take || *step != Step::Acquire)
         .filter(|(s, step)| *step != Step::Wait && !(*step == Step::Renew && renewals.contains(s)))
         .map(|(s, step)| write_shard(api, shards, s, step));
     join_all(writes).await;
