@@ -88,20 +88,16 @@ impl ServerCounts {
 
     /// Writes (any response code) since `before`, by resource and verb.
     pub fn writes_since(&self, before: &Self) -> Vec<WriteCount> {
-        self.since(before, |verb| WRITE_VERBS.contains(&verb))
-            .into_iter()
-            .map(|((resource, verb), (count, conflicts))| WriteCount {
-                resource,
-                verb,
-                count,
-                conflicts,
-            })
-            .collect()
+        self.counted_since(before, |verb| WRITE_VERBS.contains(&verb))
     }
 
     /// Requests (any verb, any response code) since `before`, by resource and verb.
     pub fn requests_since(&self, before: &Self) -> Vec<WriteCount> {
-        self.since(before, |_| true)
+        self.counted_since(before, |_| true)
+    }
+
+    fn counted_since(&self, before: &Self, verbs: impl Fn(&str) -> bool) -> Vec<WriteCount> {
+        self.since(before, verbs)
             .into_iter()
             .map(|((resource, verb), (count, conflicts))| WriteCount {
                 resource,
