@@ -1,0 +1,178 @@
+//! Unit tests of the shard assignment and of one round's plan.
+use super::*;
+
+fn weights(members: &[String], count: u16) -> Vec<usize> {
+    let mut w = vec![0; usize::from(count)];
+    for m in members {
+        w[usize::from(shard_of(m, count))] += 1;
+    }
+    w
+}
+
+fn owners<'a>(
+    w: &[usize],
+    replicas: &[&'a str],
+    holders: &[Option<&'a str>],
+) -> Vec<Option<&'a str>> {
+    assign(w, &replicas.iter().copied().collect(), holders)
+}
+
+fn load(w: &[usize], owners: &[Option<&str>], r: &str) -> usize {
+    owners
+        .iter()
+        .zip(w)
+        .filter(|(o, _)| **o == Some(r))
+        .map(|(_, w)| *w)
+        .sum()
+}
+
+#[test]
+fn loads_are_bounded_and_few_members_move_when_replicas_come_and_go() {
+    for (n, count) in [
+        (6usize, 16u16),
+        (6, 17),
+        (20, 16),
+        (300, 16),
+        (1000, 16),
+        (1000, 64),
+    ] {
+        let members: Vec<String> = (0..n).map(|i| format!("member-{i}")).collect();
+        let w = weights(&members, count);
+        let heaviest = *w.iter().max().expect("shards");
+        for seed in 0..20u32 {
+            let ids: Vec<String> = ["a", "b", "c"]
+                .iter()
+                .map(|p| {
+                    format!(
+                        "pod-{p}_{:08x}",
+                        seed.wrapping_mul(2654435761) ^ u32::from(p.as_bytes()[0])
+                    )
+                })
+                .collect();
+            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+            let none = vec![None; w.len()];
+            let two = owners(&w, &ids[..2], &none);
+            let three = owners(&w, &ids, &two);
+            for (s, o) in three.iter().enumerate() {
+                assert_eq!(o.is_some(), w[s] > 0, "shard {s}: owned iff it has members");
+            }
+            let cap = n.div_ceil(3) + heaviest - 1;
+            let floor = n.div_ceil(3).saturating_sub(2 * heaviest);
+            for r in &ids {
+                let l = load(&w, &three, r);
+                assert!(l <= cap, "{r} carries {l} of {n} (cap {cap})");
+                assert!(l >= floor, "{r} carries {l} of {n} (floor {floor})");
+            }
+            let moved: Vec<usize> = (0..w.len()).filter(|s| two[*s] != three[*s]).collect();
+            let moved_members: usize = moved.iter().map(|s| w[*s]).sum();
+            // The newcomer's share, and at most a shard more that an old replica trimmed
+            // to its cap and the other took.
+            assert!(
+                moved_members <= cap + heaviest,
+                "{moved_members} of {n} moved when a third came (cap {cap})"
+            );
+            // The third goes: only its shards move.
+            let back = owners(&w, &ids[..2], &three);
+            for s in 0..w.len() {
+                if three[s] != Some(ids[2]) {
+                    assert_eq!(back[s], three[s], "shard {s} moved needlessly");
+                }
+            }
+            assert_eq!(owners(&w, &ids, &three), three, "stable");
+        }
+    }
+    assert!(
+        assign(&[1], &BTreeSet::new(), &[None])
+            .iter()
+            .all(Option::is_none)
+    );
+}
+
+fn listed(name: &str, holder: &str, replica_of: Option<&str>) -> Lease {
+    Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            labels: replica_of.map(|p| [(REPLICA_LABEL.to_string(), p.to_string())].into()),
+            ..Default::default()
+        },
+        spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_duration_seconds: Some(15),
+            ..Default::default()
+        }),
+    }
+}
+
+#[test]
+fn a_round_plans_this_replicas_share_and_takes_back_what_it_still_holds() {
+    let cfg = LeaseConfig {
+        namespace: "ns".into(),
+        name: "p".into(),
+        identity: "me".into(),
+        lease_duration: std::time::Duration::from_secs(15),
+        renew_deadline: std::time::Duration::from_secs(10),
+        retry_period: std::time::Duration::from_secs(2),
+    };
+    let shards = Shards::new(cfg, 8);
+    let members: Vec<String> = (0..40).map(|i| format!("m{i}")).collect();
+    shards.set_wanted(members.clone());
+    let announcements = vec![
+        listed("p-replica-me", "me", Some("p")),
+        listed("p-replica-other", "other", Some("p")),
+    ];
+    let steps = plan(&shards, announcements.clone());
+    let w = weights(&members, 8);
+    let owners = owners(&w, &["me", "other"], &[None; 8]);
+    for (s, step) in steps {
+        let expected = match owners[s] {
+            Some("me") => Step::Acquire,
+            _ => Step::Wait,
+        };
+        assert_eq!(step, expected, "shard {s}");
+    }
+    // A shard listed as ours whose fence is closed (an answer lost): renewed, not left.
+    let mine = owners
+        .iter()
+        .position(|o| *o == Some("me"))
+        .expect("a shard of mine");
+    let mut list = announcements;
+    list.push(listed(
+        &shard_lease("p", u16::try_from(mine).expect("shard")),
+        "me",
+        None,
+    ));
+    let steps: BTreeMap<usize, Step> = plan(&shards, list).into_iter().collect();
+    assert_eq!(steps[&mine], Step::Renew);
+    assert!(
+        !shards.lock().shards[mine].claimed(),
+        "not written yet: still fenced"
+    );
+}
+
+#[test]
+fn one_member_a_shard_balances_exactly() {
+    // m1..m6 fall into six distinct shards of 17 (the sharding tests rely on it).
+    let members: Vec<String> = (1..=6).map(|i| format!("m{i}")).collect();
+    let w = weights(&members, 17);
+    assert_eq!(w.iter().filter(|x| **x == 1).count(), 6);
+    let three = owners(&w, &["a", "b", "c"], &vec![None; 17]);
+    for r in ["a", "b", "c"] {
+        assert_eq!(load(&w, &three, r), 2, "{three:?}");
+    }
+}
+
+#[test]
+fn shards_are_stable_and_lease_name_parts_valid() {
+    assert_eq!(shard_of("member-1", 16), shard_of("member-1", 16));
+    assert!((0..1000).all(|i| shard_of(&format!("m{i}"), 16) < 16));
+    assert_eq!(shard_of("x", 0), 0);
+    assert_eq!(shard_lease("fleetnet-hub", 3), "fleetnet-hub-shard-3");
+    let a = name_part("Pod_A.example/1_deadbeef");
+    assert!(
+        a.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+        "{a}"
+    );
+    assert_ne!(name_part("a_b"), name_part("a-b"));
+    assert!(name_part(&"x".repeat(200)).len() <= 49);
+}
