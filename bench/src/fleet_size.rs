@@ -16,7 +16,8 @@
 //!
 //! **Measured.**
 //! - convergence: replicas start → all N × E ISEs on the hub (first-seen times of a metadata
-//!   watch on the hub), and → every name `ready` on some replica's `GET /members`; against the
+//!   watch on the hub), → every name `ready` on some replica's `GET /members`, and → ownership
+//!   settled (every name ready on exactly one replica, no change for 15 s); against the
 //!   budget bound of the replica with the largest share (`ceil(N/R)` members: one ISE create
 //!   per export and one LIST per member through its hub bucket, as `ideal_bound` computes it);
 //! - RSS (`/proc/<pid>/status`) per replica at convergence and after the quiet window, and per
@@ -24,7 +25,8 @@
 //!   read before the run: what a member adds);
 //! - the cold start's requests, counted by the apiservers as below (replicas start → quiet
 //!   window), by resource and verb;
-//! - a quiet window after convergence: requests/s the hub and the member apiservers counted
+//! - a quiet window after convergence and settled ownership (or, when the members never
+//!   settle, 120 s after the ISEs): requests/s the hub and the member apiservers counted
 //!   themselves (`apiserver_request_total` deltas, by resource and verb, any resource: Leases
 //!   too), next to the same figure of the substrate alone (a baseline window before the
 //!   replicas start: the apiservers' own requests); hand-offs (replica stderr lines
@@ -66,9 +68,13 @@ pub const HANDOFF: &str = "member now owned by another replica";
 const PROBE: &str = "fleet-size-probe";
 /// The substrate alone, before the replicas start.
 const BASELINE: Duration = Duration::from_secs(10);
-/// After every ISE is on the hub, how long to wait at most for every name to be ready on a
-/// replica before the quiet window starts anyway (members that keep moving between replicas
-/// never are all ready at once; the quiet window then shows their hand-offs).
+/// Ownership is settled when every name is ready on exactly one replica and no replica's set
+/// of ready names has changed for this long (the replicas spread the members after the start:
+/// the quiet window is to show what happens after that).
+const SETTLE: Duration = Duration::from_secs(15);
+/// After every ISE is on the hub, how long to wait at most for settled ownership before the
+/// quiet window starts anyway (members that keep moving between replicas never settle; the
+/// quiet window then shows their hand-offs).
 const READY_GRACE: Duration = Duration::from_secs(120);
 /// Request rates listed in the table, per apiserver kind.
 const TOP: usize = 6;
@@ -120,6 +126,9 @@ pub struct Report {
     pub members_ready_s: Option<f64>,
     /// The most names seen `ready` (on some replica) at once until the quiet window.
     pub members_ready_max: usize,
+    /// Replicas start → the last change of the replicas' ready sets before ownership settled
+    /// ([`SETTLE`]); `None` when not within [`READY_GRACE`] after the ISEs.
+    pub settled_s: Option<f64>,
     /// See the module doc; 0 when within the burst.
     pub budget_bound_s: f64,
     pub bound_ratio: Option<f64>,
@@ -176,6 +185,8 @@ pub struct Rate {
     pub resource: String,
     pub verb: String,
     pub count: u64,
+    /// Of those, answered 409.
+    pub conflicts: u64,
     pub per_s: f64,
 }
 
@@ -223,11 +234,12 @@ pub fn rates(after: &ServerCounts, before: &ServerCounts, window: Duration) -> V
                  resource,
                  verb,
                  count,
-                 ..
+                 conflicts,
              }| Rate {
                 resource,
                 verb,
                 count,
+                conflicts,
                 per_s: count as f64 / secs,
             },
         )
@@ -505,6 +517,8 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
     let mut ready_at = None;
     let mut ready_sets = vec![];
     let mut ready_max = 0;
+    let mut changed_at = Instant::now();
+    let mut settled_at = None;
     let mut last_say = Instant::now();
     loop {
         for r in &mut replicas {
@@ -513,19 +527,24 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         if ises_at.is_none() {
             ises_at = lock(&seen).all_present(&expected);
         }
-        if ready_at.is_none() {
-            ready_sets = ready_by_replica(&replicas).await;
-            let ready: HashSet<&String> = ready_sets.iter().flatten().collect();
-            ready_max = ready_max.max(ready.len());
-            if ready.len() == names.len() {
-                ready_at = Some(Instant::now());
-            }
+        let now_sets = ready_by_replica(&replicas).await;
+        if now_sets != ready_sets {
+            changed_at = Instant::now();
+            ready_sets = now_sets;
         }
-        match (ises_at, ready_at) {
+        let ready: HashSet<&String> = ready_sets.iter().flatten().collect();
+        ready_max = ready_max.max(ready.len());
+        if ready_at.is_none() && ready.len() == names.len() {
+            ready_at = Some(Instant::now());
+        }
+        if owned_once(&ready_sets, names.len()) && changed_at.elapsed() >= SETTLE {
+            settled_at = Some(changed_at);
+        }
+        match (ises_at, settled_at) {
             (Some(_), Some(_)) => break,
             (Some(all), None) if all.elapsed() > READY_GRACE || Instant::now() > deadline => {
                 say(format!(
-                    "every ISE on the hub but not every name ready on a replica {READY_GRACE:?} later (at most {ready_max}/{} at once): the quiet window starts anyway",
+                    "every ISE on the hub but the members not settled on the replicas {READY_GRACE:?} later (at most {ready_max}/{} ready at once): the quiet window starts anyway",
                     names.len()
                 ));
                 break;
@@ -556,9 +575,10 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
     }
     let convergence = ises_at.unwrap_or(started).duration_since(started);
     let members_ready = ready_at.map(|t| t.duration_since(started));
+    let settled = settled_at.map(|t| t.duration_since(started));
     let bound = budget_bound(config);
     say(format!(
-        "converged: all {} ISEs after {convergence:.1?} (bound {bound:.1?}), every name ready after {members_ready:.1?}",
+        "converged: all {} ISEs after {convergence:.1?} (bound {bound:.1?}), every name ready after {members_ready:.1?}, settled after {settled:.1?}",
         expected.len()
     ));
 
@@ -630,6 +650,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         convergence_s: convergence.as_secs_f64(),
         members_ready_s: members_ready.as_ref().map(Duration::as_secs_f64),
         members_ready_max: ready_max,
+        settled_s: settled.as_ref().map(Duration::as_secs_f64),
         budget_bound_s: bound.as_secs_f64(),
         bound_ratio: (!bound.is_zero()).then(|| convergence.as_secs_f64() / bound.as_secs_f64()),
         handoffs_before_quiet: q0.handoffs.iter().sum(),
@@ -785,6 +806,12 @@ async fn failover(
     })
 }
 
+/// Every one of `members` names is in exactly one of the sets.
+pub fn owned_once(sets: &[HashSet<String>], members: usize) -> bool {
+    let union: HashSet<&String> = sets.iter().flatten().collect();
+    union.len() == members && sets.iter().map(HashSet::len).sum::<usize>() == members
+}
+
 /// (Σ rss − replicas × idle) / members: what the members add to the replicas.
 pub fn marginal_per_member(rss: &[u64], idle: u64, members: usize) -> f64 {
     let total = rss.iter().sum::<u64>() as f64;
@@ -807,6 +834,7 @@ pub fn markdown(r: &Report) -> String {
          | substrate up (hub + {servers} apiservers); setup (namespaces, kubeconfigs, exports) | {substrate} ; {setup} |\n\
          | replicas start → all {ises} ISEs on the hub | {convergence} |\n\
          | replicas start → every name ready on a replica (`/members`) | {ready} |\n\
+         | replicas start → ownership settled (each name ready on exactly one replica; last change before {settle} without one) | {settled} |\n\
          | budget bound ({share} members × ({exports} + 1) hub requests, {qps} qps / {burst} burst per replica) ; ratio | {bound} ; {ratio} |\n\
          | RSS per member (Σ replicas / {members}): at convergence / after the quiet window | {rss0} / {rss1} |\n\
          | RSS per member less the replicas' own ((Σ − {replicas} × {idle} idle) / {members}), after the quiet window | {marginal} |\n\
@@ -833,6 +861,11 @@ pub fn markdown(r: &Report) -> String {
                 r.members_ready_max,
                 r.members
             ),
+        },
+        settle = secs(SETTLE),
+        settled = match r.settled_s {
+            Some(t) => secs(Duration::from_secs_f64(t)),
+            None => format!("not within {} of the ISEs", secs(READY_GRACE)),
         },
         share = r.members.div_ceil(r.replicas.max(1)),
         qps = r.hub_qps,
@@ -921,12 +954,15 @@ pub fn markdown(r: &Report) -> String {
         }
     }
     out += &format!(
-        "\n| apiserver | resource | verb | requests in the cold start (replicas start → quiet window, {}) |\n|---|---|---|---|\n",
+        "\n| apiserver | resource | verb | requests in the cold start (replicas start → quiet window, {}) | of which 409 |\n|---|---|---|---|---|\n",
         secs(Duration::from_secs_f64(r.cold.window_s))
     );
     for (kind, cold) in [("hub", &r.cold.hub), ("members (all)", &r.cold.members)] {
         for c in cold.iter().take(TOP) {
-            out += &format!("| {kind} | {} | {} | {} |\n", c.resource, c.verb, c.count);
+            out += &format!(
+                "| {kind} | {} | {} | {} | {} |\n",
+                c.resource, c.verb, c.count, c.conflicts
+            );
         }
     }
     out
@@ -1028,6 +1064,7 @@ mod tests {
             convergence_s: 50.0,
             members_ready_s: None,
             members_ready_max: 400,
+            settled_s: None,
             budget_bound_s: 34.7,
             bound_ratio: Some(50.0 / 34.7),
             handoffs_before_quiet: 1500,
@@ -1066,10 +1103,24 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("| not seen |"), "{table}");
+        assert!(
+            table.contains("without one) | not within 120.0 s of the ISEs |"),
+            "{table}"
+        );
         assert!(table.contains("| 16.0 s / 16.0 s (1/30) |"), "{table}");
         assert!(table.contains("| 0 ✓ |"), "{table}");
         r.ise_deletes = 3;
         assert!(markdown(&r).contains("| 3 ✗ |"));
+    }
+
+    #[test]
+    fn owned_once_needs_every_name_on_exactly_one_replica() {
+        let set =
+            |names: &[&str]| -> HashSet<String> { names.iter().map(|n| n.to_string()).collect() };
+        assert!(owned_once(&[set(&["a", "b"]), set(&["c"])], 3));
+        assert!(!owned_once(&[set(&["a", "b"]), set(&["b", "c"])], 3));
+        assert!(!owned_once(&[set(&["a"]), set(&["c"])], 3));
+        assert!(owned_once(&[set(&["a", "b", "c"]), set(&[])], 3));
     }
 
     #[test]
