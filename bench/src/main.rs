@@ -224,11 +224,7 @@ async fn main_inner(cli: Cli) -> Result<(), String> {
             .await
             .map_err(|e| format!("{e:#}"))?;
         println!("{}", fleet_size::markdown(&report));
-        if let Some(path) = &cli.json {
-            let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-            std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
-        }
-        return Ok(());
+        return write_json(cli.json.as_deref(), &report);
     }
     if cli.fairness {
         let config = bench::FairnessConfig {
@@ -244,11 +240,7 @@ async fn main_inner(cli: Cli) -> Result<(), String> {
             .await
             .map_err(|e| format!("{e:#}"))?;
         println!("{}", bench::fairness_markdown(&report));
-        if let Some(path) = &cli.json {
-            let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-            std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
-        }
-        return Ok(());
+        return write_json(cli.json.as_deref(), &report);
     }
     let reports = if !cli.replay.is_empty() {
         let mut reports: Vec<Report> = vec![];
@@ -287,11 +279,16 @@ async fn main_inner(cli: Cli) -> Result<(), String> {
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
         eprintln!("[bench] wrote {}", path.display());
     }
-    if let Some(path) = &cli.json {
-        let text = serde_json::to_string_pretty(&reports).map_err(|e| e.to_string())?;
-        std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
-    }
-    Ok(())
+    write_json(cli.json.as_deref(), &reports)
+}
+
+/// `--json`: the report(s) written as pretty JSON, when a path was given.
+fn write_json(path: Option<&std::path::Path>, value: &impl serde::Serialize) -> Result<(), String> {
+    let Some(path) = path else {
+        return Ok(());
+    };
+    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+    std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
 #[tokio::main]
