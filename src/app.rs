@@ -153,7 +153,7 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
         hub_stats.clone(),
         fence.clone(),
     );
-    let (hub, control) = (hub.await?, control_client(&config, sharded).await?);
+    let hub = hub.await?;
     let shutdown = CancellationToken::new();
     let state = Arc::new(FleetState::default());
     let metrics = Arc::new(Metrics::new());
@@ -167,22 +167,27 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
 
     let (leader_tx, leader_rx) = watch::channel(config.leader_election.is_none() || sharded);
     metrics.set_leader(leader_rx.clone());
-    // The election outlives the fleet's shutdown by a little: the lease is released after
-    // the members have stopped writing.
-    let election_stop = CancellationToken::new();
-    let (election, shards) = match config.leader_election.clone() {
-        Some(le) => {
-            let api: Api<Lease> = Api::namespaced(control.clone(), &le.namespace);
-            let (task, shards) = elect(api, le, leader_tx, hold_tx, election_stop.clone());
-            (Some(task), shards)
-        }
-        None => (None, None),
+    // Coordination outlives the fleet's shutdown by a little: leases are released after the
+    // members have stopped writing.
+    let coordination_stop = CancellationToken::new();
+    let shards = config
+        .leader_election
+        .as_ref()
+        .filter(|le| le.shard_members)
+        .map(|le| Arc::new(fleet::shard::Shards::new(lease_config(le), le.shards)));
+    let coordination = Coordination {
+        config: config.clone(),
+        state: state.clone(),
+        leader_tx,
+        hold_tx,
+        shards: shards.clone(),
+        stop: coordination_stop.clone(),
     };
+    let coordinating = coordination.spawn().await?;
 
     let shared = Arc::new(fleet::Shared {
         config: config.runtime,
         hub_client: hub,
-        control_client: control,
         state: state.clone(),
         observer: metrics.clone(),
         hooks: metrics.clone(),
@@ -191,14 +196,15 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
         fence,
         shards,
         cleanups: Default::default(),
+        engaging: Arc::new(tokio::sync::Semaphore::new(fleet::ENGAGING_AT_ONCE)),
     });
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {
+        // Also when this task is dropped with its runtime rather than shut down.
+        let _stop_coordination = coordination_stop.clone().drop_guard();
         fleet::run(shared, stop).await;
-        election_stop.cancel();
-        if let Some(election) = election {
-            let _ = tokio::time::timeout(Duration::from_secs(5), election).await;
-        }
+        coordination_stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), coordinating).await;
     });
     Ok(Running {
         health_address,
@@ -243,33 +249,87 @@ async fn control_client(config: &AppConfig, sharded: bool) -> Result<kube::Clien
     hub_client("control", path, &limits, Arc::default(), fence).await
 }
 
-/// Runs the election: one leader for all members, or (`shard_members`) shard Leases among
-/// the announced replicas, whose [`fleet::shard::Shards`] is returned too.
-fn elect(
-    api: Api<Lease>,
-    le: LeaderElection,
-    leader_tx: watch::Sender<bool>,
-    hold_tx: watch::Sender<client::Hold>,
-    stop: CancellationToken,
-) -> (
-    tokio::task::JoinHandle<()>,
-    Option<Arc<fleet::shard::Shards>>,
-) {
-    let cfg = LeaseConfig {
-        namespace: le.namespace,
-        name: le.name,
-        identity: le.identity,
+fn lease_config(le: &LeaderElection) -> LeaseConfig {
+    LeaseConfig {
+        namespace: le.namespace.clone(),
+        name: le.name.clone(),
+        identity: le.identity.clone(),
         lease_duration: Duration::from_secs(15),
         renew_deadline: Duration::from_secs(10),
         retry_period: Duration::from_secs(2),
-    };
-    if !le.shard_members {
-        let task = tokio::spawn(fleet::leader::run(api, cfg, leader_tx, hold_tx, stop));
-        return (task, None);
     }
-    let shards = Arc::new(fleet::shard::Shards::new(cfg, le.shards));
-    let task = tokio::spawn(fleet::shard::run(api, shards.clone(), stop));
-    (task, Some(shards))
+}
+
+/// The election (one leader, or the shard Leases) and the hub probe, with the control
+/// client they use.
+struct Coordination {
+    config: AppConfig,
+    state: Arc<FleetState>,
+    leader_tx: watch::Sender<bool>,
+    hold_tx: watch::Sender<client::Hold>,
+    shards: Option<Arc<fleet::shard::Shards>>,
+    stop: CancellationToken,
+}
+
+impl Coordination {
+    /// Runs on a thread and runtime of its own: a thousand members starting or reconciling
+    /// on the main runtime never delay a renew past its deadline (holds lapsing under load
+    /// is how members were lost). Returns once the control client is built; the receiver
+    /// resolves when coordination has stopped (after `stop`, its leases released).
+    async fn spawn(self) -> Result<tokio::sync::oneshot::Receiver<()>, Error> {
+        let (built_tx, built_rx) = tokio::sync::oneshot::channel();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .thread_name("coordination")
+            .build()
+            .map_err(|e| Error::Config(format!("coordination runtime: {e}")))?;
+        let spawned = std::thread::Builder::new()
+            .name("coordination".into())
+            .spawn(move || {
+                // The control client is built here, so its buffer worker and its connections
+                // run on this runtime too.
+                runtime.block_on(self.run(built_tx));
+                let _ = done_tx.send(());
+            });
+        spawned.map_err(|e| Error::Config(format!("coordination thread: {e}")))?;
+        match built_rx.await {
+            Ok(Ok(())) => Ok(done_rx),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::Hub("coordination stopped before it started".into())),
+        }
+    }
+
+    async fn run(self, built: tokio::sync::oneshot::Sender<Result<(), Error>>) {
+        let le = self.config.leader_election.clone();
+        let sharded = self.shards.is_some();
+        let control = match control_client(&self.config, sharded).await {
+            Ok(control) => control,
+            Err(e) => {
+                let _ = built.send(Err(e));
+                return;
+            }
+        };
+        let _ = built.send(Ok(()));
+        let probe = tokio::spawn(fleet::probe_hub(
+            control.clone(),
+            self.state,
+            self.stop.clone(),
+        ));
+        if let Some(le) = le {
+            let api: Api<Lease> = Api::namespaced(control, &le.namespace);
+            match self.shards {
+                Some(shards) => fleet::shard::run(api, shards, self.stop.clone()).await,
+                None => {
+                    let cfg = lease_config(&le);
+                    fleet::leader::run(api, cfg, self.leader_tx, self.hold_tx, self.stop.clone())
+                        .await
+                }
+            }
+        }
+        self.stop.cancelled().await;
+        let _ = probe.await;
+    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

@@ -358,6 +358,12 @@ pub(super) fn error_policy(se: Arc<ServiceExport>, error: &Error, ctx: Arc<Conte
     if matches!(error, Error::NotLeader { .. }) {
         return Action::await_change();
     }
+    if crate::client::fence::refused(error) {
+        // Not a failure of the export: this replica's hold lapsed for a moment (a renew came
+        // late) or the member is moving away, which stops this engagement. Counting it would
+        // leave a member that stays here backing off for minutes once its hold is back.
+        return Action::requeue(FENCED_RETRY);
+    }
     let key = ObjectRef::from_obj_with(se.as_ref(), ctx.se_version);
     let failures = bump(&ctx.failures, key);
     Action::requeue(requeue_delay(
@@ -374,6 +380,9 @@ fn requeue_delay(failures: u32, jitter: f64, retry_after: Option<Duration>) -> D
 }
 
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// When a write refused by the fence is tried again: a lease's retry period.
+const FENCED_RETRY: Duration = Duration::from_secs(2);
 
 /// Rechecks back off like failures, but an export waiting for a public IP is looked at
 /// at least once a minute.

@@ -119,6 +119,11 @@ async fn run_once(
     cancel: &CancellationToken,
 ) -> Result<(), String> {
     let cfg = &shared.config;
+    // Dropped (the slot freed) when this attempt ends, once the views have listed, or after
+    // ENGAGING_SLOT, whichever comes first.
+    let Some(engaging) = engaging_slot(shared, cancel).await else {
+        return Ok(());
+    };
     let stats = Arc::new(ClientStats::default());
     let MemberClient {
         client,
@@ -163,6 +168,7 @@ async fn run_once(
         name.to_string(),
         synced,
         cfg.member_sync_timeout,
+        engaging,
     ));
     let prober = tokio::spawn(probe(state, name.to_string(), probe_client));
     let result = run.await;
@@ -208,10 +214,37 @@ fn exporter(
     }
 }
 
-/// Moves the member's phase to Ready once its views have listed; past `timeout` it shows
-/// Failing until they do. Never blocks anything else.
-async fn track_sync(state: Arc<FleetState>, member: String, synced: Synced, timeout: Duration) {
-    if tokio::time::timeout(timeout, synced.wait()).await.is_err() {
+/// Waits for one of the slots of members engaging at once; `None` if cancelled meanwhile.
+/// The slot is held until the returned sender is dropped, at most [`super::ENGAGING_SLOT`].
+async fn engaging_slot(
+    shared: &Shared,
+    cancel: &CancellationToken,
+) -> Option<tokio::sync::oneshot::Sender<()>> {
+    let slots = shared.engaging.clone();
+    let permit = tokio::select! {
+        _ = cancel.cancelled() => return None,
+        permit = slots.acquire_owned() => permit.ok()?,
+    };
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let _permit = permit;
+        let _ = tokio::time::timeout(super::ENGAGING_SLOT, released).await;
+    });
+    Some(release)
+}
+
+/// Moves the member's phase to Ready once its views have listed (then frees its engaging
+/// slot); past `timeout` it shows Failing until they do. Never blocks anything else.
+async fn track_sync(
+    state: Arc<FleetState>,
+    member: String,
+    synced: Synced,
+    timeout: Duration,
+    engaging: tokio::sync::oneshot::Sender<()>,
+) {
+    let listed = tokio::time::timeout(timeout, synced.wait()).await;
+    drop(engaging);
+    if listed.is_err() {
         let e = format!("initial sync did not finish within {timeout:?}; still trying");
         tracing::warn!(member = %member, "{e}");
         state.record(&member, Event::Failed(e));

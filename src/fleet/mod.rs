@@ -89,8 +89,6 @@ pub struct Shared {
     pub config: RuntimeConfig,
     /// One hub client (one hub limiter) for the whole fleet; members only get scoped APIs.
     pub hub_client: kube::Client,
-    /// The hub for control traffic (the probe; Leases), on a budget of its own.
-    pub control_client: kube::Client,
     pub state: Arc<FleetState>,
     pub observer: Arc<dyn ReconcileObserver>,
     pub hooks: Arc<dyn MemberHooks>,
@@ -103,7 +101,19 @@ pub struct Shared {
     /// Removed members whose cleanup is recorded or running: they keep their shards (and
     /// their cleanup is fenced by them) until it is done.
     pub cleanups: parking_lot::Mutex<Cleanups>,
+    /// Members connecting and listing at once ([`ENGAGING_AT_ONCE`]).
+    pub engaging: Arc<tokio::sync::Semaphore>,
 }
+
+/// How many members connect, discover and list at once. A thousand starting together would
+/// otherwise share the CPU a thousand ways (TLS handshakes, first lists), each finishing late;
+/// in turns, the first are reconciling within a second. A slot is held until the member's
+/// views have listed, at most [`ENGAGING_SLOT`].
+pub const ENGAGING_AT_ONCE: usize = 32;
+
+/// The longest a member holds an engaging slot: a member whose server hangs does not hold
+/// up the others.
+const ENGAGING_SLOT: Duration = Duration::from_secs(5);
 
 /// What this replica knows of pending cleanups ([`cleanup`]).
 #[derive(Debug, Default)]
@@ -219,7 +229,6 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
     let dir = shared.config.kubeconfig_dir.clone();
     let (tx, mut rx) = mpsc::channel::<()>(1);
     let _watcher = watch_dir(&dir, tx.clone());
-    let hub_probe = tokio::spawn(probe_hub(shared.clone(), shutdown.clone()));
     let mut engaged: BTreeMap<String, Engagement> = BTreeMap::new();
     // Stops and cleanups run here, so one slow member never holds the loop (the others'
     // engagements, rotations, shutdown).
@@ -252,7 +261,6 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
     {
         tracing::warn!("members still stopping after 20 s; leaving them");
     }
-    hub_probe.abort();
 }
 
 /// Resolves `true` when this replica's share of members changed; never without sharding.
@@ -537,20 +545,19 @@ async fn answers(client: &kube::Client, within: Duration) -> Result<(), String> 
     }
 }
 
-/// Hub reachability for `/readyz`, every 5 s.
-async fn probe_hub(shared: Arc<Shared>, shutdown: CancellationToken) {
+/// Hub reachability for `/readyz`, every 5 s, through `control` (the control client: our own
+/// queue of writes never makes the hub look unreachable).
+pub async fn probe_hub(control: kube::Client, state: Arc<FleetState>, shutdown: CancellationToken) {
     let mut ticker = tokio::time::interval(Duration::from_secs(5));
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = ticker.tick() => {}
         }
-        let ok = answers(&shared.control_client, Duration::from_secs(5))
-            .await
-            .is_ok();
-        if ok != shared.state.hub_reachable() {
+        let ok = answers(&control, Duration::from_secs(5)).await.is_ok();
+        if ok != state.hub_reachable() {
             tracing::info!(reachable = ok, "hub reachability changed");
         }
-        shared.state.set_hub_reachable(ok);
+        state.set_hub_reachable(ok);
     }
 }
