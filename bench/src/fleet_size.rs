@@ -32,14 +32,16 @@
 //!   replicas start: the apiservers' own requests); hand-offs (replica stderr lines
 //!   `member now owned by another replica`) and CPU seconds per second of each replica;
 //! - failover (R ≥ 2): the replica running the most members is killed with SIGKILL, a new
-//!   export created at once on the apiserver of one of its members; kill → every orphaned name
+//!   export created at once on the apiserver of one of its members; kill → every shard Lease
+//!   it held taken by a survivor; kill → every orphaned name
 //!   `ready` on a surviving replica, and kill → the new export's ISE in the hub namespace of
 //!   each orphaned name of that apiserver (and, as a control, of its names that kept their
 //!   replica);
 //! - the hub's ISE DELETEs over the whole run (must be 0).
 //!
-//! Ownership is read from the replicas' `/members` and their logs only, never from Lease
-//! names: the measuring does not depend on the lease scheme.
+//! Ownership is read from the replicas' `/members` and their logs; the one figure read from
+//! Leases is the failover's "every shard Lease the killed replica held is held by a survivor"
+//! (Leases labelled `fleetnet.azure.com/lease-of=fleetnet-hub` named `…-shard-N`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -195,6 +197,10 @@ pub struct Failover {
     pub killed: String,
     /// Members it ran.
     pub orphaned: usize,
+    /// Shard Leases the killed replica held (sharded replicas).
+    pub shards_held: usize,
+    /// Kill → every one of them held by a surviving replica (None: not within the timeout).
+    pub leases_taken_s: Option<f64>,
     /// Kill → ready on a surviving replica, per orphan (that was, within the failover timeout),
     /// sorted.
     pub takeover_s: Vec<f64>,
@@ -721,6 +727,14 @@ async fn failover(
     let k = server_of(index[&first], servers.len());
     let killed_replica = replicas.remove(victim);
     let killed_name = killed_replica.name.clone();
+    let hub = fleet.hub().client().await?;
+    let held = shard_holders(&hub).await?;
+    let its_own = |holder: &str| holder.starts_with(&format!("{killed_name}_"));
+    let shards_held: Vec<String> = held
+        .iter()
+        .filter(|(_, h)| its_own(h))
+        .map(|(s, _)| s.clone())
+        .collect();
     let killed = Instant::now();
     killed_replica.kill().await?;
     create_pair(server_clients[k].clone(), PROBE.to_string()).await?;
@@ -742,9 +756,19 @@ async fn failover(
         on_k.into_iter().partition(|n| orphan_set.contains(n));
 
     let mut taken: BTreeMap<String, Duration> = BTreeMap::new();
+    let mut leases_taken: Option<Duration> = None;
     let complete = loop {
         for r in replicas.iter_mut() {
             r.check_alive()?;
+        }
+        if leases_taken.is_none() {
+            let now = shard_holders(&hub).await?;
+            let all = shards_held
+                .iter()
+                .all(|s| now.get(s).is_some_and(|h| !h.is_empty() && !its_own(h)));
+            if all {
+                leases_taken = Some(killed.elapsed());
+            }
         }
         let ready = ready_by_replica(replicas).await;
         let elapsed = killed.elapsed();
@@ -760,7 +784,10 @@ async fn failover(
                 .filter(|n| s.present.contains(&key(n.as_str())))
                 .count()
         };
-        if taken.len() == orphans.len() && exported == probe_orphans.len() {
+        if taken.len() == orphans.len()
+            && exported == probe_orphans.len()
+            && leases_taken.is_some()
+        {
             break true;
         }
         if elapsed > config.failover_timeout {
@@ -793,6 +820,8 @@ async fn failover(
     Ok(Failover {
         killed: killed_name,
         orphaned: orphans.len(),
+        shards_held: shards_held.len(),
+        leases_taken_s: leases_taken.map(|d| d.as_secs_f64()),
         takeover_s,
         complete,
         timeout_s: config.failover_timeout.as_secs_f64(),
@@ -804,6 +833,28 @@ async fn failover(
         probe_others_s: since_kill(&probe_others),
         probe_others: probe_others.len(),
     })
+}
+
+/// Shard Lease name → its holder (empty when released), of the replicas' Leases.
+async fn shard_holders(hub: &kube::Client) -> anyhow::Result<BTreeMap<String, String>> {
+    use fleetnet_hub::fleet::shard::LEASE_LABEL;
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(hub.clone(), "default");
+    let selector = format!("{LEASE_LABEL}=fleetnet-hub");
+    let listed = leases
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await?;
+    Ok(listed
+        .items
+        .into_iter()
+        .filter_map(|l| {
+            let name = l.metadata.name?;
+            name.contains("-shard-").then(|| {
+                let holder = l.spec.and_then(|s| s.holder_identity);
+                (name, holder.unwrap_or_default())
+            })
+        })
+        .collect())
 }
 
 /// Every one of `members` names is in exactly one of the sets.
@@ -894,12 +945,18 @@ pub fn markdown(r: &Report) -> String {
     if let Some(f) = &r.failover {
         out += &format!(
             "| failover: kill -9 of {killed}, running {orphaned} members | |\n\
+             | kill → every shard Lease it held ({shards}) held by a survivor | {leases} |\n\
              | kill → every orphan ready on a surviving replica, p50 / max (orphans ready elsewhere{within}) | {takeover} ({taken}/{orphaned}) |\n\
              | kill → probe export's ISE for {member} (on {server}) | {probe} |\n\
              | kill → probe ISE for the {n} orphans of {server}, p50 / max (seen) | {orphans} ({seen}/{n}) |\n\
              | kill → probe ISE for the {others} names of {server} that kept their replica, p50 / max | {control} |\n",
             killed = f.killed,
             orphaned = f.orphaned,
+            shards = f.shards_held,
+            leases = match f.leases_taken_s {
+                Some(s) => secs(Duration::from_secs_f64(s)),
+                None => "not within the timeout".to_string(),
+            },
             takeover = p50_max(&durations(&f.takeover_s)),
             taken = f.takeover_s.len(),
             within = if f.complete {

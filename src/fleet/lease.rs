@@ -73,6 +73,12 @@ impl Observed {
         now >= self.at + duration
     }
 
+    /// When it expires as seen from here, if somebody holds it.
+    pub fn expires_at(&self) -> Option<Instant> {
+        let duration = Duration::from_secs(u64::try_from(self.record.duration_secs).unwrap_or(0));
+        (!self.record.holder.is_empty()).then_some(self.at + duration)
+    }
+
     /// Held by somebody who renewed it within its duration, as seen from here.
     pub fn live_holder(&self, now: Instant) -> Option<&str> {
         let holder = self.record.holder.as_str();

@@ -17,6 +17,7 @@
 //! Requests per retry period: 2 per replica (list, announcement) + 1 per held shard.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use futures::future::join_all;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -34,9 +35,9 @@ use crate::client::{Fence, Hold};
 pub const REPLICA_LABEL: &str = "fleetnet.azure.com/replica-of";
 /// Label of every lease of the sharding (announcements and shards); value: the prefix.
 pub const LEASE_LABEL: &str = "fleetnet.azure.com/lease-of";
-/// Shards when `--shards` is not given: 16 renewals per retry period in all, whatever the
-/// fleet's size; ceil(16/3) = 6 shards at most per replica of three.
-pub const DEFAULT_SHARDS: u16 = 16;
+/// Shards when `--shards` is not given: 24 renewals per retry period in all, whatever the
+/// fleet's size; divisible by 2, 3, 4, 6 and 8 replicas, so that their shares can be even.
+pub const DEFAULT_SHARDS: u16 = 24;
 
 fn hash64(parts: &[&str]) -> u64 {
     let digest = Sha256::digest(parts.join("\u{0}").as_bytes());
@@ -60,12 +61,29 @@ pub fn shard_lease(prefix: &str, shard: u16) -> String {
 /// The owner of every shard that has members (`weights[s]`: members in shard `s`), from who
 /// holds what now (`holders[s]`): each live replica keeps what it holds, best-scored first,
 /// while its load in members is below its share (ceil(members / replicas)); every other shard,
-/// in order, goes to the replica that scores it highest among those still below their share.
-/// Every shard always finds one (not all can be at their share while members are left), and
-/// nobody ends more than a shard less one member above it. A replica coming takes only what
-/// the others are over their new share by; a replica going leaves only its own shards to move.
-/// Every replica computes the same answer from the same leases and members.
+/// heaviest first, goes to the replica that scores it highest among those it fits (load and
+/// shard within the share), or, fitting none, to the least loaded. A replica coming takes only
+/// what the others are over their new share by; a replica going leaves only its own shards to
+/// move. The answer is carried to the point where applying the rule again changes nothing, so
+/// the next round (holders = this answer) moves nothing. Every replica computes the same answer
+/// from the same leases and members.
 pub fn assign<'a>(
+    weights: &[usize],
+    replicas: &BTreeSet<&'a str>,
+    holders: &[Option<&str>],
+) -> Vec<Option<&'a str>> {
+    let mut owners = assign_once(weights, replicas, holders);
+    for _ in 0..weights.len() {
+        let again = assign_once(weights, replicas, &owners);
+        if again == owners {
+            break;
+        }
+        owners = again;
+    }
+    owners
+}
+
+fn assign_once<'a>(
     weights: &[usize],
     replicas: &BTreeSet<&'a str>,
     holders: &[Option<&str>],
@@ -90,15 +108,23 @@ pub fn assign<'a>(
             }
         }
     }
-    for shard in 0..weights.len() {
-        if weights[shard] == 0 || owners[shard].is_some() {
-            continue;
-        }
-        let best = replicas
+    let mut left: Vec<usize> = (0..weights.len())
+        .filter(|s| weights[*s] > 0 && owners[*s].is_none())
+        .collect();
+    left.sort_by_key(|s| (std::cmp::Reverse(weights[*s]), *s));
+    for shard in left {
+        let load_of = |r: &&str| load.get(r).copied().unwrap_or(0);
+        let fits = replicas
             .iter()
-            .filter(|r| load.get(*r).copied().unwrap_or(0) < share)
+            .filter(|r| load_of(r) + weights[shard] <= share)
             .max_by_key(|r| (score(shard, r), **r));
-        if let Some(owner) = best {
+        // Some replica is below its share while members are left to place.
+        let owner = fits.or_else(|| {
+            replicas
+                .iter()
+                .min_by_key(|r| (load_of(r), std::cmp::Reverse(score(shard, r))))
+        });
+        if let Some(owner) = owner {
             *load.entry(owner).or_insert(0) += weights[shard];
             owners[shard] = Some(*owner);
         }
@@ -267,6 +293,26 @@ impl Shards {
         labels
     }
 
+    /// The earliest expiry, as seen from here, of a lease another replica holds (a shard or
+    /// an announcement) that has not expired yet.
+    fn next_foreign_expiry(&self) -> Option<Instant> {
+        let now = Instant::now();
+        let state = self.lock();
+        let own = self.announcement_name();
+        let shards = state.shards.iter().filter_map(|s| s.observed.as_ref());
+        let announcements = state
+            .replicas
+            .iter()
+            .filter(|(name, _)| **name != own)
+            .map(|(_, o)| o);
+        shards
+            .chain(announcements)
+            .filter(|o| o.record.holder != self.cfg.identity)
+            .filter_map(Observed::expires_at)
+            .filter(|at| *at > now)
+            .min()
+    }
+
     fn held_shards(&self) -> BTreeSet<usize> {
         let now = Instant::now();
         let state = self.lock();
@@ -276,14 +322,17 @@ impl Shards {
     }
 }
 
+/// Past a foreign lease's expiry, how long before the round that takes it over.
+const EXPIRY_MARGIN: Duration = Duration::from_millis(50);
+
 /// Rounds a replica only announces itself and observes before it takes shards.
-const OBSERVING_ROUNDS: u32 = 2;
+const OBSERVING_ROUNDS: u32 = 1;
 
 /// Runs the shard loop until `shutdown`, then gives up every shard it holds (fence first) and
 /// withdraws its announcement.
 pub async fn run(api: Api<Lease>, shards: std::sync::Arc<Shards>, shutdown: CancellationToken) {
     let cfg = shards.cfg.clone();
-    // The first rounds only announce and look: replicas started together see each other
+    // The first round only announces and looks: replicas started together see each other
     // before anyone takes a shard, instead of one taking all and shedding most a round later
     // (a storm of engagements started and stopped at once).
     let mut looking = OBSERVING_ROUNDS;
@@ -297,9 +346,15 @@ pub async fn run(api: Api<Lease>, shards: std::sync::Arc<Shards>, shutdown: Canc
         if shards.held_shards() != before {
             shards.changed.send_modify(|n| *n += 1);
         }
+        // A lease of another replica that runs out before the next round is looked at the
+        // moment it does: its members are taken over a retry period sooner.
+        let next = Instant::now() + cfg.retry_period;
+        let wake = shards.next_foreign_expiry().map_or(next, |at| {
+            next.min(at.max(Instant::now()) + EXPIRY_MARGIN)
+        });
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            _ = tokio::time::sleep(cfg.retry_period) => {}
+            _ = tokio::time::sleep_until(wake) => {}
         }
     }
     let claimed: Vec<usize> = {

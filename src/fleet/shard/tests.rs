@@ -34,7 +34,9 @@ fn loads_are_bounded_and_few_members_move_when_replicas_come_and_go() {
         (20, 16),
         (300, 16),
         (1000, 16),
+        (1000, 24),
         (1000, 64),
+        (5000, 24),
     ] {
         let members: Vec<String> = (0..n).map(|i| format!("member-{i}")).collect();
         let w = weights(&members, count);
@@ -175,4 +177,26 @@ fn shards_are_stable_and_lease_name_parts_valid() {
     );
     assert_ne!(name_part("a_b"), name_part("a-b"));
     assert!(name_part(&"x".repeat(200)).len() <= 49);
+}
+
+/// At fleet size the heaviest replica carries little more than its share: that replica's
+/// budget is what bounds convergence.
+#[test]
+fn a_thousand_members_spread_evenly_from_nothing_and_after_a_replica_goes() {
+    let members: Vec<String> = (0..1000).map(|i| format!("m{i:04}")).collect();
+    let w = weights(&members, DEFAULT_SHARDS);
+    let mut worst = 0.0f64;
+    for seed in 0..50u32 {
+        let ids: Vec<String> = (0..3).map(|r| format!("fleetnet-hub-{seed}-{r}")).collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let three = owners(&w, &ids, &vec![None; w.len()]);
+        let two = owners(&w, &ids[..2], &three);
+        for (owned, replicas) in [(&three, &ids[..]), (&two, &ids[..2])] {
+            let share = 1000usize.div_ceil(replicas.len());
+            let heaviest = replicas.iter().map(|r| load(&w, owned, r)).max();
+            let over = heaviest.expect("replicas") as f64 / share as f64;
+            worst = worst.max(over);
+        }
+    }
+    assert!(worst <= 1.06, "the heaviest replica carries {worst:.3}× its share");
 }
