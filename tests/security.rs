@@ -43,6 +43,20 @@ fn captured() -> &'static Arc<Mutex<Vec<u8>>> {
     })
 }
 
+/// What `logs` captured so far, as text.
+fn text_of(logs: &Mutex<Vec<u8>>) -> String {
+    String::from_utf8_lossy(&logs.lock().unwrap_or_else(|p| p.into_inner())).to_string()
+}
+
+/// No `(surface, text)` of `emitted` holds any of `secrets`.
+fn none_leaked(emitted: &[(&str, &str)], secrets: &[&str]) {
+    for (surface, text) in emitted {
+        for secret in secrets {
+            assert!(!text.contains(secret), "{secret} leaked into {surface}");
+        }
+    }
+}
+
 struct Capture(Arc<Mutex<Vec<u8>>>);
 
 impl Write for Capture {
@@ -345,7 +359,7 @@ async fn refused_kubeconfigs_never_connect_and_no_secret_is_emitted() {
     let azure_debug = format!("{azure:?}");
 
     running.shutdown().await;
-    let logs = String::from_utf8_lossy(&logs.lock().unwrap_or_else(|p| p.into_inner())).to_string();
+    let logs = text_of(logs);
     assert!(
         logs.contains("kubeconfig refused"),
         "the refusals are logged"
@@ -358,11 +372,7 @@ async fn refused_kubeconfigs_never_connect_and_no_secret_is_emitted() {
         ("azure error", azure_error.as_str()),
         ("azure Debug", azure_debug.as_str()),
     ];
-    for (surface, text) in emitted {
-        for secret in SECRETS {
-            assert!(!text.contains(secret), "{secret} leaked into {surface}");
-        }
-    }
+    none_leaked(&emitted, &SECRETS);
     println!(
         "security: {} refused members, 0 decoy connections (plain http to {plain_addr}), {} bytes of logs grepped for {} secrets",
         refused.len(),
@@ -426,4 +436,74 @@ async fn insecure_tls_only_with_the_opt_in_and_then_flagged() {
         "{row:?}"
     );
     running.shutdown().await;
+}
+
+/// What a failing exec plugin is given and says: none of it may be emitted.
+const PLUGIN_SECRETS: [&str; 4] = [
+    "SECRET-PLUGIN-ENV-4c7e",
+    "SECRET-PLUGIN-ARG-9d2b",
+    "SECRET-PLUGIN-STDOUT-1f8a",
+    "SECRET-PLUGIN-STDERR-6e3c",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_exec_plugin_is_named_without_its_command_env_or_output() {
+    let logs = captured();
+    let fleet = Fleet::builder()
+        .members(["unused"])
+        .start()
+        .await
+        .expect("fleet starts");
+    let (decoy_addr, connections) = decoy().await;
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let [env, arg, stdout, stderr] = PLUGIN_SECRETS;
+    let plugin = kubeconfig(
+        &format!("https://{decoy_addr}"),
+        "",
+        &format!(
+            "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n      args: [\"-c\", \"echo {stdout} $PLUGIN_KEY; echo {stderr} >&2; exit 3\", \"{arg}\"]\n      env:\n      - name: PLUGIN_KEY\n        value: {env}\n"
+        ),
+    );
+    let file = scratch.path().join("plugin.yaml");
+    std::fs::write(&file, &plugin).expect("write");
+    let trust = TrustPolicy {
+        allow_exec: true,
+        ..Default::default()
+    };
+    let running = app::start(config(&fleet, scratch.path(), trust), Extensions::default())
+        .await
+        .expect("starts");
+    let redacted = "exec plugin sh failed (exit status 3)";
+    eventually("the plugin's failure on the member", || async {
+        let status = running.state.member("plugin")?;
+        status
+            .last_error
+            .filter(|e| e.contains(redacted))
+            .map(|_| assert!(!status.refused, "allowed by the opt-in"))
+    })
+    .await;
+    let members = http_get(running.health_address, "/members").await.1;
+    assert!(members.contains(redacted), "{members}");
+    let row = fleetnet_hub::check::check_member("plugin", &file, &plugin, trust).await;
+    assert!(!row.ok && row.problem.contains(redacted), "{row:?}");
+    let check_row = format!("{row:?}");
+    running.shutdown().await;
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        0,
+        "no token, no request"
+    );
+    let logs = text_of(logs);
+    assert!(logs.contains(redacted), "the failure is logged");
+    let emitted = [
+        ("logs", logs.as_str()),
+        ("/members", members.as_str()),
+        ("check", check_row.as_str()),
+    ];
+    none_leaked(&emitted, &PLUGIN_SECRETS);
+    println!(
+        "security: exec plugin failure shown as {redacted:?}; {} bytes of logs grepped for {} plugin secrets",
+        logs.len(),
+        PLUGIN_SECRETS.len()
+    );
 }

@@ -11,7 +11,7 @@
 
 use std::net::IpAddr;
 
-use kube::config::Kubeconfig;
+use kube::config::{ExecInteractiveMode, Kubeconfig};
 use serde_json::{Map, Value};
 
 /// What member kubeconfigs may use beyond inline credentials; both off by default.
@@ -146,6 +146,17 @@ pub fn vet(text: &str, origin: &str, policy: TrustPolicy) -> Result<Vetted, Stri
     for document in documents {
         let next: Kubeconfig = serde_json::from_value(document).map_err(|e| invalid(&e))?;
         kubeconfig = kubeconfig.merge(next).map_err(|e| invalid(&e))?;
+    }
+    // Nobody is at a terminal: an interactive plugin would share the process's stdin, and
+    // write its stderr, whatever it holds, straight into the pod's log.
+    for user in kubeconfig
+        .auth_infos
+        .iter_mut()
+        .filter_map(|u| u.auth_info.as_mut())
+    {
+        if let Some(exec) = &mut user.exec {
+            exec.interactive_mode = Some(ExecInteractiveMode::Never);
+        }
     }
     Ok(Vetted {
         kubeconfig,
@@ -409,12 +420,12 @@ mod tests {
         };
         let vetted = vet(&k, FILE, policy).expect("allowed by the operator");
         assert!(vetted.tls_verify_disabled);
-        assert!(
-            vetted.kubeconfig.auth_infos[0]
-                .auth_info
-                .as_ref()
-                .is_some_and(|u| u.exec.is_some())
-        );
+        let exec = vetted.kubeconfig.auth_infos[0]
+            .auth_info
+            .as_ref()
+            .and_then(|u| u.exec.as_ref())
+            .expect("exec kept");
+        assert_eq!(exec.interactive_mode, Some(ExecInteractiveMode::Never));
         let k = text("    auth-provider:\n      name: gcp\n", "");
         assert!(
             vet(&k, FILE, policy)
