@@ -81,10 +81,26 @@ impl MemberCheck {
     }
 }
 
-/// Checks one member kubeconfig.
-pub async fn check_member(name: &str, kubeconfig: &str, trust: TrustPolicy) -> MemberCheck {
+/// Checks one member kubeconfig, read from `file` (named in a refusal).
+pub async fn check_member(
+    name: &str,
+    file: &Path,
+    kubeconfig: &str,
+    trust: TrustPolicy,
+) -> MemberCheck {
     let (limits, fence) = (Limits::default(), crate::client::Fence::open());
-    match member_client(name, kubeconfig, trust, &limits, Arc::default(), fence).await {
+    let origin = file.display().to_string();
+    match member_client(
+        name,
+        &origin,
+        kubeconfig,
+        trust,
+        &limits,
+        Arc::default(),
+        fence,
+    )
+    .await
+    {
         Ok(member) => {
             let server = member.server.clone();
             MemberCheck::new(name, &server, usable(member).await)
@@ -119,7 +135,7 @@ pub async fn run(dir: &Path, trust: TrustPolicy) -> Result<(), String> {
     let mut rows = vec![];
     for (name, source) in members {
         rows.push(match source.kubeconfig {
-            Ok(k) => check_member(&name, &k, trust).await,
+            Ok(k) => check_member(&name, &source.path, &k, trust).await,
             Err(e) => MemberCheck::new(&name, "-", Err(e)),
         });
     }

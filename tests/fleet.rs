@@ -554,6 +554,7 @@ async fn unreachable_member_fails_alone_and_check_reports_every_member() {
             rows.push(
                 fleetnet_hub::check::check_member(
                     &name,
+                    &src.path,
                     &src.kubeconfig.expect("readable"),
                     Default::default(),
                 )

@@ -1,7 +1,8 @@
 //! A member kubeconfig, a flag or an endpoint can never silently widen trust, on real
-//! apiservers: refused kubeconfigs (exec, tokenFile, insecure TLS, a symlink out of the
-//! directory, two files for one member) never reach their server and leave the other members
-//! alone; the opt-in for insecure TLS is shown per member; every write carries fleetnet-hub's
+//! apiservers: refused kubeconfigs (exec, tokenFile, insecure TLS, plain http off loopback,
+//! proxy-url, a field the vetting does not know, a symlink out of the directory, two files for
+//! one member, an oversized file, a FIFO) never reach their server, name the field and the
+//! file, and leave the other members alone; the opt-in for insecure TLS is shown per member; every write carries fleetnet-hub's
 //! field manager; no secret reaches a log line, an error, `/members`, `/metrics` or `check`.
 
 mod support;
@@ -18,13 +19,14 @@ use fleetnet_hub::fleet::{Phase, TrustPolicy};
 use fleetnet_testenv::Fleet;
 use support::*;
 
-const SECRETS: [&str; 6] = [
+const SECRETS: [&str; 7] = [
     "SECRET-EXEC-TOKEN-7f3a",
     "SECRET-FILE-CONTENT-91bc",
     "SECRET-INSECURE-TOKEN-5d2e",
     "SECRET-YAML-TOKEN-0c4f",
     "SECRET-WRONG-TOKEN-8e1d",
     "SECRET-AZURE-CLIENT-SECRET-3b9a",
+    "SECRET-PLAIN-HTTP-TOKEN-6a1f",
 ];
 
 /// Everything the process logs, at debug, for the whole test binary.
@@ -39,6 +41,20 @@ fn captured() -> &'static Arc<Mutex<Vec<u8>>> {
             .try_init();
         buf
     })
+}
+
+/// What `logs` captured so far, as text.
+fn text_of(logs: &Mutex<Vec<u8>>) -> String {
+    String::from_utf8_lossy(&logs.lock().unwrap_or_else(|p| p.into_inner())).to_string()
+}
+
+/// No `(surface, text)` of `emitted` holds any of `secrets`.
+fn none_leaked(emitted: &[(&str, &str)], secrets: &[&str]) {
+    for (surface, text) in emitted {
+        for secret in secrets {
+            assert!(!text.contains(secret), "{secret} leaked into {surface}");
+        }
+    }
 }
 
 struct Capture(Arc<Mutex<Vec<u8>>>);
@@ -58,9 +74,12 @@ impl Write for Capture {
 
 /// A TCP listener standing in as a refused member's server: counts connections, answers none.
 async fn decoy() -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    decoy_on(std::net::Ipv4Addr::LOCALHOST.into()).await
+}
+
+/// [`decoy`] on `ip`.
+async fn decoy_on(ip: std::net::IpAddr) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let count = Arc::new(AtomicUsize::new(0));
     let seen = count.clone();
@@ -71,6 +90,17 @@ async fn decoy() -> (SocketAddr, Arc<AtomicUsize>) {
         }
     });
     (addr, count)
+}
+
+/// An address of this machine that is not loopback: the source address of its default route
+/// (a UDP connect sends nothing). Without one, 0.0.0.0, which Linux connects locally.
+fn non_loopback_ip() -> std::net::IpAddr {
+    std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("203.0.113.1:9").and_then(|()| s.local_addr()))
+        .map(|a| a.ip())
+        .ok()
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+        .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into())
 }
 
 fn kubeconfig(server: &str, cluster_extra: &str, user: &str) -> String {
@@ -98,6 +128,9 @@ async fn refused_kubeconfigs_never_connect_and_no_secret_is_emitted() {
         .expect("fleet starts");
     let (decoy_addr, connections) = decoy().await;
     let decoy_url = format!("https://{decoy_addr}");
+    // Plain http to this machine's own non-loopback address: reachable, so only the vetting
+    // keeps the token off the wire.
+    let (plain_addr, plain_connections) = decoy_on(non_loopback_ip()).await;
     let scratch = tempfile::tempdir().expect("tempdir");
     let dir = scratch.path().join("kubeconfigs");
     std::fs::create_dir(&dir).expect("mkdir");
@@ -167,6 +200,45 @@ async fn refused_kubeconfigs_never_connect_and_no_secret_is_emitted() {
         .collect::<Vec<_>>()
         .join("\n");
     std::fs::write(dir.join("wrongtoken.yaml"), wrong_token).expect("write");
+    std::fs::write(
+        dir.join("plainhttp.yaml"),
+        kubeconfig(
+            &format!("http://{plain_addr}"),
+            "",
+            &format!("    token: {}\n", SECRETS[6]),
+        ),
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("proxy.yaml"),
+        kubeconfig(
+            &decoy_url,
+            &format!("    proxy-url: http://{decoy_addr}\n"),
+            "    token: p\n",
+        ),
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("unknown.yaml"),
+        kubeconfig(
+            &decoy_url,
+            "",
+            "    token: u\n    tokenCommand: /bin/cat /var/run/secrets/token\n",
+        ),
+    )
+    .expect("write");
+    // Valid, with a comment that takes it over the size cap.
+    let padding = format!("# {}\n", "x".repeat(1024 * 1024));
+    std::fs::write(
+        dir.join("oversized.yaml"),
+        kubeconfig(&decoy_url, "", "    token: o\n") + "\n" + &padding,
+    )
+    .expect("write");
+    let mkfifo = std::process::Command::new("mkfifo")
+        .arg(dir.join("fifo.yaml"))
+        .status()
+        .expect("mkfifo runs");
+    assert!(mkfifo.success(), "mkfifo");
 
     let running = app::start(
         config(&fleet, &dir, TrustPolicy::default()),
@@ -181,13 +253,27 @@ async fn refused_kubeconfigs_never_connect_and_no_secret_is_emitted() {
         ("insecure", "clusters[k].insecure-skip-tls-verify"),
         ("escape", "outside the kubeconfig directory"),
         ("twice", "both declare member"),
+        ("plainhttp", "clusters[k].server (plain http"),
+        ("proxy", "clusters[k].proxy-url (proxies are not supported"),
+        ("unknown", "users[u].tokenCommand (not a kubeconfig field"),
+        ("oversized", "bytes, over the 1048576-byte limit"),
+        ("fifo", "is a FIFO, not a regular file"),
     ];
     for (member, why) in refused {
         wait_phase(&running, member, Phase::Failing).await;
         let status = running.state.member(member).expect("tracked");
         assert!(status.refused, "{member} marked refused");
         let error = status.last_error.unwrap_or_default();
+        // The field (or what is wrong with the file) and the file, never a value.
         assert!(error.contains(why), "{member}: {error}");
+        assert!(
+            error.contains(&format!("{member}.yaml")),
+            "{member}: {error}"
+        );
+        assert!(
+            !error.contains("/bin/cat") && !error.contains("http-proxy"),
+            "{member}: {error}"
+        );
     }
     wait_phase(&running, "badyaml", Phase::Failing).await;
     wait_phase(&running, "wrongtoken", Phase::Failing).await;
@@ -221,10 +307,26 @@ async fn refused_kubeconfigs_never_connect_and_no_secret_is_emitted() {
     }
     assert!(metrics.contains("fleetnet_member_kubeconfig_refused{member=\"good\"} 0"));
     let mut check_rows = String::new();
-    for member in ["exec", "tokenfile", "insecure", "wrongtoken"] {
-        let text = std::fs::read_to_string(dir.join(format!("{member}.yaml"))).expect("read");
-        let row = fleetnet_hub::check::check_member(member, &text, TrustPolicy::default()).await;
+    for member in [
+        "exec",
+        "tokenfile",
+        "insecure",
+        "wrongtoken",
+        "plainhttp",
+        "proxy",
+        "unknown",
+    ] {
+        let file = dir.join(format!("{member}.yaml"));
+        let text = std::fs::read_to_string(&file).expect("read");
+        let row =
+            fleetnet_hub::check::check_member(member, &file, &text, TrustPolicy::default()).await;
         assert!(!row.ok, "{member}: {row:?}");
+        if let Some((_, why)) = refused.iter().find(|(m, _)| *m == member) {
+            assert!(
+                row.problem.contains(why) && row.problem.contains(&format!("{member}.yaml")),
+                "{member}: {row:?}"
+            );
+        }
         check_rows.push_str(&format!("{row:?}\n"));
     }
     assert!(check_rows.contains("kubeconfig refused"), "{check_rows}");
@@ -235,6 +337,11 @@ async fn refused_kubeconfigs_never_connect_and_no_secret_is_emitted() {
         connections.load(Ordering::SeqCst),
         0,
         "a refused member's server was contacted"
+    );
+    assert_eq!(
+        plain_connections.load(Ordering::SeqCst),
+        0,
+        "the plain-http member's server was contacted"
     );
     assert!(!marker.exists(), "the exec plugin ran");
 
@@ -252,7 +359,7 @@ async fn refused_kubeconfigs_never_connect_and_no_secret_is_emitted() {
     let azure_debug = format!("{azure:?}");
 
     running.shutdown().await;
-    let logs = String::from_utf8_lossy(&logs.lock().unwrap_or_else(|p| p.into_inner())).to_string();
+    let logs = text_of(logs);
     assert!(
         logs.contains("kubeconfig refused"),
         "the refusals are logged"
@@ -265,13 +372,9 @@ async fn refused_kubeconfigs_never_connect_and_no_secret_is_emitted() {
         ("azure error", azure_error.as_str()),
         ("azure Debug", azure_debug.as_str()),
     ];
-    for (surface, text) in emitted {
-        for secret in SECRETS {
-            assert!(!text.contains(secret), "{secret} leaked into {surface}");
-        }
-    }
+    none_leaked(&emitted, &SECRETS);
     println!(
-        "security: {} refused members, 0 decoy connections, {} bytes of logs grepped for {} secrets",
+        "security: {} refused members, 0 decoy connections (plain http to {plain_addr}), {} bytes of logs grepped for {} secrets",
         refused.len(),
         logs.len(),
         SECRETS.len()
@@ -321,15 +424,86 @@ async fn insecure_tls_only_with_the_opt_in_and_then_flagged() {
         metrics.contains("fleetnet_member_tls_verify_disabled{member=\"lax\"} 1"),
         "{metrics}"
     );
-    let row = fleetnet_hub::check::check_member("lax", &lax, trust).await;
+    let file = scratch.path().join("lax.yaml");
+    let row = fleetnet_hub::check::check_member("lax", &file, &lax, trust).await;
     assert!(
         row.ok && row.problem.contains("TLS verification DISABLED"),
         "{row:?}"
     );
-    let row = fleetnet_hub::check::check_member("lax", &lax, TrustPolicy::default()).await;
+    let row = fleetnet_hub::check::check_member("lax", &file, &lax, TrustPolicy::default()).await;
     assert!(
         !row.ok && row.problem.contains("insecure-skip-tls-verify"),
         "{row:?}"
     );
     running.shutdown().await;
+}
+
+/// What a failing exec plugin is given and says: none of it may be emitted.
+const PLUGIN_SECRETS: [&str; 4] = [
+    "SECRET-PLUGIN-ENV-4c7e",
+    "SECRET-PLUGIN-ARG-9d2b",
+    "SECRET-PLUGIN-STDOUT-1f8a",
+    "SECRET-PLUGIN-STDERR-6e3c",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_exec_plugin_is_named_without_its_command_env_or_output() {
+    let logs = captured();
+    let fleet = Fleet::builder()
+        .members(["unused"])
+        .start()
+        .await
+        .expect("fleet starts");
+    let (decoy_addr, connections) = decoy().await;
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let [env, arg, stdout, stderr] = PLUGIN_SECRETS;
+    let plugin = kubeconfig(
+        &format!("https://{decoy_addr}"),
+        "",
+        &format!(
+            "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n      args: [\"-c\", \"echo {stdout} $PLUGIN_KEY; echo {stderr} >&2; exit 3\", \"{arg}\"]\n      env:\n      - name: PLUGIN_KEY\n        value: {env}\n"
+        ),
+    );
+    let file = scratch.path().join("plugin.yaml");
+    std::fs::write(&file, &plugin).expect("write");
+    let trust = TrustPolicy {
+        allow_exec: true,
+        ..Default::default()
+    };
+    let running = app::start(config(&fleet, scratch.path(), trust), Extensions::default())
+        .await
+        .expect("starts");
+    let redacted = "exec plugin sh failed (exit status 3)";
+    eventually("the plugin's failure on the member", || async {
+        let status = running.state.member("plugin")?;
+        status
+            .last_error
+            .filter(|e| e.contains(redacted))
+            .map(|_| assert!(!status.refused, "allowed by the opt-in"))
+    })
+    .await;
+    let members = http_get(running.health_address, "/members").await.1;
+    assert!(members.contains(redacted), "{members}");
+    let row = fleetnet_hub::check::check_member("plugin", &file, &plugin, trust).await;
+    assert!(!row.ok && row.problem.contains(redacted), "{row:?}");
+    let check_row = format!("{row:?}");
+    running.shutdown().await;
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        0,
+        "no token, no request"
+    );
+    let logs = text_of(logs);
+    assert!(logs.contains(redacted), "the failure is logged");
+    let emitted = [
+        ("logs", logs.as_str()),
+        ("/members", members.as_str()),
+        ("check", check_row.as_str()),
+    ];
+    none_leaked(&emitted, &PLUGIN_SECRETS);
+    println!(
+        "security: exec plugin failure shown as {redacted:?}; {} bytes of logs grepped for {} plugin secrets",
+        logs.len(),
+        PLUGIN_SECRETS.len()
+    );
 }

@@ -8,6 +8,7 @@
 //! are invisible to the client's counters.
 
 mod classify;
+pub mod exec;
 pub mod fence;
 
 use std::sync::Arc;
@@ -74,6 +75,14 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// The client's exec credential plugin failed (told without its command, environment
+    /// or output).
+    #[error("client {client}: {source}")]
+    ExecPlugin {
+        client: String,
+        #[source]
+        source: exec::ExecPluginFailed,
+    },
     /// The kubeconfig (or the in-cluster configuration) cannot be used; kube's message, which
     /// may quote a value of the file.
     #[error("{0}")]
@@ -138,13 +147,29 @@ pub fn build_fenced(
     };
     // Ours is the one retry layer (see the module doc).
     config.default_retry = false;
-    let builder = ClientBuilder::try_from(config).map_err(|source| Error::Kube {
-        client: name.to_string(),
-        source,
+    let plugin = exec::plugin_of(&config);
+    // kube runs an exec plugin once already here, for its first token.
+    let builder = ClientBuilder::try_from(config).map_err(|source| {
+        let client = name.to_string();
+        let failed = match (&plugin, &source) {
+            (Some(plugin), kube::Error::Auth(e)) => exec::failed(plugin, e),
+            _ => None,
+        };
+        match failed {
+            Some(source) => Error::ExecPlugin { client, source },
+            None => Error::Kube { client, source },
+        }
     })?;
     // The buffer makes kube's boxed stack cloneable, so a request can wait for its token
     // without holding the service. Layers listed inner to outer.
     Ok(builder
+        // Innermost, right above kube's auth layer: nothing above sees a plugin's secrets.
+        .with_layer(&tower::util::MapErrLayer::new(
+            move |e: BoxError| match &plugin {
+                Some(plugin) => exec::redact(plugin, e),
+                None => e,
+            },
+        ))
         .with_layer(&FilterLayer::new(fence::AtSend))
         .with_layer(&tower::util::MapRequestLayer::new(identify))
         .with_layer(&BufferLayer::new(1024))

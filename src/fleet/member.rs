@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::config::Kubeconfig;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -19,13 +18,14 @@ use crate::export::{MemberExporter, Settings, Synced};
 /// any failure is retried with the member's own backoff, never affecting other members.
 pub(super) async fn run(
     name: String,
+    file: String,
     kubeconfig: String,
     shared: Arc<Shared>,
     cancel: CancellationToken,
 ) {
     // A refused kubeconfig stays refused until its content changes (a new engagement): no
     // retries, and never a connection to its server.
-    if let Err(e) = parse_and_vet(&kubeconfig, shared.config.trust) {
+    if let Err(e) = vet::vet(&kubeconfig, &file, shared.config.trust) {
         tracing::error!(member = %name, error = %e, "member kubeconfig refused; not connecting");
         shared.state.record(&name, Event::Refused(e));
         shared.hooks.member_engaged(&name, Arc::default());
@@ -35,7 +35,7 @@ pub(super) async fn run(
     let mut failures = 0u32;
     while !cancel.is_cancelled() {
         shared.state.record(&name, Event::Connecting);
-        match run_once(&name, &kubeconfig, &shared, &cancel).await {
+        match run_once(&name, &file, &kubeconfig, &shared, &cancel).await {
             Ok(()) => break,
             Err(e) => {
                 failures = failures.saturating_add(1);
@@ -64,23 +64,19 @@ pub struct MemberClient {
     pub tls_verify_disabled: bool,
 }
 
-fn parse_and_vet(kubeconfig: &str, trust: TrustPolicy) -> Result<vet::Vetted, String> {
-    let parsed = Kubeconfig::from_yaml(kubeconfig)
-        .map_err(|e| format!("invalid kubeconfig: {}", redact_quoted(&e.to_string())))?;
-    vet::vet(parsed, trust)
-}
-
-/// A client for a member kubeconfig that passes `trust`, through a fresh limiter counted in
-/// `stats`. A refused kubeconfig never gets as far as a connection.
+/// A client for a member kubeconfig (from `origin`, its file, named in errors) that passes
+/// `trust`, through a fresh limiter counted in `stats`. A refused kubeconfig never gets as far
+/// as a connection.
 pub async fn member_client(
     name: &str,
+    origin: &str,
     kubeconfig: &str,
     trust: TrustPolicy,
     limits: &client::Limits,
     stats: Arc<ClientStats>,
     fence: client::Fence,
 ) -> Result<MemberClient, String> {
-    let vetted = parse_and_vet(kubeconfig, trust)?;
+    let vetted = vet::vet(kubeconfig, origin, trust)?;
     let failed = |e: client::Error| match e {
         client::Error::Config(e) => format!("unusable kubeconfig: {}", redact_quoted(&e)),
         e => e.to_string(),
@@ -114,6 +110,7 @@ pub async fn member_client(
 
 async fn run_once(
     name: &str,
+    file: &str,
     kubeconfig: &str,
     shared: &Arc<Shared>,
     cancel: &CancellationToken,
@@ -132,6 +129,7 @@ async fn run_once(
         tls_verify_disabled,
     } = member_client(
         name,
+        file,
         kubeconfig,
         cfg.trust,
         &cfg.member_limits,

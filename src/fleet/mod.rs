@@ -412,6 +412,7 @@ fn engage(
         Ok(kubeconfig) => {
             let task = tokio::spawn(member::run(
                 name.to_string(),
+                source.path.display().to_string(),
                 kubeconfig.clone(),
                 shared.clone(),
                 cancel.clone(),
@@ -523,6 +524,7 @@ async fn withdraw(
     let member = match kubeconfig {
         Some(kubeconfig) => member::member_client(
             name,
+            &format!("the recorded cleanup of member {name}"),
             kubeconfig,
             shared.config.trust,
             &shared.config.member_limits,

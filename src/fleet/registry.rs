@@ -83,26 +83,144 @@ pub fn hub_namespace(prefix: &str, member: &str) -> Result<String, String> {
     Ok(ns)
 }
 
-/// Whether `path` (a file of `dir`) resolves inside `dir`: a mounted Secret's links do, a link
-/// to the pod's own secrets does not.
-fn resolves_inside(dir: &Path, path: &Path) -> Result<(), String> {
-    let inside = std::fs::canonicalize(dir)
-        .and_then(|d| std::fs::canonicalize(path).map(|p| p.starts_with(d)))
-        .map_err(|e| format!("cannot resolve {}: {e}", path.display()))?;
-    if inside {
+/// The largest member kubeconfig read. One is a few KiB; a bigger file is a mistake, or an
+/// attempt on the memory of the loop that reads them all.
+pub const MAX_KUBECONFIG_BYTES: u64 = 1024 * 1024;
+
+/// Why a member file was not read.
+#[derive(Debug, PartialEq, Eq)]
+enum Unread {
+    /// Not a file fleetnet-hub reads as a kubeconfig, until it changes.
+    Refused(String),
+    /// Could not be read this time (see [`MemberSource::unreadable`]).
+    Unreadable(String),
+}
+
+/// What a file that is not a regular file is, for the error.
+fn kind_of(file_type: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_char_device() || file_type.is_block_device() {
+        "a device"
+    } else if file_type.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Regular files only: reading a FIFO blocks until someone writes, a device may never end.
+fn regular(path: &Path, metadata: &std::fs::Metadata) -> Result<(), Unread> {
+    if metadata.is_file() {
         Ok(())
     } else {
-        Err(format!(
+        Err(Unread::Refused(format!(
+            "{} is {}, not a regular file: refused",
+            path.display(),
+            kind_of(metadata.file_type())
+        )))
+    }
+}
+
+/// Opens `path` for reading without blocking: opening a FIFO waits for a writer otherwise,
+/// should the name be swapped for one after it was looked at.
+fn open_member(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+}
+
+/// Where the opened `file` is: `/proc/self/fd` names the file the handle holds (whatever its
+/// name was swapped for since); without `/proc`, the path `name` leads to now, if that is
+/// still the very file opened (same device and inode).
+fn opened_at(file: &std::fs::File, name: &Path) -> Result<PathBuf, Unread> {
+    use std::os::fd::AsRawFd;
+    if let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
+        return Ok(path);
+    }
+    same_file_at(file, name)
+}
+
+/// The fallback of [`opened_at`]: the canonical path of `name`, if it is the file opened.
+fn same_file_at(file: &std::fs::File, name: &Path) -> Result<PathBuf, Unread> {
+    use std::os::unix::fs::MetadataExt;
+    let unreadable =
+        |e: std::io::Error| Unread::Unreadable(format!("cannot resolve {}: {e}", name.display()));
+    let opened = file.metadata().map_err(unreadable)?;
+    let path = std::fs::canonicalize(name).map_err(unreadable)?;
+    let now = std::fs::metadata(&path).map_err(unreadable)?;
+    if (now.dev(), now.ino()) == (opened.dev(), opened.ino()) {
+        Ok(path)
+    } else {
+        // Changed between the open and now (a Secret's update): the next scan reads it.
+        Err(Unread::Unreadable(format!(
+            "{} changed while being read",
+            name.display()
+        )))
+    }
+}
+
+/// Checks the opened `file` itself (`path` is its name in the directory, `real_dir` the
+/// directory's canonical path): a regular file, within [`MAX_KUBECONFIG_BYTES`], inside the
+/// directory (a mounted Secret's links are, a link to the pod's own secrets is not).
+fn inspect(real_dir: &Path, path: &Path, file: &std::fs::File) -> Result<(), Unread> {
+    let metadata = file
+        .metadata()
+        .map_err(|e| Unread::Unreadable(format!("cannot read {}: {e}", path.display())))?;
+    regular(path, &metadata)?;
+    if metadata.len() > MAX_KUBECONFIG_BYTES {
+        return Err(too_big(path, metadata.len()));
+    }
+    if !opened_at(file, path)?.starts_with(real_dir) {
+        return Err(Unread::Refused(format!(
             "{} is a symlink to a file outside the kubeconfig directory: refused",
             path.display()
-        ))
+        )));
     }
+    Ok(())
+}
+
+fn too_big(path: &Path, len: u64) -> Unread {
+    Unread::Refused(format!(
+        "{} is {len} bytes, over the {MAX_KUBECONFIG_BYTES}-byte limit of a member kubeconfig: refused",
+        path.display()
+    ))
+}
+
+/// Reads the member file `path` of the directory whose canonical path is `real_dir`: opened
+/// once, the opened handle inspected ([`inspect`]), then read from that same handle, so a
+/// name swapped between the checks and the read changes nothing.
+fn read_member(real_dir: &Path, path: &Path) -> Result<String, Unread> {
+    use std::io::Read;
+    let unreadable =
+        |e: std::io::Error| Unread::Unreadable(format!("cannot read {}: {e}", path.display()));
+    // Not even opened unless it is a regular file now: opening a device may act on it.
+    regular(path, &std::fs::metadata(path).map_err(unreadable)?)?;
+    let file = open_member(path).map_err(unreadable)?;
+    inspect(real_dir, path, &file)?;
+    let mut bytes = Vec::new();
+    // Bounded also when the file grows after it was inspected.
+    file.take(MAX_KUBECONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    if bytes.len() as u64 > MAX_KUBECONFIG_BYTES {
+        return Err(too_big(path, bytes.len() as u64));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| Unread::Refused(format!("{} is not UTF-8 text: refused", path.display())))
 }
 
 /// Reads the directory. Errors of one file are that member's error; an unreadable directory
 /// is the caller's (it keeps the members it has). Two files naming one member (`a.yaml`,
-/// `a.yml`) refuse that member, naming both files.
+/// `a.yml`) refuse that member, naming both files. Nothing in the directory can block it:
+/// only regular files are opened, without blocking, and at most [`MAX_KUBECONFIG_BYTES`] read.
 pub fn scan(dir: &Path) -> std::io::Result<BTreeMap<String, MemberSource>> {
+    let real_dir = std::fs::canonicalize(dir)?;
     let mut members: BTreeMap<String, MemberSource> = BTreeMap::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
@@ -118,21 +236,15 @@ pub fn scan(dir: &Path) -> std::io::Result<BTreeMap<String, MemberSource>> {
         }
         let name = member_name(&file_name).to_string();
         let mut unreadable = false;
-        let is_link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink());
-        let kubeconfig = validate_member_name(&name)
-            .and_then(|()| {
-                if is_link {
-                    resolves_inside(dir, &path)
-                } else {
-                    Ok(())
+        let kubeconfig = validate_member_name(&name).and_then(|()| {
+            read_member(&real_dir, &path).map_err(|e| match e {
+                Unread::Refused(e) => e,
+                Unread::Unreadable(e) => {
+                    unreadable = true;
+                    e
                 }
             })
-            .and_then(|()| {
-                std::fs::read_to_string(&path).map_err(|e| {
-                    unreadable = true;
-                    format!("cannot read {}: {e}", path.display())
-                })
-            });
+        });
         let hash = match &kubeconfig {
             Ok(text) => hex(&Sha256::digest(text.as_bytes())),
             Err(e) => hex(&Sha256::digest(e.as_bytes())),
@@ -295,12 +407,12 @@ mod tests {
 
     #[test]
     fn symlinks_are_followed_only_inside_the_directory() {
-        let outside = tempfile::tempdir().expect("tempdir");
-        write(outside.path(), &[("token", "hub-sa-token")]);
-        let token = outside.path().join("token");
-        let dir = tempfile::tempdir().expect("tempdir");
+        let (outside, dir) = (
+            tempfile::tempdir().expect("tempdir"),
+            tempfile::tempdir().expect("tempdir"),
+        );
+        let token = secret_outside_and_data_inside(outside.path(), dir.path());
         let p = dir.path();
-        write(p, &[("..2026_12_03/good.yaml", "g")]);
         link(
             p,
             &[
@@ -318,6 +430,161 @@ mod tests {
             "a refusal, not a passing read error"
         );
         assert_eq!(members["good"].kubeconfig.as_deref(), Ok("g"));
+    }
+
+    /// A file `token` ("hub-sa-token") in `outside`, a mounted Secret's data (`good.yaml`, "g")
+    /// in `dir`; returns the token's path.
+    fn secret_outside_and_data_inside(outside: &Path, dir: &Path) -> PathBuf {
+        write(outside, &[("token", "hub-sa-token")]);
+        write(dir, &[("..2026_12_03/good.yaml", "g")]);
+        outside.join("token")
+    }
+
+    fn mkfifo(path: &Path) {
+        let made = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .expect("mkfifo runs");
+        assert!(made.success(), "mkfifo {}", path.display());
+    }
+
+    /// Points the symlink `name` of `dir` at `target` instead.
+    fn relink(dir: &Path, name: &str, target: &str) {
+        std::fs::remove_file(dir.join(name)).expect("rm");
+        link(dir, &[(name, target)]);
+    }
+
+    /// `scan(dir)` on another thread: a scan that blocks fails the test instead of hanging it.
+    fn scan_within(dir: &Path, limit: std::time::Duration) -> BTreeMap<String, MemberSource> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let dir = dir.to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(scan(&dir).expect("scan"));
+        });
+        rx.recv_timeout(limit).expect("the scan returns")
+    }
+
+    #[test]
+    fn fifos_sockets_and_devices_are_refused_and_never_block() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path();
+        write(p, &[("good.yaml", "g"), ("..data/queue", "")]);
+        std::fs::remove_file(p.join("..data/queue")).expect("rm");
+        for fifo in [p.join("fifo.yaml"), p.join("..data/queue")] {
+            mkfifo(&fifo);
+        }
+        link(
+            p,
+            &[("linked.yaml", "..data/queue"), ("null.yaml", "/dev/null")],
+        );
+        let _socket = std::os::unix::net::UnixListener::bind(p.join("socket.yaml")).expect("bind");
+        let members = scan_within(p, std::time::Duration::from_secs(10));
+        assert_eq!(members["good"].kubeconfig.as_deref(), Ok("g"));
+        for (member, kind) in [
+            ("fifo", "is a FIFO, not a regular file"),
+            ("linked", "is a FIFO, not a regular file"),
+            ("socket", "is a socket, not a regular file"),
+            ("null", "is a device, not a regular file"),
+        ] {
+            let source = &members[member];
+            let e = source.kubeconfig.as_ref().expect_err("refused");
+            assert!(
+                e.contains(kind) && e.contains(&format!("{member}.yaml")),
+                "{member}: {e}"
+            );
+            assert!(
+                !source.unreadable,
+                "{member}: a refusal, not a passing read error"
+            );
+        }
+    }
+
+    #[test]
+    fn a_fifo_swapped_in_after_the_look_is_opened_without_blocking_and_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path();
+        let fifo = p.join("late.yaml");
+        mkfifo(&fifo);
+        // What read_member does after its first look said "regular file".
+        let real_dir = std::fs::canonicalize(p).expect("canonical");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let opened = open_member(&path).map(|f| inspect(&real_dir, &path, &f));
+            let _ = tx.send(opened.map_err(|e| e.to_string()));
+        });
+        let inspected = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("opening a FIFO does not block")
+            .expect("opened");
+        assert!(
+            matches!(&inspected, Err(Unread::Refused(e)) if e.contains("late.yaml is a FIFO")),
+            "{inspected:?}"
+        );
+    }
+
+    #[test]
+    fn oversized_files_are_refused_with_their_size() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path();
+        let limit = MAX_KUBECONFIG_BYTES as usize;
+        let big = format!("# {}\n", "x".repeat(limit));
+        let fits = "y".repeat(limit);
+        write(p, &[("big.yaml", &big), ("fits.yaml", &fits)]);
+        let members = scan(p).expect("scan");
+        let e = members["big"].kubeconfig.as_ref().expect_err("refused");
+        assert!(
+            e.contains(&format!("big.yaml is {} bytes", big.len()))
+                && e.contains("1048576-byte limit"),
+            "{e}"
+        );
+        assert!(!members["big"].unreadable);
+        assert_eq!(
+            members["fits"].kubeconfig.as_ref().map(String::len),
+            Ok(limit)
+        );
+    }
+
+    #[test]
+    fn a_symlink_swapped_after_the_open_is_judged_by_what_was_opened() {
+        let (outside, dir) = (
+            tempfile::tempdir().expect("tempdir"),
+            tempfile::tempdir().expect("tempdir"),
+        );
+        let token = secret_outside_and_data_inside(outside.path(), dir.path());
+        let p = dir.path();
+        link(p, &[("..data", "..2026_12_03")]);
+        let real_dir = std::fs::canonicalize(p).expect("canonical");
+        let name = p.join("swap.yaml");
+        // Points outside when opened, inside when looked at by name: refused.
+        link(p, &[("swap.yaml", token.to_str().expect("utf-8"))]);
+        let opened = open_member(&name).expect("open");
+        relink(p, "swap.yaml", "..data/good.yaml");
+        for at in [opened_at(&opened, &name), same_file_at(&opened, &name)] {
+            assert!(
+                !at.is_ok_and(|at| at.starts_with(&real_dir)),
+                "judged by the name"
+            );
+        }
+        let e = inspect(&real_dir, &name, &opened).expect_err("refused");
+        assert!(
+            matches!(&e, Unread::Refused(e) if e.contains("swap.yaml is a symlink to a file outside")),
+            "{e:?}"
+        );
+        // Inside when opened, outside now: what was opened is read, and it is the inside file.
+        let opened = open_member(&name).expect("open");
+        relink(p, "swap.yaml", token.to_str().expect("utf-8"));
+        assert_eq!(inspect(&real_dir, &name, &opened), Ok(()));
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut &opened, &mut text).expect("read");
+        assert_eq!(text, "g");
+        // And the scan as a whole refuses the link as it is now.
+        let members = scan(p).expect("scan");
+        let e = members["swap"].kubeconfig.as_ref().expect_err("refused");
+        assert!(
+            e.contains("outside the kubeconfig directory") && !e.contains("hub-sa-token"),
+            "{e}"
+        );
     }
 
     #[test]

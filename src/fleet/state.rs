@@ -55,7 +55,8 @@ pub struct MemberStatus {
     pub kubeconfig_hash: String,
     /// When the phase last changed.
     pub since: Timestamp,
-    /// The kubeconfig was refused (file paths, plugins, insecure TLS): no connection is made.
+    /// The kubeconfig was refused (a field not allowed, the file itself, its name): no
+    /// connection is made.
     pub refused: bool,
     /// TLS verification of the member's server is off (allowed by `--allow-insecure-member-tls`).
     pub tls_verify_disabled: bool,

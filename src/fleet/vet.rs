@@ -1,9 +1,18 @@
 //! Vetting of member kubeconfigs. Whoever can write one member's kubeconfig must not be able to
 //! run code in fleetnet-hub's pod, read its files (the hub's ServiceAccount token, the Azure
-//! federated token) or quietly turn off TLS: only inline credentials are accepted, unless an
-//! operator opts in. Pure: nothing here connects anywhere.
+//! federated token), send its credentials in clear text or quietly turn off TLS.
+//!
+//! An allowlist: kube's `Kubeconfig` keeps what it does not know aside and may act on fields a
+//! later kube version adds, so the text is read as plain YAML values and every field of every
+//! document is looked at. A field is inline data known to be safe, allowed by an explicit
+//! operator opt-in ([`TrustPolicy`]), or refused, named by its place (`clusters[k].proxy-url`)
+//! and never by its value. The client is then built from those same values, so what is vetted
+//! is what is used. Pure: nothing here connects anywhere or reads a file.
 
-use kube::config::Kubeconfig;
+use std::net::IpAddr;
+
+use kube::config::{ExecInteractiveMode, Kubeconfig};
+use serde_json::{Map, Value};
 
 /// What member kubeconfigs may use beyond inline credentials; both off by default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -31,72 +40,294 @@ impl std::fmt::Debug for Vetted {
     }
 }
 
-/// Accepts `kubeconfig` if every cluster and user entry keeps to `policy`; otherwise names
-/// every refused field (entry and field, never a value).
-pub fn vet(kubeconfig: Kubeconfig, policy: TrustPolicy) -> Result<Vetted, String> {
-    let mut refused: Vec<String> = vec![];
-    let mut tls_verify_disabled = false;
-    for named in &kubeconfig.clusters {
-        let Some(cluster) = &named.cluster else {
-            continue;
-        };
-        let at = |field: &str| format!("clusters[{}].{field}", named.name);
-        if cluster.certificate_authority.is_some() {
-            refused.push(format!(
-                "{} (a file path: only certificate-authority-data is accepted)",
-                at("certificate-authority")
-            ));
+/// How one field is treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rule {
+    /// Inline data that kube sends only to the member's server, or keeps to itself.
+    Safe,
+    /// `server`: https, or plain http to a loopback host.
+    Server,
+    /// `insecure-skip-tls-verify`: `true` only with [`TrustPolicy::allow_insecure_tls`].
+    InsecureTls,
+    /// `exec`: only with [`TrustPolicy::allow_exec`].
+    Exec,
+    /// Never, and why (with what to use instead).
+    Refused(&'static str),
+}
+
+const FILE_PATH: &str =
+    "a file path: only inline token and client-certificate-data/client-key-data are accepted";
+const IMPERSONATION: &str =
+    "impersonation is not accepted: fleetnet-hub acts as the credential's own identity";
+
+/// Fields of a `clusters[].cluster`.
+fn cluster_rule(field: &str) -> Option<Rule> {
+    Some(match field {
+        "server" => Rule::Server,
+        // Extensions are opaque data that kube hands to an exec plugin only (itself an opt-in).
+        "certificate-authority-data" | "tls-server-name" | "disable-compression" | "extensions" => {
+            Rule::Safe
         }
-        if cluster.insecure_skip_tls_verify == Some(true) {
-            if policy.allow_insecure_tls {
-                tls_verify_disabled = true;
-            } else {
-                refused.push(format!(
-                    "{} (TLS verification cannot be disabled without --allow-insecure-member-tls)",
-                    at("insecure-skip-tls-verify")
-                ));
+        "insecure-skip-tls-verify" => Rule::InsecureTls,
+        "certificate-authority" => {
+            Rule::Refused("a file path: only certificate-authority-data is accepted")
+        }
+        "proxy-url" => Rule::Refused(
+            "proxies are not supported: the member's server must be reachable directly",
+        ),
+        _ => return None,
+    })
+}
+
+/// Fields of a `users[].user`.
+fn user_rule(field: &str) -> Option<Rule> {
+    Some(match field {
+        "token"
+        | "client-certificate-data"
+        | "client-key-data"
+        | "username"
+        | "password"
+        | "extensions" => Rule::Safe,
+        "exec" => Rule::Exec,
+        "tokenFile" | "token-file" | "client-certificate" | "client-key" => {
+            Rule::Refused(FILE_PATH)
+        }
+        "auth-provider" => {
+            Rule::Refused("auth-provider plugins are not supported; use an inline token")
+        }
+        "as" | "as-uid" | "as-groups" | "as-user-extra" => Rule::Refused(IMPERSONATION),
+        _ => return None,
+    })
+}
+
+/// Fields of a `contexts[].context`.
+fn context_rule(field: &str) -> Option<Rule> {
+    matches!(field, "cluster" | "user" | "namespace" | "extensions").then_some(Rule::Safe)
+}
+
+/// Keys of a document, besides the three lists of named entries.
+fn top_level_rule(field: &str) -> Option<Rule> {
+    matches!(
+        field,
+        "apiVersion" | "kind" | "current-context" | "extensions"
+    )
+    .then_some(Rule::Safe)
+}
+
+/// Fields of `preferences` (kubectl's colours; nothing kube acts on).
+fn preferences_rule(field: &str) -> Option<Rule> {
+    matches!(field, "colors" | "extensions").then_some(Rule::Safe)
+}
+
+const UNKNOWN: &str = "not a kubeconfig field fleetnet-hub knows to be safe";
+
+/// Accepts the kubeconfig `text` (from `origin`, its file) if every field of every document
+/// keeps to `policy`; otherwise names every refused field (entry and field, never a value) and
+/// `origin`.
+pub fn vet(text: &str, origin: &str, policy: TrustPolicy) -> Result<Vetted, String> {
+    let invalid = |e: &dyn std::fmt::Display| {
+        format!(
+            "invalid kubeconfig ({origin}): {}",
+            super::redact_quoted(&e.to_string())
+        )
+    };
+    let documents: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| invalid(&e))?;
+    let mut findings = Findings::default();
+    for document in &documents {
+        findings.document(document, policy);
+    }
+    if !findings.refused.is_empty() {
+        return Err(format!(
+            "kubeconfig refused ({origin}): {}",
+            findings.refused.join("; ")
+        ));
+    }
+    let mut kubeconfig = Kubeconfig::default();
+    for document in documents {
+        let next: Kubeconfig = serde_json::from_value(document).map_err(|e| invalid(&e))?;
+        kubeconfig = kubeconfig.merge(next).map_err(|e| invalid(&e))?;
+    }
+    // Nobody is at a terminal: an interactive plugin would share the process's stdin, and
+    // write its stderr, whatever it holds, straight into the pod's log.
+    for user in kubeconfig
+        .auth_infos
+        .iter_mut()
+        .filter_map(|u| u.auth_info.as_mut())
+    {
+        if let Some(exec) = &mut user.exec {
+            exec.interactive_mode = Some(ExecInteractiveMode::Never);
+        }
+    }
+    Ok(Vetted {
+        kubeconfig,
+        tls_verify_disabled: findings.tls_verify_disabled,
+    })
+}
+
+/// What the walk over the documents found.
+#[derive(Debug, Default)]
+struct Findings {
+    /// `<place> (<why>)`, in document order.
+    refused: Vec<String>,
+    tls_verify_disabled: bool,
+}
+
+impl Findings {
+    fn refuse(&mut self, place: &str, why: &str) {
+        self.refused.push(format!("{place} ({why})"));
+    }
+
+    fn document(&mut self, document: &Value, policy: TrustPolicy) {
+        let Value::Object(keys) = document else {
+            self.refuse("the document", "a mapping expected");
+            return;
+        };
+        for (key, value) in keys {
+            match key.as_str() {
+                "clusters" => self.entries(value, "clusters", "cluster", cluster_rule, policy),
+                "users" => self.entries(value, "users", "user", user_rule, policy),
+                "contexts" => self.entries(value, "contexts", "context", context_rule, policy),
+                "preferences" => self.fields(value, "preferences", preferences_rule, policy),
+                _ => self.field("", key, value, top_level_rule(key), policy),
             }
         }
     }
-    for named in &kubeconfig.auth_infos {
-        let Some(user) = &named.auth_info else {
-            continue;
+
+    /// A list of named entries, e.g. `clusters: [{name, cluster: {...}}]`.
+    fn entries(
+        &mut self,
+        list: &Value,
+        list_name: &str,
+        inner: &str,
+        rule: fn(&str) -> Option<Rule>,
+        policy: TrustPolicy,
+    ) {
+        let entries = match list {
+            Value::Null => return,
+            Value::Array(entries) => entries,
+            _ => return self.refuse(list_name, "a list expected"),
         };
-        let at = |field: &str| format!("users[{}].{field}", named.name);
-        let files = [
-            ("tokenFile", user.token_file.is_some()),
-            ("client-certificate", user.client_certificate.is_some()),
-            ("client-key", user.client_key.is_some()),
-        ];
-        for (field, set) in files {
-            if set {
-                refused.push(format!(
-                    "{} (a file path: only inline token and client-certificate-data/client-key-data are accepted)",
-                    at(field)
-                ));
+        for (i, entry) in entries.iter().enumerate() {
+            let Value::Object(keys) = entry else {
+                self.refuse(&format!("{list_name}[#{i}]"), "a mapping expected");
+                continue;
+            };
+            let label = match keys.get("name") {
+                Some(Value::String(name)) => name.clone(),
+                _ => format!("#{i}"),
+            };
+            let at = format!("{list_name}[{label}]");
+            for (key, value) in keys {
+                match key.as_str() {
+                    "name" => {}
+                    // Named as users have always seen them: `users[u].exec`.
+                    k if k == inner => self.fields(value, &at, rule, policy),
+                    _ => self.refuse(
+                        &format!("{at}.{key}"),
+                        &format!("{UNKNOWN}: an entry has only name and {inner}"),
+                    ),
+                }
             }
         }
-        if user.auth_provider.is_some() {
-            refused.push(format!(
-                "{} (auth-provider plugins are not supported; use an inline token)",
-                at("auth-provider")
-            ));
-        }
-        if user.exec.is_some() && !policy.allow_exec {
-            refused.push(format!(
-                "{} (runs a program in fleetnet-hub's pod; allow with --allow-member-exec-plugins)",
-                at("exec")
-            ));
+    }
+
+    /// The fields of one mapping at `at`, each by `rule`.
+    fn fields(
+        &mut self,
+        map: &Value,
+        at: &str,
+        rule: fn(&str) -> Option<Rule>,
+        policy: TrustPolicy,
+    ) {
+        let fields: &Map<String, Value> = match map {
+            Value::Null => return,
+            Value::Object(fields) => fields,
+            _ => return self.refuse(at, "a mapping expected"),
+        };
+        for (key, value) in fields {
+            self.field(at, key, value, rule(key), policy);
         }
     }
-    if refused.is_empty() {
-        Ok(Vetted {
-            kubeconfig,
-            tls_verify_disabled,
-        })
-    } else {
-        Err(format!("kubeconfig refused: {}", refused.join("; ")))
+
+    /// One field `key` of the mapping at `at` (empty: the document).
+    fn field(
+        &mut self,
+        at: &str,
+        key: &str,
+        value: &Value,
+        rule: Option<Rule>,
+        policy: TrustPolicy,
+    ) {
+        // An explicit null is what kube reads as absent.
+        if value.is_null() {
+            return;
+        }
+        let place = match at {
+            "" => key.to_string(),
+            _ => format!("{at}.{key}"),
+        };
+        match rule {
+            None => self.refuse(&place, UNKNOWN),
+            Some(Rule::Safe) => {}
+            Some(Rule::Refused(why)) => self.refuse(&place, why),
+            Some(Rule::Server) => {
+                if let Err(why) = server_allowed(value) {
+                    self.refuse(&place, why);
+                }
+            }
+            Some(Rule::InsecureTls) => {
+                if value == &Value::Bool(true) {
+                    if policy.allow_insecure_tls {
+                        self.tls_verify_disabled = true;
+                    } else {
+                        self.refuse(
+                            &place,
+                            "TLS verification cannot be disabled without --allow-insecure-member-tls",
+                        );
+                    }
+                }
+            }
+            Some(Rule::Exec) => {
+                if !policy.allow_exec {
+                    self.refuse(
+                        &place,
+                        "runs a program in fleetnet-hub's pod; allow with --allow-member-exec-plugins",
+                    );
+                }
+            }
+        }
     }
+}
+
+/// A member's `server`: https; plain http only to a loopback host (the credentials would
+/// otherwise cross the network in clear text); no credentials in the URL itself.
+fn server_allowed(server: &Value) -> Result<(), &'static str> {
+    let Value::String(server) = server else {
+        return Err("a URL expected");
+    };
+    let uri: http::Uri = server.parse().map_err(|_| "not a URL")?;
+    let Some(authority) = uri.authority() else {
+        return Err("not an https:// URL");
+    };
+    if authority.as_str().contains('@') {
+        return Err("credentials in the URL are not accepted; use token");
+    }
+    match uri.scheme_str() {
+        Some("https") => Ok(()),
+        Some("http") if is_loopback(authority.host()) => Ok(()),
+        Some("http") => Err(
+            "plain http to a host that is not loopback would send the credentials in clear text; use https",
+        ),
+        _ => Err("not an https:// URL"),
+    }
+}
+
+/// `localhost`, 127.0.0.0/8 or ::1, as written: a name is not resolved (it could resolve
+/// anywhere).
+fn is_loopback(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]
@@ -104,37 +335,66 @@ mod tests {
     use super::*;
 
     const CA: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t";
+    const FILE: &str = "/kubeconfigs/m.yaml";
 
-    fn parse(users: &str, cluster_extra: &str) -> Kubeconfig {
-        Kubeconfig::from_yaml(&format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {{cluster: k, user: u}}\nclusters:\n- name: k\n  cluster:\n    server: https://10.0.0.1\n{cluster_extra}users:\n- name: u\n  user:\n{users}"
-        ))
-        .expect("parses")
+    /// One cluster `k` at `server` with `cluster_extra`, one user `u` with `users`.
+    fn text_at(server: &str, users: &str, cluster_extra: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {{cluster: k, user: u}}\nclusters:\n- name: k\n  cluster:\n    server: {server}\n{cluster_extra}users:\n- name: u\n  user:\n{users}"
+        )
+    }
+
+    fn text(users: &str, cluster_extra: &str) -> String {
+        text_at("https://10.0.0.1", users, cluster_extra)
+    }
+
+    fn refused(text: &str) -> String {
+        vet(text, FILE, TrustPolicy::default()).expect_err("refused")
+    }
+
+    /// The refusal `e` names every one of `places` and none of `values`.
+    fn names(e: &str, places: &[&str], values: &[&str]) {
+        for place in places {
+            assert!(e.contains(place), "{place} in {e}");
+        }
+        for value in values {
+            assert!(!e.contains(value), "{value} leaked into {e}");
+        }
     }
 
     #[test]
     fn inline_credentials_pass() {
-        let k = parse(
+        let k = text(
             "    token: s3cr3t-token\n",
-            &format!("    certificate-authority-data: {CA}\n"),
+            &format!(
+                "    certificate-authority-data: {CA}\n    tls-server-name: api.member\n    disable-compression: true\n    insecure-skip-tls-verify: false\n"
+            ),
         );
-        let vetted = vet(k, TrustPolicy::default()).expect("accepted");
+        let vetted = vet(&k, FILE, TrustPolicy::default()).expect("accepted");
         assert!(!vetted.tls_verify_disabled);
-        let k = parse(
-            "    client-certificate-data: Y2VydA==\n    client-key-data: a2V5\n",
+        let cluster = vetted.kubeconfig.clusters[0]
+            .cluster
+            .as_ref()
+            .expect("cluster");
+        assert_eq!(cluster.server.as_deref(), Some("https://10.0.0.1"));
+        let k = text(
+            "    client-certificate-data: Y2VydA==\n    client-key-data: a2V5\n    username: u\n    password: p\n",
             "",
         );
-        assert!(vet(k, TrustPolicy::default()).is_ok());
+        assert!(vet(&k, FILE, TrustPolicy::default()).is_ok());
+        // Explicit nulls are absent fields, as kube reads them.
+        let k = text("    token: t\n    tokenFile: null\n", "    proxy-url: ~\n");
+        assert!(vet(&k, FILE, TrustPolicy::default()).is_ok());
     }
 
     #[test]
     fn files_plugins_and_insecure_tls_are_refused_by_name_never_by_value() {
-        let k = parse(
+        let k = text(
             "    tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token\n    client-certificate: /etc/c.crt\n    client-key: /etc/c.key\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n      args: [\"-c\", \"curl evil\"]\n",
             "    certificate-authority: /etc/ca.crt\n    insecure-skip-tls-verify: true\n",
         );
-        let e = vet(k, TrustPolicy::default()).expect_err("refused");
-        for field in [
+        let places = [
+            FILE,
             "users[u].tokenFile",
             "users[u].client-certificate",
             "users[u].client-key",
@@ -143,17 +403,14 @@ mod tests {
             "clusters[k].insecure-skip-tls-verify",
             "--allow-member-exec-plugins",
             "--allow-insecure-member-tls",
-        ] {
-            assert!(e.contains(field), "{field} in {e}");
-        }
-        for value in ["/var/run/secrets", "/etc/c.key", "curl evil", "/etc/ca.crt"] {
-            assert!(!e.contains(value), "{value} leaked into {e}");
-        }
+        ];
+        let values = ["/var/run/secrets", "/etc/c.key", "curl evil", "/etc/ca.crt"];
+        names(&refused(&k), &places, &values);
     }
 
     #[test]
     fn opt_ins_allow_exec_and_insecure_tls_and_say_so() {
-        let k = parse(
+        let k = text(
             "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: kubelogin\n",
             "    insecure-skip-tls-verify: true\n",
         );
@@ -161,13 +418,165 @@ mod tests {
             allow_exec: true,
             allow_insecure_tls: true,
         };
-        let vetted = vet(k, policy).expect("allowed by the operator");
+        let vetted = vet(&k, FILE, policy).expect("allowed by the operator");
         assert!(vetted.tls_verify_disabled);
-        let k = parse("    auth-provider:\n      name: gcp\n", "");
+        let exec = vetted.kubeconfig.auth_infos[0]
+            .auth_info
+            .as_ref()
+            .and_then(|u| u.exec.as_ref())
+            .expect("exec kept");
+        assert_eq!(exec.interactive_mode, Some(ExecInteractiveMode::Never));
+        let k = text("    auth-provider:\n      name: gcp\n", "");
         assert!(
-            vet(k, policy)
+            vet(&k, FILE, policy)
                 .expect_err("never")
                 .contains("users[u].auth-provider")
         );
+    }
+
+    #[test]
+    fn plain_http_only_to_loopback() {
+        for server in [
+            "http://10.0.0.1:8080",
+            "http://member.example.com",
+            "http://0.0.0.0:6443",
+            "http://127.0.0.1.example.com",
+        ] {
+            let e = refused(&text_at(server, "    token: SECRET-TOKEN\n", ""));
+            assert!(
+                e.contains(&format!(
+                    "kubeconfig refused ({FILE}): clusters[k].server (plain http"
+                )) && e.contains("clear text"),
+                "{server}: {e}"
+            );
+            assert!(!e.contains(server) && !e.contains("SECRET-TOKEN"), "{e}");
+        }
+        for server in [
+            "http://127.0.0.1:8080",
+            "http://127.1.2.3",
+            "http://[::1]:8080",
+            "http://localhost:8080",
+            "https://member.example.com",
+        ] {
+            let k = text_at(server, "    token: t\n", "");
+            assert!(vet(&k, FILE, TrustPolicy::default()).is_ok(), "{server}");
+        }
+        for (server, why) in [
+            (
+                "https://user:SECRET-PW@member.example.com",
+                "credentials in the URL",
+            ),
+            ("member.example.com:6443", "not an https:// URL"),
+            ("ftp://member.example.com", "not an https:// URL"),
+            ("[1, 2]", "a URL expected"),
+        ] {
+            let e = refused(&text_at(server, "    token: t\n", ""));
+            assert!(
+                e.contains("clusters[k].server") && e.contains(why),
+                "{server}: {e}"
+            );
+            assert!(!e.contains("SECRET-PW"), "{e}");
+        }
+    }
+
+    #[test]
+    fn proxy_url_is_refused_by_the_vetting_itself() {
+        let e = refused(&text(
+            "    token: t\n",
+            "    proxy-url: http://proxy.example.com:3128\n",
+        ));
+        assert!(
+            e.contains(&format!(
+                "kubeconfig refused ({FILE}): clusters[k].proxy-url (proxies are not supported"
+            )),
+            "{e}"
+        );
+        assert!(
+            !e.contains("proxy.example.com") && !e.contains("http-proxy"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn impersonation_is_refused() {
+        let e = refused(&text(
+            "    token: t\n    as: system:admin\n    as-groups: [system:masters]\n",
+            "",
+        ));
+        let places = [
+            "users[u].as (impersonation",
+            "users[u].as-groups (impersonation",
+        ];
+        names(&e, &places, &["system:masters"]);
+    }
+
+    #[test]
+    fn every_unknown_field_is_refused_where_it_is() {
+        let k = format!(
+            "{}\nfutureTopLevel: SECRET-1\npreferences:\n  colors: true\n  pager: SECRET-2\n---\ncontexts:\n- name: d\n  context: {{cluster: k, user: u, hook: SECRET-4}}\n  note: SECRET-5\n",
+            text(
+                "    token: t\n    token-command: SECRET-3\n",
+                "    proxy-from-env: true\n"
+            )
+        );
+        let places = [
+            "futureTopLevel (not a kubeconfig field",
+            "preferences.pager (not a kubeconfig field",
+            "users[u].token-command (not a kubeconfig field",
+            "clusters[k].proxy-from-env (not a kubeconfig field",
+            "contexts[d].hook (not a kubeconfig field",
+            "contexts[d].note (not a kubeconfig field",
+        ];
+        names(&refused(&k), &places, &["SECRET"]);
+    }
+
+    #[test]
+    fn shapes_kube_would_not_expect_are_refused_or_invalid_never_quoted() {
+        let e = refused("apiVersion: v1\nusers: \"SECRET-YAML\"\n");
+        assert!(
+            e.contains("users (a list expected)") && !e.contains("SECRET"),
+            "{e}"
+        );
+        let e = refused("- SECRET-LIST\n");
+        assert!(
+            e.contains("the document (a mapping expected)") && !e.contains("SECRET"),
+            "{e}"
+        );
+        let e = vet("clusters:\n- name: k\n  cluster: {server: https://a, disable-compression: \"SECRET-TYPE\"}\n", FILE, TrustPolicy::default())
+            .expect_err("a string where kube wants a bool");
+        assert!(
+            e.starts_with(&format!("invalid kubeconfig ({FILE})")) && !e.contains("SECRET"),
+            "{e}"
+        );
+        let e =
+            vet("users: [\"SECRET-UNCLOSED", FILE, TrustPolicy::default()).expect_err("not YAML");
+        assert!(
+            e.starts_with(&format!("invalid kubeconfig ({FILE})")) && !e.contains("SECRET"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_document_is_vetted_and_merged_as_kube_would() {
+        let second = "---\nclusters:\n- name: k2\n  cluster:\n    server: https://10.0.0.2\n    certificate-authority: /etc/ca.crt\n";
+        let e = refused(&(text("    token: t\n", "") + "\n" + second));
+        assert!(
+            e.contains("clusters[k2].certificate-authority (a file path"),
+            "{e}"
+        );
+        let second = "---\nclusters:\n- name: k2\n  cluster:\n    server: https://10.0.0.2\n";
+        let vetted = vet(
+            &(text("    token: t\n", "") + "\n" + second),
+            FILE,
+            TrustPolicy::default(),
+        )
+        .expect("accepted");
+        let names: Vec<&str> = vetted
+            .kubeconfig
+            .clusters
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(names, ["k", "k2"]);
     }
 }

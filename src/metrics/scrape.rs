@@ -86,7 +86,7 @@ fn encode_members(e: &mut DescriptorEncoder, states: &[(String, MemberStatus)]) 
             .map(|(name, s)| (member_labels(name), ConstGauge::new(i64::from(f(s)))));
         rows.collect::<Vec<_>>()
     };
-    let help = "1 when the member's kubeconfig was refused (file paths, plugins, insecure TLS, name): never connected.";
+    let help = "1 when the member's kubeconfig was refused (a field the vetting does not allow, the file itself, its name): never connected.";
     family(
         e,
         ("fleetnet_member_kubeconfig_refused", help, None),
