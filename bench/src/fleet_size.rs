@@ -1137,6 +1137,8 @@ mod tests {
             failover: Some(Failover {
                 killed: "replica-1".into(),
                 orphaned: 300,
+                shards_held: 8,
+                leases_taken_s: None,
                 takeover_s: vec![15.0, 20.0],
                 complete: false,
                 timeout_s: 120.0,
@@ -1160,6 +1162,10 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("| not seen |"), "{table}");
+        assert!(
+            table.contains("held (8) held by a survivor | not within the timeout |"),
+            "{table}"
+        );
         assert!(
             table.contains("without one) | not within 120.0 s of the ISEs |"),
             "{table}"

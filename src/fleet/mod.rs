@@ -273,7 +273,12 @@ async fn ownership_changed(rx: Option<&mut tokio::sync::watch::Receiver<u64>>) -
 
 fn watch_dir(dir: &std::path::Path, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
     use notify::Watcher;
-    let mut watcher = notify::recommended_watcher(move |_res: notify::Result<notify::Event>| {
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        // Opening a file is an event too (inotify IN_OPEN): without this, every rescan's
+        // own reads would start the next rescan, for ever.
+        if res.as_ref().is_ok_and(|e| e.kind.is_access()) {
+            return;
+        }
         let _ = tx.try_send(());
     })
     .map_err(|e| tracing::warn!(error = %e, "cannot watch the kubeconfig directory; rescanning periodically"))
@@ -292,7 +297,10 @@ async fn sync_members(
 ) {
     let dir = &shared.config.kubeconfig_dir;
     let desired = match registry::scan(dir) {
-        Ok(d) => d,
+        Ok(d) => {
+            shared.state.scanned();
+            d
+        }
         Err(e) => {
             // Keep what runs: a transiently unreadable directory must not stop the fleet.
             tracing::warn!(dir = %dir.display(), error = %e, "cannot read the kubeconfig directory");

@@ -145,6 +145,8 @@ pub struct FleetState {
     owners: RwLock<BTreeMap<String, String>>,
     /// Removed members whose cleanup is recorded and not done, with its last failure.
     cleanups: RwLock<BTreeMap<String, Option<String>>>,
+    /// Reads of the kubeconfig directory so far.
+    scans: std::sync::atomic::AtomicU64,
 }
 
 /// Marks the runtime alive while it exists; dropped when the runtime returns or panics.
@@ -204,6 +206,16 @@ impl FleetState {
     /// Records whether the hub answered its last probe.
     pub fn set_hub_reachable(&self, reachable: bool) {
         self.hub_reachable.store(reachable, Ordering::Relaxed);
+    }
+
+    /// One more read of the kubeconfig directory.
+    pub fn scanned(&self) {
+        self.scans.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reads of the kubeconfig directory so far.
+    pub fn scans(&self) -> u64 {
+        self.scans.load(Ordering::Relaxed)
     }
 
     /// Whether the hub answered its last probe.

@@ -214,6 +214,9 @@ fn encode_process(e: &mut DescriptorEncoder, shared: &Shared) -> fmt::Result {
         let pending = i64::try_from(fleet.cleanups().len()).unwrap_or(i64::MAX);
         let pending = vec![(vec![], ConstGauge::new(pending))];
         family(e, ("fleetnet_member_cleanups_pending", help, None), pending)?;
+        let help = "Reads of the kubeconfig directory: one per change in it and one per --rescan-interval.";
+        let scans = vec![(vec![], ConstCounter::new(fleet.scans()))];
+        family(e, ("fleetnet_kubeconfig_scans", help, None), scans)?;
     }
     Ok(())
 }
