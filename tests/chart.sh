@@ -193,7 +193,7 @@ check("--hub-namespace-prefix=fleet-member-", flags.get("--hub-namespace-prefix"
 if exp.get("shard"):
     check("args contain --shard-members, not --leader-elect",
           "--shard-members" in args and "--leader-elect" not in args)
-    check("--shards=16 (the default)", flags.get("--shards") == ["16"], flags.get("--shards"))
+    check("--shards=24 (the default)", flags.get("--shards") == ["24"], flags.get("--shards"))
 check("--cleanup-on-remove exactly with cleanupOnRemove",
       ("--cleanup-on-remove" in args) == bool(exp.get("cleanup")))
 if exp["leader"]:

@@ -228,6 +228,15 @@ impl Synced {
         }
     }
 
+    /// Resolves once the member's own watches (ServiceExports, Services) have listed: what
+    /// is left is the hub's list, which waits its turn in the shared hub budget.
+    pub async fn member_listed(&self) {
+        for view in [View::ServiceExports, View::Services] {
+            let mut listed = self.listed[view as usize].clone();
+            let _ = listed.wait_for(|done| *done).await;
+        }
+    }
+
     /// ServiceExports currently known.
     pub fn exports(&self) -> usize {
         self.exports.state().len()

@@ -231,8 +231,9 @@ async fn engaging_slot(
     Some(release)
 }
 
-/// Moves the member's phase to Ready once its views have listed (then frees its engaging
-/// slot); past `timeout` it shows Failing until they do. Never blocks anything else.
+/// Frees the member's engaging slot once its own watches have listed, and moves its phase to
+/// Ready once the hub's has too; past `timeout` it shows Failing until they do. Never blocks
+/// anything else.
 async fn track_sync(
     state: Arc<FleetState>,
     member: String,
@@ -240,8 +241,14 @@ async fn track_sync(
     timeout: Duration,
     engaging: tokio::sync::oneshot::Sender<()>,
 ) {
-    let listed = tokio::time::timeout(timeout, synced.wait()).await;
-    drop(engaging);
+    let listed = tokio::time::timeout(timeout, async {
+        // The engaging slot bounds the work of connecting and listing the member; the hub's
+        // list waits in the hub budget's line, which is no reason to hold back the others.
+        synced.member_listed().await;
+        drop(engaging);
+        synced.wait().await;
+    })
+    .await;
     if listed.is_err() {
         let e = format!("initial sync did not finish within {timeout:?}; still trying");
         tracing::warn!(member = %member, "{e}");

@@ -107,8 +107,9 @@ pub struct Shared {
 
 /// How many members connect, discover and list at once. A thousand starting together would
 /// otherwise share the CPU a thousand ways (TLS handshakes, first lists), each finishing late;
-/// in turns, the first are reconciling within a second. A slot is held until the member's
-/// views have listed, at most [`ENGAGING_SLOT`].
+/// in turns, the first are reconciling within a second. A slot is held until the member's own
+/// watches have listed (not the hub's, which waits in the hub budget's line), at most
+/// [`ENGAGING_SLOT`].
 pub const ENGAGING_AT_ONCE: usize = 32;
 
 /// The longest a member holds an engaging slot: a member whose server hangs does not hold
