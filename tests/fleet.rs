@@ -676,7 +676,12 @@ async fn a_quiet_directory_is_not_read_again_until_something_changes() {
     let before = scans().await;
     tokio::time::sleep(Duration::from_secs(6)).await;
     let quiet = scans().await;
-    assert_eq!(quiet, before, "scans in a quiet window of 6 s: {}", quiet - before);
+    assert_eq!(
+        quiet,
+        before,
+        "scans in a quiet window of 6 s: {}",
+        quiet - before
+    );
     add_member(&fleet, &dir, "beta");
     wait_phase(&running, "beta", Phase::Ready).await;
     assert!(scans().await > quiet, "a new file is read");

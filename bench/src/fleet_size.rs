@@ -784,9 +784,7 @@ async fn failover(
                 .filter(|n| s.present.contains(&key(n.as_str())))
                 .count()
         };
-        if taken.len() == orphans.len()
-            && exported == probe_orphans.len()
-            && leases_taken.is_some()
+        if taken.len() == orphans.len() && exported == probe_orphans.len() && leases_taken.is_some()
         {
             break true;
         }

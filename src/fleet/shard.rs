@@ -349,9 +349,9 @@ pub async fn run(api: Api<Lease>, shards: std::sync::Arc<Shards>, shutdown: Canc
         // A lease of another replica that runs out before the next round is looked at the
         // moment it does: its members are taken over a retry period sooner.
         let next = Instant::now() + cfg.retry_period;
-        let wake = shards.next_foreign_expiry().map_or(next, |at| {
-            next.min(at.max(Instant::now()) + EXPIRY_MARGIN)
-        });
+        let wake = shards
+            .next_foreign_expiry()
+            .map_or(next, |at| next.min(at.max(Instant::now()) + EXPIRY_MARGIN));
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep_until(wake) => {}

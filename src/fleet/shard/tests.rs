@@ -198,5 +198,8 @@ fn a_thousand_members_spread_evenly_from_nothing_and_after_a_replica_goes() {
             worst = worst.max(over);
         }
     }
-    assert!(worst <= 1.06, "the heaviest replica carries {worst:.3}× its share");
+    assert!(
+        worst <= 1.06,
+        "the heaviest replica carries {worst:.3}× its share"
+    );
 }
