@@ -19,7 +19,7 @@ pub use cluster::{Cluster, client_from_kubeconfig};
 pub use fleet::{DEFAULT_HUB_NAMESPACE_PREFIX, Fleet, FleetBuilder, ensure_namespace};
 pub use rbac::{ScopedIdentity, load_cluster_role, load_role};
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Resources whose writes are fleetnet-hub's, as the apiservers count them in
 /// `apiserver_request_total` (the apiservers also write their own leases: not these).
@@ -67,12 +67,23 @@ pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> 
     move |source| Error::Io { what, source }
 }
 
-/// The repository root (this crate lives at `tests/testenv`).
+/// The repository root: found at run time from the package being run (cargo's
+/// `CARGO_MANIFEST_DIR`, else the working directory) up to the directory holding
+/// `charts/fleetnet-hub`; the compile-time location of this crate (`tests/testenv`) only as the
+/// last resort, since a build cache shared by two checkouts would point into the other one.
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
+    let start = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::current_dir().ok());
+    let found = start.and_then(|dir| {
+        dir.ancestors()
+            .find(|d| d.join("charts/fleetnet-hub").is_dir())
+            .map(Path::to_path_buf)
+    });
+    found.unwrap_or_else(|| {
+        let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        built.canonicalize().unwrap_or(built)
+    })
 }
 
 /// Where the chart keeps the CRDs generated from the Rust types.
