@@ -687,3 +687,84 @@ async fn a_quiet_directory_is_not_read_again_until_something_changes() {
     assert!(scans().await > quiet, "a new file is read");
     running.shutdown().await;
 }
+
+/// A member's watches, requests and Events travel over one HTTP/2 connection: with
+/// HTTP/1.1 each watch holds a connection of its own (three to four per member, each a TLS
+/// session in memory on both ends).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_is_served_over_one_connection() {
+    let fleet = Fleet::builder()
+        .members(["alpha"])
+        .quiet()
+        .start()
+        .await
+        .expect("fleet");
+    {
+        // Exports to reconcile (writes and Events on the member); this client and its
+        // connections are gone before the controller starts.
+        let member = fleet.member("alpha").client().await.expect("member client");
+        namespace(&member, "web").await;
+        for name in ["a", "b"] {
+            create_service(&member, &service("web", name, 80)).await;
+            create_export(&member, "web", name, &[]).await;
+        }
+    }
+    let port: u16 = fleet
+        .member("alpha")
+        .server()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .expect("the member's port");
+    eventually("the setup client's connections closed", || async {
+        (connections_to(port) == 0).then_some(())
+    })
+    .await;
+    let dir = member_dir(&fleet, &["alpha"]);
+    let running = app::start(config(&fleet, &dir), Extensions::default())
+        .await
+        .expect("starts");
+    wait_phase(&running, "alpha", Phase::Ready).await;
+    let hub = fleet.hub().client().await.expect("hub client");
+    for name in ["web-a", "web-b"] {
+        wait_ise(&hub, &fleet.hub_namespace("alpha"), name, |_| true).await;
+    }
+    assert_eq!(
+        connections_to(port),
+        1,
+        "connections of this process to the member's API server while it is exported"
+    );
+    running.shutdown().await;
+}
+
+/// Established TCP connections of this process to 127.0.0.1:`port`.
+fn connections_to(port: u16) -> usize {
+    let sockets: std::collections::HashSet<String> = std::fs::read_dir("/proc/self/fd")
+        .expect("fds")
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy().into_owned();
+            Some(
+                target
+                    .strip_prefix("socket:[")?
+                    .trim_end_matches(']')
+                    .to_string(),
+            )
+        })
+        .collect();
+    let table = std::fs::read_to_string("/proc/self/net/tcp").expect("tcp table");
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let remote_port = fields
+                .get(2)
+                .and_then(|remote| remote.split(':').nth(1))
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            fields.get(3) == Some(&"01")
+                && remote_port == Some(port)
+                && fields.get(9).is_some_and(|inode| sockets.contains(*inode))
+        })
+        .count()
+}

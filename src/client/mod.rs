@@ -15,13 +15,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::Request;
-use kube::client::{Body, ClientBuilder};
+use kube::client::{Body, ClientBuilder, DynBody};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::Semaphore;
 
 use crate::policy::Turn;
 use tower::filter::FilterLayer;
-use tower::{BoxError, buffer::BufferLayer};
+use tower::util::{BoxCloneService, BoxService};
+use tower::{BoxError, ServiceExt, buffer::BufferLayer};
+
+/// What a member's clients share: their connection to its API server.
+type Transport = BoxCloneService<Request<Body>, http::Response<Box<DynBody>>, BoxError>;
+
+/// kube's `GenericService`: what its builder starts from.
+type GenericService = BoxService<Request<Body>, http::Response<Box<DynBody>>, BoxError>;
 
 pub use crate::policy::{ClientStats, RequestCount, RequestKind, RetryLimits};
 pub use classify::classify;
@@ -89,9 +96,9 @@ pub enum Error {
     Config(String),
 }
 
-/// The one way from a kubeconfig to a client: `kubeconfig` is a member's, vetted by
-/// `fleet::vet`, or the hub's, the operator's own; `None` is the in-cluster configuration.
-/// Returns the client ([`build_fenced`]) and its API server's URL.
+/// The one way from a kubeconfig to a client: `kubeconfig` is the hub's, the operator's own;
+/// `None` is the in-cluster configuration. Returns the client ([`build_fenced`], kube's own
+/// HTTP/1.1 stack) and its API server's URL. Members' clients come from [`member_clients`].
 pub async fn from_kubeconfig(
     name: &str,
     kubeconfig: Option<Kubeconfig>,
@@ -99,14 +106,135 @@ pub async fn from_kubeconfig(
     stats: Arc<ClientStats>,
     fence: Fence,
 ) -> Result<(kube::Client, String), Error> {
-    let config = match kubeconfig {
-        Some(kc) => kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-            .await
-            .map_err(|e| Error::Config(e.to_string()))?,
-        None => kube::Config::incluster().map_err(|e| Error::Config(e.to_string()))?,
-    };
+    let config = config_of(kubeconfig).await?;
     let server = config.cluster_url.to_string();
     Ok((build_fenced(name, config, limits, stats, fence)?, server))
+}
+
+async fn config_of(kubeconfig: Option<Kubeconfig>) -> Result<kube::Config, Error> {
+    match kubeconfig {
+        Some(kc) => kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| Error::Config(e.to_string())),
+        None => kube::Config::incluster().map_err(|e| Error::Config(e.to_string())),
+    }
+}
+
+/// A member's clients: its exports' and its Events' (each its own budget), over one
+/// connection to its API server.
+pub struct MemberClients {
+    pub client: kube::Client,
+    pub events: kube::Client,
+    /// The server URL.
+    pub server: String,
+}
+
+/// The clients of member `name` from its vetted kubeconfig. Both send over one HTTP/2
+/// connection when the API server offers it (every kube-apiserver does; client-go's own
+/// choice): the member's two watches, its requests and its Events share one TLS session
+/// instead of a connection each (kube's builder speaks HTTP/1.1 only).
+pub async fn member_clients(
+    name: &str,
+    kubeconfig: Kubeconfig,
+    limits: &Limits,
+    stats: Arc<ClientStats>,
+    fence: Fence,
+) -> Result<MemberClients, Error> {
+    let mut config = config_of(Some(kubeconfig)).await?;
+    config.default_retry = false;
+    let server = config.cluster_url.to_string();
+    let plugin = exec::plugin_of(&config);
+    let member = format!("member:{name}");
+    let transport =
+        multiplexed(&config).map_err(|source| kube_error(&member, plugin.as_ref(), source))?;
+    let over_transport = || {
+        ClientBuilder::new(
+            BoxService::new(transport.clone()),
+            &config.default_namespace,
+        )
+    };
+    let event_limits = Limits {
+        qps: limits.event_qps,
+        burst: limits.event_burst,
+        ..limits.clone()
+    };
+    let events = layered(
+        &format!("member-events:{name}"),
+        over_transport(),
+        plugin.clone(),
+        &event_limits,
+        stats.clone(),
+        fence.clone(),
+    )?;
+    let client = layered(&member, over_transport(), plugin, limits, stats, fence)?;
+    Ok(MemberClients {
+        client,
+        events,
+        server,
+    })
+}
+
+/// What kube's builder puts under its client (base URI, credentials, extra headers) over a
+/// pooled hyper client whose TLS offers HTTP/2 and HTTP/1.1, cloneable so that several
+/// clients share its connection.
+fn multiplexed(config: &kube::Config) -> Result<Transport, kube::Error> {
+    use kube::client::ConfigExt;
+    if config.proxy_url.is_some() {
+        // The vetting refuses proxy-url for members; this only keeps the rule in one place.
+        return Err(kube::Error::ProxyProtocolUnsupported {
+            proxy_url: Box::new(config.proxy_url.clone().unwrap_or_default()),
+        });
+    }
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(config.connect_timeout);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config.rustls_client_config()?)
+        .https_or_http();
+    let https = match &config.tls_server_name {
+        Some(name) => https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(
+            name.clone().try_into().map_err(|_| {
+                kube::Error::Service(format!("invalid tls-server-name {name:?}").into())
+            })?,
+        )),
+        None => https,
+    };
+    let connector = https.enable_http1().enable_http2().wrap_connector(http);
+    let pooled = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        // A dead connection is found by a ping, not by the next request's timeout: every
+        // request and watch of the member rides on it.
+        .http2_keep_alive_interval(HTTP2_PING)
+        .http2_keep_alive_timeout(HTTP2_PING_TIMEOUT)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .build::<_, Body>(connector);
+    let service = tower::ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(pooled)
+        .map_response(|response: http::Response<_>| {
+            response.map(|body| {
+                Box::new(http_body_util::BodyExt::map_err(body, BoxError::from)) as Box<DynBody>
+            })
+        });
+    Ok(BoxCloneService::new(service))
+}
+
+/// client-go's HTTP/2 health check: a ping after 30 s without a frame, 15 s for its answer.
+const HTTP2_PING: Duration = Duration::from_secs(30);
+const HTTP2_PING_TIMEOUT: Duration = Duration::from_secs(15);
+
+fn kube_error(client: &str, plugin: Option<&String>, source: kube::Error) -> Error {
+    let client = client.to_string();
+    let failed = match (plugin, &source) {
+        (Some(plugin), kube::Error::Auth(e)) => exec::failed(plugin, e),
+        _ => None,
+    };
+    match failed {
+        Some(source) => Error::ExecPlugin { client, source },
+        None => Error::Kube { client, source },
+    }
 }
 
 /// Builds a client for `config` whose requests all pass through `limits`, counted in `stats`.
@@ -129,6 +257,24 @@ pub fn build_fenced(
     stats: Arc<ClientStats>,
     fence: Fence,
 ) -> Result<kube::Client, Error> {
+    // Ours is the one retry layer (see the module doc).
+    config.default_retry = false;
+    let plugin = exec::plugin_of(&config);
+    // kube runs an exec plugin once already here, for its first token.
+    let builder = ClientBuilder::try_from(config)
+        .map_err(|source| kube_error(name, plugin.as_ref(), source))?;
+    layered(name, builder, plugin, limits, stats, fence)
+}
+
+/// The process's layers over kube's stack (`builder`): see [`build_fenced`].
+fn layered(
+    name: &str,
+    builder: ClientBuilder<GenericService>,
+    plugin: Option<String>,
+    limits: &Limits,
+    stats: Arc<ClientStats>,
+    fence: Fence,
+) -> Result<kube::Client, Error> {
     let bad = |message: &str| Error::Limits {
         client: name.to_string(),
         message: message.to_string(),
@@ -145,21 +291,6 @@ pub fn build_fenced(
         stats,
         trace: true,
     };
-    // Ours is the one retry layer (see the module doc).
-    config.default_retry = false;
-    let plugin = exec::plugin_of(&config);
-    // kube runs an exec plugin once already here, for its first token.
-    let builder = ClientBuilder::try_from(config).map_err(|source| {
-        let client = name.to_string();
-        let failed = match (&plugin, &source) {
-            (Some(plugin), kube::Error::Auth(e)) => exec::failed(plugin, e),
-            _ => None,
-        };
-        match failed {
-            Some(source) => Error::ExecPlugin { client, source },
-            None => Error::Kube { client, source },
-        }
-    })?;
     // The buffer makes kube's boxed stack cloneable, so a request can wait for its token
     // without holding the service. Layers listed inner to outer.
     Ok(builder

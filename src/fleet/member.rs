@@ -81,25 +81,13 @@ pub async fn member_client(
         client::Error::Config(e) => format!("unusable kubeconfig: {}", redact_quoted(&e)),
         e => e.to_string(),
     };
-    let event_limits = client::Limits {
-        qps: limits.event_qps,
-        burst: limits.event_burst,
-        ..limits.clone()
-    };
-    let (events, _) = client::from_kubeconfig(
-        &format!("member-events:{name}"),
-        Some(vetted.kubeconfig.clone()),
-        &event_limits,
-        stats.clone(),
-        fence.clone(),
-    )
-    .await
-    .map_err(failed)?;
-    let member = format!("member:{name}");
-    let (client, server) =
-        client::from_kubeconfig(&member, Some(vetted.kubeconfig), limits, stats, fence)
-            .await
-            .map_err(failed)?;
+    let client::MemberClients {
+        client,
+        events,
+        server,
+    } = client::member_clients(name, vetted.kubeconfig, limits, stats, fence)
+        .await
+        .map_err(failed)?;
     Ok(MemberClient {
         client,
         events,

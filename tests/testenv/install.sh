@@ -23,6 +23,14 @@ what="${1:-apiserver}"
 cache="${FLEETNET_CACHE:-$HOME/.cache/fleetnet-hub}"
 log() { echo "[testenv/install] $*" >&2; }
 
+# Test binaries run at once and each may ask for a build: one install at a time, the others
+# wait and then find the cache filled (two builds in one work directory clobbered each other).
+mkdir -p "$cache"
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"$cache/.install.lock"
+  flock 9
+fi
+
 need_go() {
   if ! command -v go >/dev/null 2>&1; then
     log "ERROR: Go is not installed or not on PATH. The test substrate builds kube-apiserver and etcd"
