@@ -140,8 +140,8 @@ pub async fn member_clients(
     stats: Arc<ClientStats>,
     fence: Fence,
 ) -> Result<MemberClients, Error> {
-    let mut config = config_of(Some(kubeconfig)).await?;
-    config.default_retry = false;
+    // No kube retry layer to switch off here: `multiplexed` builds the stack without one.
+    let config = config_of(Some(kubeconfig)).await?;
     let server = config.cluster_url.to_string();
     let plugin = exec::plugin_of(&config);
     let member = format!("member:{name}");
