@@ -102,7 +102,7 @@ pub async fn check_member(
     .await
     {
         Ok(member) => {
-            let server = member.server.clone();
+            let server = member.clients.server.clone();
             MemberCheck::new(name, &server, usable(member).await)
         }
         Err(problem) => MemberCheck::new(name, "-", Err(problem)),
@@ -111,11 +111,11 @@ pub async fn check_member(
 
 /// `Ok(summary)` when fleetnet-hub can work with the member, else the problem.
 async fn usable(member: MemberClient) -> Result<String, String> {
-    let discovery = ServiceExportVersion::discover(&member.client);
+    let discovery = ServiceExportVersion::discover(&member.clients.client);
     let version = tokio::time::timeout(Duration::from_secs(15), discovery)
         .await
         .map_err(|_| "no answer within 15 s".to_string())??;
-    let missing = missing_permissions(member.client).await?;
+    let missing = missing_permissions(member.clients.client).await?;
     if !missing.is_empty() {
         return Err(format!("missing RBAC: {}", missing.join(", ")));
     }

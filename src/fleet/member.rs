@@ -53,13 +53,9 @@ pub(super) async fn run(
     tracing::info!(member = %name, "member stopped");
 }
 
-/// A member's client, built from its vetted kubeconfig.
+/// A member's clients, built from its vetted kubeconfig.
 pub struct MemberClient {
-    pub client: kube::Client,
-    /// For Events only: the same server and counters, its own bucket.
-    pub events: kube::Client,
-    /// The server URL.
-    pub server: String,
+    pub clients: client::MemberClients,
     /// TLS verification is off for this member (allowed by the trust policy).
     pub tls_verify_disabled: bool,
 }
@@ -81,17 +77,11 @@ pub async fn member_client(
         client::Error::Config(e) => format!("unusable kubeconfig: {}", redact_quoted(&e)),
         e => e.to_string(),
     };
-    let client::MemberClients {
-        client,
-        events,
-        server,
-    } = client::member_clients(name, vetted.kubeconfig, limits, stats, fence)
+    let clients = client::member_clients(name, vetted.kubeconfig, limits, stats, fence)
         .await
         .map_err(failed)?;
     Ok(MemberClient {
-        client,
-        events,
-        server,
+        clients,
         tls_verify_disabled: vetted.tls_verify_disabled,
     })
 }
@@ -111,9 +101,12 @@ async fn run_once(
     };
     let stats = Arc::new(ClientStats::default());
     let MemberClient {
-        client,
-        events,
-        server,
+        clients:
+            client::MemberClients {
+                client,
+                events,
+                server,
+            },
         tls_verify_disabled,
     } = member_client(
         name,

@@ -541,7 +541,7 @@ async fn withdraw(
             fence,
         )
         .await
-        .map(|m| m.client),
+        .map(|m| m.clients.client),
         None => Err("no usable kubeconfig".to_string()),
     };
     crate::export::cleanup::withdraw_member(name, hub, member).await
