@@ -107,8 +107,68 @@ impl Error {
         }
     }
 
-    /// A 409 the reconcile resolves by reading the object again.
-    pub(super) fn is_conflict(&self) -> bool {
-        matches!(self, Self::Kube { source, .. } if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 409))
+    /// A 409 the reconcile resolves by reading the object again: which cluster refused.
+    pub(super) fn conflict(&self) -> Option<Conflict> {
+        match self {
+            Self::Kube { source, step, .. } if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 409) => {
+                Some(match step {
+                    Step::CreateInternalServiceExport
+                    | Step::GetInternalServiceExport
+                    | Step::UpdateInternalServiceExport
+                    | Step::DeleteInternalServiceExport => Conflict::Hub,
+                    _ => Conflict::Member,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Where a 409 came from: what a reconcile has to read again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Conflict {
+    /// The member's ServiceExport changed under us: its ISE view is not implicated.
+    Member,
+    /// The hub's ISE is not what the view showed.
+    Hub,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(step: Step, code: u16) -> Error {
+        let status: kube::core::Status =
+            serde_json::from_value(serde_json::json!({"code": code, "reason": "Conflict"}))
+                .expect("a Status");
+        Error::kube("m1", "shop", "cart", step)(kube::Error::Api(Box::new(status)))
+    }
+
+    #[test]
+    fn a_409_names_the_cluster_that_refused() {
+        for step in [
+            Step::PatchMetadata,
+            Step::PatchStatus,
+            Step::RemoveFinalizer,
+        ] {
+            assert_eq!(
+                failed(step, 409).conflict(),
+                Some(Conflict::Member),
+                "{step}"
+            );
+        }
+        for step in [
+            Step::CreateInternalServiceExport,
+            Step::UpdateInternalServiceExport,
+            Step::DeleteInternalServiceExport,
+        ] {
+            assert_eq!(failed(step, 409).conflict(), Some(Conflict::Hub), "{step}");
+        }
+        assert_eq!(failed(Step::PatchMetadata, 500).conflict(), None);
+        assert!(
+            failed(Step::PatchStatus, 409)
+                .to_string()
+                .contains("member m1")
+        );
     }
 }

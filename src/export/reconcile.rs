@@ -17,6 +17,7 @@ use tracing::{Instrument, field};
 use super::decide::{
     self, Observation, Outcome, PublicIpObservation, decide, ise_name, public_ip_query,
 };
+use super::error::Conflict;
 use super::{Context, Error, LookupError, Reconciled, Step, act};
 use crate::api::{InternalServiceExport, ServiceExport};
 
@@ -106,10 +107,10 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
             Ok(done) => {
                 return performed(ctx, &pass, plan, &done, seen.view_rv, throttled_for, now);
             }
-            Err(e) if e.is_conflict() && conflicts < 2 => {
+            Err(e) if e.conflict().is_some() && conflicts < 2 => {
                 conflicts += 1;
                 tracing::debug!(error = %e, "conflict; reading the objects again");
-                if !pass.reread(ctx).await? {
+                if !pass.reread(ctx, e.conflict()).await? {
                     return Ok((Outcome::Skipped, Action::await_change()));
                 }
             }
@@ -189,8 +190,10 @@ impl Pass {
         Ok(())
     }
 
-    /// After a 409: the export and its ISE as the API has them. `false`: the export is gone.
-    async fn reread(&mut self, ctx: &Context) -> Result<bool, Error> {
+    /// After a 409: the export as the API has it, and its ISE too when the hub refused (a
+    /// member's 409 says nothing about the hub: the view, as any reconcile reads it, stands).
+    /// `false`: the export is gone.
+    async fn reread(&mut self, ctx: &Context, conflict: Option<Conflict>) -> Result<bool, Error> {
         let exports: Api<ServiceExport> =
             Api::namespaced_with(ctx.member_client.clone(), &self.ns, &ctx.se_version);
         let step = Step::GetServiceExport;
@@ -203,7 +206,9 @@ impl Pass {
             Some(latest) => self.export = latest,
             None => return Ok(false),
         }
-        self.live_ise = Some(read_ise(ctx, &self.ns, &self.name).await?.map(Arc::new));
+        if conflict == Some(Conflict::Hub) {
+            self.live_ise = Some(read_ise(ctx, &self.ns, &self.name).await?.map(Arc::new));
+        }
         Ok(true)
     }
 }
