@@ -107,14 +107,20 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
             Ok(done) => {
                 return performed(ctx, &pass, plan, &done, seen.view_rv, throttled_for, now);
             }
-            Err(e) if e.conflict().is_some() && conflicts < 2 => {
-                conflicts += 1;
-                tracing::debug!(error = %e, "conflict; reading the objects again");
-                if !pass.reread(ctx, e.conflict()).await? {
-                    return Ok((Outcome::Skipped, Action::await_change()));
+            Err(e) => match e.conflict() {
+                Some(conflict) if conflicts < 2 => {
+                    conflicts += 1;
+                    tracing::debug!(error = %e, "conflict; reading the objects again");
+                    // The hub is implicated by its own 409, or by this plan's ISE delete that
+                    // may have gone through before the member refused.
+                    let hub_changed = conflict == Conflict::Hub
+                        || matches!(plan.hub, Some(decide::HubWrite::Delete { .. }));
+                    if !pass.reread(ctx, hub_changed).await? {
+                        return Ok((Outcome::Skipped, Action::await_change()));
+                    }
                 }
-            }
-            Err(e) => return Err(e),
+                _ => return Err(e),
+            },
         }
     }
 }
@@ -190,10 +196,9 @@ impl Pass {
         Ok(())
     }
 
-    /// After a 409: the export as the API has it, and its ISE too when the hub refused (a
-    /// member's 409 says nothing about the hub: the view, as any reconcile reads it, stands).
-    /// `false`: the export is gone.
-    async fn reread(&mut self, ctx: &Context, conflict: Option<Conflict>) -> Result<bool, Error> {
+    /// After a 409: the export as the API has it, and its ISE too when `hub_changed` (else the
+    /// view, as any reconcile reads it, stands). `false`: the export is gone.
+    async fn reread(&mut self, ctx: &Context, hub_changed: bool) -> Result<bool, Error> {
         let exports: Api<ServiceExport> =
             Api::namespaced_with(ctx.member_client.clone(), &self.ns, &ctx.se_version);
         let step = Step::GetServiceExport;
@@ -206,7 +211,7 @@ impl Pass {
             Some(latest) => self.export = latest,
             None => return Ok(false),
         }
-        if conflict == Some(Conflict::Hub) {
+        if hub_changed {
             self.live_ise = Some(read_ise(ctx, &self.ns, &self.name).await?.map(Arc::new));
         }
         Ok(true)
