@@ -26,9 +26,11 @@ async fn fleet() -> Fleet {
         .expect("fleet starts")
 }
 
+/// The reasons of the Events about ServiceExports in `ns`; the apiserver's own Events (its
+/// ClusterIP repair loop can report a Service it has not seen allocated yet) are not ours.
 async fn warning_reasons(member: &kube::Client, ns: &str) -> Vec<String> {
     Api::<Event>::namespaced(member.clone(), ns)
-        .list(&ListParams::default())
+        .list(&ListParams::default().fields("involvedObject.kind=ServiceExport"))
         .await
         .expect("list events")
         .items
