@@ -1,5 +1,6 @@
 //! fleetnet-hub: one process in the Azure Kubernetes Fleet hub that exports every member
-//! cluster's Services (ServiceExport → InternalServiceExport), one reconciler per member.
+//! cluster's Services (ServiceExport → InternalServiceExport) and their EndpointSlices
+//! (EndpointSlice → EndpointSliceExport), member-scoped reconcilers per member.
 
 pub mod api;
 pub mod app;
@@ -14,4 +15,5 @@ pub mod metrics;
 pub mod policy;
 #[cfg(feature = "sandbox")]
 pub mod sandbox;
+pub mod slices;
 pub mod telemetry;

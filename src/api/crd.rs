@@ -12,6 +12,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde_json::{Value, json};
 
 use super::GROUP;
+use super::endpoint_slice_export::EndpointSliceExportSpec;
 use super::internal_service_export::{InternalServiceExportSpec, InternalServiceExportStatus};
 use super::service_export::ServiceExportStatus;
 
@@ -20,7 +21,7 @@ pub fn service_export_crd() -> CustomResourceDefinition {
     let schema = root_schema(
         "ServiceExport declares that the associated Service should be exported to other clusters.",
         None,
-        schema_of::<ServiceExportStatus>(),
+        Some(schema_of::<ServiceExportStatus>()),
         // The export's name becomes part of the hub-side name and of label values.
         Some(
             json!([{"message": "metadata.name max length is 63", "rule": "size(self.metadata.name) < 64"}]),
@@ -53,7 +54,7 @@ pub fn service_export_crd() -> CustomResourceDefinition {
     crd(
         "ServiceExport",
         "serviceexports",
-        "svcexport",
+        Some("svcexport"),
         vec![version("v1alpha1", false), version("v1beta1", true)],
     )
 }
@@ -63,13 +64,40 @@ pub fn internal_service_export_crd() -> CustomResourceDefinition {
     let schema = root_schema(
         "InternalServiceExport is a data transport type that member clusters in the fleet use to upload the spec of exported Service to the hub cluster.",
         Some(schema_of::<InternalServiceExportSpec>()),
-        schema_of::<InternalServiceExportStatus>(),
+        Some(schema_of::<InternalServiceExportStatus>()),
         None,
     );
     crd(
         "InternalServiceExport",
         "internalserviceexports",
-        "internalsvcexport",
+        Some("internalsvcexport"),
+        vec![CustomResourceDefinitionVersion {
+            name: "v1alpha1".into(),
+            served: true,
+            storage: true,
+            schema: Some(CustomResourceValidation {
+                open_api_v3_schema: Some(schema),
+            }),
+            subresources: Some(status_subresource()),
+            ..Default::default()
+        }],
+    )
+}
+
+/// The EndpointSliceExport CRD (hub, v1alpha1): a spec and no status (yet a status subresource,
+/// as fleet-networking declares it).
+pub fn endpoint_slice_export_crd() -> CustomResourceDefinition {
+    let mut schema = root_schema(
+        "EndpointSliceExport is a data transport type that member clusters in the fleet use to upload the spec of an EndpointSlice to the hub cluster.",
+        Some(schema_of::<EndpointSliceExportSpec>()),
+        None,
+        None,
+    );
+    schema.required = Some(vec!["spec".into()]);
+    crd(
+        "EndpointSliceExport",
+        "endpointsliceexports",
+        None,
         vec![CustomResourceDefinitionVersion {
             name: "v1alpha1".into(),
             served: true,
@@ -94,6 +122,10 @@ pub fn crd_files() -> Vec<(&'static str, CustomResourceDefinition)> {
             "networking.fleet.azure.com_internalserviceexports.yaml",
             internal_service_export_crd(),
         ),
+        (
+            "networking.fleet.azure.com_endpointsliceexports.yaml",
+            endpoint_slice_export_crd(),
+        ),
     ]
 }
 
@@ -108,7 +140,7 @@ pub fn crd_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_saphyr::
 fn crd(
     kind: &str,
     plural: &str,
-    short: &str,
+    short: Option<&str>,
     versions: Vec<CustomResourceDefinitionVersion>,
 ) -> CustomResourceDefinition {
     CustomResourceDefinition {
@@ -123,7 +155,7 @@ fn crd(
                 kind: kind.into(),
                 list_kind: Some(format!("{kind}List")),
                 plural: plural.into(),
-                short_names: Some(vec![short.into()]),
+                short_names: short.map(|s| vec![s.into()]),
                 singular: Some(kind.to_lowercase()),
             },
             scope: "Namespaced".into(),
@@ -155,7 +187,7 @@ fn status_subresource() -> CustomResourceSubresources {
 fn root_schema(
     description: &str,
     spec: Option<Value>,
-    status: Value,
+    status: Option<Value>,
     validations: Option<Value>,
 ) -> JSONSchemaProps {
     let mut properties = serde_json::Map::new();
@@ -166,7 +198,9 @@ fn root_schema(
     if let Some(spec) = spec {
         properties.insert("spec".into(), spec);
     }
-    properties.insert("status".into(), status);
+    if let Some(status) = status {
+        properties.insert("status".into(), status);
+    }
     if let Some(rules) = validations {
         root["x-kubernetes-validations"] = rules;
     }
@@ -248,6 +282,15 @@ pub(super) fn conditions_schema(_: &mut SchemaGenerator) -> Schema {
                     "description": "type of condition in CamelCase or in foo.example.com/CamelCase."}
             }
         }
+    })
+}
+
+pub(super) fn address_type_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "default": "IPv4",
+        "enum": ["IPv4"],
+        "description": "The type of addresses carried by this EndpointSliceExport. At this stage only IPv4 addresses are supported."
     })
 }
 

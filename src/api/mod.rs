@@ -52,6 +52,7 @@ macro_rules! object {
 
 mod conditions;
 mod crd;
+mod endpoint_slice_export;
 mod internal_service_export;
 mod service_export;
 
@@ -59,7 +60,13 @@ pub use conditions::{
     CONDITION_CONFLICT, CONDITION_VALID, ConditionSpec, condition_matches, find_condition,
     set_condition,
 };
-pub use crd::{crd_files, crd_yaml, internal_service_export_crd, service_export_crd};
+pub use crd::{
+    crd_files, crd_yaml, endpoint_slice_export_crd, internal_service_export_crd, service_export_crd,
+};
+pub use endpoint_slice_export::{
+    ADDRESS_TYPE_IPV4, Endpoint as ExportedEndpoint, EndpointPort, EndpointSliceExport,
+    EndpointSliceExportSpec, OwnerServiceReference,
+};
 pub use internal_service_export::{
     ExportedObjectReference, InternalServiceExport, InternalServiceExportSpec,
     InternalServiceExportStatus, ServicePort,
@@ -68,6 +75,13 @@ pub use service_export::{ServiceExport, ServiceExportStatus, ServiceExportVersio
 
 /// The API group of every fleet-networking type.
 pub const GROUP: &str = "networking.fleet.azure.com";
+
+/// Annotation on an exported member object (an EndpointSlice): its fleet-unique name, the name of
+/// its export in the hub.
+pub const UNIQUE_NAME_ANNOTATION: &str = "networking.fleet.azure.com/fleet-unique-name";
+/// Annotation the member agents write on exported EndpointSlices for their metrics; removed
+/// with the unique name when a slice is withdrawn.
+pub const LAST_SEEN_GENERATION_ANNOTATION: &str = "networking.fleet.azure.com/last-seen-generation";
 
 /// Finalizer that keeps a ServiceExport until its Service is unexported from the hub.
 pub const CLEANUP_FINALIZER: &str = "networking.fleet.azure.com/svc-export-cleanup";

@@ -210,7 +210,7 @@ impl<'a> Writes<'a> {
 
 /// A delete of exactly the object with `uid`: a name since taken by another object is refused
 /// with a 409.
-pub(super) fn only_uid(uid: Option<String>) -> DeleteParams {
+pub(crate) fn only_uid(uid: Option<String>) -> DeleteParams {
     let resource_version = None;
     DeleteParams::default().preconditions(Preconditions {
         uid,

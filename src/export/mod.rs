@@ -6,12 +6,13 @@
 //! reflector stores; writes go to the member and to a hub API scoped to the member's namespace.
 
 mod act;
+pub(crate) use act::only_uid;
 pub mod cleanup;
 mod dangling;
 pub mod decide;
 mod error;
 mod events;
-mod own_writes;
+pub(crate) mod own_writes;
 pub mod public_ip;
 mod reconcile;
 mod views;
@@ -35,20 +36,24 @@ use crate::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
 use own_writes::OwnWrites;
 pub use reconcile::backoff;
 pub use views::Synced;
-use views::{Views, WatchHealth};
+use views::Views;
+pub(crate) use views::{View, WatchHealth, objects_only, project_meta, watch_backoff};
 
 /// How a reconcile ended: its [`Outcome`], or the category of the error it failed with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reconciled {
     Done(Outcome),
+    /// A reconcile of an EndpointSlice.
+    Slice(crate::slices::Outcome),
     Failed(&'static str),
 }
 
 impl Reconciled {
-    /// Stable label: an [`Outcome::label`] or `error:<category>`.
+    /// Stable label: an [`Outcome::label`], `endpointslice:<outcome>` or `error:<category>`.
     pub fn label(&self) -> String {
         match self {
             Self::Done(outcome) => outcome.label(),
+            Self::Slice(outcome) => format!("endpointslice:{}", outcome.label()),
             Self::Failed(category) => format!("error:{category}"),
         }
     }
@@ -70,6 +75,8 @@ pub trait ReconcileObserver: Send + Sync + 'static {
     fn controller_error(&self, member: &str, error: &str);
     /// Every watch that had failed has listed again: the member's views are current.
     fn watches_recovered(&self, _member: &str) {}
+    /// An EndpointSliceExport was created, updated or deleted (`op`).
+    fn slice_write(&self, _member: &str, _op: &'static str) {}
 }
 
 /// An observer that records nothing.
@@ -161,7 +168,14 @@ impl MemberExporter {
         let (dangling_tx, dangling_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let (views, controller) =
             Views::watch(&self.member_client, &hub_api, version, &health, dangling_tx);
-        let synced = health.synced(views.exports.clone());
+        let synced = health.synced(
+            Some(views.exports.clone()),
+            &[
+                View::ServiceExports,
+                View::Services,
+                View::InternalServiceExports,
+            ],
+        );
         let controller = controller
             .with_config(kube::runtime::controller::Config::default().concurrency(self.concurrency))
             // Becoming leader: everything is reconciled once, from the warm caches.
@@ -209,14 +223,14 @@ impl MemberExporter {
 }
 
 /// Yields `()` each time `leader` turns true.
-fn leadership_gained(
+pub(crate) fn leadership_gained(
     leader: watch::Receiver<bool>,
 ) -> impl futures::Stream<Item = ()> + Send + 'static {
     futures::stream::unfold(leader, |mut rx| async move {
         loop {
             rx.changed().await.ok()?;
             if *rx.borrow_and_update() {
-                tracing::info!("leadership acquired: reconciling every ServiceExport");
+                tracing::info!("leadership acquired: reconciling every object");
                 return Some(((), rx));
             }
         }

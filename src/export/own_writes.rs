@@ -11,7 +11,7 @@ use std::hash::Hash;
 use parking_lot::Mutex;
 
 /// Our writes by object, each with the versions it superseded (`None`: the view had no object).
-pub(super) struct OwnWrites<K, T> {
+pub(crate) struct OwnWrites<K, T> {
     writes: Mutex<HashMap<K, Write<T>>>,
 }
 
@@ -31,7 +31,7 @@ impl<K, T> Default for OwnWrites<K, T> {
 impl<K: Hash + Eq, T: Clone> OwnWrites<K, T> {
     /// Our last write of `key` while the view shows `view_rv`, a version it superseded; `None`
     /// (and the write forgotten) once the view shows anything else, or if nothing was written.
-    pub(super) fn over(&self, key: &K, view_rv: Option<&str>) -> Option<T> {
+    pub(crate) fn over(&self, key: &K, view_rv: Option<&str>) -> Option<T> {
         let mut writes = self.writes.lock();
         let write = writes.get(key)?;
         if write.superseded.iter().any(|s| s.as_deref() == view_rv) {
@@ -44,7 +44,7 @@ impl<K: Hash + Eq, T: Clone> OwnWrites<K, T> {
 
     /// Remembers `after`, written over the versions in `superseded`, and over those an earlier
     /// write of ours superseded (the view has not caught up with that one either).
-    pub(super) fn wrote(
+    pub(crate) fn wrote(
         &self,
         key: K,
         superseded: impl IntoIterator<Item = Option<String>>,
@@ -65,7 +65,7 @@ impl<K: Hash + Eq, T: Clone> OwnWrites<K, T> {
         );
     }
 
-    pub(super) fn forget(&self, key: &K) {
+    pub(crate) fn forget(&self, key: &K) {
         self.writes.lock().remove(key);
     }
 }

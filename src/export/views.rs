@@ -160,7 +160,7 @@ const SERVICE_ANNOTATIONS: [&str; 3] = [
 /// Keeps of an object's metadata what decisions and writes read: identity, versions,
 /// deletion, finalizers and the annotations in `keep` (a `kubectl apply` annotation alone
 /// can be larger than all the rest).
-fn project_meta(meta: &mut ObjectMeta, keep: &[&str]) {
+pub(crate) fn project_meta(meta: &mut ObjectMeta, keep: &[&str]) {
     meta.managed_fields = None;
     meta.labels = None;
     meta.owner_references = None;
@@ -197,81 +197,114 @@ fn project_service(service: &mut Service) {
     });
 }
 
-/// One of the exporter's watches.
+/// One watch of a member's exporters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum View {
+pub(crate) enum View {
     ServiceExports = 0,
     Services = 1,
     InternalServiceExports = 2,
+    EndpointSlices = 3,
+    EndpointSliceExports = 4,
 }
 
-/// Tells when a running exporter's watches have each delivered their initial list.
+const VIEWS: usize = 5;
+
+impl View {
+    /// Whether the watch is of the hub (its list waits in the shared hub budget's line).
+    fn in_hub(self) -> bool {
+        matches!(
+            self,
+            Self::InternalServiceExports | Self::EndpointSliceExports
+        )
+    }
+}
+
+/// Tells when a member's exporters' watches have each delivered their initial list.
 ///
 /// Not `Store::wait_until_ready`: the store's readiness is a oneshot channel that wakes only
 /// the task that polled it last, and the controller itself waits on the ServiceExport store.
 /// Two waiters there lose a wake-up: the member would look unsynced until something else
 /// polled it again (seen as exactly `--member-sync-timeout` before Ready).
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct Synced {
-    exports: Store<ServiceExport>,
-    listed: [watch::Receiver<bool>; 3],
+    exports: Option<Store<ServiceExport>>,
+    member: Vec<watch::Receiver<bool>>,
+    hub: Vec<watch::Receiver<bool>>,
 }
 
 impl Synced {
-    /// Resolves once all three watches have produced their initial list (or the exporter
-    /// stopped: then there is nothing to wait for). A later re-list (after a watch expired)
-    /// does not reset it: the stores keep their content until the new list is complete.
+    /// Resolves once every watch has produced its initial list (or the exporter stopped: then
+    /// there is nothing to wait for). A later re-list (after a watch expired) does not reset
+    /// it: the stores keep their content until the new list is complete.
     pub async fn wait(&self) {
-        for listed in &self.listed {
-            let mut listed = listed.clone();
-            let _ = listed.wait_for(|done| *done).await;
-        }
+        self.member_listed().await;
+        wait_all(&self.hub).await;
     }
 
-    /// Resolves once the member's own watches (ServiceExports, Services) have listed: what
-    /// is left is the hub's list, which waits its turn in the shared hub budget.
+    /// Resolves once the member's own watches have listed: what is left is the hub's lists,
+    /// which wait their turn in the shared hub budget.
     pub async fn member_listed(&self) {
-        for view in [View::ServiceExports, View::Services] {
-            let mut listed = self.listed[view as usize].clone();
-            let _ = listed.wait_for(|done| *done).await;
-        }
+        wait_all(&self.member).await;
     }
 
-    /// ServiceExports currently known.
+    /// ServiceExports currently known (0 when the ServiceExport exporter does not run).
     pub fn exports(&self) -> usize {
-        self.exports.state().len()
+        self.exports.as_ref().map_or(0, |e| e.state().len())
+    }
+
+    /// Waits for both exporters' watches.
+    pub fn and(mut self, other: Synced) -> Synced {
+        self.exports = self.exports.or(other.exports);
+        self.member.extend(other.member);
+        self.hub.extend(other.hub);
+        self
     }
 }
 
-/// Health of the three watches: first lists, failures and recoveries, reported to the observer.
-pub(super) struct WatchHealth {
+async fn wait_all(listed: &[watch::Receiver<bool>]) {
+    for listed in listed {
+        let mut listed = listed.clone();
+        let _ = listed.wait_for(|done| *done).await;
+    }
+}
+
+/// Health of one exporter's watches: first lists, failures and recoveries, reported to the
+/// observer.
+pub(crate) struct WatchHealth {
     member: String,
     observer: Arc<dyn ReconcileObserver>,
-    listed: [watch::Sender<bool>; 3],
-    failing: Mutex<[bool; 3]>,
+    listed: [watch::Sender<bool>; VIEWS],
+    failing: Mutex<[bool; VIEWS]>,
 }
 
 impl WatchHealth {
-    pub(super) fn new(member: &str, observer: Arc<dyn ReconcileObserver>) -> Self {
+    pub(crate) fn new(member: &str, observer: Arc<dyn ReconcileObserver>) -> Self {
         Self {
             member: member.to_string(),
             observer,
             listed: std::array::from_fn(|_| watch::channel(false).0),
-            failing: Mutex::new([false; 3]),
+            failing: Mutex::new([false; VIEWS]),
         }
     }
 
-    /// The readiness handle over the three first lists.
-    pub(super) fn synced(&self, exports: Store<ServiceExport>) -> Synced {
+    /// The readiness handle over the first lists of `views`.
+    pub(crate) fn synced(&self, exports: Option<Store<ServiceExport>>, views: &[View]) -> Synced {
+        let (hub, member): (Vec<View>, Vec<View>) = views.iter().partition(|v| v.in_hub());
+        let subscribe = |v: Vec<View>| {
+            v.into_iter()
+                .map(|v| self.listed[v as usize].subscribe())
+                .collect()
+        };
         Synced {
             exports,
-            listed: std::array::from_fn(|i| self.listed[i].subscribe()),
+            member: subscribe(member),
+            hub: subscribe(hub),
         }
     }
 
     /// Inspects one watch's events: a completed list marks it listed (and recovered), an
     /// error marks it failing.
-    pub(super) fn inspector<K>(
+    pub(crate) fn inspector<K>(
         self: &Arc<Self>,
         view: View,
     ) -> impl FnMut(&Result<watcher::Event<K>, watcher::Error>) + use<K> {
@@ -308,7 +341,7 @@ impl WatchHealth {
 /// Drops a trigger stream's errors (each watch's own backoff and health already handled them):
 /// the controller would otherwise back off its whole merged trigger stream, every watch of the
 /// member at once, with delays growing to minutes.
-fn objects_only<K>(
+pub(crate) fn objects_only<K>(
     item: Result<K, watcher::Error>,
 ) -> futures::future::Ready<Option<Result<K, watcher::Error>>> {
     futures::future::ready(item.ok().map(Ok))
@@ -316,7 +349,7 @@ fn objects_only<K>(
 
 /// Watch retry: quick enough that a member whose apiserver returns is current again within
 /// a few seconds (kube's default waits up to 30 s, plus jitter), slow enough not to spin.
-pub(super) fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
+pub(crate) fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
     ResetTimerBackoff::new(
         ExponentialBackoff::from(
             backon::ExponentialBuilder::default()

@@ -1,0 +1,175 @@
+//! Performs a [`Plan`]: the only place the EndpointSlice exporter writes. Deletes of the
+//! exports that must go → the slice's unique-name annotation → the export's create or update.
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use serde_json::{Value, json};
+
+use super::decide::{HubWrite, NameChange, Plan};
+use super::views::project_slice;
+use super::{Context, Error, Step};
+use crate::api::{
+    EndpointSliceExportSpec, LAST_SEEN_GENERATION_ANNOTATION, LAST_SEEN_TIMESTAMP_ANNOTATION,
+    UNIQUE_NAME_ANNOTATION,
+};
+use crate::export::only_uid;
+
+pub(super) async fn perform(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    slice: Option<&EndpointSlice>,
+    plan: &Plan,
+) -> Result<(), Error> {
+    let err = |step| Error::kube(&ctx.member, ns, name, step);
+    for doomed in &plan.delete {
+        ctx.ensure_leader(ns, name)?;
+        let view_rv = view_rv(ctx, &doomed.name);
+        match ctx
+            .hub
+            .delete(&doomed.name, &only_uid(doomed.uid.clone()))
+            .await
+        {
+            Ok(_) => {
+                ctx.observer.slice_write(&ctx.member, "delete");
+                tracing::info!(member = %ctx.member, slice = %format!("{ns}/{name}"), export = %doomed.name, "EndpointSliceExport removed");
+            }
+            // Gone already, or the name now holds another object: not ours to delete.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => return Err(err(Step::DeleteEndpointSliceExport)(e)),
+        }
+        ctx.own_exports.wrote(doomed.name.clone(), [view_rv], None);
+    }
+    let mut written_slice = None;
+    if let (Some(change), Some(slice)) = (&plan.name, slice) {
+        ctx.ensure_leader(ns, name)?;
+        let annotations = match change {
+            NameChange::Assign(unique) => json!({ UNIQUE_NAME_ANNOTATION: unique }),
+            NameChange::Withdraw => json!({
+                UNIQUE_NAME_ANNOTATION: null,
+                LAST_SEEN_GENERATION_ANNOTATION: null,
+                LAST_SEEN_TIMESTAMP_ANNOTATION: null,
+            }),
+        };
+        let slices: Api<EndpointSlice> = Api::namespaced(ctx.member_client.clone(), ns);
+        let body = json!({"metadata": {"annotations": annotations}});
+        let mut after = slices
+            .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+            .map_err(err(Step::AnnotateEndpointSlice))?;
+        project_slice(&mut after);
+        ctx.own_slices.wrote(
+            ObjectRef::new(name).within(ns),
+            [slice.metadata.resource_version.clone()],
+            after.clone(),
+        );
+        written_slice = Some(after);
+    }
+    let Some(write) = &plan.hub else {
+        return Ok(());
+    };
+    ctx.ensure_leader(ns, name)?;
+    let (unique, result) = match write {
+        HubWrite::Create(export) => {
+            let mut export = export.as_ref().clone();
+            after_annotating(&mut export.spec, written_slice.as_ref(), slice);
+            export.metadata.namespace = Some(ctx.hub_namespace.clone());
+            let unique = export.metadata.name.clone().unwrap_or_default();
+            let created = ctx
+                .hub
+                .create(&PostParams::default(), &export)
+                .await
+                .map_err(err(Step::CreateEndpointSliceExport))?;
+            ctx.observer.slice_write(&ctx.member, "create");
+            (unique, created)
+        }
+        HubWrite::Update { name: unique, spec } => {
+            let mut spec = spec.as_ref().clone();
+            after_annotating(&mut spec, written_slice.as_ref(), slice);
+            let updated = ctx
+                .hub
+                .patch(
+                    unique,
+                    &PatchParams::default(),
+                    &Patch::Merge(&spec_patch(&spec)),
+                )
+                .await
+                .map_err(err(Step::UpdateEndpointSliceExport))?;
+            ctx.observer.slice_write(&ctx.member, "update");
+            (unique.clone(), updated)
+        }
+    };
+    let view_rv = view_rv(ctx, &unique);
+    let mut result = result;
+    crate::export::project_meta(&mut result.metadata, &[]);
+    ctx.own_exports.wrote(unique, [view_rv], Some(result));
+    Ok(())
+}
+
+fn view_rv(ctx: &Context, unique: &str) -> Option<String> {
+    ctx.hub_view
+        .get(&ObjectRef::new(unique).within(&ctx.hub_namespace))
+        .and_then(|e| e.metadata.resource_version.clone())
+}
+
+/// The export refers to the slice's version after our own annotation write, so that the watch
+/// event of that write finds it current; unless the endpoints changed meanwhile (then the next
+/// reconcile writes them).
+fn after_annotating(
+    spec: &mut EndpointSliceExportSpec,
+    annotated: Option<&EndpointSlice>,
+    decided_on: Option<&EndpointSlice>,
+) {
+    let (Some(after), Some(before)) = (annotated, decided_on) else {
+        return;
+    };
+    if after.metadata.generation == before.metadata.generation {
+        spec.endpoint_slice_reference.resource_version =
+            after.metadata.resource_version.clone().unwrap_or_default();
+    }
+}
+
+/// A JSON merge patch that makes the export's spec `spec`: lists are replaced whole, and an
+/// empty port list removes the ports.
+fn spec_patch(spec: &EndpointSliceExportSpec) -> Value {
+    let mut value = serde_json::to_value(spec).unwrap_or(Value::Null);
+    if let Some(map) = value.as_object_mut() {
+        map.entry("ports").or_insert(Value::Null);
+    }
+    json!({ "spec": value })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_update_without_ports_removes_them() {
+        let patch = spec_patch(&EndpointSliceExportSpec::default());
+        assert_eq!(patch["spec"]["ports"], Value::Null);
+        assert!(
+            patch["spec"]
+                .as_object()
+                .is_some_and(|m| m.contains_key("ports"))
+        );
+        assert_eq!(patch["spec"]["endpoints"], json!([]));
+    }
+
+    #[test]
+    fn the_export_carries_the_version_our_annotation_produced() {
+        let mut spec = EndpointSliceExportSpec::default();
+        spec.endpoint_slice_reference.resource_version = "1".into();
+        let mut before = EndpointSlice::default();
+        before.metadata.generation = Some(2);
+        let mut after = before.clone();
+        after.metadata.resource_version = Some("5".into());
+        after_annotating(&mut spec, Some(&after), Some(&before));
+        assert_eq!(spec.endpoint_slice_reference.resource_version, "5");
+        // The endpoints changed in between: left for the next reconcile.
+        after.metadata.generation = Some(3);
+        after.metadata.resource_version = Some("9".into());
+        after_annotating(&mut spec, Some(&after), Some(&before));
+        assert_eq!(spec.endpoint_slice_reference.resource_version, "5");
+    }
+}

@@ -1,0 +1,361 @@
+//! What one EndpointSlice needs, decided from what was observed: a pure function, no I/O.
+//!
+//! The rules are fleet-networking's member EndpointSlice controller's (export, skip, unexport,
+//! unique names) and its EndpointSliceExport controller's (an export whose slice is gone, or
+//! whose slice's unique name is another, is removed), decided together per slice.
+
+use std::net::Ipv4Addr;
+
+use jiff::Timestamp;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::{
+    ADDRESS_TYPE_IPV4, CONDITION_CONFLICT, CONDITION_VALID, EndpointPort, EndpointSliceExport,
+    EndpointSliceExportSpec, ExportedEndpoint, ExportedObjectReference, OwnerServiceReference,
+    ServiceExport, UNIQUE_NAME_ANNOTATION, find_condition,
+};
+
+/// The label that names the Service an EndpointSlice belongs to.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// Everything one decision reads.
+pub struct Observation<'a> {
+    pub member: &'a str,
+    pub slice: &'a EndpointSlice,
+    /// The ServiceExport of the slice's Service, if any.
+    pub export: Option<&'a ServiceExport>,
+    /// The hub's EndpointSliceExport named by the slice's unique-name annotation (when valid).
+    pub named: Option<&'a EndpointSliceExport>,
+    /// Every EndpointSliceExport that refers to this slice's namespace/name.
+    pub referring: &'a [&'a EndpointSliceExport],
+    pub now: Timestamp,
+    /// Random suffix for a new unique name (five lowercase hex characters).
+    pub suffix: &'a str,
+}
+
+/// How a reconcile ended, for logs, spans and the `outcome` metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Not exportable and never exported: nothing to do.
+    Skipped,
+    Exported,
+    Updated,
+    Unchanged,
+    Unexported,
+    /// The slice's export is terminating in the hub: written again once it is gone.
+    Waiting,
+    /// The slice is gone: only its leftover exports (if any) were removed.
+    Gone,
+}
+
+impl Outcome {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Skipped => "skipped",
+            Self::Exported => "exported",
+            Self::Updated => "updated",
+            Self::Unchanged => "unchanged",
+            Self::Unexported => "unexported",
+            Self::Waiting => "waiting",
+            Self::Gone => "gone",
+        }
+    }
+}
+
+/// The member write: the slice's unique-name annotation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameChange {
+    /// Set (a first name, or a new one for a tampered or taken name).
+    Assign(String),
+    /// Remove it (and the agents' last-seen annotations): the slice is withdrawn.
+    Withdraw,
+}
+
+/// The hub write for the slice's own export.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HubWrite {
+    Create(Box<EndpointSliceExport>),
+    Update {
+        name: String,
+        spec: Box<EndpointSliceExportSpec>,
+    },
+}
+
+/// An EndpointSliceExport to delete (only the object of that UID).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Doomed {
+    pub name: String,
+    pub uid: Option<String>,
+}
+
+/// The writes that converge one slice, in the order they are made: deletes of the exports
+/// that must go → the name annotation → the export's create or update.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub delete: Vec<Doomed>,
+    pub name: Option<NameChange>,
+    pub hub: Option<HubWrite>,
+    /// Look again later even if nothing changes (an export still terminating).
+    pub recheck: bool,
+    /// Addresses left out because they are not IPv4 (named in a warning, never retried).
+    pub malformed: Vec<String>,
+    pub outcome: Outcome,
+}
+
+impl Plan {
+    fn new(outcome: Outcome) -> Self {
+        Self {
+            delete: vec![],
+            name: None,
+            hub: None,
+            recheck: false,
+            malformed: vec![],
+            outcome,
+        }
+    }
+
+    /// Withdraws something on the view's word: to be confirmed with live reads first.
+    pub fn withdraws(&self) -> bool {
+        !self.delete.is_empty() || self.name == Some(NameChange::Withdraw)
+    }
+
+    pub fn writes(&self) -> usize {
+        self.delete.len() + usize::from(self.name.is_some()) + usize::from(self.hub.is_some())
+    }
+}
+
+/// Decides one slice that exists (in the view or live).
+pub fn decide(o: &Observation<'_>) -> Plan {
+    let slice = o.slice;
+    let annotation = slice
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(UNIQUE_NAME_ANNOTATION));
+    // Only IPv4 slices are ever exported, and the address type never changes: nothing to do,
+    // as in fleet-networking (an annotated one is left as it is).
+    if slice.address_type != ADDRESS_TYPE_IPV4 {
+        return Plan::new(Outcome::Skipped);
+    }
+    if !exportable(slice, o.export) {
+        let mut plan = Plan::new(Outcome::Skipped);
+        plan.delete = doomed(o.referring, |_| true);
+        if annotation.is_some() {
+            plan.name = Some(NameChange::Withdraw);
+        }
+        if plan.writes() > 0 {
+            plan.outcome = Outcome::Unexported;
+        }
+        return plan;
+    }
+    let valid = annotation.filter(|n| is_dns1123_subdomain(n));
+    let slice_uid = slice.metadata.uid.as_deref().unwrap_or_default();
+    // A name is kept while its export in the hub is absent or this very slice's; a tampered
+    // name, or one another slice's export holds, gets a new one.
+    let kept = valid.filter(|_| {
+        o.named
+            .is_none_or(|e| e.spec.endpoint_slice_reference.uid == slice_uid)
+    });
+    let (name, existing) = match kept {
+        Some(name) => (name.clone(), o.named),
+        None => (new_unique_name(o.member, slice, o.suffix), None),
+    };
+    let mut plan = Plan::new(Outcome::Unchanged);
+    if kept.is_none() {
+        plan.name = Some(NameChange::Assign(name.clone()));
+    }
+    plan.delete = doomed(o.referring, |e| e.metadata.name.as_deref() != Some(&name));
+    let (spec, malformed) = export_spec(o.member, slice, existing, o.now);
+    plan.malformed = malformed;
+    match existing {
+        Some(e) if e.metadata.deletion_timestamp.is_some() => {
+            plan.recheck = true;
+            plan.outcome = Outcome::Waiting;
+        }
+        Some(e) if same_export(&e.spec, &spec) => {}
+        Some(_) => {
+            plan.hub = Some(HubWrite::Update {
+                name,
+                spec: Box::new(spec),
+            });
+            plan.outcome = Outcome::Updated;
+        }
+        None => {
+            let mut export = EndpointSliceExport::default();
+            export.metadata.name = Some(name);
+            export.spec = spec;
+            plan.hub = Some(HubWrite::Create(Box::new(export)));
+            plan.outcome = Outcome::Exported;
+        }
+    }
+    plan
+}
+
+/// Decides a slice the member no longer has (read live): its leftover exports go.
+pub fn decide_gone(referring: &[&EndpointSliceExport]) -> Plan {
+    let mut plan = Plan::new(Outcome::Gone);
+    plan.delete = doomed(referring, |_| true);
+    plan
+}
+
+/// Exported while its Service is exported, valid and without conflict, and it is not being
+/// deleted.
+fn exportable(slice: &EndpointSlice, export: Option<&ServiceExport>) -> bool {
+    let Some(export) = export else { return false };
+    let labelled = slice
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(SERVICE_NAME_LABEL));
+    labelled
+        && slice.metadata.deletion_timestamp.is_none()
+        && export_is_valid_without_conflict(export)
+}
+
+/// `Valid=True`, `Conflict=False` and not being deleted.
+pub fn export_is_valid_without_conflict(export: &ServiceExport) -> bool {
+    let conditions = export.conditions();
+    let status = |t: &str| find_condition(conditions, t).map(|c| c.status.as_str());
+    export.metadata.deletion_timestamp.is_none()
+        && status(CONDITION_VALID) == Some("True")
+        && status(CONDITION_CONFLICT) == Some("False")
+}
+
+fn doomed(
+    referring: &[&EndpointSliceExport],
+    keep_not: impl Fn(&EndpointSliceExport) -> bool,
+) -> Vec<Doomed> {
+    referring
+        .iter()
+        .filter(|e| e.metadata.deletion_timestamp.is_none() && keep_not(e))
+        .map(|e| Doomed {
+            name: e.metadata.name.clone().unwrap_or_default(),
+            uid: e.metadata.uid.clone(),
+        })
+        .collect()
+}
+
+/// The export of `slice`: ready endpoints' IPv4 addresses, its ports and references. Its
+/// `exportedSince` is kept from `existing` while the slice's generation is the one exported.
+/// Also returns the addresses left out for not being IPv4 addresses.
+fn export_spec(
+    member: &str,
+    slice: &EndpointSlice,
+    existing: Option<&EndpointSliceExport>,
+    now: Timestamp,
+) -> (EndpointSliceExportSpec, Vec<String>) {
+    let mut malformed = vec![];
+    let endpoints = slice
+        .endpoints
+        .iter()
+        .flatten()
+        // Unknown readiness counts as ready, as the EndpointSlice API says.
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+        .filter_map(|e| {
+            let (ok, bad): (Vec<String>, Vec<String>) = e
+                .addresses
+                .iter()
+                .cloned()
+                .partition(|a| a.parse::<Ipv4Addr>().is_ok());
+            malformed.extend(bad);
+            (!ok.is_empty()).then_some(ExportedEndpoint { addresses: ok })
+        })
+        .collect();
+    let ports = slice
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| EndpointPort {
+            app_protocol: p.app_protocol.clone(),
+            name: p.name.clone(),
+            port: p.port,
+            protocol: p.protocol.clone(),
+        })
+        .collect();
+    let ns = slice.metadata.namespace.clone().unwrap_or_default();
+    let name = slice.metadata.name.clone().unwrap_or_default();
+    let generation = slice.metadata.generation.unwrap_or_default();
+    let exported_since = existing
+        .map(|e| &e.spec.endpoint_slice_reference)
+        .filter(|r| r.generation == generation)
+        .and_then(|r| r.exported_since.clone())
+        .unwrap_or(Time(now));
+    let service = slice
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(SERVICE_NAME_LABEL))
+        .cloned()
+        .unwrap_or_default();
+    let spec = EndpointSliceExportSpec {
+        address_type: ADDRESS_TYPE_IPV4.into(),
+        endpoints,
+        ports,
+        endpoint_slice_reference: ExportedObjectReference {
+            cluster_id: member.into(),
+            kind: "EndpointSlice".into(),
+            api_version: Some("discovery.k8s.io/v1".into()),
+            namespaced_name: format!("{ns}/{name}"),
+            namespace: ns.clone(),
+            name,
+            resource_version: slice.metadata.resource_version.clone().unwrap_or_default(),
+            generation,
+            uid: slice.metadata.uid.clone().unwrap_or_default(),
+            exported_since: Some(exported_since),
+        },
+        owner_service_reference: OwnerServiceReference {
+            namespaced_name: format!("{ns}/{service}"),
+            namespace: ns,
+            name: service,
+        },
+    };
+    (spec, malformed)
+}
+
+/// Equal but for how the slice's kind is spelled: an export written by a member agent (whose
+/// cache may leave TypeMeta empty) is not rewritten for that alone.
+fn same_export(current: &EndpointSliceExportSpec, desired: &EndpointSliceExportSpec) -> bool {
+    let mut current = current.clone();
+    current.endpoint_slice_reference.kind = desired.endpoint_slice_reference.kind.clone();
+    current.endpoint_slice_reference.api_version =
+        desired.endpoint_slice_reference.api_version.clone();
+    current == *desired
+}
+
+/// `<member>-<namespace>-<name>-<suffix>`, each part cut to a third of what a DNS subdomain
+/// leaves; a random lowercase name if that is still not a DNS subdomain.
+pub fn new_unique_name(member: &str, slice: &EndpointSlice, suffix: &str) -> String {
+    const PART: usize = (253 - 3 - 5) / 3;
+    let cut = |s: &str| s.chars().take(PART).collect::<String>();
+    let name = format!(
+        "{}-{}-{}-{suffix}",
+        cut(member),
+        cut(slice.metadata.namespace.as_deref().unwrap_or_default()),
+        cut(slice.metadata.name.as_deref().unwrap_or_default()),
+    );
+    if is_dns1123_subdomain(&name) {
+        name
+    } else {
+        (0..25)
+            .map(|_| char::from(b'a' + rand::random_range(0..26u8)))
+            .collect()
+    }
+}
+
+/// RFC 1123 subdomain: at most 253 characters, dot-separated labels of lowercase alphanumerics
+/// and '-', each starting and ending with an alphanumeric.
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    let label_ok = |l: &str| {
+        let b = l.as_bytes();
+        !b.is_empty()
+            && b.iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            && b[0] != b'-'
+            && b[b.len() - 1] != b'-'
+    };
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(label_ok)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,345 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort as SlicePort};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+use super::*;
+use crate::api::ServiceExportStatus;
+
+const NOW: &str = "2026-12-05T10:00:00Z";
+
+fn now() -> Timestamp {
+    NOW.parse().expect("timestamp")
+}
+
+fn slice() -> EndpointSlice {
+    let mut s = EndpointSlice {
+        address_type: "IPv4".into(),
+        endpoints: Some(vec![
+            endpoint(&["10.0.0.1"], None),
+            endpoint(&["10.0.0.2"], Some(true)),
+            endpoint(&["10.0.0.3"], Some(false)),
+        ]),
+        ports: Some(vec![SlicePort {
+            name: Some("http".into()),
+            port: Some(80),
+            protocol: Some("TCP".into()),
+            app_protocol: None,
+        }]),
+        ..Default::default()
+    };
+    s.metadata.namespace = Some("work".into());
+    s.metadata.name = Some("web-abcde".into());
+    s.metadata.uid = Some("slice-uid".into());
+    s.metadata.resource_version = Some("42".into());
+    s.metadata.generation = Some(3);
+    s.metadata.labels = Some(BTreeMap::from([(
+        SERVICE_NAME_LABEL.to_string(),
+        "web".to_string(),
+    )]));
+    s
+}
+
+fn endpoint(addresses: &[&str], ready: Option<bool>) -> Endpoint {
+    Endpoint {
+        addresses: addresses.iter().map(|a| a.to_string()).collect(),
+        conditions: Some(EndpointConditions {
+            ready,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn named(mut s: EndpointSlice, name: &str) -> EndpointSlice {
+    s.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(UNIQUE_NAME_ANNOTATION.into(), name.into());
+    s
+}
+
+fn condition(type_: &str, status: &str) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: "R".into(),
+        message: String::new(),
+        last_transition_time: Time(now()),
+        observed_generation: None,
+    }
+}
+
+fn export(valid: &str, conflict: &str) -> ServiceExport {
+    let mut se = ServiceExport::default();
+    se.metadata.namespace = Some("work".into());
+    se.metadata.name = Some("web".into());
+    se.status = Some(ServiceExportStatus {
+        conditions: vec![
+            condition(CONDITION_VALID, valid),
+            condition(CONDITION_CONFLICT, conflict),
+        ],
+    });
+    se
+}
+
+/// The export `decide` would create for `slice` under `name`, as the hub would hold it.
+fn hub_copy(slice: &EndpointSlice, name: &str) -> EndpointSliceExport {
+    let mut e = EndpointSliceExport::default();
+    e.metadata.name = Some(name.into());
+    e.metadata.uid = Some(format!("{name}-uid"));
+    e.spec = export_spec("m1", slice, None, now()).0;
+    e
+}
+
+fn run(
+    slice: &EndpointSlice,
+    export: Option<&ServiceExport>,
+    named: Option<&EndpointSliceExport>,
+    referring: &[&EndpointSliceExport],
+) -> Plan {
+    decide(&Observation {
+        member: "m1",
+        slice,
+        export,
+        named,
+        referring,
+        now: now(),
+        suffix: "1a2b3",
+    })
+}
+
+#[test]
+fn a_first_export_names_the_slice_then_creates_its_export_with_ready_addresses_only() {
+    let se = export("True", "False");
+    let plan = run(&slice(), Some(&se), None, &[]);
+    let name = "m1-work-web-abcde-1a2b3";
+    assert_eq!(plan.name, Some(NameChange::Assign(name.into())));
+    let Some(HubWrite::Create(ese)) = &plan.hub else {
+        panic!("expected a create: {plan:?}")
+    };
+    assert_eq!(ese.metadata.name.as_deref(), Some(name));
+    let addresses: Vec<&str> = ese
+        .spec
+        .endpoints
+        .iter()
+        .flat_map(|e| e.addresses.iter().map(String::as_str))
+        .collect();
+    assert_eq!(addresses, ["10.0.0.1", "10.0.0.2"], "not-ready left out");
+    let r = &ese.spec.endpoint_slice_reference;
+    assert_eq!(
+        (
+            r.cluster_id.as_str(),
+            r.kind.as_str(),
+            r.namespaced_name.as_str()
+        ),
+        ("m1", "EndpointSlice", "work/web-abcde")
+    );
+    assert_eq!(
+        (r.uid.as_str(), r.resource_version.as_str(), r.generation),
+        ("slice-uid", "42", 3)
+    );
+    assert_eq!(r.exported_since, Some(Time(now())));
+    assert_eq!(ese.spec.owner_service_reference.namespaced_name, "work/web");
+    assert_eq!(ese.spec.ports[0].port, Some(80));
+    assert_eq!(plan.outcome, Outcome::Exported);
+    assert!(!plan.withdraws());
+}
+
+#[test]
+fn a_converged_slice_writes_nothing() {
+    let se = export("True", "False");
+    let s = named(slice(), "m1-work-web-abcde-1a2b3");
+    let hub = hub_copy(&s, "m1-work-web-abcde-1a2b3");
+    let plan = run(&s, Some(&se), Some(&hub), &[&hub]);
+    assert_eq!(plan.writes(), 0, "{plan:?}");
+    assert_eq!(plan.outcome, Outcome::Unchanged);
+}
+
+#[test]
+fn an_endpoint_change_is_one_update_with_a_new_exported_since() {
+    let se = export("True", "False");
+    let s = named(slice(), "n-1");
+    let mut hub = hub_copy(&s, "n-1");
+    hub.spec.endpoint_slice_reference.exported_since =
+        Some(Time("2026-01-01T00:00:00Z".parse().expect("t")));
+    let mut changed = s.clone();
+    changed
+        .endpoints
+        .get_or_insert_with(Vec::new)
+        .push(endpoint(&["10.0.0.9"], Some(true)));
+    changed.metadata.generation = Some(4);
+    let plan = run(&changed, Some(&se), Some(&hub), &[&hub]);
+    let Some(HubWrite::Update { name, spec }) = &plan.hub else {
+        panic!("expected an update: {plan:?}")
+    };
+    assert_eq!(name, "n-1");
+    assert_eq!(spec.endpoints.len(), 3);
+    assert_eq!(
+        spec.endpoint_slice_reference.exported_since,
+        Some(Time(now()))
+    );
+    assert_eq!(plan.writes(), 1);
+    // Same generation: the export time stays.
+    let plan = run(&s, Some(&se), Some(&hub), &[&hub]);
+    assert_eq!(plan.writes(), 0, "{plan:?}");
+}
+
+#[test]
+fn an_agent_written_export_without_kind_is_not_rewritten() {
+    let se = export("True", "False");
+    let s = named(slice(), "n-1");
+    let mut hub = hub_copy(&s, "n-1");
+    hub.spec.endpoint_slice_reference.kind = String::new();
+    hub.spec.endpoint_slice_reference.api_version = None;
+    assert_eq!(run(&s, Some(&se), Some(&hub), &[&hub]).writes(), 0);
+}
+
+#[test]
+fn skipped_when_not_ipv4_unlabelled_unexported_invalid_or_conflicted() {
+    let good = export("True", "False");
+    let mut v6 = slice();
+    v6.address_type = "IPv6".into();
+    let mut unlabelled = slice();
+    unlabelled.metadata.labels = None;
+    let invalid = export("False", "False");
+    let conflicted = export("True", "True");
+    let pending = export("True", "Unknown");
+    let cases: [(&str, &EndpointSlice, Option<&ServiceExport>); 6] = [
+        ("ipv6", &v6, Some(&good)),
+        ("no label", &unlabelled, Some(&good)),
+        ("no export", &slice(), None),
+        ("invalid", &slice(), Some(&invalid)),
+        ("conflicted", &slice(), Some(&conflicted)),
+        ("pending", &slice(), Some(&pending)),
+    ];
+    for (what, s, se) in cases {
+        let plan = run(s, se, None, &[]);
+        assert_eq!(plan.writes(), 0, "{what}: {plan:?}");
+        assert_eq!(plan.outcome, Outcome::Skipped, "{what}");
+    }
+}
+
+#[test]
+fn an_exported_slice_is_withdrawn_when_its_export_stops_being_eligible() {
+    let s = named(slice(), "n-1");
+    let hub = hub_copy(&s, "n-1");
+    let invalid = export("False", "False");
+    let mut deleting = export("True", "False");
+    deleting.metadata.deletion_timestamp = Some(Time(now()));
+    let mut slice_deleting = s.clone();
+    slice_deleting.metadata.deletion_timestamp = Some(Time(now()));
+    let good = export("True", "False");
+    for (what, sl, se) in [
+        ("ServiceExport deleted", &s, None),
+        ("invalid", &s, Some(&invalid)),
+        ("ServiceExport deleting", &s, Some(&deleting)),
+        ("slice deleting", &slice_deleting, Some(&good)),
+    ] {
+        let plan = run(sl, se, Some(&hub), &[&hub]);
+        assert_eq!(
+            plan.delete,
+            [Doomed {
+                name: "n-1".into(),
+                uid: Some("n-1-uid".into())
+            }],
+            "{what}"
+        );
+        assert_eq!(plan.name, Some(NameChange::Withdraw), "{what}");
+        assert!(plan.withdraws());
+        assert_eq!(plan.outcome, Outcome::Unexported);
+    }
+}
+
+#[test]
+fn a_tampered_name_gets_a_new_one_and_the_old_export_goes() {
+    let se = export("True", "False");
+    let old = named(slice(), "n-1");
+    let hub = hub_copy(&old, "n-1");
+    let tampered = named(slice(), "Not_A_Name");
+    let plan = run(&tampered, Some(&se), None, &[&hub]);
+    assert_eq!(
+        plan.name,
+        Some(NameChange::Assign("m1-work-web-abcde-1a2b3".into()))
+    );
+    assert!(matches!(plan.hub, Some(HubWrite::Create(_))));
+    assert_eq!(
+        plan.delete.len(),
+        1,
+        "the export under the old name: {plan:?}"
+    );
+    assert_eq!(plan.delete[0].name, "n-1");
+}
+
+#[test]
+fn a_name_another_slices_export_holds_gets_a_new_one() {
+    let se = export("True", "False");
+    let mut other = slice();
+    other.metadata.name = Some("other".into());
+    other.metadata.uid = Some("other-uid".into());
+    let theirs = hub_copy(&other, "n-1");
+    let copied = named(slice(), "n-1");
+    let plan = run(&copied, Some(&se), Some(&theirs), &[]);
+    assert_eq!(
+        plan.name,
+        Some(NameChange::Assign("m1-work-web-abcde-1a2b3".into()))
+    );
+    assert!(matches!(plan.hub, Some(HubWrite::Create(_))));
+    assert!(plan.delete.is_empty(), "the other slice's export stays");
+}
+
+#[test]
+fn a_terminating_export_is_waited_for() {
+    let se = export("True", "False");
+    let s = named(slice(), "n-1");
+    let mut hub = hub_copy(&s, "n-1");
+    hub.metadata.deletion_timestamp = Some(Time(now()));
+    let plan = run(&s, Some(&se), Some(&hub), &[&hub]);
+    assert_eq!(plan.writes(), 0);
+    assert!(plan.recheck);
+    assert_eq!(plan.outcome, Outcome::Waiting);
+}
+
+#[test]
+fn a_gone_slice_takes_its_exports_with_it() {
+    let s = named(slice(), "n-1");
+    let hub = hub_copy(&s, "n-1");
+    let plan = decide_gone(&[&hub]);
+    assert_eq!(plan.delete.len(), 1);
+    assert!(plan.withdraws());
+    assert_eq!(decide_gone(&[]).writes(), 0);
+}
+
+#[test]
+fn malformed_addresses_are_left_out_and_named() {
+    let se = export("True", "False");
+    let mut s = slice();
+    s.endpoints = Some(vec![
+        endpoint(&["10.0.0.1", "fe80::1"], None),
+        endpoint(&["nope"], None),
+    ]);
+    let plan = run(&s, Some(&se), None, &[]);
+    assert_eq!(plan.malformed, ["fe80::1", "nope"]);
+    let Some(HubWrite::Create(ese)) = &plan.hub else {
+        panic!("expected a create")
+    };
+    assert_eq!(ese.spec.endpoints.len(), 1);
+}
+
+#[test]
+fn unique_names_are_dns_subdomains_even_for_long_inputs() {
+    assert!(is_dns1123_subdomain("m1-work-web-1a2b3"));
+    assert!(is_dns1123_subdomain("a.b-c"));
+    for bad in ["", "-a", "a-", "A", "a_b", "a..b", &"a".repeat(254)] {
+        assert!(!is_dns1123_subdomain(bad), "{bad}");
+    }
+    let mut s = slice();
+    s.metadata.name = Some("x".repeat(253));
+    let name = new_unique_name(&"m".repeat(100), &s, "1a2b3");
+    assert!(is_dns1123_subdomain(&name), "{name}");
+    assert!(name.ends_with("-1a2b3"));
+    // A member name that cannot be part of a DNS name: a random one.
+    let odd = new_unique_name("Member_One", &slice(), "1a2b3");
+    assert_eq!(odd.len(), 25);
+    assert!(is_dns1123_subdomain(&odd));
+}

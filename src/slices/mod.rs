@@ -1,0 +1,135 @@
+//! The member-scoped EndpointSlice exporter: fleet-networking's member EndpointSlice and
+//! EndpointSliceExport controllers, run from the hub. Observe → decide (pure) → act.
+//!
+//! One [`MemberSliceExporter`] per member: a kube-runtime `Controller` over the member's
+//! EndpointSlices that belong to a Service, also triggered by the member's ServiceExports (the
+//! slices of that Service) and by the EndpointSliceExports of the member's hub namespace (the
+//! slice each refers to); a sweeper looks at the slices the view no longer has (deleted, or
+//! no longer a Service's) and at exports whose slice it does not know.
+
+mod act;
+pub mod decide;
+mod error;
+mod reconcile;
+mod views;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::{Future, StreamExt};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::Api;
+use kube::runtime::reflector::{ObjectRef, Store};
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+pub use decide::Outcome;
+pub use error::{Error, Step};
+
+use crate::api::{EndpointSliceExport, ServiceExport, ServiceExportVersion};
+use crate::export::own_writes::OwnWrites;
+use crate::export::{ReconcileObserver, Synced, WatchHealth};
+
+/// Everything one member's EndpointSlice exporter needs.
+pub struct MemberSliceExporter {
+    /// Member name, also its cluster ID in `endpointSliceReference.clusterId`.
+    pub member: String,
+    pub member_client: kube::Client,
+    /// The member's view of the hub client; only ever used inside `hub_namespace`.
+    pub hub_client: kube::Client,
+    pub hub_namespace: String,
+    pub se_version: ServiceExportVersion,
+    /// Reconciles running at once; 0: unbounded.
+    pub concurrency: u16,
+    /// `true` while this replica may write.
+    pub leader: watch::Receiver<bool>,
+    pub observer: Arc<dyn ReconcileObserver>,
+}
+
+/// Shared by every reconcile of one member's slices.
+pub(crate) struct Context {
+    member: String,
+    member_client: kube::Client,
+    se_version: ServiceExportVersion,
+    /// The hub writer, scoped to the member's namespace.
+    hub: Api<EndpointSliceExport>,
+    slices: Store<EndpointSlice>,
+    exports: Store<ServiceExport>,
+    hub_view: Store<EndpointSliceExport>,
+    hub_namespace: String,
+    leader: watch::Receiver<bool>,
+    observer: Arc<dyn ReconcileObserver>,
+    views: Synced,
+    /// Consecutive failures per slice; removed on success and when the slice goes.
+    failures: Mutex<HashMap<ObjectRef<EndpointSlice>, u32>>,
+    own_slices: OwnWrites<ObjectRef<EndpointSlice>, EndpointSlice>,
+    own_exports: OwnWrites<String, Option<EndpointSliceExport>>,
+}
+
+impl Context {
+    fn ensure_leader(&self, ns: &str, name: &str) -> Result<(), Error> {
+        if *self.leader.borrow() {
+            Ok(())
+        } else {
+            Err(Error::NotLeader {
+                member: self.member.clone(),
+                namespace: ns.into(),
+                name: name.into(),
+            })
+        }
+    }
+}
+
+impl MemberSliceExporter {
+    /// Builds the controller. Returns the future that runs it until `shutdown` resolves
+    /// (in-flight reconciles finish first) and the handle that tells when its watches synced.
+    pub fn start(
+        self,
+        shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    ) -> (impl Future<Output = ()> + Send, Synced) {
+        let hub_api: Api<EndpointSliceExport> =
+            Api::namespaced(self.hub_client.clone(), &self.hub_namespace);
+        let health = Arc::new(WatchHealth::new(&self.member, self.observer.clone()));
+        let (absent_tx, absent_rx) = tokio::sync::mpsc::channel(views::ABSENT_QUEUE);
+        let (views, controller) = views::Views::watch(
+            &self.member,
+            &self.member_client,
+            &hub_api,
+            self.se_version,
+            &health,
+            absent_tx,
+        );
+        let synced = health.synced(None, &views::WATCHED);
+        let controller = controller
+            .with_config(kube::runtime::controller::Config::default().concurrency(self.concurrency))
+            .reconcile_all_on(crate::export::leadership_gained(self.leader.clone()))
+            .graceful_shutdown_on(shutdown);
+        let ctx = Arc::new(Context {
+            member: self.member,
+            member_client: self.member_client,
+            se_version: self.se_version,
+            hub: hub_api,
+            slices: views.slices,
+            exports: views.exports,
+            hub_view: views.hub,
+            hub_namespace: self.hub_namespace,
+            leader: self.leader,
+            observer: self.observer,
+            views: synced.clone(),
+            failures: Mutex::default(),
+            own_slices: OwnWrites::default(),
+            own_exports: OwnWrites::default(),
+        });
+        let sweeper = reconcile::sweep(ctx.clone(), absent_rx);
+        let run = async move {
+            let controller = controller
+                .run(reconcile::reconcile, reconcile::error_policy, ctx)
+                .for_each(|_| futures::future::ready(()));
+            tokio::select! {
+                () = controller => {}
+                () = sweeper => {}
+            }
+        };
+        (run, synced)
+    }
+}

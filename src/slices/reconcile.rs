@@ -1,0 +1,360 @@
+//! One reconcile of one EndpointSlice: observe (views, live reads before withdrawing
+//! anything) → [`decide`] → [`act::perform`]; the sweep of slices the view does not have; how
+//! failures are requeued.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use tokio::sync::mpsc;
+use tracing::{Instrument, field};
+
+use super::decide::{Observation, Outcome, Plan, SERVICE_NAME_LABEL, decide, decide_gone};
+use super::views::{Absent, referred};
+use super::{Context, Error, Step, act};
+use crate::api::{EndpointSliceExport, ServiceExport, UNIQUE_NAME_ANNOTATION};
+use crate::export::Reconciled;
+
+/// Reconciles one slice of the view: one trace per call, a root span `reconcile_endpointslice`.
+pub(super) async fn reconcile(
+    slice: Arc<EndpointSlice>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let ns = slice.namespace().unwrap_or_default();
+    let name = slice.name_any();
+    traced(&ctx, &ns, &name, Some(slice)).await
+}
+
+async fn traced(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    viewed: Option<Arc<EndpointSlice>>,
+) -> Result<Action, Error> {
+    let span = tracing::info_span!(
+        parent: None,
+        "reconcile_endpointslice",
+        fleet.member = %ctx.member,
+        k8s.namespace.name = %ns,
+        fleet.endpointslice.name = %name,
+        outcome = field::Empty,
+        otel.status_code = field::Empty,
+    );
+    let started = Instant::now();
+    ctx.observer.reconcile_started(&ctx.member);
+    let result = observe_decide_act(ctx, ns, name, viewed)
+        .instrument(span.clone())
+        .await;
+    let key = ObjectRef::new(name).within(ns);
+    let reconciled = match &result {
+        Ok((outcome, _)) => Reconciled::Slice(*outcome),
+        Err(e) => Reconciled::Failed(e.category()),
+    };
+    span.record("outcome", reconciled.label().as_str());
+    match &result {
+        Ok(_) => {
+            ctx.failures.lock().remove(&key);
+        }
+        Err(e) if crate::client::fence::refused(e) => {
+            span.in_scope(|| tracing::debug!(error = %e, "reconcile fenced"));
+        }
+        Err(e) => {
+            span.record("otel.status_code", "ERROR");
+            span.in_scope(|| tracing::warn!(error = %e, "reconcile failed"));
+        }
+    }
+    span.in_scope(|| {
+        ctx.observer
+            .reconciled(&ctx.member, reconciled, started.elapsed())
+    });
+    result.map(|(_, action)| action)
+}
+
+/// What was read live in this reconcile (`None` for a field: not read, use the view).
+#[derive(Default)]
+struct Live {
+    slice: Option<Option<EndpointSlice>>,
+    export: Option<Option<ServiceExport>>,
+    /// The export under a name, read after the hub refused a write.
+    named: Option<(String, Option<EndpointSliceExport>)>,
+}
+
+async fn observe_decide_act(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    viewed: Option<Arc<EndpointSlice>>,
+) -> Result<(Outcome, Action), Error> {
+    ctx.views.wait().await;
+    if !*ctx.leader.borrow() {
+        return Ok((Outcome::Skipped, Action::await_change()));
+    }
+    let key = ObjectRef::<EndpointSlice>::new(name).within(ns);
+    let mut live = Live::default();
+    if viewed.is_none() {
+        read_live(ctx, ns, name, &mut live).await?;
+    }
+    let mut stale = 0;
+    loop {
+        let slice = match &live.slice {
+            Some(slice) => slice.clone(),
+            None => viewed.as_ref().map(|v| {
+                ctx.own_slices
+                    .over(&key, v.metadata.resource_version.as_deref())
+                    .unwrap_or_else(|| v.as_ref().clone())
+            }),
+        };
+        let referring = referring(ctx, ns, name);
+        let referring: Vec<&EndpointSliceExport> = referring.iter().map(Arc::as_ref).collect();
+        let plan = match &slice {
+            None => decide_gone(&referring),
+            Some(slice) => {
+                let export = match &live.export {
+                    Some(export) => export.clone().map(Arc::new),
+                    None => service_of(slice).and_then(|service| {
+                        ctx.exports
+                            .get(&ObjectRef::new_with(&service, ctx.se_version).within(ns))
+                    }),
+                };
+                let named = named(ctx, slice, &live);
+                let suffix = format!("{:05x}", rand::random_range(0..0x100000u32));
+                decide(&Observation {
+                    member: &ctx.member,
+                    slice,
+                    export: export.as_deref(),
+                    named: named.as_deref(),
+                    referring: &referring,
+                    now: Timestamp::now(),
+                    suffix: &suffix,
+                })
+            }
+        };
+        tracing::debug!(
+            writes = plan.writes(),
+            outcome = plan.outcome.label(),
+            "decided"
+        );
+        if plan.withdraws() && live.slice.is_none() {
+            // Views may be behind: withdraw only on what the API says now.
+            read_live(ctx, ns, name, &mut live).await?;
+            continue;
+        }
+        if !plan.malformed.is_empty() {
+            tracing::warn!(member = %ctx.member, slice = %format!("{ns}/{name}"), addresses = ?plan.malformed, "addresses that are not IPv4 left out of the export");
+        }
+        match act::perform(ctx, ns, name, slice.as_ref(), &plan).await {
+            Ok(()) => {
+                if slice.is_none() {
+                    ctx.own_slices.forget(&key);
+                }
+                return Ok((plan.outcome, requeue(&plan)));
+            }
+            Err(e) => match e.stale_view() {
+                Some(hub) if stale < 2 => {
+                    stale += 1;
+                    tracing::debug!(error = %e, "the view was behind; reading live");
+                    read_live(ctx, ns, name, &mut live).await?;
+                    if hub {
+                        read_named(ctx, ns, name, &mut live).await?;
+                    }
+                }
+                _ => return Err(e),
+            },
+        }
+    }
+}
+
+fn requeue(plan: &Plan) -> Action {
+    if plan.recheck {
+        Action::requeue(RECHECK)
+    } else {
+        Action::await_change()
+    }
+}
+
+/// How soon a slice whose export is terminating is looked at again.
+const RECHECK: Duration = Duration::from_secs(5);
+
+fn service_of(slice: &EndpointSlice) -> Option<String> {
+    slice
+        .metadata
+        .labels
+        .as_ref()?
+        .get(SERVICE_NAME_LABEL)
+        .cloned()
+}
+
+fn unique_name(slice: &EndpointSlice) -> Option<&String> {
+    slice
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(UNIQUE_NAME_ANNOTATION)
+}
+
+/// The export under the slice's unique name: read live, our own write, or the view.
+fn named(ctx: &Context, slice: &EndpointSlice, live: &Live) -> Option<Arc<EndpointSliceExport>> {
+    let name = unique_name(slice)?;
+    if let Some((read, export)) = &live.named
+        && read == name
+    {
+        return export.clone().map(Arc::new);
+    }
+    let viewed = ctx
+        .hub_view
+        .get(&ObjectRef::new(name).within(&ctx.hub_namespace));
+    let view_rv = viewed
+        .as_ref()
+        .and_then(|e| e.metadata.resource_version.clone());
+    match ctx.own_exports.over(name, view_rv.as_deref()) {
+        Some(own) => own.map(Arc::new),
+        None => viewed,
+    }
+}
+
+/// The exports in the view that refer to `ns/name`.
+fn referring(ctx: &Context, ns: &str, name: &str) -> Vec<Arc<EndpointSliceExport>> {
+    ctx.hub_view
+        .state()
+        .into_iter()
+        .filter(|e| {
+            let r = &e.spec.endpoint_slice_reference;
+            r.namespace == ns && r.name == name
+        })
+        .collect()
+}
+
+async fn read_live(ctx: &Context, ns: &str, name: &str, live: &mut Live) -> Result<(), Error> {
+    let slices: Api<EndpointSlice> = Api::namespaced(ctx.member_client.clone(), ns);
+    let slice = slices.get_opt(name).await.map_err(Error::kube(
+        &ctx.member,
+        ns,
+        name,
+        Step::GetEndpointSlice,
+    ))?;
+    let export = match slice.as_ref().and_then(service_of) {
+        Some(service) => {
+            let exports: Api<ServiceExport> =
+                Api::namespaced_with(ctx.member_client.clone(), ns, &ctx.se_version);
+            exports.get_opt(&service).await.map_err(Error::kube(
+                &ctx.member,
+                ns,
+                name,
+                Step::GetServiceExport,
+            ))?
+        }
+        None => None,
+    };
+    live.slice = Some(slice);
+    live.export = Some(export);
+    Ok(())
+}
+
+async fn read_named(ctx: &Context, ns: &str, name: &str, live: &mut Live) -> Result<(), Error> {
+    let Some(unique) = live
+        .slice
+        .as_ref()
+        .and_then(|s| s.as_ref())
+        .and_then(unique_name)
+    else {
+        return Ok(());
+    };
+    let export = ctx.hub.get_opt(unique).await.map_err(Error::kube(
+        &ctx.member,
+        ns,
+        name,
+        Step::GetEndpointSliceExport,
+    ))?;
+    live.named = Some((unique.clone(), export));
+    Ok(())
+}
+
+/// Looks at every export whose slice the view does not have once the views have listed, each
+/// time this replica becomes leader and every [`SWEEP_EVERY`]; and at each slice named on
+/// `absent` meanwhile. Ends when the exporter drops it.
+pub(super) async fn sweep(ctx: Arc<Context>, mut absent: mpsc::Receiver<Absent>) {
+    ctx.views.wait().await;
+    sweep_all(&ctx).await;
+    let mut leader = ctx.leader.clone();
+    let mut every = tokio::time::interval(SWEEP_EVERY);
+    every.tick().await;
+    loop {
+        tokio::select! {
+            next = absent.recv() => match next {
+                Some((ns, name)) => look_at(&ctx, &ns, &name).await,
+                None => std::future::pending().await,
+            },
+            changed = leader.changed() => match changed {
+                Ok(()) if *leader.borrow_and_update() => sweep_all(&ctx).await,
+                Ok(()) => {}
+                // No leader election: leadership never changes.
+                Err(_) => std::future::pending().await,
+            },
+            _ = every.tick() => sweep_all(&ctx).await,
+        }
+    }
+}
+
+/// The reference controllers re-scan their exports every five minutes for slices deleted
+/// while nobody watched; here the view tells which ones to read live.
+const SWEEP_EVERY: Duration = Duration::from_secs(300);
+
+async fn sweep_all(ctx: &Context) {
+    let mut keys: Vec<(String, String)> =
+        ctx.hub_view.state().iter().map(|e| referred(e)).collect();
+    keys.sort();
+    keys.dedup();
+    for (ns, name) in keys {
+        look_at(ctx, &ns, &name).await;
+    }
+}
+
+/// A slice the view does not have: reconciled on live reads (the controller has the others).
+async fn look_at(ctx: &Context, ns: &str, name: &str) {
+    if !*ctx.leader.borrow() || ctx.slices.get(&ObjectRef::new(name).within(ns)).is_some() {
+        return;
+    }
+    // Errors are logged and counted by `traced`; the next event or sweep tries again.
+    let _ = traced(ctx, ns, name, None).await;
+}
+
+/// Exponential (1 s doubling to 5 min), jittered, per slice; reset by a success.
+pub(super) fn error_policy(slice: Arc<EndpointSlice>, error: &Error, ctx: Arc<Context>) -> Action {
+    if matches!(error, Error::NotLeader { .. }) {
+        return Action::await_change();
+    }
+    if crate::client::fence::refused(error) {
+        return Action::requeue(Duration::from_secs(2));
+    }
+    let key = ObjectRef::from_obj(slice.as_ref());
+    let failures = {
+        let mut map = ctx.failures.lock();
+        let n = map.entry(key).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    };
+    Action::requeue(crate::export::backoff(failures, rand::random::<f64>()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_service_and_unique_name_are_read_from_label_and_annotation() {
+        let mut s = EndpointSlice::default();
+        assert_eq!(service_of(&s), None);
+        assert_eq!(unique_name(&s), None);
+        s.metadata.labels = Some([(SERVICE_NAME_LABEL.to_string(), "web".to_string())].into());
+        s.metadata.annotations =
+            Some([(UNIQUE_NAME_ANNOTATION.to_string(), "n-1".to_string())].into());
+        assert_eq!(service_of(&s).as_deref(), Some("web"));
+        assert_eq!(unique_name(&s).map(String::as_str), Some("n-1"));
+        assert_eq!(requeue(&decide_gone(&[])), Action::await_change());
+    }
+}
