@@ -27,6 +27,10 @@ pub const MEMBER_PERMISSIONS: &[(&str, &str, &str)] = &[
     ("", "services", "list"),
     ("", "services", "watch"),
     ("events.k8s.io", "events", "create"),
+    ("discovery.k8s.io", "endpointslices", "get"),
+    ("discovery.k8s.io", "endpointslices", "list"),
+    ("discovery.k8s.io", "endpointslices", "watch"),
+    ("discovery.k8s.io", "endpointslices", "patch"),
 ];
 
 /// One row of the report.

@@ -10,9 +10,9 @@ use fleetnet_hub::azure::{
     CredentialKind, Secret,
 };
 use fleetnet_hub::config::{Budgets, MemberConfigFile, parse_duration, positive_rate};
-use fleetnet_hub::fleet::RuntimeConfig;
 use fleetnet_hub::fleet::TrustPolicy;
 use fleetnet_hub::fleet::registry::DEFAULT_NAMESPACE_PREFIX;
+use fleetnet_hub::fleet::{Controllers, RuntimeConfig};
 
 #[derive(Parser)]
 #[command(
@@ -104,6 +104,10 @@ pub struct RunArgs {
     /// When a member's kubeconfig is removed, delete its exports from the hub and its finalizers.
     #[arg(long, env = "FLEETNET_CLEANUP_ON_REMOVE")]
     cleanup_on_remove: bool,
+    /// Which exporters run for every member, comma-separated: `serviceexport` (ServiceExport →
+    /// InternalServiceExport), `endpointslice` (EndpointSlice → EndpointSliceExport).
+    #[arg(long, env = "FLEETNET_CONTROLLERS", default_value = "serviceexport,endpointslice", value_parser = Controllers::parse)]
+    controllers: Controllers,
     /// Export Traffic Manager fields (weight, type, load balancer, public IP).
     #[arg(long, env = "FLEETNET_ENABLE_TRAFFIC_MANAGER")]
     enable_traffic_manager: bool,
@@ -248,6 +252,7 @@ impl RunArgs {
                 rescan_interval: Duration::from_secs(30),
                 instance,
                 trust: self.trust.policy(),
+                controllers: self.controllers,
             },
             leader_election,
             metrics_bind_address: self.metrics_bind_address.clone(),

@@ -99,6 +99,7 @@ fn app_config(fleet: &fleetnet_testenv::Fleet) -> AppConfig {
             rescan_interval: Duration::from_secs(30),
             instance: "sandbox".into(),
             trust: Default::default(),
+            controllers: Default::default(),
         },
         leader_election: None,
         metrics_bind_address: "127.0.0.1:0".into(),

@@ -475,6 +475,7 @@ want = {
     ("networking.fleet.azure.com", "serviceexports/status"): {"patch"},
     ("", "services"): {"get", "list", "watch"},
     ("events.k8s.io", "events"): {"create"},
+    ("discovery.k8s.io", "endpointslices"): {"get", "list", "watch", "patch"},
 }
 assert grants == want, f"grants {grants} != {want}"
 docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
@@ -512,6 +513,7 @@ for r in rules:
 # What tests/rbac.rs proves the controller uses in a member's hub namespace (no update, no Events).
 want = {
     ("networking.fleet.azure.com", "internalserviceexports"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("networking.fleet.azure.com", "endpointsliceexports"): {"get", "list", "watch", "create", "patch", "delete"},
 }
 assert grants == want, f"grants {grants} != {want}"
 print("ok")

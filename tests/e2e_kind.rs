@@ -93,6 +93,7 @@ async fn controller(c: &Clusters) -> Option<Running> {
             rescan_interval: Duration::from_secs(30),
             instance: "e2e".into(),
             trust: Default::default(),
+            controllers: Default::default(),
         },
         leader_election: None,
         metrics_bind_address: "127.0.0.1:0".into(),

@@ -256,6 +256,7 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
             rescan_interval: Duration::from_secs(5),
             instance: "rbac-test".into(),
             trust: Default::default(),
+            controllers: Default::default(),
         },
         leader_election: Some(LeaderElection {
             namespace: lease_ns.clone(),
@@ -321,6 +322,50 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
         .await
         .expect("hub verdict");
     wait_condition(m1, "shop", "cart", "Conflict", "False", "NoConflictFound").await;
+
+    // An EndpointSlice of the exported Service: exported, updated, then withdrawn when it is no
+    // longer the Service's (live reads of the slice and its export before the withdrawal).
+    let cart_slices = slices(m1, "shop");
+    cart_slices
+        .create(
+            &PostParams::default(),
+            &endpoint_slice("shop", "cart-1", "cart", &["10.0.0.1"]),
+        )
+        .await
+        .expect("create slice");
+    wait_slice_export(&hub, &ns1, "shop", "cart-1", |_| true).await;
+    cart_slices
+        .patch(
+            "cart-1",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"endpoints": [
+                {"addresses": ["10.0.0.1"], "conditions": {"ready": true}},
+                {"addresses": ["10.0.0.2"], "conditions": {"ready": true}}
+            ]})),
+        )
+        .await
+        .expect("add an endpoint");
+    wait_slice_export(&hub, &ns1, "shop", "cart-1", |e| {
+        e.spec.endpoints.len() == 2
+    })
+    .await;
+    cart_slices
+        .patch(
+            "cart-1",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"kubernetes.io/service-name": null}}})),
+        )
+        .await
+        .expect("unlabel");
+    wait_slice_unexported(&hub, &ns1, "shop", "cart-1").await;
+    eventually("cart-1's unique name removed", || {
+        let api = cart_slices.clone();
+        async move {
+            let s = api.get("cart-1").await.ok()?;
+            unique_name_of(&s).is_none().then_some(())
+        }
+    })
+    .await;
 
     // Weight 0 unexports; removing the annotation exports again (the same Events again: the
     // recorder patches their series).

@@ -591,6 +591,7 @@ fn app_config(config: &Config, fleet: &fleetnet_testenv::Fleet, dir: &Path) -> A
             rescan_interval: Duration::from_secs(30),
             instance: "fleetnet-bench".into(),
             trust: Default::default(),
+            controllers: Default::default(),
         },
         leader_election: None,
         metrics_bind_address: "127.0.0.1:0".into(),

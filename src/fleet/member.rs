@@ -13,6 +13,8 @@ use super::vet::{self, TrustPolicy};
 use crate::api::ServiceExportVersion;
 use crate::client::{self, ClientStats};
 use crate::export::{MemberExporter, Settings, Synced};
+use crate::slices::MemberSliceExporter;
+use futures::FutureExt;
 
 /// Runs the member until `cancel`: connect, discover, start the exporter, track its phase;
 /// any failure is retried with the member's own backoff, never affecting other members.
@@ -136,11 +138,36 @@ async fn run_once(
     })??;
     shared.state.record(name, Event::Syncing);
     let probe_client = client.clone();
-    let exporter = exporter(name, shared, client, events, version);
-    let stop = cancel.clone();
-    let (run, synced) = exporter.start(async move { stop.cancelled().await });
+    // One view of the shared hub client per member, for both exporters: one line in the hub
+    // budget, every write fenced by this member's hold.
+    let hub = client::member_view(&shared.hub_client, shared.fence_of(name));
+    let mut runs = Vec::new();
+    let mut synced = Synced::default();
+    if cfg.controllers.service_exports {
+        let exporter = exporter(name, shared, client.clone(), events, hub.clone(), version);
+        let stop = cancel.clone();
+        let (run, s) = exporter.start(async move { stop.cancelled().await });
+        runs.push(run.boxed());
+        synced = synced.and(s);
+    }
+    if cfg.controllers.endpoint_slices {
+        let slices = MemberSliceExporter {
+            member: name.to_string(),
+            member_client: client,
+            hub_client: hub,
+            hub_namespace: format!("{}{name}", cfg.namespace_prefix),
+            se_version: version,
+            concurrency: cfg.member_limits.reconcile_concurrency,
+            leader: shared.leader.clone(),
+            observer: shared.observer_for(),
+        };
+        let stop = cancel.clone();
+        let (run, s) = slices.start(async move { stop.cancelled().await });
+        runs.push(run.boxed());
+        synced = synced.and(s);
+    }
     let span = tracing::info_span!("member", fleet.member = %name);
-    let run = tokio::spawn(run.instrument(span));
+    let run = tokio::spawn(futures::future::join_all(runs).instrument(span));
     let state = shared.state.clone();
     let watcher = tokio::spawn(track_sync(
         state.clone(),
@@ -150,7 +177,7 @@ async fn run_once(
         engaging,
     ));
     let prober = tokio::spawn(probe(state, name.to_string(), probe_client));
-    let result = run.await;
+    let result = run.await.map(drop);
     watcher.abort();
     prober.abort();
     result.map_err(|e| format!("member task ended abnormally: {e}"))
@@ -161,6 +188,7 @@ fn exporter(
     shared: &Arc<Shared>,
     client: kube::Client,
     events: kube::Client,
+    hub_client: kube::Client,
     version: ServiceExportVersion,
 ) -> MemberExporter {
     let cfg = &shared.config;
@@ -176,9 +204,7 @@ fn exporter(
         member_client: client,
         events_client: events,
         concurrency: cfg.member_limits.reconcile_concurrency,
-        // The shared hub client (one budget, this member's fair share of it), each request
-        // fenced by this member's lease when sharded.
-        hub_client: client::member_view(&shared.hub_client, shared.fence_of(name)),
+        hub_client,
         hub_namespace: format!("{}{name}", cfg.namespace_prefix),
         se_version: version,
         settings: Settings {

@@ -117,6 +117,7 @@ pub struct Metrics {
     in_flight: Family<Labels, Gauge>,
     controller_errors: Family<Labels, Counter>,
     ise_writes: Family<Labels, Counter>,
+    slice_writes: Family<Labels, Counter>,
     export_latency: ExemplarHistogram,
     conflict_latency: Histogram,
     export_duration: Family<Labels, Histogram, fn() -> Histogram>,
@@ -158,6 +159,7 @@ impl Metrics {
             in_flight: Family::default(),
             controller_errors: Family::default(),
             ise_writes: Family::default(),
+            slice_writes: Family::default(),
             export_latency: HistogramWithExemplars::new(LATENCY_BUCKETS.into_iter()),
             conflict_latency: Histogram::new(LATENCY_BUCKETS),
             export_duration: Family::new_with_constructor(|| {
@@ -169,7 +171,7 @@ impl Metrics {
             registry,
             (
                 "fleetnet_reconcile",
-                "Reconciles of ServiceExports, by member and outcome (exported, unexported, skipped, invalid:<reason>, error:<step>)",
+                "Reconciles of ServiceExports and EndpointSlices, by member and outcome (exported, unexported, skipped, invalid:<reason>, endpointslice:<outcome>, error:<step>)",
                 None,
                 m.reconciles.clone()
             ),
@@ -196,6 +198,12 @@ impl Metrics {
                 "InternalServiceExport writes to the hub, by op (create, update, delete)",
                 None,
                 m.ise_writes.clone()
+            ),
+            (
+                "fleetnet_endpointsliceexport_writes",
+                "EndpointSliceExport writes to the hub, by op (create, update, delete)",
+                None,
+                m.slice_writes.clone()
             ),
             (
                 "fleetnet_export_latency",
@@ -351,6 +359,13 @@ impl ReconcileObserver for Metrics {
     fn hub_write(&self, member: &str, op: &'static str) {
         self.ensure_member(member);
         self.ise_writes
+            .get_or_create(&vec![("op", op.to_string())])
+            .inc();
+    }
+
+    fn slice_write(&self, member: &str, op: &'static str) {
+        self.ensure_member(member);
+        self.slice_writes
             .get_or_create(&vec![("op", op.to_string())])
             .inc();
     }

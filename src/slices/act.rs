@@ -10,8 +10,8 @@ use super::decide::{HubWrite, NameChange, Plan};
 use super::views::project_slice;
 use super::{Context, Error, Step};
 use crate::api::{
-    EndpointSliceExportSpec, LAST_SEEN_GENERATION_ANNOTATION, LAST_SEEN_TIMESTAMP_ANNOTATION,
-    UNIQUE_NAME_ANNOTATION,
+    EndpointSliceExportSpec, GROUP, LAST_SEEN_GENERATION_ANNOTATION,
+    LAST_SEEN_TIMESTAMP_ANNOTATION, UNIQUE_NAME_ANNOTATION,
 };
 use crate::export::only_uid;
 
@@ -75,6 +75,8 @@ pub(super) async fn perform(
             let mut export = export.as_ref().clone();
             after_annotating(&mut export.spec, written_slice.as_ref(), slice);
             export.metadata.namespace = Some(ctx.hub_namespace.clone());
+            export.api_version = Some(format!("{GROUP}/v1alpha1"));
+            export.kind = Some("EndpointSliceExport".into());
             let unique = export.metadata.name.clone().unwrap_or_default();
             let created = ctx
                 .hub

@@ -94,7 +94,8 @@ impl Error {
     }
 
     /// The view was behind: a 409 (taken name, changed object), or a 404 of the export being
-    /// updated. `Some(true)` when the hub refused.
+    /// updated. `Some(true)` when the hub refused (the reconcile reads everything again either
+    /// way; the answer is for tests and logs).
     pub(super) fn stale_view(&self) -> Option<bool> {
         match self {
             Self::Kube { source, step, .. } => match source.as_ref() {

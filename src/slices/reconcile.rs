@@ -14,7 +14,9 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::sync::mpsc;
 use tracing::{Instrument, field};
 
-use super::decide::{Observation, Outcome, Plan, SERVICE_NAME_LABEL, decide, decide_gone};
+use super::decide::{
+    Observation, Outcome, Plan, SERVICE_NAME_LABEL, decide, decide_gone, is_dns1123_subdomain,
+};
 use super::views::{Absent, referred};
 use super::{Context, Error, Step, act};
 use crate::api::{EndpointSliceExport, ServiceExport, UNIQUE_NAME_ANNOTATION};
@@ -80,7 +82,7 @@ async fn traced(
 struct Live {
     slice: Option<Option<EndpointSlice>>,
     export: Option<Option<ServiceExport>>,
-    /// The export under a name, read after the hub refused a write.
+    /// The export under the slice's unique name, read with the slice.
     named: Option<(String, Option<EndpointSliceExport>)>,
 }
 
@@ -155,13 +157,10 @@ async fn observe_decide_act(
                 return Ok((plan.outcome, requeue(&plan)));
             }
             Err(e) => match e.stale_view() {
-                Some(hub) if stale < 2 => {
+                Some(_) if stale < 2 => {
                     stale += 1;
                     tracing::debug!(error = %e, "the view was behind; reading live");
                     read_live(ctx, ns, name, &mut live).await?;
-                    if hub {
-                        read_named(ctx, ns, name, &mut live).await?;
-                    }
                 }
                 _ => return Err(e),
             },
@@ -252,7 +251,8 @@ async fn read_live(ctx: &Context, ns: &str, name: &str, live: &mut Live) -> Resu
     };
     live.slice = Some(slice);
     live.export = Some(export);
-    Ok(())
+    // The export a withdrawal would delete, as the hub has it now.
+    read_named(ctx, ns, name, live).await
 }
 
 async fn read_named(ctx: &Context, ns: &str, name: &str, live: &mut Live) -> Result<(), Error> {

@@ -301,7 +301,7 @@ impl CrdFiles {
         };
         for crd in crds {
             match crd.spec.names.kind.as_str() {
-                "InternalServiceExport" => files.hub.push(crd),
+                "InternalServiceExport" | "EndpointSliceExport" => files.hub.push(crd),
                 "ServiceExport" => files.member.push(crd),
                 _ => {}
             }
