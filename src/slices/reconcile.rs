@@ -261,6 +261,7 @@ async fn read_named(ctx: &Context, ns: &str, name: &str, live: &mut Live) -> Res
         .as_ref()
         .and_then(|s| s.as_ref())
         .and_then(unique_name)
+        .filter(|n| is_dns1123_subdomain(n))
     else {
         return Ok(());
     };
