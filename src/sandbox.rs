@@ -1,15 +1,17 @@
 //! `fleetnet-hub sandbox`: a local hub and two members on real apiservers (the test
-//! substrate), the controller running against them, one sample export per member.
+//! substrate), the controller running against them, one sample export (Service + its
+//! EndpointSlice) per member.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
-use kube::api::{Api, ObjectMeta, PostParams};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use crate::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
+use crate::api::{EndpointSliceExport, InternalServiceExport, ServiceExport, ServiceExportVersion};
 use crate::app::{self, AppConfig, Extensions};
 use crate::client::Limits;
 use crate::fleet::RuntimeConfig;
@@ -51,14 +53,33 @@ pub async fn run() -> Result<(), String> {
         );
         println!("{}", serde_saphyr::to_string(&ise.spec).unwrap_or_default());
     }
+    let hub_namespaces = MEMBERS.iter().map(|m| fleet.hub_namespace(m)).collect();
+    let verdicts = tokio::spawn(stand_in_verdicts(hub.clone(), hub_namespaces));
+    for (i, member) in MEMBERS.into_iter().enumerate() {
+        let client = fleet
+            .member(member)
+            .client()
+            .await
+            .map_err(|e| e.to_string())?;
+        create_sample_slice(&client, member, i).await?;
+    }
+    for member in MEMBERS {
+        let ns = fleet.hub_namespace(member);
+        let ese = wait_for_slice_export(&hub, &ns, &format!("hello-{member}")).await?;
+        println!(
+            "--- EndpointSliceExport {ns}/{} (from {member}'s EndpointSlice demo/hello-{member})",
+            ese.metadata.name.as_deref().unwrap_or_default()
+        );
+        println!("{}", serde_saphyr::to_string(&ese.spec).unwrap_or_default());
+    }
     println!("fleetnet-hub sandbox is running.");
     println!(
-        "  hub:       kubectl --kubeconfig {} get internalserviceexports -A",
+        "  hub:       kubectl --kubeconfig {} get internalserviceexports,endpointsliceexports -A",
         fleet.hub().kubeconfig_path().display()
     );
     for m in fleet.members() {
         println!(
-            "  {:<10} kubectl --kubeconfig {} get serviceexports -A",
+            "  {:<10} kubectl --kubeconfig {} get serviceexports,endpointslices -A",
             format!("{}:", m.name()),
             m.kubeconfig_path().display()
         );
@@ -72,6 +93,7 @@ pub async fn run() -> Result<(), String> {
     app::wait_for_signal().await;
     eprintln!("stopping...");
     mirror.abort();
+    verdicts.abort();
     running.shutdown().await;
     drop(fleet);
     Ok(())
@@ -151,6 +173,99 @@ async fn create_sample(client: &kube::Client, member: &str) -> Result<(), String
         .map(|_| ()),
         "ServiceExport demo/hello",
     )
+}
+
+/// The demo Service's endpoints, as the member's EndpointSlice controller would write them for
+/// two ready Pods (there are none: nothing else writes it).
+async fn create_sample_slice(client: &kube::Client, member: &str, i: usize) -> Result<(), String> {
+    let name = format!("hello-{member}");
+    let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": name, "namespace": "demo",
+            "labels": {
+                "kubernetes.io/service-name": "hello",
+                "endpointslice.kubernetes.io/managed-by": "sandbox.fleetnet-hub"
+            }
+        },
+        "addressType": "IPv4",
+        "endpoints": [
+            {"addresses": [format!("10.244.{i}.10")], "conditions": {"ready": true}},
+            {"addresses": [format!("10.244.{i}.11")], "conditions": {"ready": true}}
+        ],
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]
+    }))
+    .map_err(|e| format!("{member}: the sample EndpointSlice: {e}"))?;
+    match Api::<EndpointSlice>::namespaced(client.clone(), "demo")
+        .create(&PostParams::default(), &slice)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(format!("{member}: create EndpointSlice demo/{name}: {e}")),
+    }
+}
+
+/// How long the sandbox waits for a hub controller's Conflict verdict before writing its own.
+const VERDICT_GRACE: Duration = Duration::from_secs(5);
+
+/// Stands in for fleet-networking's hub controllers when none runs against the sandbox hub:
+/// an ISE without a `Conflict` condition after [`VERDICT_GRACE`] gets `Conflict=False`, the
+/// verdict they give exports that agree (the demo exports do). Slices are exported only for
+/// Services without conflict. Runs until aborted.
+async fn stand_in_verdicts(hub: kube::Client, namespaces: Vec<String>) {
+    let mut announced = false;
+    loop {
+        tokio::time::sleep(VERDICT_GRACE).await;
+        for ns in &namespaces {
+            let api: Api<InternalServiceExport> = Api::namespaced(hub.clone(), ns);
+            let Ok(list) = api.list(&Default::default()).await else {
+                continue;
+            };
+            for ise in list.items {
+                let judged = crate::api::find_condition(ise.conditions(), "Conflict").is_some();
+                let Some(name) = ise.metadata.name.as_deref().filter(|_| !judged) else {
+                    continue;
+                };
+                if !announced {
+                    println!(
+                        "(no hub controller gave a Conflict verdict within {VERDICT_GRACE:?}: the sandbox writes Conflict=False, as fleet-networking's would for these exports)"
+                    );
+                    announced = true;
+                }
+                let verdict = serde_json::json!({"status": {"conditions": [{
+                    "type": "Conflict", "status": "False", "reason": "NoConflictFound",
+                    "message": "verdict written by fleetnet-hub sandbox (no hub controller running)",
+                    "lastTransitionTime": jiff::Timestamp::now().to_string(),
+                    "observedGeneration": ise.metadata.generation.unwrap_or(1)
+                }]}});
+                let _ = api
+                    .patch_status(name, &PatchParams::default(), &Patch::Merge(&verdict))
+                    .await;
+            }
+        }
+    }
+}
+
+async fn wait_for_slice_export(
+    hub: &kube::Client,
+    ns: &str,
+    slice: &str,
+) -> Result<EndpointSliceExport, String> {
+    let api: Api<EndpointSliceExport> = Api::namespaced(hub.clone(), ns);
+    for _ in 0..600 {
+        if let Ok(list) = api.list(&Default::default()).await
+            && let Some(e) = list
+                .items
+                .into_iter()
+                .find(|e| e.spec.endpoint_slice_reference.name == slice)
+        {
+            return Ok(e);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!(
+        "no EndpointSliceExport of demo/{slice} in {ns} within 60 s"
+    ))
 }
 
 async fn wait_for_ise(

@@ -124,10 +124,11 @@ kind load docker-image "$image" --name "$hub_cluster" >&2
 # --- 3. CRDs ---------------------------------------------------------------------------------------
 crds="$root/charts/fleetnet-hub/crds"
 kubectl --kubeconfig "$hub_kc" apply --server-side -f "$crds/networking.fleet.azure.com_internalserviceexports.yaml" >&2
+kubectl --kubeconfig "$hub_kc" apply --server-side -f "$crds/networking.fleet.azure.com_endpointsliceexports.yaml" >&2
 for m in "${members[@]}"; do
   kubectl --kubeconfig "$work/members/$m.yaml" apply --server-side -f "$crds/networking.fleet.azure.com_serviceexports.yaml" >&2
 done
-kubectl --kubeconfig "$hub_kc" wait --for condition=Established --timeout 60s crd/internalserviceexports.networking.fleet.azure.com >&2
+kubectl --kubeconfig "$hub_kc" wait --for condition=Established --timeout 60s crd/internalserviceexports.networking.fleet.azure.com crd/endpointsliceexports.networking.fleet.azure.com >&2
 for m in "${members[@]}"; do
   kubectl --kubeconfig "$work/members/$m.yaml" wait --for condition=Established --timeout 60s crd/serviceexports.networking.fleet.azure.com >&2
 done

@@ -49,6 +49,10 @@ fn sandbox_runs_from_a_copied_binary_without_the_source_tree() {
             stdout.contains(&format!("demo-hello (from {member})")),
             "no ISE printed for {member}:\n{stdout}"
         );
+        assert!(
+            stdout.contains(&format!("EndpointSlice demo/hello-{member})")),
+            "no EndpointSliceExport printed for {member}:\n{stdout}"
+        );
     }
 
     let stopped = Instant::now();
@@ -60,7 +64,7 @@ fn sandbox_runs_from_a_copied_binary_without_the_source_tree() {
         "the sandbox used the source tree:\n{stderr}"
     );
     println!(
-        "sandbox from {} (source tree {}): up, 2 ISEs, stopped in {:?}",
+        "sandbox from {} (source tree {}): up, 2 ISEs, 2 EndpointSliceExports, stopped in {:?}",
         exe.display(),
         if hide { "hidden" } else { "present" },
         stopped.elapsed()

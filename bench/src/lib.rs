@@ -34,6 +34,7 @@ mod observe;
 mod process;
 mod report;
 mod server;
+mod slices;
 mod svg;
 #[cfg(test)]
 mod tests;
@@ -48,6 +49,7 @@ use report::*;
 pub use report::{markdown, summary_markdown};
 use server::*;
 pub use server::{ServerCounts, ideal_bound, parse_sample, scrape_every_resource};
+pub use slices::{SlicesConfig, SlicesReport, run_slices, slices_markdown};
 pub use svg::svg;
 
 use fleetnet_hub::api::{

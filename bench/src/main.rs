@@ -5,6 +5,7 @@
 //! ```sh
 //! cargo run --release -p fleetnet-bench -- --members 10 --exports 250 --churn 10 --duration 30 --svg docs/bench.svg
 //! cargo build --release -p fleetnet-hub && cargo run --release -p fleetnet-bench -- --failover --members 20 --exports 10
+//! cargo run --release -p fleetnet-bench -- --endpoint-slices --members 10 --exports 250 --churn 10 --duration 30
 //! cargo run --release -p fleetnet-bench -- --fairness --members 6 --exports 2000 --churn 5 --kube-api-qps 500 --kube-api-burst 500
 //! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --fleet-size --members 300 --member-servers 5 --exports 10 --replicas 3 --quiet 60
 //! ```
@@ -96,6 +97,15 @@ struct Cli {
     /// member 1 has converged (see `fairness.rs`).
     #[arg(long, conflicts_with_all = ["failover", "sweep"])]
     fairness: bool,
+    /// Measure the EndpointSlice exporter instead: `--members` members, `--exports` exported
+    /// Services each with one EndpointSlice of `--endpoints` ready endpoints; cold export,
+    /// RSS per member, change → export latency at `--churn` per second (default 10) for
+    /// `--duration` (see `slices.rs`).
+    #[arg(long, conflicts_with_all = ["failover", "fairness", "fleet_size", "sweep", "replay"])]
+    endpoint_slices: bool,
+    /// Ready endpoints per EndpointSlice for `--endpoint-slices`.
+    #[arg(long, default_value_t = 3)]
+    endpoints: usize,
     /// The `fleetnet-hub` binary for `--failover` and `--fleet-size` (default: next to this
     /// executable).
     #[arg(long)]
@@ -204,6 +214,23 @@ async fn main_inner(cli: Cli) -> Result<(), String> {
         let report = failover::run(&config).await.map_err(|e| format!("{e:#}"))?;
         println!("{}", failover::markdown(&report));
         return Ok(());
+    }
+    if cli.endpoint_slices {
+        let config = bench::SlicesConfig {
+            members: cli.members,
+            services: cli.exports,
+            endpoints: cli.endpoints,
+            rate: cli.churn.unwrap_or(10.0),
+            duration: seconds("duration", cli.duration)?,
+            hub_limits: cli.budgets.hub(),
+            member_limits: cli.budgets.member(),
+            timeout: seconds("converge-timeout", cli.converge_timeout)?,
+        };
+        let report = bench::run_slices(&config)
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+        println!("{}", bench::slices_markdown(&report));
+        return write_json(cli.json.as_deref(), &report);
     }
     if cli.fleet_size {
         let config = fleet_size::Config {

@@ -6,19 +6,26 @@ use std::time::Duration;
 
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 
-use crate::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
+use crate::api::{EndpointSliceExport, InternalServiceExport, ServiceExport, ServiceExportVersion};
 
 const EACH_SIDE: Duration = Duration::from_secs(30);
 
-/// Deletes every ISE in the member's hub namespace (`hub`), then, with `member` (its client,
-/// when it could be built), drops our finalizer from its ServiceExports. `Ok` once both sides
-/// are done; else what is left, naming the member.
+/// Deletes every ISE and EndpointSliceExport in the member's hub namespace `hub_ns` (through
+/// `hub`), then, with `member` (its client, when it could be built), drops our finalizer from
+/// its ServiceExports. `Ok` once both sides are done; else what is left, naming the member.
 pub async fn withdraw_member(
     name: &str,
-    hub: Api<InternalServiceExport>,
+    hub: kube::Client,
+    hub_ns: &str,
     member: Result<kube::Client, String>,
 ) -> Result<(), String> {
-    let hub_side = match tokio::time::timeout(EACH_SIDE, delete_all(&hub)).await {
+    let ises: Api<InternalServiceExport> = Api::namespaced(hub.clone(), hub_ns);
+    let slices: Api<EndpointSliceExport> = Api::namespaced(hub, hub_ns);
+    let both = async {
+        delete_all(&ises).await?;
+        delete_all(&slices).await
+    };
+    let hub_side = match tokio::time::timeout(EACH_SIDE, both).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(format!("hub namespace not cleaned: {e}")),
         Err(_) => Err(format!("hub namespace not cleaned within {EACH_SIDE:?}")),
@@ -44,9 +51,12 @@ pub async fn withdraw_member(
     hub_side.and(member_side)
 }
 
-async fn delete_all(hub: &Api<InternalServiceExport>) -> Result<(), kube::Error> {
-    for ise in hub.list(&ListParams::default()).await?.items {
-        let name = ise.metadata.name.unwrap_or_default();
+async fn delete_all<K>(hub: &Api<K>) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    for object in hub.list(&ListParams::default()).await?.items {
+        let name = object.meta().name.clone().unwrap_or_default();
         match hub.delete(&name, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 => {}

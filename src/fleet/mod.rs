@@ -582,10 +582,7 @@ async fn withdraw(
     let ns = format!("{}{name}", shared.config.namespace_prefix);
     // Fenced by the member's lease (sharded), which is kept until the cleanup is done.
     let fence = shared.fence_of(name);
-    let hub = Api::namespaced(
-        crate::client::member_view(&shared.hub_client, fence.clone()),
-        &ns,
-    );
+    let hub = crate::client::member_view(&shared.hub_client, fence.clone());
     let member = match kubeconfig {
         Some(kubeconfig) => member::member_client(
             name,
@@ -600,7 +597,7 @@ async fn withdraw(
         .map(|m| m.clients.client),
         None => Err("no usable kubeconfig".to_string()),
     };
-    crate::export::cleanup::withdraw_member(name, hub, member).await
+    crate::export::cleanup::withdraw_member(name, hub, &ns, member).await
 }
 
 /// Whether `client`'s API server answers (`/version`) within `within`; else why not.
