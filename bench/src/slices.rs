@@ -314,9 +314,15 @@ pub async fn run_slices(config: &SlicesConfig) -> anyhow::Result<SlicesReport> {
     })
 }
 
-/// Lets freed memory go back before RSS is read (the allocator keeps what it can reuse).
+/// Lets freed memory go back before RSS is read, as the `fleetnet-hub` binary does every 30 s
+/// (`malloc_trim`): what is left is what the process holds, not what glibc kept after a burst.
 async fn settle_memory() {
     tokio::time::sleep(Duration::from_secs(3)).await;
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim is thread-safe and only releases free memory.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 pub fn slices_markdown(r: &SlicesReport) -> String {

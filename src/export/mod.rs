@@ -37,7 +37,7 @@ use own_writes::OwnWrites;
 pub use reconcile::backoff;
 pub use views::Synced;
 use views::Views;
-pub(crate) use views::{View, WatchHealth, objects_only, project_meta, watch_backoff};
+pub(crate) use views::{View, WatchHealth, objects_only, watch_backoff};
 
 /// How a reconcile ended: its [`Outcome`], or the category of the error it failed with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -160,7 +160,7 @@ const SERVICE_ANNOTATIONS: [&str; 3] = [
 /// Keeps of an object's metadata what decisions and writes read: identity, versions,
 /// deletion, finalizers and the annotations in `keep` (a `kubectl apply` annotation alone
 /// can be larger than all the rest).
-pub(crate) fn project_meta(meta: &mut ObjectMeta, keep: &[&str]) {
+fn project_meta(meta: &mut ObjectMeta, keep: &[&str]) {
     meta.managed_fields = None;
     meta.labels = None;
     meta.owner_references = None;

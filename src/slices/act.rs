@@ -1,13 +1,12 @@
 //! Performs a [`Plan`]: the only place the EndpointSlice exporter writes. Deletes of the
 //! exports that must go → the slice's unique-name annotation → the export's create or update.
 
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 
 use super::decide::{HubWrite, NameChange, Plan};
-use super::views::project_slice;
+use super::model::{ExportView, SliceView};
 use super::{Context, Error, Step};
 use crate::api::{
     EndpointSliceExportSpec, GROUP, LAST_SEEN_GENERATION_ANNOTATION,
@@ -19,7 +18,7 @@ pub(super) async fn perform(
     ctx: &Context,
     ns: &str,
     name: &str,
-    slice: Option<&EndpointSlice>,
+    slice: Option<&SliceView>,
     plan: &Plan,
 ) -> Result<(), Error> {
     let err = |step| Error::kube(&ctx.member, ns, name, step);
@@ -52,13 +51,12 @@ pub(super) async fn perform(
                 LAST_SEEN_TIMESTAMP_ANNOTATION: null,
             }),
         };
-        let slices: Api<EndpointSlice> = Api::namespaced(ctx.member_client.clone(), ns);
+        let slices: Api<SliceView> = Api::namespaced(ctx.member_client.clone(), ns);
         let body = json!({"metadata": {"annotations": annotations}});
-        let mut after = slices
+        let after = slices
             .patch(name, &PatchParams::default(), &Patch::Merge(&body))
             .await
             .map_err(err(Step::AnnotateEndpointSlice))?;
-        project_slice(&mut after);
         ctx.own_slices.wrote(
             ObjectRef::new(name).within(ns),
             [slice.metadata.resource_version.clone()],
@@ -103,9 +101,8 @@ pub(super) async fn perform(
         }
     };
     let view_rv = view_rv(ctx, &unique);
-    let mut result = result;
-    crate::export::project_meta(&mut result.metadata, &[]);
-    ctx.own_exports.wrote(unique, [view_rv], Some(result));
+    ctx.own_exports
+        .wrote(unique, [view_rv], Some(ExportView::from(result)));
     Ok(())
 }
 
@@ -120,8 +117,8 @@ fn view_rv(ctx: &Context, unique: &str) -> Option<String> {
 /// reconcile writes them).
 fn after_annotating(
     spec: &mut EndpointSliceExportSpec,
-    annotated: Option<&EndpointSlice>,
-    decided_on: Option<&EndpointSlice>,
+    annotated: Option<&SliceView>,
+    decided_on: Option<&SliceView>,
 ) {
     let (Some(after), Some(before)) = (annotated, decided_on) else {
         return;
@@ -162,7 +159,7 @@ mod tests {
     fn the_export_carries_the_version_our_annotation_produced() {
         let mut spec = EndpointSliceExportSpec::default();
         spec.endpoint_slice_reference.resource_version = "1".into();
-        let mut before = EndpointSlice::default();
+        let mut before = SliceView::default();
         before.metadata.generation = Some(2);
         let mut after = before.clone();
         after.metadata.resource_version = Some("5".into());

@@ -7,13 +7,13 @@
 use std::net::Ipv4Addr;
 
 use jiff::Timestamp;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::model::{ExportVerdict, ExportView, SliceView, digest};
 use crate::api::{
-    ADDRESS_TYPE_IPV4, CONDITION_CONFLICT, CONDITION_VALID, EndpointPort, EndpointSliceExport,
+    ADDRESS_TYPE_IPV4, CONDITION_CONFLICT, CONDITION_VALID, EndpointSliceExport,
     EndpointSliceExportSpec, ExportedEndpoint, ExportedObjectReference, OwnerServiceReference,
-    ServiceExport, UNIQUE_NAME_ANNOTATION, find_condition,
+    ServiceExport, find_condition,
 };
 
 /// The label that names the Service an EndpointSlice belongs to.
@@ -22,13 +22,13 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// Everything one decision reads.
 pub struct Observation<'a> {
     pub member: &'a str,
-    pub slice: &'a EndpointSlice,
+    pub slice: &'a SliceView,
     /// The ServiceExport of the slice's Service, if any.
-    pub export: Option<&'a ServiceExport>,
+    pub export: Option<&'a ExportVerdict>,
     /// The hub's EndpointSliceExport named by the slice's unique-name annotation (when valid).
-    pub named: Option<&'a EndpointSliceExport>,
+    pub named: Option<&'a ExportView>,
     /// Every EndpointSliceExport that refers to this slice's namespace/name.
-    pub referring: &'a [&'a EndpointSliceExport],
+    pub referring: &'a [&'a ExportView],
     pub now: Timestamp,
     /// Random suffix for a new unique name (five lowercase hex characters).
     pub suffix: &'a str,
@@ -128,11 +128,7 @@ impl Plan {
 /// Decides one slice that exists (in the view or live).
 pub fn decide(o: &Observation<'_>) -> Plan {
     let slice = o.slice;
-    let annotation = slice
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(UNIQUE_NAME_ANNOTATION));
+    let annotation = slice.unique_name.as_ref();
     // Only IPv4 slices are ever exported, and the address type never changes: nothing to do,
     // as in fleet-networking (an annotated one is left as it is).
     if slice.address_type != ADDRESS_TYPE_IPV4 {
@@ -153,10 +149,7 @@ pub fn decide(o: &Observation<'_>) -> Plan {
     let slice_uid = slice.metadata.uid.as_deref().unwrap_or_default();
     // A name is kept while its export in the hub is absent or this very slice's; a tampered
     // name, or one another slice's export holds, gets a new one.
-    let kept = valid.filter(|_| {
-        o.named
-            .is_none_or(|e| e.spec.endpoint_slice_reference.uid == slice_uid)
-    });
+    let kept = valid.filter(|_| o.named.is_none_or(|e| e.slice_uid == slice_uid));
     let (name, existing) = match kept {
         Some(name) => (name.clone(), o.named),
         None => (new_unique_name(o.member, slice, o.suffix), None),
@@ -173,7 +166,7 @@ pub fn decide(o: &Observation<'_>) -> Plan {
             plan.recheck = true;
             plan.outcome = Outcome::Waiting;
         }
-        Some(e) if same_export(&e.spec, &spec) => {}
+        Some(e) if e.digest == digest(&spec) => {}
         Some(_) => {
             plan.hub = Some(HubWrite::Update {
                 name,
@@ -193,7 +186,7 @@ pub fn decide(o: &Observation<'_>) -> Plan {
 }
 
 /// Decides a slice the member no longer has (read live): its leftover exports go.
-pub fn decide_gone(referring: &[&EndpointSliceExport]) -> Plan {
+pub fn decide_gone(referring: &[&ExportView]) -> Plan {
     let mut plan = Plan::new(Outcome::Gone);
     plan.delete = doomed(referring, |_| true);
     plan
@@ -201,16 +194,10 @@ pub fn decide_gone(referring: &[&EndpointSliceExport]) -> Plan {
 
 /// Exported while its Service is exported, valid and without conflict, and it is not being
 /// deleted.
-fn exportable(slice: &EndpointSlice, export: Option<&ServiceExport>) -> bool {
-    let Some(export) = export else { return false };
-    let labelled = slice
-        .metadata
-        .labels
-        .as_ref()
-        .is_some_and(|l| l.contains_key(SERVICE_NAME_LABEL));
-    labelled
+fn exportable(slice: &SliceView, export: Option<&ExportVerdict>) -> bool {
+    slice.service.is_some()
         && slice.metadata.deletion_timestamp.is_none()
-        && export_is_valid_without_conflict(export)
+        && export.is_some_and(|e| e.valid_without_conflict)
 }
 
 /// `Valid=True`, `Conflict=False` and not being deleted.
@@ -222,10 +209,7 @@ pub fn export_is_valid_without_conflict(export: &ServiceExport) -> bool {
         && status(CONDITION_CONFLICT) == Some("False")
 }
 
-fn doomed(
-    referring: &[&EndpointSliceExport],
-    keep_not: impl Fn(&EndpointSliceExport) -> bool,
-) -> Vec<Doomed> {
+fn doomed(referring: &[&ExportView], keep_not: impl Fn(&ExportView) -> bool) -> Vec<Doomed> {
     referring
         .iter()
         .filter(|e| e.metadata.deletion_timestamp.is_none() && keep_not(e))
@@ -241,17 +225,16 @@ fn doomed(
 /// Also returns the addresses left out for not being IPv4 addresses.
 fn export_spec(
     member: &str,
-    slice: &EndpointSlice,
-    existing: Option<&EndpointSliceExport>,
+    slice: &SliceView,
+    existing: Option<&ExportView>,
     now: Timestamp,
 ) -> (EndpointSliceExportSpec, Vec<String>) {
     let mut malformed = vec![];
     let endpoints = slice
         .endpoints
         .iter()
-        .flatten()
         // Unknown readiness counts as ready, as the EndpointSlice API says.
-        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+        .filter(|e| e.ready.unwrap_or(true))
         .filter_map(|e| {
             let (ok, bad): (Vec<String>, Vec<String>) = e
                 .addresses
@@ -262,32 +245,15 @@ fn export_spec(
             (!ok.is_empty()).then_some(ExportedEndpoint { addresses: ok })
         })
         .collect();
-    let ports = slice
-        .ports
-        .iter()
-        .flatten()
-        .map(|p| EndpointPort {
-            app_protocol: p.app_protocol.clone(),
-            name: p.name.clone(),
-            port: p.port,
-            protocol: p.protocol.clone(),
-        })
-        .collect();
+    let ports = slice.ports.clone();
     let ns = slice.metadata.namespace.clone().unwrap_or_default();
     let name = slice.metadata.name.clone().unwrap_or_default();
     let generation = slice.metadata.generation.unwrap_or_default();
     let exported_since = existing
-        .map(|e| &e.spec.endpoint_slice_reference)
-        .filter(|r| r.generation == generation)
-        .and_then(|r| r.exported_since.clone())
+        .filter(|e| e.generation == generation)
+        .and_then(|e| e.exported_since.clone())
         .unwrap_or(Time(now));
-    let service = slice
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(SERVICE_NAME_LABEL))
-        .cloned()
-        .unwrap_or_default();
+    let service = slice.service.clone().unwrap_or_default();
     let spec = EndpointSliceExportSpec {
         address_type: ADDRESS_TYPE_IPV4.into(),
         endpoints,
@@ -313,19 +279,9 @@ fn export_spec(
     (spec, malformed)
 }
 
-/// Equal but for how the slice's kind is spelled: an export written by a member agent (whose
-/// cache may leave TypeMeta empty) is not rewritten for that alone.
-fn same_export(current: &EndpointSliceExportSpec, desired: &EndpointSliceExportSpec) -> bool {
-    let mut current = current.clone();
-    current.endpoint_slice_reference.kind = desired.endpoint_slice_reference.kind.clone();
-    current.endpoint_slice_reference.api_version =
-        desired.endpoint_slice_reference.api_version.clone();
-    current == *desired
-}
-
 /// `<member>-<namespace>-<name>-<suffix>`, each part cut to a third of what a DNS subdomain
 /// leaves; a random lowercase name if that is still not a DNS subdomain.
-pub fn new_unique_name(member: &str, slice: &EndpointSlice, suffix: &str) -> String {
+pub fn new_unique_name(member: &str, slice: &SliceView, suffix: &str) -> String {
     const PART: usize = (253 - 3 - 5) / 3;
     let cut = |s: &str| s.chars().take(PART).collect::<String>();
     let name = format!(

@@ -10,6 +10,7 @@
 mod act;
 pub mod decide;
 mod error;
+mod model;
 mod reconcile;
 mod views;
 
@@ -17,7 +18,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::{Future, StreamExt};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use parking_lot::Mutex;
@@ -26,9 +26,10 @@ use tokio::sync::watch;
 pub use decide::Outcome;
 pub use error::{Error, Step};
 
-use crate::api::{EndpointSliceExport, ServiceExport, ServiceExportVersion};
+use crate::api::{EndpointSliceExport, ServiceExportVersion};
 use crate::export::own_writes::OwnWrites;
 use crate::export::{ReconcileObserver, Synced, WatchHealth};
+use model::{ExportVerdict, ExportView, SliceView};
 
 /// Everything one member's EndpointSlice exporter needs.
 pub struct MemberSliceExporter {
@@ -53,17 +54,17 @@ pub(crate) struct Context {
     se_version: ServiceExportVersion,
     /// The hub writer, scoped to the member's namespace.
     hub: Api<EndpointSliceExport>,
-    slices: Store<EndpointSlice>,
-    exports: Store<ServiceExport>,
-    hub_view: Store<EndpointSliceExport>,
+    slices: Store<SliceView>,
+    exports: Store<ExportVerdict>,
+    hub_view: Store<ExportView>,
     hub_namespace: String,
     leader: watch::Receiver<bool>,
     observer: Arc<dyn ReconcileObserver>,
     views: Synced,
     /// Consecutive failures per slice; removed on success and when the slice goes.
-    failures: Mutex<HashMap<ObjectRef<EndpointSlice>, u32>>,
-    own_slices: OwnWrites<ObjectRef<EndpointSlice>, EndpointSlice>,
-    own_exports: OwnWrites<String, Option<EndpointSliceExport>>,
+    failures: Mutex<HashMap<ObjectRef<SliceView>, u32>>,
+    own_slices: OwnWrites<ObjectRef<SliceView>, SliceView>,
+    own_exports: OwnWrites<String, Option<ExportView>>,
 }
 
 impl Context {
@@ -94,7 +95,7 @@ impl MemberSliceExporter {
         let (views, controller) = views::Views::watch(
             &self.member,
             &self.member_client,
-            &hub_api,
+            &Api::namespaced(self.hub_client.clone(), &self.hub_namespace),
             self.se_version,
             &health,
             absent_tx,

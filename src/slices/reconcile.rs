@@ -1,4 +1,4 @@
-//! One reconcile of one EndpointSlice: observe (views, live reads before withdrawing
+//! One reconcile of one SliceView: observe (views, live reads before withdrawing
 //! anything) → [`decide`] → [`act::perform`]; the sweep of slices the view does not have; how
 //! failures are requeued.
 
@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
@@ -14,19 +13,14 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::sync::mpsc;
 use tracing::{Instrument, field};
 
-use super::decide::{
-    Observation, Outcome, Plan, SERVICE_NAME_LABEL, decide, decide_gone, is_dns1123_subdomain,
-};
+use super::decide::{Observation, Outcome, Plan, decide, decide_gone, is_dns1123_subdomain};
+use super::model::{ExportVerdict, ExportView, SliceView};
 use super::views::{Absent, referred};
 use super::{Context, Error, Step, act};
-use crate::api::{EndpointSliceExport, ServiceExport, UNIQUE_NAME_ANNOTATION};
 use crate::export::Reconciled;
 
 /// Reconciles one slice of the view: one trace per call, a root span `reconcile_endpointslice`.
-pub(super) async fn reconcile(
-    slice: Arc<EndpointSlice>,
-    ctx: Arc<Context>,
-) -> Result<Action, Error> {
+pub(super) async fn reconcile(slice: Arc<SliceView>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = slice.namespace().unwrap_or_default();
     let name = slice.name_any();
     traced(&ctx, &ns, &name, Some(slice)).await
@@ -36,7 +30,7 @@ async fn traced(
     ctx: &Context,
     ns: &str,
     name: &str,
-    viewed: Option<Arc<EndpointSlice>>,
+    viewed: Option<Arc<SliceView>>,
 ) -> Result<Action, Error> {
     let span = tracing::info_span!(
         parent: None,
@@ -80,23 +74,23 @@ async fn traced(
 /// What was read live in this reconcile (`None` for a field: not read, use the view).
 #[derive(Default)]
 struct Live {
-    slice: Option<Option<EndpointSlice>>,
-    export: Option<Option<ServiceExport>>,
+    slice: Option<Option<SliceView>>,
+    export: Option<Option<ExportVerdict>>,
     /// The export under the slice's unique name, read with the slice.
-    named: Option<(String, Option<EndpointSliceExport>)>,
+    named: Option<(String, Option<ExportView>)>,
 }
 
 async fn observe_decide_act(
     ctx: &Context,
     ns: &str,
     name: &str,
-    viewed: Option<Arc<EndpointSlice>>,
+    viewed: Option<Arc<SliceView>>,
 ) -> Result<(Outcome, Action), Error> {
     ctx.views.wait().await;
     if !*ctx.leader.borrow() {
         return Ok((Outcome::Skipped, Action::await_change()));
     }
-    let key = ObjectRef::<EndpointSlice>::new(name).within(ns);
+    let key = ObjectRef::<SliceView>::new(name).within(ns);
     let mut live = Live::default();
     if viewed.is_none() {
         read_live(ctx, ns, name, &mut live).await?;
@@ -112,7 +106,7 @@ async fn observe_decide_act(
             }),
         };
         let referring = referring(ctx, ns, name);
-        let referring: Vec<&EndpointSliceExport> = referring.iter().map(Arc::as_ref).collect();
+        let referring: Vec<&ExportView> = referring.iter().map(Arc::as_ref).collect();
         let plan = match &slice {
             None => decide_gone(&referring),
             Some(slice) => {
@@ -179,25 +173,16 @@ fn requeue(plan: &Plan) -> Action {
 /// How soon a slice whose export is terminating is looked at again.
 const RECHECK: Duration = Duration::from_secs(5);
 
-fn service_of(slice: &EndpointSlice) -> Option<String> {
-    slice
-        .metadata
-        .labels
-        .as_ref()?
-        .get(SERVICE_NAME_LABEL)
-        .cloned()
+fn service_of(slice: &SliceView) -> Option<String> {
+    slice.service.clone()
 }
 
-fn unique_name(slice: &EndpointSlice) -> Option<&String> {
-    slice
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(UNIQUE_NAME_ANNOTATION)
+fn unique_name(slice: &SliceView) -> Option<&String> {
+    slice.unique_name.as_ref()
 }
 
 /// The export under the slice's unique name: read live, our own write, or the view.
-fn named(ctx: &Context, slice: &EndpointSlice, live: &Live) -> Option<Arc<EndpointSliceExport>> {
+fn named(ctx: &Context, slice: &SliceView, live: &Live) -> Option<Arc<ExportView>> {
     let name = unique_name(slice)?;
     if let Some((read, export)) = &live.named
         && read == name
@@ -217,19 +202,16 @@ fn named(ctx: &Context, slice: &EndpointSlice, live: &Live) -> Option<Arc<Endpoi
 }
 
 /// The exports in the view that refer to `ns/name`.
-fn referring(ctx: &Context, ns: &str, name: &str) -> Vec<Arc<EndpointSliceExport>> {
+fn referring(ctx: &Context, ns: &str, name: &str) -> Vec<Arc<ExportView>> {
     ctx.hub_view
         .state()
         .into_iter()
-        .filter(|e| {
-            let r = &e.spec.endpoint_slice_reference;
-            r.namespace == ns && r.name == name
-        })
+        .filter(|e| e.slice_namespace == ns && e.slice_name == name)
         .collect()
 }
 
 async fn read_live(ctx: &Context, ns: &str, name: &str, live: &mut Live) -> Result<(), Error> {
-    let slices: Api<EndpointSlice> = Api::namespaced(ctx.member_client.clone(), ns);
+    let slices: Api<SliceView> = Api::namespaced(ctx.member_client.clone(), ns);
     let slice = slices.get_opt(name).await.map_err(Error::kube(
         &ctx.member,
         ns,
@@ -238,7 +220,7 @@ async fn read_live(ctx: &Context, ns: &str, name: &str, live: &mut Live) -> Resu
     ))?;
     let export = match slice.as_ref().and_then(service_of) {
         Some(service) => {
-            let exports: Api<ServiceExport> =
+            let exports: Api<ExportVerdict> =
                 Api::namespaced_with(ctx.member_client.clone(), ns, &ctx.se_version);
             exports.get_opt(&service).await.map_err(Error::kube(
                 &ctx.member,
@@ -265,12 +247,17 @@ async fn read_named(ctx: &Context, ns: &str, name: &str, live: &mut Live) -> Res
     else {
         return Ok(());
     };
-    let export = ctx.hub.get_opt(unique).await.map_err(Error::kube(
-        &ctx.member,
-        ns,
-        name,
-        Step::GetEndpointSliceExport,
-    ))?;
+    let export = ctx
+        .hub
+        .get_opt(unique)
+        .await
+        .map(|e| e.map(ExportView::from))
+        .map_err(Error::kube(
+            &ctx.member,
+            ns,
+            name,
+            Step::GetEndpointSliceExport,
+        ))?;
     live.named = Some((unique.clone(), export));
     Ok(())
 }
@@ -325,7 +312,7 @@ async fn look_at(ctx: &Context, ns: &str, name: &str) {
 }
 
 /// Exponential (1 s doubling to 5 min), jittered, per slice; reset by a success.
-pub(super) fn error_policy(slice: Arc<EndpointSlice>, error: &Error, ctx: Arc<Context>) -> Action {
+pub(super) fn error_policy(slice: Arc<SliceView>, error: &Error, ctx: Arc<Context>) -> Action {
     if matches!(error, Error::NotLeader { .. }) {
         return Action::await_change();
     }
@@ -347,15 +334,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_service_and_unique_name_are_read_from_label_and_annotation() {
-        let mut s = EndpointSlice::default();
-        assert_eq!(service_of(&s), None);
-        assert_eq!(unique_name(&s), None);
-        s.metadata.labels = Some([(SERVICE_NAME_LABEL.to_string(), "web".to_string())].into());
-        s.metadata.annotations =
-            Some([(UNIQUE_NAME_ANNOTATION.to_string(), "n-1".to_string())].into());
-        assert_eq!(service_of(&s).as_deref(), Some("web"));
-        assert_eq!(unique_name(&s).map(String::as_str), Some("n-1"));
+    fn a_recheck_requeues_and_anything_else_waits_for_a_change() {
         assert_eq!(requeue(&decide_gone(&[])), Action::await_change());
+        let mut plan = decide_gone(&[]);
+        plan.recheck = true;
+        assert_eq!(requeue(&plan), Action::requeue(RECHECK));
     }
 }

@@ -1,13 +1,11 @@
-//! The EndpointSlice exporter's three views, each a projection of what decisions read: the
-//! member's EndpointSlices that belong to a Service (the API's label selector keeps the rest
-//! out), its ServiceExports (identity and the Valid/Conflict verdicts), and the
-//! EndpointSliceExports in the member's hub namespace.
+//! The EndpointSlice exporter's three views, each of a projection (`model`): the member's
+//! EndpointSlices that belong to a Service (the API's label selector keeps the rest out), its
+//! ServiceExports (identity and eligibility), and the EndpointSliceExports in the member's hub
+//! namespace.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointSlice};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
@@ -16,12 +14,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::mpsc;
 
 use super::decide::SERVICE_NAME_LABEL;
-use crate::api::{
-    CONDITION_CONFLICT, CONDITION_VALID, EndpointSliceExport, LAST_SEEN_GENERATION_ANNOTATION,
-    LAST_SEEN_TIMESTAMP_ANNOTATION, ServiceExport, ServiceExportStatus, ServiceExportVersion,
-    UNIQUE_NAME_ANNOTATION,
-};
-use crate::export::{View, WatchHealth, objects_only, project_meta, watch_backoff};
+use super::model::{ExportVerdict, ExportView, SliceView};
+use crate::api::ServiceExportVersion;
+use crate::export::{View, WatchHealth, objects_only, watch_backoff};
 
 /// The watches whose first lists the exporter waits for.
 pub(super) const WATCHED: [View; 3] = [
@@ -35,9 +30,9 @@ pub(super) const WATCHED: [View; 3] = [
 pub(super) const ABSENT_QUEUE: usize = 4096;
 
 pub(super) struct Views {
-    pub(super) slices: Store<EndpointSlice>,
-    pub(super) exports: Store<ServiceExport>,
-    pub(super) hub: Store<EndpointSliceExport>,
+    pub(super) slices: Store<SliceView>,
+    pub(super) exports: Store<ExportVerdict>,
+    pub(super) hub: Store<ExportView>,
 }
 
 /// A slice the view no longer has, or an export whose slice it does not know: `(ns, name)`.
@@ -47,14 +42,14 @@ impl Views {
     pub(super) fn watch(
         member: &str,
         client: &kube::Client,
-        hub: &Api<EndpointSliceExport>,
+        hub: &Api<ExportView>,
         version: ServiceExportVersion,
         health: &Arc<WatchHealth>,
         absent: mpsc::Sender<Absent>,
-    ) -> (Self, Controller<EndpointSlice>) {
-        let (slices, slices_writer) = reflector::store::<EndpointSlice>();
-        let (hub_view, hub_writer) = reflector::store::<EndpointSliceExport>();
-        let exports_writer = reflector::store::Writer::<ServiceExport>::new(version);
+    ) -> (Self, Controller<SliceView>) {
+        let (slices, slices_writer) = reflector::store::<SliceView>();
+        let (hub_view, hub_writer) = reflector::store::<ExportView>();
+        let exports_writer = reflector::store::Writer::<ExportVerdict>::new(version);
         let exports = exports_writer.as_reader();
         let queue = Queue {
             member: member.to_string(),
@@ -62,11 +57,10 @@ impl Views {
         };
         let left = queue.clone();
         let slice_events = watcher::watcher(
-            Api::<EndpointSlice>::all(client.clone()),
+            Api::<SliceView>::all(client.clone()),
             watcher::Config::default().labels(SERVICE_NAME_LABEL),
         )
         .backoff(watch_backoff())
-        .modify(project_slice)
         .reflect(slices_writer)
         .inspect(health.inspector(View::EndpointSlices))
         .inspect(move |event| {
@@ -79,11 +73,10 @@ impl Views {
         .filter_map(objects_only)
         .boxed();
         let export_events = watcher::watcher(
-            Api::<ServiceExport>::all_with(client.clone(), &version),
+            Api::<ExportVerdict>::all_with(client.clone(), &version),
             watcher::Config::default(),
         )
         .backoff(watch_backoff())
-        .modify(project_export)
         .reflect(exports_writer)
         .inspect(health.inspector(View::ServiceExports))
         .touched_objects()
@@ -92,7 +85,6 @@ impl Views {
         let known = slices.clone();
         let hub_events = watcher::watcher(hub.clone(), watcher::Config::default())
             .backoff(watch_backoff())
-            .modify(|e: &mut EndpointSliceExport| project_meta(&mut e.metadata, &[]))
             .reflect(hub_writer)
             .inspect(health.inspector(View::EndpointSliceExports))
             .inspect(move |event| {
@@ -108,10 +100,10 @@ impl Views {
             .boxed();
         let by_service = slices.clone();
         let controller = Controller::for_stream(slice_events, slices.clone())
-            .watches_stream(export_events, move |se: ServiceExport| {
+            .watches_stream(export_events, move |se: ExportVerdict| {
                 slices_of(&by_service, &se)
             })
-            .watches_stream(hub_events, |e: EndpointSliceExport| {
+            .watches_stream(hub_events, |e: ExportView| {
                 let (ns, name) = referred(&e);
                 Some(ObjectRef::new(&name).within(&ns))
             });
@@ -139,74 +131,19 @@ impl Queue {
 }
 
 /// The slice an export refers to: `(namespace, name)`.
-pub(super) fn referred(e: &EndpointSliceExport) -> (String, String) {
-    let r = &e.spec.endpoint_slice_reference;
-    (r.namespace.clone(), r.name.clone())
+pub(super) fn referred(e: &ExportView) -> (String, String) {
+    (e.slice_namespace.clone(), e.slice_name.clone())
 }
 
 /// The slices of the ServiceExport's Service.
-fn slices_of(slices: &Store<EndpointSlice>, se: &ServiceExport) -> Vec<ObjectRef<EndpointSlice>> {
+fn slices_of(slices: &Store<SliceView>, se: &ExportVerdict) -> Vec<ObjectRef<SliceView>> {
     let ns = se.namespace().unwrap_or_default();
     let service = se.name_any();
     slices
         .state()
         .iter()
         .filter(|s| s.metadata.namespace.as_deref() == Some(ns.as_str()))
-        .filter(|s| {
-            s.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(SERVICE_NAME_LABEL))
-                == Some(&service)
-        })
+        .filter(|s| s.service.as_ref() == Some(&service))
         .map(|s| ObjectRef::from_obj(s.as_ref()))
         .collect()
-}
-
-/// The annotations decisions read on a slice.
-const SLICE_ANNOTATIONS: [&str; 3] = [
-    UNIQUE_NAME_ANNOTATION,
-    LAST_SEEN_GENERATION_ANNOTATION,
-    LAST_SEEN_TIMESTAMP_ANNOTATION,
-];
-
-/// A slice as decisions read it: identity, versions, the Service label, the unique-name
-/// annotations, address type, ports, and per endpoint its addresses and readiness.
-pub(super) fn project_slice(slice: &mut EndpointSlice) {
-    let service = slice
-        .metadata
-        .labels
-        .take()
-        .and_then(|mut l| l.remove_entry(SERVICE_NAME_LABEL));
-    project_meta(&mut slice.metadata, &SLICE_ANNOTATIONS);
-    slice.metadata.labels = service.map(|(k, v)| BTreeMap::from([(k, v)]));
-    for e in slice.endpoints.iter_mut().flatten() {
-        *e = Endpoint {
-            addresses: std::mem::take(&mut e.addresses),
-            conditions: e.conditions.take().map(|c| EndpointConditions {
-                ready: c.ready,
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-    }
-}
-
-/// A ServiceExport as eligibility reads it: identity, deletion, and the status of its Valid
-/// and Conflict conditions (no reasons or messages).
-fn project_export(se: &mut ServiceExport) {
-    project_meta(&mut se.metadata, &[]);
-    se.metadata.finalizers = None;
-    se.status = se.status.take().map(|status| ServiceExportStatus {
-        conditions: status
-            .conditions
-            .into_iter()
-            .filter(|c| c.type_ == CONDITION_VALID || c.type_ == CONDITION_CONFLICT)
-            .map(|mut c| {
-                c.reason = String::new();
-                c.message = String::new();
-                c
-            })
-            .collect(),
-    });
 }

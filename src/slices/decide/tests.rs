@@ -4,7 +4,8 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::*;
-use crate::api::ServiceExportStatus;
+use crate::api::{ServiceExportStatus, UNIQUE_NAME_ANNOTATION};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 const NOW: &str = "2026-12-05T10:00:00Z";
 
@@ -88,7 +89,7 @@ fn hub_copy(slice: &EndpointSlice, name: &str) -> EndpointSliceExport {
     let mut e = EndpointSliceExport::default();
     e.metadata.name = Some(name.into());
     e.metadata.uid = Some(format!("{name}-uid"));
-    e.spec = export_spec("m1", slice, None, now()).0;
+    e.spec = export_spec("m1", &SliceView::from(slice.clone()), None, now()).0;
     e
 }
 
@@ -98,12 +99,20 @@ fn run(
     named: Option<&EndpointSliceExport>,
     referring: &[&EndpointSliceExport],
 ) -> Plan {
+    let slice = SliceView::from(slice.clone());
+    let export = export.cloned().map(ExportVerdict::from);
+    let named = named.cloned().map(ExportView::from);
+    let referring: Vec<ExportView> = referring
+        .iter()
+        .map(|e| ExportView::from((*e).clone()))
+        .collect();
+    let referring: Vec<&ExportView> = referring.iter().collect();
     decide(&Observation {
         member: "m1",
-        slice,
-        export,
-        named,
-        referring,
+        slice: &slice,
+        export: export.as_ref(),
+        named: named.as_ref(),
+        referring: &referring,
         now: now(),
         suffix: "1a2b3",
     })
@@ -304,7 +313,7 @@ fn a_terminating_export_is_waited_for() {
 fn a_gone_slice_takes_its_exports_with_it() {
     let s = named(slice(), "n-1");
     let hub = hub_copy(&s, "n-1");
-    let plan = decide_gone(&[&hub]);
+    let plan = decide_gone(&[&ExportView::from(hub)]);
     assert_eq!(plan.delete.len(), 1);
     assert!(plan.withdraws());
     assert_eq!(decide_gone(&[]).writes(), 0);
@@ -335,11 +344,11 @@ fn unique_names_are_dns_subdomains_even_for_long_inputs() {
     }
     let mut s = slice();
     s.metadata.name = Some("x".repeat(253));
-    let name = new_unique_name(&"m".repeat(100), &s, "1a2b3");
+    let name = new_unique_name(&"m".repeat(100), &SliceView::from(s), "1a2b3");
     assert!(is_dns1123_subdomain(&name), "{name}");
     assert!(name.ends_with("-1a2b3"));
     // A member name that cannot be part of a DNS name: a random one.
-    let odd = new_unique_name("Member_One", &slice(), "1a2b3");
+    let odd = new_unique_name("Member_One", &SliceView::from(slice()), "1a2b3");
     assert_eq!(odd.len(), 25);
     assert!(is_dns1123_subdomain(&odd));
 }

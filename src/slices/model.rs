@@ -1,0 +1,264 @@
+//! What the EndpointSlice exporter keeps of each object: projections, deserialized from the
+//! API's answers (watch events, live reads, write responses) and reduced at once, so a cached
+//! slice holds its addresses and readiness but none of an Endpoint's other fields, and a cached
+//! export holds what the decision compares plus a digest of its spec.
+
+use std::borrow::Cow;
+use std::hash::{Hash, Hasher};
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use serde::Deserialize;
+
+use super::decide::SERVICE_NAME_LABEL;
+use crate::api::{
+    EndpointPort, EndpointSliceExport, EndpointSliceExportSpec, LAST_SEEN_GENERATION_ANNOTATION,
+    LAST_SEEN_TIMESTAMP_ANNOTATION, ServiceExport, ServiceExportVersion, UNIQUE_NAME_ANNOTATION,
+};
+
+/// An EndpointSlice as decisions read it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(from = "EndpointSlice")]
+pub struct SliceView {
+    /// Identity, versions and deletion only.
+    pub metadata: ObjectMeta,
+    pub address_type: String,
+    pub endpoints: Vec<SliceEndpoint>,
+    pub ports: Vec<EndpointPort>,
+    /// The `kubernetes.io/service-name` label.
+    pub service: Option<String>,
+    /// The fleet-unique-name annotation.
+    pub unique_name: Option<String>,
+    /// The member agents' last-seen annotations are present (removed on withdrawal).
+    pub agent_annotations: bool,
+}
+
+/// One endpoint: its addresses and whether it is ready (`None`: unknown).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SliceEndpoint {
+    pub addresses: Vec<String>,
+    pub ready: Option<bool>,
+}
+
+impl From<EndpointSlice> for SliceView {
+    fn from(slice: EndpointSlice) -> Self {
+        let mut metadata = slice.metadata;
+        let service = metadata
+            .labels
+            .take()
+            .and_then(|mut l| l.remove(SERVICE_NAME_LABEL));
+        let annotations = metadata.annotations.take().unwrap_or_default();
+        let agent_annotations = annotations.contains_key(LAST_SEEN_GENERATION_ANNOTATION)
+            || annotations.contains_key(LAST_SEEN_TIMESTAMP_ANNOTATION);
+        let unique_name = annotations.get(UNIQUE_NAME_ANNOTATION).cloned();
+        Self {
+            metadata: identity(metadata),
+            address_type: slice.address_type,
+            endpoints: slice
+                .endpoints
+                .into_iter()
+                .flatten()
+                .map(|e| SliceEndpoint {
+                    addresses: e.addresses,
+                    ready: e.conditions.and_then(|c| c.ready),
+                })
+                .collect(),
+            ports: slice
+                .ports
+                .into_iter()
+                .flatten()
+                .map(|p| EndpointPort {
+                    app_protocol: p.app_protocol,
+                    name: p.name,
+                    port: p.port,
+                    protocol: p.protocol,
+                })
+                .collect(),
+            service,
+            unique_name,
+            agent_annotations,
+        }
+    }
+}
+
+/// An EndpointSliceExport as decisions read it: the slice it refers to and a digest of its
+/// spec (see [`digest`]).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(from = "EndpointSliceExport")]
+pub struct ExportView {
+    pub metadata: ObjectMeta,
+    pub slice_namespace: String,
+    pub slice_name: String,
+    pub slice_uid: String,
+    pub generation: i64,
+    pub exported_since: Option<Time>,
+    pub digest: u64,
+}
+
+impl From<EndpointSliceExport> for ExportView {
+    fn from(e: EndpointSliceExport) -> Self {
+        let digest = digest(&e.spec);
+        let r = e.spec.endpoint_slice_reference;
+        Self {
+            metadata: identity(e.metadata),
+            slice_namespace: r.namespace,
+            slice_name: r.name,
+            slice_uid: r.uid,
+            generation: r.generation,
+            exported_since: r.exported_since,
+            digest,
+        }
+    }
+}
+
+/// A ServiceExport as eligibility reads it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(from = "ServiceExport")]
+pub struct ExportVerdict {
+    pub metadata: ObjectMeta,
+    /// `Valid=True`, `Conflict=False` and not being deleted.
+    pub valid_without_conflict: bool,
+}
+
+impl From<ServiceExport> for ExportVerdict {
+    fn from(se: ServiceExport) -> Self {
+        Self {
+            valid_without_conflict: super::decide::export_is_valid_without_conflict(&se),
+            metadata: identity(se.metadata),
+        }
+    }
+}
+
+/// Name, namespace, UID, resourceVersion, generation and deletion: what keys, versions and
+/// decisions need of any object here.
+fn identity(meta: ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        name: meta.name,
+        namespace: meta.namespace,
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        generation: meta.generation,
+        deletion_timestamp: meta.deletion_timestamp,
+        ..Default::default()
+    }
+}
+
+/// A digest of what an export says, the slice's kind and API version aside (an export written by
+/// a member agent whose cache left TypeMeta empty is not rewritten for that alone). Stable within
+/// a process, which is all it is compared in.
+pub fn digest(spec: &EndpointSliceExportSpec) -> u64 {
+    let mut spec = spec.clone();
+    spec.endpoint_slice_reference.kind = String::new();
+    spec.endpoint_slice_reference.api_version = None;
+    let mut h = std::hash::DefaultHasher::new();
+    serde_json::to_vec(&spec).unwrap_or_default().hash(&mut h);
+    h.finish()
+}
+
+/// Declares the Kubernetes resource a projection is read from.
+macro_rules! resource {
+    ($ty:ty, $dt:ty, $scope:ty, $group:literal, $kind:literal, $plural:literal, |$v:ident| $version:expr) => {
+        impl kube::Resource for $ty {
+            type DynamicType = $dt;
+            type Scope = $scope;
+
+            fn kind(_: &$dt) -> Cow<'_, str> {
+                $kind.into()
+            }
+            fn group(_: &$dt) -> Cow<'_, str> {
+                $group.into()
+            }
+            fn version($v: &$dt) -> Cow<'_, str> {
+                $version.into()
+            }
+            fn plural(_: &$dt) -> Cow<'_, str> {
+                $plural.into()
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+resource!(
+    SliceView,
+    (),
+    NamespaceResourceScope,
+    "discovery.k8s.io",
+    "EndpointSlice",
+    "endpointslices",
+    |_v| "v1"
+);
+resource!(
+    ExportView,
+    (),
+    NamespaceResourceScope,
+    "networking.fleet.azure.com",
+    "EndpointSliceExport",
+    "endpointsliceexports",
+    |_v| "v1alpha1"
+);
+resource!(
+    ExportVerdict,
+    ServiceExportVersion,
+    kube::core::DynamicResourceScope,
+    "networking.fleet.azure.com",
+    "ServiceExport",
+    "serviceexports",
+    |v| v.as_str()
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slice_keeps_addresses_readiness_ports_label_and_annotations_only() {
+        let raw: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "s", "namespace": "ns", "uid": "u", "resourceVersion": "7",
+                "generation": 2,
+                "labels": {SERVICE_NAME_LABEL: "web", "other": "x"},
+                "annotations": {UNIQUE_NAME_ANNOTATION: "n-1", LAST_SEEN_GENERATION_ANNOTATION: "2",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+                "managedFields": [{"manager": "kcm"}]},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": false},
+                "nodeName": "n1", "targetRef": {"kind": "Pod", "name": "p"}}],
+            "ports": [{"name": "http", "port": 80}]
+        }))
+        .expect("a slice");
+        let v = SliceView::from(raw);
+        assert_eq!(v.service.as_deref(), Some("web"));
+        assert_eq!(v.unique_name.as_deref(), Some("n-1"));
+        assert!(v.agent_annotations);
+        assert_eq!(
+            v.endpoints,
+            [SliceEndpoint {
+                addresses: vec!["10.0.0.1".into()],
+                ready: Some(false)
+            }]
+        );
+        assert_eq!(v.ports[0].port, Some(80));
+        assert!(v.metadata.labels.is_none() && v.metadata.annotations.is_none());
+        assert!(v.metadata.managed_fields.is_none());
+        assert_eq!(v.metadata.generation, Some(2));
+    }
+
+    #[test]
+    fn the_digest_ignores_only_how_the_kind_is_spelled() {
+        let mut spec = EndpointSliceExportSpec::default();
+        spec.endpoint_slice_reference.kind = "EndpointSlice".into();
+        let d = digest(&spec);
+        let mut agent = spec.clone();
+        agent.endpoint_slice_reference.kind = String::new();
+        assert_eq!(digest(&agent), d);
+        let mut moved = spec.clone();
+        moved.endpoint_slice_reference.resource_version = "8".into();
+        assert_ne!(digest(&moved), d);
+    }
+}
