@@ -34,7 +34,6 @@ mod observe;
 mod process;
 mod report;
 mod server;
-mod slices;
 mod svg;
 #[cfg(test)]
 mod tests;
@@ -49,7 +48,6 @@ use report::*;
 pub use report::{markdown, summary_markdown};
 use server::*;
 pub use server::{ServerCounts, ideal_bound, parse_sample, scrape_every_resource};
-pub use slices::{SlicesConfig, SlicesReport, run_slices, slices_markdown};
 pub use svg::svg;
 
 use fleetnet_hub::api::{
@@ -315,7 +313,7 @@ pub fn member_names(n: usize) -> Vec<String> {
     (1..=n).map(|i| format!("m{i:02}")).collect()
 }
 
-fn service_name(i: usize) -> String {
+pub fn service_name(i: usize) -> String {
     format!("svc-{i:04}")
 }
 

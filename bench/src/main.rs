@@ -5,7 +5,7 @@
 //! ```sh
 //! cargo run --release -p fleetnet-bench -- --members 10 --exports 250 --churn 10 --duration 30 --svg docs/bench.svg
 //! cargo build --release -p fleetnet-hub && cargo run --release -p fleetnet-bench -- --failover --members 20 --exports 10
-//! cargo run --release -p fleetnet-bench -- --endpoint-slices --members 10 --exports 250 --churn 10 --duration 30
+//! cargo build --release -p fleetnet-hub && cargo run --release -p fleetnet-bench -- --endpoint-slices --members 10 --exports 250 --churn 10 --duration 30
 //! cargo run --release -p fleetnet-bench -- --fairness --members 6 --exports 2000 --churn 5 --kube-api-qps 500 --kube-api-burst 500
 //! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --fleet-size --members 300 --member-servers 5 --exports 10 --replicas 3 --quiet 60
 //! ```
@@ -13,6 +13,7 @@
 mod failover;
 mod fleet_size;
 mod replicas;
+mod slices_bench;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -216,20 +217,20 @@ async fn main_inner(cli: Cli) -> Result<(), String> {
         return Ok(());
     }
     if cli.endpoint_slices {
-        let config = bench::SlicesConfig {
+        let config = slices_bench::SlicesConfig {
             members: cli.members,
             services: cli.exports,
             endpoints: cli.endpoints,
             rate: cli.churn.unwrap_or(10.0),
             duration: seconds("duration", cli.duration)?,
-            hub_limits: cli.budgets.hub(),
-            member_limits: cli.budgets.member(),
+            budget_args: cli.budgets.to_args(),
+            binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
             timeout: seconds("converge-timeout", cli.converge_timeout)?,
         };
-        let report = bench::run_slices(&config)
+        let report = slices_bench::run_slices(&config)
             .await
             .map_err(|e| format!("{e:#}"))?;
-        println!("{}", bench::slices_markdown(&report));
+        println!("{}", slices_bench::slices_markdown(&report));
         return write_json(cli.json.as_deref(), &report);
     }
     if cli.fleet_size {

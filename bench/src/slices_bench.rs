@@ -1,10 +1,10 @@
-//! `--endpoint-slices` (issue #25): the EndpointSlice exporter alone
-//! (`--controllers endpointslice`) over `members` members with `services` exported Services
-//! each (ServiceExport `Valid=True`, `Conflict=False`, as the hub's verdict leaves them), one
-//! EndpointSlice of `endpoints` ready endpoints per Service.
+//! `--endpoint-slices` (issue #25): the `fleetnet-hub` binary running the EndpointSlice exporter
+//! alone (`--controllers endpointslice`) over `members` members with `services` exported
+//! Services each (ServiceExport `Valid=True`, `Conflict=False`, as the hub's verdict leaves
+//! them), one EndpointSlice of `endpoints` ready endpoints per Service.
 //!
-//! - memory: this process's RSS before the controller starts, once it has engaged every member
-//!   with no slice yet, and once every slice is exported; per member;
+//! - memory: the process's RSS once it has engaged every member with no slice yet, and once
+//!   every slice is exported, each after its periodic `malloc_trim`; per member;
 //! - cold export: slices created → every EndpointSliceExport on the hub; writes counted by the
 //!   apiservers (member slice annotations, hub creates);
 //! - churn: one slice's addresses changed at `rate` per second, spread over every slice; the time
@@ -13,9 +13,23 @@
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use super::*;
-use fleetnet_hub::api::EndpointSliceExport;
-use fleetnet_hub::fleet::Controllers;
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fleetnet_bench::{
+    NAMESPACE, ServerCounts, WRITE_VERBS, create_pairs, member_names, quantile, service_name,
+    substrate,
+};
+use fleetnet_hub::api::{EndpointSliceExport, ServiceExport, ServiceExportVersion};
+use futures::StreamExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::{Deserialize, Serialize};
+
+use crate::replicas::Spec;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -25,8 +39,9 @@ pub struct SlicesConfig {
     pub endpoints: usize,
     pub rate: f64,
     pub duration: Duration,
-    pub hub_limits: Limits,
-    pub member_limits: Limits,
+    /// Budget flags for the binary.
+    pub budget_args: Vec<String>,
+    pub binary: PathBuf,
     pub timeout: Duration,
 }
 
@@ -36,8 +51,7 @@ pub struct SlicesReport {
     pub members: usize,
     pub services: usize,
     pub endpoints: usize,
-    /// RSS of this process (harness + controller), KiB.
-    pub rss_before_kib: u64,
+    /// RSS of the `fleetnet-hub` process, KiB: engaged with no slice, all exported.
     pub rss_engaged_kib: u64,
     pub rss_exported_kib: u64,
     /// Slices created → all exported.
@@ -145,26 +159,33 @@ pub async fn run_slices(config: &SlicesConfig) -> anyhow::Result<SlicesReport> {
         "[bench] {} members × {} exported Services; starting the EndpointSlice exporter",
         config.members, config.services
     );
-    settle_memory().await;
-    let rss_before_kib = rss_kib();
-    let bench_config = Config {
-        hub_limits: config.hub_limits.clone(),
-        member_limits: config.member_limits.clone(),
-        ..Config::default()
+    let mut args = vec!["--controllers".to_string(), "endpointslice".to_string()];
+    args.extend(config.budget_args.iter().cloned());
+    let spec = Spec {
+        binary: config.binary.clone(),
+        hub_kubeconfig: fleet.hub().kubeconfig_path().to_path_buf(),
+        kubeconfig_dir: fleet.member_kubeconfig_dir(),
+        log_dir: fleet.scratch_dir().to_path_buf(),
+        shard: None,
+        args,
+        rust_log: "warn".into(),
     };
-    let mut app = app_config(&bench_config, &fleet, &fleet.member_kubeconfig_dir());
-    app.runtime.controllers = Controllers {
-        service_exports: false,
-        endpoint_slices: true,
-    };
-    let running = app::start(app, Extensions::default()).await?;
+    let mut process = spec.start("slices-bench")?;
     let engaged = Instant::now();
-    while !running.state.ready() {
-        anyhow::ensure!(engaged.elapsed() < config.timeout, "members not ready");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    loop {
+        process.check_alive()?;
+        let phases = process.members().await.unwrap_or_default();
+        if phases.len() == config.members && phases.values().all(|p| p == "ready") {
+            break;
+        }
+        anyhow::ensure!(
+            engaged.elapsed() < config.timeout,
+            "members not ready: {phases:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     settle_memory().await;
-    let rss_engaged_kib = rss_kib();
+    let rss_engaged_kib = process.rss_kib();
 
     // The harness's watch of every export on the hub.
     let pending: Pending = Arc::default();
@@ -244,7 +265,7 @@ pub async fn run_slices(config: &SlicesConfig) -> anyhow::Result<SlicesReport> {
     let cold_hub_writes = hub_cold - hub_before;
     eprintln!("[bench] {total} slices exported in {cold_s:.2} s");
     settle_memory().await;
-    let rss_exported_kib = rss_kib();
+    let rss_exported_kib = process.rss_kib();
 
     // Churn: one slice's addresses changed per tick.
     let mut generation = vec![vec![0u32; config.services]; config.members];
@@ -291,14 +312,13 @@ pub async fn run_slices(config: &SlicesConfig) -> anyhow::Result<SlicesReport> {
         - member_churn
         - hub_churn;
     watch.abort();
-    running.shutdown().await;
+    process.kill().await?;
     let mut latencies_ms = latencies.lock().expect("lock").clone();
     latencies_ms.sort_by(f64::total_cmp);
     Ok(SlicesReport {
         members: config.members,
         services: config.services,
         endpoints: config.endpoints,
-        rss_before_kib,
         rss_engaged_kib,
         rss_exported_kib,
         cold_s,
@@ -314,15 +334,10 @@ pub async fn run_slices(config: &SlicesConfig) -> anyhow::Result<SlicesReport> {
     })
 }
 
-/// Lets freed memory go back before RSS is read, as the `fleetnet-hub` binary does every 30 s
-/// (`malloc_trim`): what is left is what the process holds, not what glibc kept after a burst.
+/// Waits past the binary's periodic `malloc_trim` (every 30 s), so that RSS is what the process
+/// holds, not what glibc kept after a burst.
 async fn settle_memory() {
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim is thread-safe and only releases free memory.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    tokio::time::sleep(Duration::from_secs(32)).await;
 }
 
 pub fn slices_markdown(r: &SlicesReport) -> String {
@@ -365,9 +380,15 @@ pub fn slices_markdown(r: &SlicesReport) -> String {
     let _ = writeln!(out, "| writes in 5 quiet s | {} |", r.quiet_writes);
     let _ = writeln!(
         out,
-        "| RSS per member: engaged, no slice / all exported (Δ) | {:.0} / {:.0} KiB ({:+.0} KiB) |",
-        per_member(r.rss_engaged_kib.saturating_sub(r.rss_before_kib)),
-        per_member(r.rss_exported_kib.saturating_sub(r.rss_before_kib)),
+        "| RSS of the process: engaged, no slice / all exported | {:.1} / {:.1} MiB |",
+        r.rss_engaged_kib as f64 / 1024.0,
+        r.rss_exported_kib as f64 / 1024.0,
+    );
+    let _ = writeln!(
+        out,
+        "| RSS per member added by {} slices ({} endpoints each) and their exports | {:+.0} KiB |",
+        r.services,
+        r.endpoints,
         per_member(r.rss_exported_kib.saturating_sub(r.rss_engaged_kib)),
     );
     out
