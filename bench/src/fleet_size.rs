@@ -19,7 +19,8 @@
 //!   watch on the hub), → every name `ready` on some replica's `GET /members`, and → ownership
 //!   settled (every name ready on exactly one replica, no change for 15 s); against the
 //!   budget bound of the replica with the largest share (`ceil(N/R)` members: one ISE create
-//!   per export and one LIST per member through its hub bucket, as `ideal_bound` computes it);
+//!   per export and two LISTs per member (ISEs, EndpointSliceExports) through its hub bucket, as
+//!   `ideal_bound` computes it);
 //! - RSS (`/proc/<pid>/status`) per replica at convergence and after the quiet window, and per
 //!   member (sum over replicas / N; and less R times the RSS of the binary running no member,
 //!   read before the run: what a member adds);
@@ -884,7 +885,7 @@ pub fn markdown(r: &Report) -> String {
          | replicas start → all {ises} ISEs on the hub | {convergence} |\n\
          | replicas start → every name ready on a replica (`/members`) | {ready} |\n\
          | replicas start → ownership settled (each name ready on exactly one replica; last change before {settle} without one) | {settled} |\n\
-         | budget bound ({share} members × ({exports} + 1) hub requests, {qps} qps / {burst} burst per replica) ; ratio | {bound} ; {ratio} |\n\
+         | budget bound ({share} members × ({exports} + 2) hub requests, {qps} qps / {burst} burst per replica) ; ratio | {bound} ; {ratio} |\n\
          | RSS per member (Σ replicas / {members}): at convergence / after the quiet window | {rss0} / {rss1} |\n\
          | RSS per member less the replicas' own ((Σ − {replicas} × {idle} idle) / {members}), after the quiet window | {marginal} |\n\
          | quiet window | {window} |\n\
@@ -1092,13 +1093,13 @@ mod tests {
             timeout: Duration::ZERO,
             failover_timeout: Duration::ZERO,
         };
-        // 100 members × (10 creates + 1 LIST) = 1100 requests, 200 of them in the burst.
-        assert_eq!(budget_bound(&config), Duration::from_secs(9));
+        // 100 members × (10 creates + 2 LISTs) = 1200 requests, 200 of them in the burst.
+        assert_eq!(budget_bound(&config), Duration::from_secs(10));
         let single = Config {
             replicas: 1,
             ..config
         };
-        assert_eq!(budget_bound(&single), Duration::from_secs(31));
+        assert_eq!(budget_bound(&single), Duration::from_secs(34));
     }
 
     #[test]

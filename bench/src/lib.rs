@@ -165,8 +165,10 @@ pub struct Report {
     /// The least time the budgets allow for the requests the controller made until then.
     pub budget_bound_s: f64,
     /// The least time the budgets allow for the requests a cold start needs at minimum: per
-    /// member 2 ServiceExport PATCHes per export and 2 LISTs, on the hub 1 ISE POST per export
-    /// and 1 LIST per member (Events have their own budget; no export waits for them).
+    /// member 2 ServiceExport PATCHes per export and 4 LISTs (ServiceExports and Services; the
+    /// EndpointSlice exporter's ServiceExports and EndpointSlices), on the hub 1 ISE POST per
+    /// export and 2 LISTs per member (ISEs, EndpointSliceExports); Events have their own budget,
+    /// no export waits for them.
     pub ideal_bound_s: f64,
     /// Which bucket gives that bound: `hub` or `member <name>`.
     pub binding_client: String,

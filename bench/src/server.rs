@@ -193,8 +193,8 @@ pub fn ideal_bound(config: &Config) -> Duration {
     let (n, m) = (config.members as u64, config.exports as u64);
     let member = &config.member_limits;
     Duration::from_secs_f64(
-        bucket_time(2 * m + 2, member.qps, member.burst).max(bucket_time(
-            n * m + n,
+        bucket_time(2 * m + 4, member.qps, member.burst).max(bucket_time(
+            n * m + 2 * n,
             config.hub_limits.qps,
             config.hub_limits.burst,
         )),

@@ -75,8 +75,8 @@ fn bound_is_the_slowest_bucket() {
     assert_eq!(bound, Duration::from_secs(20));
     assert_eq!(which, "member m01");
     assert_eq!(member, 755);
-    // Minimum requests of 1 x 50: member (102 - 30) / 20 = 3.6 s, hub (51 - 200) → 0.
-    assert_eq!(ideal_bound(&config), Duration::from_secs_f64(3.6));
+    // Minimum requests of 1 x 50: member (104 - 30) / 20 = 3.7 s, hub (52 - 200) → 0.
+    assert_eq!(ideal_bound(&config), Duration::from_secs_f64(3.7));
 }
 
 #[test]
