@@ -141,8 +141,8 @@ async fn wait_unnamed(member: &kube::Client, name: &str) {
     .await;
 }
 
-/// Writes an apiserver counted for `resource` (POST, PUT, PATCH, DELETE), any response code.
-async fn writes(client: &kube::Client, resource: &str) -> f64 {
+/// Requests an apiserver counted for `resource` with `verb`, any response code.
+async fn requests(client: &kube::Client, resource: &str, verb: &str) -> f64 {
     let text = client
         .request_text(
             http::Request::get("/metrics")
@@ -152,29 +152,21 @@ async fn writes(client: &kube::Client, resource: &str) -> f64 {
         .await
         .expect("apiserver metrics");
     let resource = format!("resource=\"{resource}\"");
-    ["POST", "PUT", "PATCH", "DELETE"]
-        .iter()
-        .map(|verb| {
-            let verb = format!("verb=\"{verb}\"");
-            sum(&text, "apiserver_request_total", &[&resource, &verb])
-        })
-        .sum()
+    let verb = format!("verb=\"{verb}\"");
+    sum(&text, "apiserver_request_total", &[&resource, &verb])
+}
+
+/// Writes an apiserver counted for `resource` (POST, PUT, PATCH, DELETE), any response code.
+async fn writes(client: &kube::Client, resource: &str) -> f64 {
+    let mut total = 0.0;
+    for verb in ["POST", "PUT", "PATCH", "DELETE"] {
+        total += requests(client, resource, verb).await;
+    }
+    total
 }
 
 async fn ese_deletes(hub: &kube::Client) -> f64 {
-    let text = hub
-        .request_text(
-            http::Request::get("/metrics")
-                .body(vec![])
-                .expect("request"),
-        )
-        .await
-        .expect("hub metrics");
-    sum(
-        &text,
-        "apiserver_request_total",
-        &["resource=\"endpointsliceexports\"", "verb=\"DELETE\""],
-    )
+    requests(hub, "endpointsliceexports", "DELETE").await
 }
 
 /// Slice writes in the member plus export writes in the hub.
@@ -276,8 +268,8 @@ async fn endpoint_slices_follow_every_branch_of_the_reference_controllers() {
     }
 
     // An endpoint change: one hub write, nothing in the member.
-    set_endpoints(&member, "web-1", &["10.0.0.1", "10.0.0.2", "10.0.0.4"]).await;
     let hub_before = writes(&hub, "endpointsliceexports").await;
+    set_endpoints(&member, "web-1", &["10.0.0.1", "10.0.0.2", "10.0.0.4"]).await;
     let ese = wait_slice_export(&hub, &hub_ns, NS, "web-1", |e| {
         exported_addresses(e).len() == 3
     })
