@@ -44,6 +44,17 @@ fn member_dir(fleet: &Fleet) -> PathBuf {
     dir
 }
 
+/// A fleet of member `M` with namespace `NS`: the fleet, a hub client, a client of `M`, and
+/// `M`'s namespace in the hub.
+async fn one_member() -> (Fleet, kube::Client, kube::Client, String) {
+    let fleet = Fleet::builder().members([M]).start().await.expect("fleet");
+    let hub = fleet.hub().client().await.expect("hub client");
+    let member = fleet.member(M).client().await.expect("member client");
+    let hub_ns = fleet.hub_namespace(M);
+    namespace(&member, NS).await;
+    (fleet, hub, member, hub_ns)
+}
+
 async fn start_in_process(fleet: &Fleet, controllers: Controllers) -> Running {
     init_test_logs();
     let mut config = app_config(fleet, &member_dir(fleet));
@@ -197,11 +208,7 @@ async fn settled_writes(member: &kube::Client, hub: &kube::Client, quiet: Durati
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoint_slices_follow_every_branch_of_the_reference_controllers() {
-    let fleet = Fleet::builder().members([M]).start().await.expect("fleet");
-    let hub = fleet.hub().client().await.expect("hub client");
-    let member = fleet.member(M).client().await.expect("member client");
-    let hub_ns = fleet.hub_namespace(M);
-    namespace(&member, NS).await;
+    let (fleet, hub, member, hub_ns) = one_member().await;
     let running = start_in_process(&fleet, slices_only()).await;
 
     // Never exported: IPv6, no Service label, a Service without ServiceExport, an invalid and
@@ -379,11 +386,7 @@ async fn endpoint_slices_follow_every_branch_of_the_reference_controllers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_both_exporters_a_service_and_its_slice_reach_the_hub() {
-    let fleet = Fleet::builder().members([M]).start().await.expect("fleet");
-    let hub = fleet.hub().client().await.expect("hub client");
-    let member = fleet.member(M).client().await.expect("member client");
-    let hub_ns = fleet.hub_namespace(M);
-    namespace(&member, NS).await;
+    let (fleet, hub, member, hub_ns) = one_member().await;
     let running = start_in_process(&fleet, Controllers::default()).await;
 
     create_service(&member, &service(NS, "api", 80)).await;
@@ -525,11 +528,7 @@ async fn one_export_each(
 async fn a_restart_writes_nothing_and_a_kill_minus_9_loses_and_doubles_nothing() {
     const FIRST: usize = 20;
     const ALL: usize = 60;
-    let fleet = Fleet::builder().members([M]).start().await.expect("fleet");
-    let hub = fleet.hub().client().await.expect("hub client");
-    let member = fleet.member(M).client().await.expect("member client");
-    let hub_ns = fleet.hub_namespace(M);
-    namespace(&member, NS).await;
+    let (fleet, hub, member, hub_ns) = one_member().await;
     let dir = member_dir(&fleet);
     export_with(&member, "web", "True", "False").await;
     for i in 0..FIRST {
@@ -625,11 +624,7 @@ async fn a_restart_writes_nothing_and_a_kill_minus_9_loses_and_doubles_nothing()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_down_and_back_keeps_its_exports_and_catches_up() {
-    let mut fleet = Fleet::builder().members([M]).start().await.expect("fleet");
-    let hub = fleet.hub().client().await.expect("hub client");
-    let member = fleet.member(M).client().await.expect("member client");
-    let hub_ns = fleet.hub_namespace(M);
-    namespace(&member, NS).await;
+    let (mut fleet, hub, member, hub_ns) = one_member().await;
     let running = start_in_process(&fleet, slices_only()).await;
     export_with(&member, "web", "True", "False").await;
     create_slice(&member, &endpoint_slice(NS, "web-1", "web", &["10.0.0.1"])).await;

@@ -35,6 +35,7 @@ pub use public_ip::{LookupError, PublicIp, PublicIpLookup};
 use crate::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
 use own_writes::OwnWrites;
 pub use reconcile::backoff;
+pub(crate) use reconcile::report;
 pub use views::Synced;
 use views::Views;
 pub(crate) use views::{View, WatchHealth, objects_only, watch_backoff};

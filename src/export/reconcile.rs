@@ -43,29 +43,46 @@ pub(super) async fn reconcile(se: Arc<ServiceExport>, ctx: Arc<Context>) -> Resu
         Ok((outcome, _)) => Reconciled::Done(*outcome),
         Err(e) => Reconciled::Failed(e.category()),
     };
-    let label = reconciled.label();
-    span.record("outcome", label.as_str());
-    match &result {
-        Ok((_, action)) => {
-            span.record("requeue", format!("{action:?}").as_str());
-            ctx.failures.lock().remove(&key);
-        }
-        // Fenced: the member is no longer ours (it moved, or the hold lapsed); its engagement
-        // is stopping, and a line per queued write would only hide that.
-        Err(e) if crate::client::fence::refused(e) => {
+    if let Ok((_, action)) = &result {
+        span.record("requeue", format!("{action:?}").as_str());
+        ctx.failures.lock().remove(&key);
+    }
+    report(
+        &span,
+        ctx.observer.as_ref(),
+        &ctx.member,
+        reconciled,
+        result.as_ref().err(),
+        started,
+    );
+    result.map(|(_, action)| action)
+}
+
+/// Ends the root span of one reconcile (of a ServiceExport or an EndpointSlice) and reports
+/// it: the outcome on the span, a fenced refusal at debug level (the member is no longer ours:
+/// it moved, or the hold lapsed; its engagement is stopping, and a line per queued write would
+/// only hide that), any other error as the span's ERROR status and a warning; the duration is
+/// observed inside the span, so its sample can carry the trace id as an exemplar.
+pub(crate) fn report<E: std::error::Error + 'static>(
+    span: &tracing::Span,
+    observer: &dyn super::ReconcileObserver,
+    member: &str,
+    reconciled: Reconciled,
+    error: Option<&E>,
+    started: Instant,
+) {
+    span.record("outcome", reconciled.label().as_str());
+    match error {
+        None => {}
+        Some(e) if crate::client::fence::refused(e) => {
             span.in_scope(|| tracing::debug!(error = %e, "reconcile fenced"));
         }
-        Err(e) => {
+        Some(e) => {
             span.record("otel.status_code", "ERROR");
             span.in_scope(|| tracing::warn!(error = %e, "reconcile failed"));
         }
     }
-    // Inside the span, so the duration sample can carry the trace id as an exemplar.
-    span.in_scope(|| {
-        ctx.observer
-            .reconciled(&ctx.member, reconciled, started.elapsed())
-    });
-    result.map(|(_, action)| action)
+    span.in_scope(|| observer.reconciled(member, reconciled, started.elapsed()));
 }
 
 /// Observe → decide → act. Nothing is decided before every view has listed; a plan that

@@ -51,23 +51,17 @@ async fn traced(
         Ok((outcome, _)) => Reconciled::Slice(*outcome),
         Err(e) => Reconciled::Failed(e.category()),
     };
-    span.record("outcome", reconciled.label().as_str());
-    match &result {
-        Ok(_) => {
-            ctx.failures.lock().remove(&key);
-        }
-        Err(e) if crate::client::fence::refused(e) => {
-            span.in_scope(|| tracing::debug!(error = %e, "reconcile fenced"));
-        }
-        Err(e) => {
-            span.record("otel.status_code", "ERROR");
-            span.in_scope(|| tracing::warn!(error = %e, "reconcile failed"));
-        }
+    if result.is_ok() {
+        ctx.failures.lock().remove(&key);
     }
-    span.in_scope(|| {
-        ctx.observer
-            .reconciled(&ctx.member, reconciled, started.elapsed())
-    });
+    crate::export::report(
+        &span,
+        ctx.observer.as_ref(),
+        &ctx.member,
+        reconciled,
+        result.as_ref().err(),
+        started,
+    );
     result.map(|(_, action)| action)
 }
 
