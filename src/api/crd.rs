@@ -71,16 +71,7 @@ pub fn internal_service_export_crd() -> CustomResourceDefinition {
         "InternalServiceExport",
         "internalserviceexports",
         Some("internalsvcexport"),
-        vec![CustomResourceDefinitionVersion {
-            name: "v1alpha1".into(),
-            served: true,
-            storage: true,
-            schema: Some(CustomResourceValidation {
-                open_api_v3_schema: Some(schema),
-            }),
-            subresources: Some(status_subresource()),
-            ..Default::default()
-        }],
+        vec![only_v1alpha1(schema)],
     )
 }
 
@@ -98,16 +89,7 @@ pub fn endpoint_slice_export_crd() -> CustomResourceDefinition {
         "EndpointSliceExport",
         "endpointsliceexports",
         None,
-        vec![CustomResourceDefinitionVersion {
-            name: "v1alpha1".into(),
-            served: true,
-            storage: true,
-            schema: Some(CustomResourceValidation {
-                open_api_v3_schema: Some(schema),
-            }),
-            subresources: Some(status_subresource()),
-            ..Default::default()
-        }],
+        vec![only_v1alpha1(schema)],
     )
 }
 
@@ -163,6 +145,20 @@ fn crd(
             ..Default::default()
         },
         status: None,
+    }
+}
+
+/// The one version of a hub CRD: v1alpha1, served and stored, with a status subresource.
+fn only_v1alpha1(schema: JSONSchemaProps) -> CustomResourceDefinitionVersion {
+    CustomResourceDefinitionVersion {
+        name: "v1alpha1".into(),
+        served: true,
+        storage: true,
+        schema: Some(CustomResourceValidation {
+            open_api_v3_schema: Some(schema),
+        }),
+        subresources: Some(status_subresource()),
+        ..Default::default()
     }
 }
 
