@@ -105,6 +105,7 @@ impl Running {
 async fn hub_client(
     name: &str,
     path: Option<&std::path::Path>,
+    lanes: usize,
     limits: &Limits,
     stats: Arc<ClientStats>,
     fence: client::Fence,
@@ -124,7 +125,7 @@ async fn hub_client(
         Some(path) => Some(kube::config::Kubeconfig::read_from(path).map_err(|e| failed(&e))?),
         None => None,
     };
-    match client::from_kubeconfig(name, kubeconfig, limits, stats, fence).await {
+    match client::from_kubeconfig(name, kubeconfig, lanes, limits, stats, fence).await {
         Ok((client, _)) => Ok(client),
         Err(e @ client::Error::Config(_)) => Err(failed(&e)),
         Err(e) => Err(Error::Hub(e.to_string())),
@@ -149,6 +150,7 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
     let hub = hub_client(
         "hub",
         path,
+        client::HUB_LANES,
         &config.hub_limits,
         hub_stats.clone(),
         fence.clone(),
@@ -246,7 +248,7 @@ async fn control_client(config: &AppConfig, sharded: bool) -> Result<kube::Clien
     };
     let path = config.hub_kubeconfig.as_deref();
     let fence = client::Fence::open();
-    hub_client("control", path, &limits, Arc::default(), fence).await
+    hub_client("control", path, 1, &limits, Arc::default(), fence).await
 }
 
 fn lease_config(le: &LeaderElection) -> LeaseConfig {

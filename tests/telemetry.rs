@@ -205,7 +205,7 @@ fn check_traces(spans: &[ExportedSpan], run: &ChildRun, sampled: &[&str], suppre
             mine.iter().any(|r| r.attr("outcome") == Some("exported")),
             "no exported outcome for {member}: {mine:?}"
         );
-        // kube's HTTP client spans, descendants of the member's reconcile (linked by parent
+        // The k8s.request client spans, descendants of the member's reconcile (linked by parent
         // span id, possibly through an intermediate span), same trace.
         let children: Vec<&ExportedSpan> = spans
             .iter()

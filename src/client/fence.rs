@@ -216,7 +216,7 @@ mod tests {
         let limits = crate::client::Limits::default();
         let closed = Fence::new(watch::channel(Hold::Never).1);
         let stats = std::sync::Arc::default();
-        let client = crate::client::build_fenced("t", config, &limits, stats, closed);
+        let client = crate::client::build_over("t", config, 1, &limits, stats, closed);
         let api = kube::Api::<ConfigMap>::namespaced(client.expect("client"), "ns");
         let created = api.create(&Default::default(), &ConfigMap::default()).await;
         assert!(refused(&created.expect_err("fenced")));

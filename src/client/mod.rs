@@ -1,11 +1,13 @@
-//! Kubernetes clients: kube's own stack under the process's client policy
-//! ([`crate::policy`]: retry, counting, a token bucket per client, a concurrency limit and a
-//! timeout for every request except long-running watches), the write [`fence`], and every
-//! request named as fleetnet-hub (User-Agent, `fieldManager`).
+//! Kubernetes clients: kube's request building over our own transport ([`connections`]: HTTP/2
+//! when the server offers it, several clients sharing a connection), under the process's
+//! client policy ([`crate::policy`]: retry, counting and a client span per attempt, a token
+//! bucket per client, a concurrency limit and a timeout for every request except long-running
+//! watches), the write [`fence`], and every request named as fleetnet-hub (User-Agent,
+//! `fieldManager`).
 //!
-//! kube's built-in retry layer is switched off (`Config::default_retry = false`): it sits
-//! below our limiter, retries up to 15 times with waits growing to 1000 s, and its retries
-//! are invisible to the client's counters.
+//! kube's own stack (its builder) is not used: it speaks HTTP/1.1 only, a connection per watch,
+//! and its retry layer would sit below our limiter, retrying up to 15 times with waits growing
+//! to 1000 s, invisible to the client's counters.
 
 mod classify;
 pub mod exec;
@@ -97,18 +99,22 @@ pub enum Error {
 }
 
 /// The one way from a kubeconfig to a client: `kubeconfig` is the hub's, the operator's own;
-/// `None` is the in-cluster configuration. Returns the client ([`build_fenced`], kube's own
-/// HTTP/1.1 stack) and its API server's URL. Members' clients come from [`member_clients`].
+/// `None` is the in-cluster configuration. Returns the client ([`build_over`] with `lanes`
+/// connections) and its API server's URL. Members' clients come from [`member_clients`].
 pub async fn from_kubeconfig(
     name: &str,
     kubeconfig: Option<Kubeconfig>,
+    lanes: usize,
     limits: &Limits,
     stats: Arc<ClientStats>,
     fence: Fence,
 ) -> Result<(kube::Client, String), Error> {
     let config = config_of(kubeconfig).await?;
     let server = config.cluster_url.to_string();
-    Ok((build_fenced(name, config, limits, stats, fence)?, server))
+    Ok((
+        build_over(name, config, lanes, limits, stats, fence)?,
+        server,
+    ))
 }
 
 async fn config_of(kubeconfig: Option<Kubeconfig>) -> Result<kube::Config, Error> {
@@ -140,13 +146,13 @@ pub async fn member_clients(
     stats: Arc<ClientStats>,
     fence: Fence,
 ) -> Result<MemberClients, Error> {
-    // No kube retry layer to switch off here: `multiplexed` builds the stack without one.
+    // No kube retry layer to switch off here: `connections` builds the stack without one.
     let config = config_of(Some(kubeconfig)).await?;
     let server = config.cluster_url.to_string();
     let plugin = exec::plugin_of(&config);
     let member = format!("member:{name}");
-    let transport =
-        multiplexed(&config).map_err(|source| kube_error(&member, plugin.as_ref(), source))?;
+    let transport = connections(&config, 1)
+        .map_err(|source| kube_error(&member, plugin.as_ref(), source))?;
     let over_transport = || {
         ClientBuilder::new(
             BoxService::new(transport.clone()),
@@ -174,10 +180,12 @@ pub async fn member_clients(
     })
 }
 
-/// What kube's builder puts under its client (base URI, credentials, extra headers) over a
-/// pooled hyper client whose TLS offers HTTP/2 and HTTP/1.1, cloneable so that several
-/// clients share its connection.
-fn multiplexed(config: &kube::Config) -> Result<Transport, kube::Error> {
+/// What kube's builder puts under its client (base URI, credentials, extra headers) over
+/// `lanes` pooled hyper clients whose TLS offers HTTP/2 and HTTP/1.1, cloneable so that
+/// several clients share their connections. A request goes out on the connection its [`Lane`]
+/// names (the first without one): with HTTP/2, one connection per lane carries all of its
+/// requests and watches.
+fn connections(config: &kube::Config, lanes: usize) -> Result<Transport, kube::Error> {
     use kube::client::ConfigExt;
     if config.proxy_url.is_some() {
         // The vetting refuses proxy-url for members; this only keeps the rule in one place.
@@ -200,19 +208,27 @@ fn multiplexed(config: &kube::Config) -> Result<Transport, kube::Error> {
         None => https,
     };
     let connector = https.enable_http1().enable_http2().wrap_connector(http);
-    let pooled = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        // A dead connection is found by a ping, not by the next request's timeout: every
-        // request and watch of the member rides on it.
-        .http2_keep_alive_interval(HTTP2_PING)
-        .http2_keep_alive_timeout(HTTP2_PING_TIMEOUT)
-        .timer(hyper_util::rt::TokioTimer::new())
-        .build::<_, Body>(connector);
+    let pooled: Arc<[_]> = (0..lanes.max(1))
+        .map(|_| {
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                // A dead connection is found by a ping, not by the next request's timeout:
+                // every request and watch of the lane rides on it.
+                .http2_keep_alive_interval(HTTP2_PING)
+                .http2_keep_alive_timeout(HTTP2_PING_TIMEOUT)
+                .timer(hyper_util::rt::TokioTimer::new())
+                .build::<_, Body>(connector.clone())
+        })
+        .collect();
+    let route = tower::service_fn(move |req: Request<Body>| {
+        let lane = req.extensions().get::<Lane>().map_or(0, |l| l.0);
+        pooled[lane % pooled.len()].request(req)
+    });
     let service = tower::ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
         .map_err(BoxError::from)
-        .service(pooled)
+        .service(route)
         .map_response(|response: http::Response<_>| {
             response.map(|body| {
                 Box::new(http_body_util::BodyExt::map_err(body, BoxError::from)) as Box<DynBody>
@@ -220,6 +236,19 @@ fn multiplexed(config: &kube::Config) -> Result<Transport, kube::Error> {
         });
     Ok(BoxCloneService::new(service))
 }
+
+/// Which of a client's connections a request goes out on ([`connections`]).
+#[derive(Debug, Clone, Copy)]
+struct Lane(usize);
+
+/// The hub client's connections. Each member's hub view keeps to one ([`member_view`]), so
+/// a member's two watches and its writes share one HTTP/2 connection with the other members of
+/// its lane, instead of an HTTP/1.1 connection per watch (two TLS sessions per member before).
+/// kube-apiserver leaves Go's limit of 250 streams per connection in place
+/// (`--http2-max-streams-per-connection`), and hyper waits for a free stream rather than open
+/// another connection: 64 lanes keep a replica of 5,000 members (two watches each, ~80 per
+/// lane) well below it. Lanes no member uses open no connection.
+pub const HUB_LANES: usize = 64;
 
 /// client-go's HTTP/2 health check: a ping after 30 s without a frame, 15 s for its answer.
 const HTTP2_PING: Duration = Duration::from_secs(30);
@@ -244,29 +273,30 @@ pub fn build(
     limits: &Limits,
     stats: Arc<ClientStats>,
 ) -> Result<kube::Client, Error> {
-    build_fenced(name, config, limits, stats, Fence::open())
+    build_over(name, config, 1, limits, stats, Fence::open())
 }
 
-/// [`build`], and every write refused unless `fence` holds at the moment it is sent (each
-/// attempt, after its wait for a token), its deadline clipped to what is left of the hold.
-/// A request that already carries a [`Fence`] ([`member_view`]) keeps its own.
-pub fn build_fenced(
+/// A client over `lanes` connections ([`connections`]) whose every write is refused unless
+/// `fence` holds at the moment it is sent (each attempt, after its wait for a token), its
+/// deadline clipped to what is left of the hold. A request that already carries a [`Fence`]
+/// ([`member_view`]) keeps its own.
+pub fn build_over(
     name: &str,
-    mut config: kube::Config,
+    config: kube::Config,
+    lanes: usize,
     limits: &Limits,
     stats: Arc<ClientStats>,
     fence: Fence,
 ) -> Result<kube::Client, Error> {
-    // Ours is the one retry layer (see the module doc).
-    config.default_retry = false;
     let plugin = exec::plugin_of(&config);
     // kube runs an exec plugin once already here, for its first token.
-    let builder = ClientBuilder::try_from(config)
-        .map_err(|source| kube_error(name, plugin.as_ref(), source))?;
+    let transport =
+        connections(&config, lanes).map_err(|source| kube_error(name, plugin.as_ref(), source))?;
+    let builder = ClientBuilder::new(BoxService::new(transport), &config.default_namespace);
     layered(name, builder, plugin, limits, stats, fence)
 }
 
-/// The process's layers over kube's stack (`builder`): see [`build_fenced`].
+/// The process's layers over the transport (`builder`): see [`build_over`].
 fn layered(
     name: &str,
     builder: ClientBuilder<GenericService>,
@@ -319,14 +349,17 @@ fn layered(
 /// One member's view of a client shared by many (the hub's): it sends through `client` (its
 /// budget, retries, counters), with every write refused unless `fence` holds when it is sent
 /// (after its wait in the shared bucket, on every retry), and its requests in one line for the
-/// shared bucket ([`Turn`]): a member's backlog never starves another member's change.
-pub fn member_view(client: &kube::Client, fence: Fence) -> kube::Client {
+/// shared bucket ([`Turn`]): a member's backlog never starves another member's change. Its
+/// requests keep to connection `lane` of the client's (see [`HUB_LANES`]).
+pub fn member_view(client: &kube::Client, lane: usize, fence: Fence) -> kube::Client {
     let shared = client.clone();
     let turn = Turn::default();
+    let lane = Lane(lane);
     let service = tower::service_fn(move |mut req: Request<Body>| {
         let shared = shared.clone();
         req.extensions_mut().insert(turn.clone());
         req.extensions_mut().insert(fence.clone());
+        req.extensions_mut().insert(lane);
         async move { shared.send(req).await.map_err(BoxError::from) }
     });
     kube::Client::new(service, client.default_namespace().to_string())
@@ -392,7 +425,7 @@ mod tests {
         };
         let hub = build("hub", config, &limits, Arc::default()).expect("hub client");
         let (hold, rx) = tokio::sync::watch::channel(Hold::Never);
-        let view = member_view(&hub, Fence::new(rx));
+        let view = member_view(&hub, 0, Fence::new(rx));
         let api = kube::Api::<ConfigMap>::namespaced(view, "ns");
         // The one token goes to a write sent while the hold is valid: it reaches the (absent)
         // server and fails there.

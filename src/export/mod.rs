@@ -13,11 +13,11 @@ pub mod decide;
 mod error;
 mod events;
 pub(crate) mod own_writes;
+pub(crate) mod streaks;
 pub mod public_ip;
 mod reconcile;
 mod views;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +25,6 @@ use futures::{Future, StreamExt};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
-use parking_lot::Mutex;
 use tokio::sync::watch;
 
 pub use decide::{Outcome, Settings};
@@ -34,6 +33,7 @@ pub use public_ip::{LookupError, PublicIp, PublicIpLookup};
 
 use crate::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
 use own_writes::OwnWrites;
+use streaks::Streaks;
 pub use reconcile::backoff;
 pub(crate) use reconcile::report;
 pub use views::Synced;
@@ -133,9 +133,9 @@ pub struct Context {
     pub observer: Arc<dyn ReconcileObserver>,
     /// No reconcile decides before every view has listed once.
     views: Synced,
-    failures: Mutex<HashMap<ObjectRef<ServiceExport>, u32>>,
+    failures: Streaks<ObjectRef<ServiceExport>>,
     /// Consecutive rechecks (a public IP not listed yet, a UID-mismatch unexport) per export.
-    rechecks: Mutex<HashMap<ObjectRef<ServiceExport>, u32>>,
+    rechecks: Streaks<ObjectRef<ServiceExport>>,
     /// ISEs (by name) and ServiceExports this exporter wrote that the views may not show yet.
     own_ises: OwnWrites<String, Option<InternalServiceExport>>,
     own_exports: OwnWrites<ObjectRef<ServiceExport>, ServiceExport>,
@@ -199,8 +199,8 @@ impl MemberExporter {
             leader: self.leader,
             observer: self.observer,
             views: synced.clone(),
-            failures: Mutex::default(),
-            rechecks: Mutex::default(),
+            failures: Streaks::default(),
+            rechecks: Streaks::default(),
             own_ises: OwnWrites::default(),
             own_exports: OwnWrites::default(),
         });

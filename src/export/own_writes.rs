@@ -4,11 +4,23 @@
 //! write (an ISE create answered 409, a status patch refused for its stale resourceVersion), so
 //! a write is remembered with the resourceVersions it superseded, and while the view shows one
 //! of those, the decision reads what the API answered to our write instead.
+//!
+//! A write is forgotten once the view shows anything else, and in any case 5 minutes after it
+//! was made: a view that far behind relists, and an object deleted meanwhile (no reconcile to
+//! read its entry again) must not keep its entry for good. Forgetting early costs at most one
+//! refused write and a live read.
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::time::Duration;
 
 use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use super::streaks::shrink_when_sparse;
+
+/// How long a write is remembered at most.
+const FORGET_AFTER: Duration = Duration::from_secs(300);
 
 /// Our writes by object, each with the versions it superseded (`None`: the view had no object).
 pub(crate) struct OwnWrites<K, T> {
@@ -17,7 +29,9 @@ pub(crate) struct OwnWrites<K, T> {
 
 struct Write<T> {
     superseded: Vec<Option<String>>,
-    after: T,
+    /// Boxed: the map keeps its largest capacity until it empties, in buckets of one write.
+    after: Box<T>,
+    at: Instant,
 }
 
 impl<K, T> Default for OwnWrites<K, T> {
@@ -34,10 +48,12 @@ impl<K: Hash + Eq, T: Clone> OwnWrites<K, T> {
     pub(crate) fn over(&self, key: &K, view_rv: Option<&str>) -> Option<T> {
         let mut writes = self.writes.lock();
         let write = writes.get(key)?;
-        if write.superseded.iter().any(|s| s.as_deref() == view_rv) {
-            Some(write.after.clone())
+        let fresh = write.at.elapsed() < FORGET_AFTER;
+        if fresh && write.superseded.iter().any(|s| s.as_deref() == view_rv) {
+            Some(T::clone(&write.after))
         } else {
             writes.remove(key);
+            shrink_when_sparse(&mut writes);
             None
         }
     }
@@ -51,6 +67,8 @@ impl<K: Hash + Eq, T: Clone> OwnWrites<K, T> {
         after: T,
     ) {
         let mut writes = self.writes.lock();
+        let now = Instant::now();
+        writes.retain(|_, w| now.duration_since(w.at) < FORGET_AFTER);
         let mut all = writes
             .remove(&key)
             .map(|w| w.superseded)
@@ -60,13 +78,22 @@ impl<K: Hash + Eq, T: Clone> OwnWrites<K, T> {
             key,
             Write {
                 superseded: all,
-                after,
+                after: Box::new(after),
+                at: now,
             },
         );
     }
 
     pub(crate) fn forget(&self, key: &K) {
-        self.writes.lock().remove(key);
+        let mut writes = self.writes.lock();
+        if writes.remove(key).is_some() {
+            shrink_when_sparse(&mut writes);
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.writes.lock().len()
     }
 }
 
@@ -92,6 +119,21 @@ mod tests {
         // The view caught up (or someone else wrote): the view is read, the write forgotten.
         assert_eq!(own.over(&"a", Some("4")), None);
         assert_eq!(own.over(&"a", Some("1")), None, "forgotten");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_the_view_never_read_again_is_forgotten_after_five_minutes() {
+        let own: OwnWrites<&str, Option<&str>> = OwnWrites::default();
+        // An ISE deleted along with its export: no reconcile reads its entry again.
+        own.wrote("deleted", [rv("7")], None);
+        tokio::time::advance(Duration::from_secs(299)).await;
+        own.wrote("other", [rv("1")], Some("x"));
+        assert_eq!(own.len(), 2);
+        assert_eq!(own.over(&"deleted", Some("7")), Some(None), "still remembered");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        own.wrote("third", [rv("1")], Some("y"));
+        assert_eq!(own.len(), 2, "the write of 301 s ago is gone");
+        assert_eq!(own.over(&"deleted", Some("7")), None);
     }
 
     #[test]

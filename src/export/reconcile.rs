@@ -1,7 +1,6 @@
 //! One reconcile: observe (views, live reads before withdrawing anything, the public IP) →
 //! [`decide`] → [`act::perform`]; and how failures and rechecks are requeued.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,7 +10,6 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use parking_lot::Mutex;
 use tracing::{Instrument, field};
 
 use super::decide::{
@@ -45,7 +43,7 @@ pub(super) async fn reconcile(se: Arc<ServiceExport>, ctx: Arc<Context>) -> Resu
     };
     if let Ok((_, action)) = &result {
         span.record("requeue", format!("{action:?}").as_str());
-        ctx.failures.lock().remove(&key);
+        ctx.failures.clear(&key);
     }
     report(
         &span,
@@ -280,10 +278,10 @@ fn performed(
         });
     }
     let action = if plan.recheck {
-        let n = bump(&ctx.rechecks, key);
+        let n = ctx.rechecks.bump(key);
         Action::requeue(backoff(n, rand::random::<f64>()).min(MAX_RECHECK))
     } else {
-        ctx.rechecks.lock().remove(&key);
+        ctx.rechecks.clear(&key);
         Action::await_change()
     };
     Ok((plan.outcome, action))
@@ -392,7 +390,7 @@ pub(super) fn error_policy(se: Arc<ServiceExport>, error: &Error, ctx: Arc<Conte
         return Action::requeue(FENCED_RETRY);
     }
     let key = ObjectRef::from_obj_with(se.as_ref(), ctx.se_version);
-    let failures = bump(&ctx.failures, key);
+    let failures = ctx.failures.bump(key);
     Action::requeue(requeue_delay(
         failures,
         rand::random::<f64>(),
@@ -414,17 +412,6 @@ const FENCED_RETRY: Duration = Duration::from_secs(2);
 /// Rechecks back off like failures, but an export waiting for a public IP is looked at
 /// at least once a minute.
 const MAX_RECHECK: Duration = Duration::from_secs(60);
-
-/// Increments and returns the counter of `key`.
-fn bump(
-    counters: &Mutex<HashMap<ObjectRef<ServiceExport>, u32>>,
-    key: ObjectRef<ServiceExport>,
-) -> u32 {
-    let mut map = counters.lock();
-    let n = map.entry(key).or_insert(0);
-    *n = n.saturating_add(1);
-    *n
-}
 
 /// Delay after `failures` consecutive failures: 1 s doubling, capped at 5 minutes, jittered.
 pub fn backoff(failures: u32, jitter: f64) -> Duration {

@@ -227,7 +227,8 @@ pub enum Step {
     /// the retry policy below.
     Classify(fn(&Method, &Uri) -> RequestKind),
     /// Counts every attempt by kind and status (`None`: no answer); with `trace`, each attempt
-    /// runs in a `k8s.request` span with its verb, resource and status.
+    /// runs in a `k8s.request` span (an OpenTelemetry client span) with its verb, resource,
+    /// method, URL and status.
     Count {
         stats: Arc<ClientStats>,
         trace: bool,
@@ -250,6 +251,7 @@ impl Step {
     fn around<RB: Send + 'static>(
         &self,
         kind: &RequestKind,
+        target: &(Method, Uri),
         turn: Option<&Turn>,
         gate: Option<&Gate>,
         attempt: Reply<RB>,
@@ -264,7 +266,11 @@ impl Step {
                         "k8s.request",
                         k8s.verb = kind.verb,
                         k8s.resource = %kind.resource,
+                        http.method = %target.0,
+                        http.url = %target.1,
                         http.status_code = tracing::field::Empty,
+                        otel.kind = "client",
+                        otel.status_code = tracing::field::Empty,
                     ),
                     false => tracing::Span::none(),
                 };
@@ -273,7 +279,11 @@ impl Step {
                     let res = attempt.await;
                     let code = res.as_ref().map(|r| r.status().as_u16()).ok();
                     if let Some(code) = code {
-                        tracing::Span::current().record("http.status_code", code);
+                        let span = tracing::Span::current();
+                        span.record("http.status_code", code);
+                        if code >= 400 {
+                            span.record("otel.status_code", "ERROR");
+                        }
                     }
                     stats.record(&kind, code);
                     res
@@ -393,11 +403,12 @@ where
         let kind = RequestKind::of(&req);
         let turn = req.extensions().get::<Turn>().cloned();
         let gate = req.extensions().get::<Fence>().and_then(|f| f.gate(&req));
+        let target = (req.method().clone(), req.uri().clone());
         let attempt = self.inner.clone().oneshot(req);
         let attempt: Reply<RB> = Box::pin(async move { attempt.await.map_err(Into::into) });
         let steps = self.steps.iter().rev();
         steps.fold(attempt, |attempt, step| {
-            step.around(&kind, turn.as_ref(), gate.as_ref(), attempt)
+            step.around(&kind, &target, turn.as_ref(), gate.as_ref(), attempt)
         })
     }
 }

@@ -14,13 +14,11 @@ mod model;
 mod reconcile;
 mod views;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::{Future, StreamExt};
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
-use parking_lot::Mutex;
 use tokio::sync::watch;
 
 pub use decide::Outcome;
@@ -28,6 +26,7 @@ pub use error::{Error, Step};
 
 use crate::api::{EndpointSliceExport, ServiceExportVersion};
 use crate::export::own_writes::OwnWrites;
+use crate::export::streaks::Streaks;
 use crate::export::{ReconcileObserver, Synced, WatchHealth};
 use model::{ExportVerdict, ExportView, SliceView};
 
@@ -61,8 +60,8 @@ pub(crate) struct Context {
     leader: watch::Receiver<bool>,
     observer: Arc<dyn ReconcileObserver>,
     views: Synced,
-    /// Consecutive failures per slice; removed on success and when the slice goes.
-    failures: Mutex<HashMap<ObjectRef<SliceView>, u32>>,
+    /// Consecutive failures per slice; cleared on success, forgotten an hour after the last.
+    failures: Streaks<ObjectRef<SliceView>>,
     own_slices: OwnWrites<ObjectRef<SliceView>, SliceView>,
     own_exports: OwnWrites<String, Option<ExportView>>,
 }
@@ -117,7 +116,7 @@ impl MemberSliceExporter {
             leader: self.leader,
             observer: self.observer,
             views: synced.clone(),
-            failures: Mutex::default(),
+            failures: Streaks::default(),
             own_slices: OwnWrites::default(),
             own_exports: OwnWrites::default(),
         });

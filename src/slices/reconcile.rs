@@ -52,7 +52,7 @@ async fn traced(
         Err(e) => Reconciled::Failed(e.category()),
     };
     if result.is_ok() {
-        ctx.failures.lock().remove(&key);
+        ctx.failures.clear(&key);
     }
     crate::export::report(
         &span,
@@ -314,12 +314,7 @@ pub(super) fn error_policy(slice: Arc<SliceView>, error: &Error, ctx: Arc<Contex
         return Action::requeue(Duration::from_secs(2));
     }
     let key = ObjectRef::from_obj(slice.as_ref());
-    let failures = {
-        let mut map = ctx.failures.lock();
-        let n = map.entry(key).or_insert(0);
-        *n = n.saturating_add(1);
-        *n
-    };
+    let failures = ctx.failures.bump(key);
     Action::requeue(crate::export::backoff(failures, rand::random::<f64>()))
 }
 

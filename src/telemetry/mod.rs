@@ -2,7 +2,7 @@
 //! a line inside a reconcile carries the `reconcile` span's fields (member, namespace,
 //! ServiceExport) and the trace id. Traces (`otlp.rs`), only when an OTLP endpoint is set (else
 //! no OpenTelemetry layer at all, nothing to pay): one trace per reconcile (root span
-//! `reconcile`), its children the Azure lookup and kube's DEBUG `HTTP` client spans (the trace
+//! `reconcile`), its children the Azure lookup and the DEBUG `k8s.request` client spans (the trace
 //! filter enables them while the log filter stays at `RUST_LOG`), head-sampled per member,
 //! exported in batches over OTLP gRPC or HTTP/protobuf.
 //!
@@ -34,12 +34,12 @@ pub const SAMPLING_ENV: &str = "FLEETNET_TRACE_SAMPLING";
 /// `service.name` unless `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES` set one.
 const SERVICE_NAME: &str = "fleetnet-hub";
 
-/// Filter of the OpenTelemetry layer: our spans at INFO (our client layer's at DEBUG), kube's
-/// per-request `HTTP` spans (DEBUG), never the exporter's own stack (no feedback loop), and not
+/// Filter of the OpenTelemetry layer: our spans at INFO (our client layer's per-attempt spans at
+/// DEBUG), never the exporter's own stack (no feedback loop), and not
 /// kube-runtime's `reconciling object` span: our `reconcile` span is the trace root (it carries
 /// the member the sampler needs); the runtime's would be a second, member-less root per
 /// reconcile that per-member sampling could not suppress.
-pub const DEFAULT_TRACE_FILTER: &str = "info,kube_client=debug,fleetnet_hub::client=debug,\
+pub const DEFAULT_TRACE_FILTER: &str = "info,fleetnet_hub::client=debug,\
 kube_runtime=warn,opentelemetry=off,opentelemetry_sdk=off,opentelemetry_otlp=off,tonic=off,\
 h2=off,hyper=off,hyper_util=off,reqwest=off,tower=off";
 
