@@ -196,6 +196,9 @@ fn connections(config: &kube::Config, lanes: usize) -> Result<Transport, kube::E
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(config.connect_timeout);
+    // As Go does: many small HTTP/2 frames share a connection, and Nagle's algorithm would
+    // hold a request's last frame for the previous one's delayed ACK (~40 ms).
+    http.set_nodelay(true);
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(config.rustls_client_config()?)
         .https_or_http();
