@@ -151,8 +151,8 @@ pub async fn member_clients(
     let server = config.cluster_url.to_string();
     let plugin = exec::plugin_of(&config);
     let member = format!("member:{name}");
-    let transport = connections(&config, 1)
-        .map_err(|source| kube_error(&member, plugin.as_ref(), source))?;
+    let transport =
+        connections(&config, 1).map_err(|source| kube_error(&member, plugin.as_ref(), source))?;
     let over_transport = || {
         ClientBuilder::new(
             BoxService::new(transport.clone()),

@@ -13,9 +13,9 @@ pub mod decide;
 mod error;
 mod events;
 pub(crate) mod own_writes;
-pub(crate) mod streaks;
 pub mod public_ip;
 mod reconcile;
+pub(crate) mod streaks;
 mod views;
 
 use std::sync::Arc;
@@ -33,9 +33,9 @@ pub use public_ip::{LookupError, PublicIp, PublicIpLookup};
 
 use crate::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
 use own_writes::OwnWrites;
-use streaks::Streaks;
 pub use reconcile::backoff;
 pub(crate) use reconcile::report;
+use streaks::Streaks;
 pub use views::Synced;
 use views::Views;
 pub(crate) use views::{View, WatchHealth, objects_only, watch_backoff};

@@ -129,7 +129,11 @@ mod tests {
         tokio::time::advance(Duration::from_secs(299)).await;
         own.wrote("other", [rv("1")], Some("x"));
         assert_eq!(own.len(), 2);
-        assert_eq!(own.over(&"deleted", Some("7")), Some(None), "still remembered");
+        assert_eq!(
+            own.over(&"deleted", Some("7")),
+            Some(None),
+            "still remembered"
+        );
         tokio::time::advance(Duration::from_secs(2)).await;
         own.wrote("third", [rv("1")], Some("y"));
         assert_eq!(own.len(), 2, "the write of 301 s ago is gone");

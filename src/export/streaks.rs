@@ -90,7 +90,11 @@ mod tests {
         streaks.bump("a");
         tokio::time::advance(Duration::from_secs(1801)).await;
         assert_eq!(streaks.bump("b"), 1);
-        assert_eq!(streaks.len(), 2, "`gone` (bumped 3,601 s ago) forgotten, `a` kept");
+        assert_eq!(
+            streaks.len(),
+            2,
+            "`gone` (bumped 3,601 s ago) forgotten, `a` kept"
+        );
         assert_eq!(streaks.bump("a"), 3);
     }
 

@@ -68,6 +68,9 @@ pub(super) async fn perform(
         return Ok(());
     };
     ctx.ensure_leader(ns, name)?;
+    // What the view shows before this write: after it, the view may show the write itself,
+    // and a write remembered over its own version would never be forgotten.
+    let view_before = view_rv(ctx, write.name());
     let (unique, result) = match write {
         HubWrite::Create(export) => {
             let mut export = export.as_ref().clone();
@@ -100,16 +103,15 @@ pub(super) async fn perform(
             (unique.clone(), updated)
         }
     };
-    let view_rv = view_rv(ctx, &unique);
     ctx.own_exports
-        .wrote(unique, [view_rv], Some(ExportView::from(result)));
+        .wrote(unique, [view_before], Some(ExportView::from(result)));
     Ok(())
 }
 
 fn view_rv(ctx: &Context, unique: &str) -> Option<String> {
     ctx.hub_view
         .get(&ObjectRef::new(unique).within(&ctx.hub_namespace))
-        .and_then(|e| e.metadata.resource_version.clone())
+        .and_then(|e| e.resource_version.clone())
 }
 
 /// The export refers to the slice's version after our own annotation write, so that the watch

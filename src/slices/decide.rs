@@ -82,6 +82,16 @@ pub enum HubWrite {
     },
 }
 
+impl HubWrite {
+    /// The export written.
+    pub fn name(&self) -> &str {
+        match self {
+            HubWrite::Create(export) => export.metadata.name.as_deref().unwrap_or_default(),
+            HubWrite::Update { name, .. } => name,
+        }
+    }
+}
+
 /// An EndpointSliceExport to delete (only the object of that UID).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Doomed {
@@ -158,11 +168,11 @@ pub fn decide(o: &Observation<'_>) -> Plan {
     if kept.is_none() {
         plan.name = Some(NameChange::Assign(name.clone()));
     }
-    plan.delete = doomed(o.referring, |e| e.metadata.name.as_deref() != Some(&name));
+    plan.delete = doomed(o.referring, |e| e.name != name);
     let (spec, malformed) = export_spec(o.member, slice, existing, o.now);
     plan.malformed = malformed;
     match existing {
-        Some(e) if e.metadata.deletion_timestamp.is_some() => {
+        Some(e) if e.deleting => {
             plan.recheck = true;
             plan.outcome = Outcome::Waiting;
         }
@@ -212,10 +222,10 @@ pub fn export_is_valid_without_conflict(export: &ServiceExport) -> bool {
 fn doomed(referring: &[&ExportView], keep_not: impl Fn(&ExportView) -> bool) -> Vec<Doomed> {
     referring
         .iter()
-        .filter(|e| e.metadata.deletion_timestamp.is_none() && keep_not(e))
+        .filter(|e| !e.deleting && keep_not(e))
         .map(|e| Doomed {
-            name: e.metadata.name.clone().unwrap_or_default(),
-            uid: e.metadata.uid.clone(),
+            name: e.name.clone(),
+            uid: e.uid.clone(),
         })
         .collect()
 }

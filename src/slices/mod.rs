@@ -94,7 +94,7 @@ impl MemberSliceExporter {
         let (views, controller) = views::Views::watch(
             &self.member,
             &self.member_client,
-            &Api::namespaced(self.hub_client.clone(), &self.hub_namespace),
+            &hub_api,
             self.se_version,
             &health,
             absent_tx,

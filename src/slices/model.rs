@@ -9,6 +9,8 @@ use std::hash::{Hash, Hasher};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::runtime::reflector::Lookup;
+use kube::runtime::watcher;
 use serde::Deserialize;
 
 use super::decide::SERVICE_NAME_LABEL;
@@ -82,12 +84,18 @@ impl From<EndpointSlice> for SliceView {
     }
 }
 
-/// An EndpointSliceExport as decisions read it: the slice it refers to and a digest of its
-/// spec (see [`digest`]).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(from = "EndpointSliceExport")]
+/// An EndpointSliceExport as decisions read it: its identity, the slice it refers to and a
+/// digest of its spec (see [`digest`]). No `ObjectMeta` (360 bytes, most of them empty): it is
+/// read as an `EndpointSliceExport` and reduced at once ([`From`], [`compact`]), and kept in a
+/// reflector store by its [`Lookup`] identity, which is all a store needs.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ExportView {
-    pub metadata: ObjectMeta,
+    pub name: String,
+    pub namespace: String,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    /// It has a deletion timestamp.
+    pub deleting: bool,
     pub slice_namespace: String,
     pub slice_name: String,
     pub slice_uid: String,
@@ -100,8 +108,13 @@ impl From<EndpointSliceExport> for ExportView {
     fn from(e: EndpointSliceExport) -> Self {
         let digest = digest(&e.spec);
         let r = e.spec.endpoint_slice_reference;
+        let meta = e.metadata;
         Self {
-            metadata: identity(e.metadata),
+            name: meta.name.unwrap_or_default(),
+            namespace: meta.namespace.unwrap_or_default(),
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            deleting: meta.deletion_timestamp.is_some(),
             slice_namespace: r.namespace,
             slice_name: r.name,
             slice_uid: r.uid,
@@ -109,6 +122,47 @@ impl From<EndpointSliceExport> for ExportView {
             exported_since: r.exported_since,
             digest,
         }
+    }
+}
+
+impl Lookup for ExportView {
+    type DynamicType = ();
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "EndpointSliceExport".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        crate::api::GROUP.into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1alpha1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "endpointsliceexports".into()
+    }
+    fn name(&self) -> Option<Cow<'_, str>> {
+        Some(self.name.as_str().into())
+    }
+    fn namespace(&self) -> Option<Cow<'_, str>> {
+        Some(self.namespace.as_str().into())
+    }
+    fn resource_version(&self) -> Option<Cow<'_, str>> {
+        self.resource_version.as_deref().map(Cow::from)
+    }
+    fn uid(&self) -> Option<Cow<'_, str>> {
+        self.uid.as_deref().map(Cow::from)
+    }
+}
+
+/// A watch event of exports, each export reduced to its [`ExportView`].
+pub fn compact(event: watcher::Event<EndpointSliceExport>) -> watcher::Event<ExportView> {
+    use watcher::Event;
+    match event {
+        Event::Apply(e) => Event::Apply(e.into()),
+        Event::Delete(e) => Event::Delete(e.into()),
+        Event::Init => Event::Init,
+        Event::InitApply(e) => Event::InitApply(e.into()),
+        Event::InitDone => Event::InitDone,
     }
 }
 
@@ -195,15 +249,6 @@ resource!(
     |_v| "v1"
 );
 resource!(
-    ExportView,
-    (),
-    NamespaceResourceScope,
-    "networking.fleet.azure.com",
-    "EndpointSliceExport",
-    "endpointsliceexports",
-    |_v| "v1alpha1"
-);
-resource!(
     ExportVerdict,
     ServiceExportVersion,
     kube::core::DynamicResourceScope,
@@ -216,6 +261,7 @@ resource!(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::runtime::reflector::ObjectRef;
 
     #[test]
     fn a_slice_keeps_addresses_readiness_ports_label_and_annotations_only() {
@@ -247,6 +293,41 @@ mod tests {
         assert!(v.metadata.labels.is_none() && v.metadata.annotations.is_none());
         assert!(v.metadata.managed_fields.is_none());
         assert_eq!(v.metadata.generation, Some(2));
+    }
+
+    #[test]
+    fn an_export_keeps_its_identity_deletion_and_reference() {
+        let raw: EndpointSliceExport = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "m-ns-s-abcde", "namespace": "fleet-member-m", "uid": "u",
+                "resourceVersion": "9", "deletionTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"x": "y"}, "managedFields": [{"manager": "m"}]},
+            "spec": {"addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.1"]}],
+                "endpointSliceReference": {"clusterId": "m", "kind": "EndpointSlice",
+                    "namespace": "ns", "name": "s", "uid": "su", "resourceVersion": "3",
+                    "generation": 2, "exportedSince": "2026-01-01T00:00:00Z"},
+                "ownerServiceReference": {"namespace": "ns", "name": "svc", "namespacedName": "ns/svc"}}
+        }))
+        .expect("an export");
+        let d = digest(&raw.spec);
+        let v = ExportView::from(raw);
+        assert_eq!(
+            (v.name.as_str(), v.namespace.as_str()),
+            ("m-ns-s-abcde", "fleet-member-m")
+        );
+        assert_eq!(
+            (v.uid.as_deref(), v.resource_version.as_deref()),
+            (Some("u"), Some("9"))
+        );
+        assert!(v.deleting);
+        assert_eq!(
+            (v.slice_namespace.as_str(), v.slice_name.as_str()),
+            ("ns", "s")
+        );
+        assert_eq!((v.slice_uid.as_str(), v.generation), ("su", 2));
+        assert!(v.exported_since.is_some());
+        assert_eq!(v.digest, d);
+        let key = v.to_object_ref(());
+        assert_eq!(key, ObjectRef::new("m-ns-s-abcde").within("fleet-member-m"));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
@@ -14,8 +14,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::mpsc;
 
 use super::decide::SERVICE_NAME_LABEL;
-use super::model::{ExportVerdict, ExportView, SliceView};
-use crate::api::ServiceExportVersion;
+use super::model::{ExportVerdict, ExportView, SliceView, compact};
+use crate::api::{EndpointSliceExport, ServiceExportVersion};
 use crate::export::{View, WatchHealth, objects_only, watch_backoff};
 
 /// The watches whose first lists the exporter waits for.
@@ -48,7 +48,7 @@ impl Views {
     pub(super) fn watch(
         member: &str,
         client: &kube::Client,
-        hub: &Api<ExportView>,
+        hub: &Api<EndpointSliceExport>,
         version: ServiceExportVersion,
         health: &Arc<WatchHealth>,
         absent: mpsc::Sender<Absent>,
@@ -89,12 +89,15 @@ impl Views {
         .filter_map(objects_only)
         .boxed();
         let known = slices.clone();
-        let hub_events = watcher::watcher(
-            hub.clone(),
-            watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S),
+        let hub_events = reflector::reflector(
+            hub_writer,
+            watcher::watcher(
+                hub.clone(),
+                watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S),
+            )
+            .backoff(watch_backoff())
+            .map_ok(compact),
         )
-        .backoff(watch_backoff())
-        .reflect(hub_writer)
         .inspect(health.inspector(View::EndpointSliceExports))
         .inspect(move |event| {
             if let Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event {
@@ -105,17 +108,13 @@ impl Views {
             }
         })
         .touched_objects()
-        .filter_map(objects_only)
-        .boxed();
+        .filter_map(|e| futures::future::ready(e.ok().map(|e| referred_slice(&e))));
         let by_service = slices.clone();
         let controller = Controller::for_stream(slice_events, slices.clone())
             .watches_stream(export_events, move |se: ExportVerdict| {
                 slices_of(&by_service, &se)
             })
-            .watches_stream(hub_events, |e: ExportView| {
-                let (ns, name) = referred(&e);
-                Some(ObjectRef::new(&name).within(&ns))
-            });
+            .reconcile_on(hub_events);
         let views = Self {
             slices,
             exports,
@@ -142,6 +141,10 @@ impl Queue {
 /// The slice an export refers to: `(namespace, name)`.
 pub(super) fn referred(e: &ExportView) -> (String, String) {
     (e.slice_namespace.clone(), e.slice_name.clone())
+}
+
+fn referred_slice(e: &ExportView) -> ObjectRef<SliceView> {
+    ObjectRef::new(&e.slice_name).within(&e.slice_namespace)
 }
 
 /// The slices of the ServiceExport's Service.
