@@ -303,7 +303,7 @@ mod tests {
                 "labels": {"x": "y"}, "managedFields": [{"manager": "m"}]},
             "spec": {"addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.1"]}],
                 "endpointSliceReference": {"clusterId": "m", "kind": "EndpointSlice",
-                    "namespace": "ns", "name": "s", "uid": "su", "resourceVersion": "3",
+                    "namespace": "ns", "name": "s", "namespacedName": "ns/s", "uid": "su", "resourceVersion": "3",
                     "generation": 2, "exportedSince": "2026-01-01T00:00:00Z"},
                 "ownerServiceReference": {"namespace": "ns", "name": "svc", "namespacedName": "ns/svc"}}
         }))
