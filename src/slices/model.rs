@@ -146,11 +146,13 @@ impl Lookup for ExportView {
     fn namespace(&self) -> Option<Cow<'_, str>> {
         Some(self.namespace.as_str().into())
     }
+    // The store keys by name and namespace (an `ObjectRef` compares nothing else); a version
+    // and UID in each key would be two more strings per export, read by nobody.
     fn resource_version(&self) -> Option<Cow<'_, str>> {
-        self.resource_version.as_deref().map(Cow::from)
+        None
     }
     fn uid(&self) -> Option<Cow<'_, str>> {
-        self.uid.as_deref().map(Cow::from)
+        None
     }
 }
 
