@@ -16,16 +16,26 @@ use super::act::only_uid;
 use super::decide::ise_name;
 use crate::api::{InternalServiceExport, ServiceExport};
 
-/// Checks every ISE once the views have listed and each time this replica becomes leader, then
-/// each ISE named on `seen` (every ISE the watch delivers). Never returns: it ends when the
-/// exporter drops it.
+/// ISE names waiting to be checked; beyond this many a name is dropped and found by the next
+/// sweep of all.
+pub(super) const QUEUE: usize = 4096;
+
+/// How often every ISE is checked, also when no event named it (a name dropped from a full
+/// queue).
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Checks every ISE once the views have listed, each time this replica becomes leader and every
+/// [`SWEEP_EVERY`], then each ISE named on `seen` (every ISE the watch delivers). Never returns:
+/// it ends when the exporter drops it.
 pub(super) async fn sweep(
     ctx: Arc<Context>,
     exports: Store<ServiceExport>,
-    mut seen: mpsc::UnboundedReceiver<String>,
+    mut seen: mpsc::Receiver<String>,
 ) {
     ctx.views.wait().await;
     check_all(&ctx, &exports).await;
+    let mut every = tokio::time::interval(SWEEP_EVERY);
+    every.tick().await;
     // Without a sender (no leader election) leadership never changes: stop listening for it.
     let mut leader = Some(ctx.leader.clone());
     loop {
@@ -44,7 +54,8 @@ pub(super) async fn sweep(
                 Ok(true) => check_all(&ctx, &exports).await,
                 Ok(false) => {}
                 Err(_) => leader = None,
-            }
+            },
+            _ = every.tick() => check_all(&ctx, &exports).await,
         }
     }
 }

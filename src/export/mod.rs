@@ -166,7 +166,7 @@ impl MemberExporter {
         let hub_api: Api<InternalServiceExport> =
             Api::namespaced(self.hub_client.clone(), &self.hub_namespace);
         let health = Arc::new(WatchHealth::new(&self.member, self.observer.clone()));
-        let (dangling_tx, dangling_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let (dangling_tx, dangling_rx) = tokio::sync::mpsc::channel::<String>(dangling::QUEUE);
         let (views, controller) =
             Views::watch(&self.member_client, &hub_api, version, &health, dangling_tx);
         let synced = health.synced(

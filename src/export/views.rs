@@ -41,13 +41,14 @@ pub(super) struct Views {
 impl Views {
     /// Watches the member's ServiceExports and Services and the member's hub namespace, and
     /// the controller they trigger; every ISE seen (listed or changed), and the ISE name of every
-    /// deleted ServiceExport, is sent to `dangling` to be checked for a missing export.
+    /// deleted ServiceExport, is sent to `dangling` to be checked for a missing export (when
+    /// its queue is full, the name is left to the next periodic sweep).
     pub(super) fn watch(
         member: &kube::Client,
         hub: &Api<InternalServiceExport>,
         version: ServiceExportVersion,
         health: &Arc<WatchHealth>,
-        dangling: mpsc::UnboundedSender<String>,
+        dangling: mpsc::Sender<String>,
     ) -> (Self, Controller<ServiceExport>) {
         let (services, services_writer) = reflector::store::<Service>();
         let (ises, ises_writer) = reflector::store::<InternalServiceExport>();
@@ -70,7 +71,7 @@ impl Views {
             .inspect(health.inspector(View::InternalServiceExports))
             .inspect(move |event| {
                 if let Ok(watcher::Event::Apply(ise) | watcher::Event::InitApply(ise)) = event {
-                    let _ = dangling.send(ise.name_any());
+                    let _ = dangling.try_send(ise.name_any());
                 }
             })
             .touched_objects()
@@ -90,7 +91,7 @@ impl Views {
             // would otherwise wait for the next ISE event.
             if let Ok(watcher::Event::Delete(se)) = event {
                 let ns = se.namespace().unwrap_or_default();
-                let _ = gone.send(ise_name(&ns, &se.name_any()));
+                let _ = gone.try_send(ise_name(&ns, &se.name_any()));
             }
         })
         .applied_objects()
