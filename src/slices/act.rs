@@ -70,37 +70,37 @@ pub(super) async fn perform(
     ctx.ensure_leader(ns, name)?;
     // What the view shows before this write: after it, the view may show the write itself,
     // and a write remembered over its own version would never be forgotten.
-    let view_before = view_rv(ctx, write.name());
-    let (unique, result) = match write {
+    let unique = write.name().to_string();
+    let view_before = view_rv(ctx, &unique);
+    let result = match write {
         HubWrite::Create(export) => {
             let mut export = export.as_ref().clone();
             after_annotating(&mut export.spec, written_slice.as_ref(), slice);
             export.metadata.namespace = Some(ctx.hub_namespace.clone());
             export.api_version = Some(format!("{GROUP}/v1alpha1"));
             export.kind = Some("EndpointSliceExport".into());
-            let unique = export.metadata.name.clone().unwrap_or_default();
             let created = ctx
                 .hub
                 .create(&PostParams::default(), &export)
                 .await
                 .map_err(err(Step::CreateEndpointSliceExport))?;
             ctx.observer.slice_write(&ctx.member, "create");
-            (unique, created)
+            created
         }
-        HubWrite::Update { name: unique, spec } => {
+        HubWrite::Update { spec, .. } => {
             let mut spec = spec.as_ref().clone();
             after_annotating(&mut spec, written_slice.as_ref(), slice);
             let updated = ctx
                 .hub
                 .patch(
-                    unique,
+                    &unique,
                     &PatchParams::default(),
                     &Patch::Merge(&spec_patch(&spec)),
                 )
                 .await
                 .map_err(err(Step::UpdateEndpointSliceExport))?;
             ctx.observer.slice_write(&ctx.member, "update");
-            (unique.clone(), updated)
+            updated
         }
     };
     ctx.own_exports
