@@ -768,3 +768,76 @@ fn connections_to(port: u16) -> usize {
         })
         .count()
 }
+
+/// A member removed while reconciles of it wait for hub tokens: once it is gone from the
+/// fleet and its reconciles have ended, `/metrics` has no series of it, and none comes back
+/// (a reconcile finishing after the removal used to recreate them, the in-flight gauge at -1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_removed_mid_reconcile_leaves_no_series_behind() {
+    let fleet = Fleet::builder()
+        .members(["alpha", "beta"])
+        .start()
+        .await
+        .expect("fleet");
+    let dir = member_dir(&fleet, &["alpha", "beta"]);
+    let mut cfg = config(&fleet, &dir);
+    // Slow hub writes: alpha's reconciles wait in flight for tokens.
+    cfg.hub_limits.qps = 1.0;
+    cfg.hub_limits.burst = 1;
+    let running = app::start(cfg, Extensions::default())
+        .await
+        .expect("starts");
+    wait_phase(&running, "alpha", Phase::Ready).await;
+    wait_phase(&running, "beta", Phase::Ready).await;
+    let alpha = fleet.member("alpha").client().await.expect("alpha client");
+    namespace(&alpha, "shop").await;
+    for i in 0..20 {
+        let name = format!("svc-{i}");
+        create_service(&alpha, &service("shop", &name, 80)).await;
+        create_export(&alpha, "shop", &name, &[]).await;
+    }
+    eventually("a reconcile of alpha in flight", || async {
+        let metrics = http_get_body(running.metrics_address, "/metrics").await;
+        (sample(&metrics, r#"fleetnet_reconciles_in_flight{member="alpha"}"#) >= Some(1.0))
+            .then_some(())
+    })
+    .await;
+    std::fs::remove_file(dir.join("alpha.yaml")).expect("remove");
+    eventually("alpha gone", || async {
+        running.state.member("alpha").is_none().then_some(())
+    })
+    .await;
+    let alpha_lines = |metrics: &str| -> Vec<String> {
+        metrics
+            .lines()
+            .filter(|l| l.contains(r#"member="alpha""#))
+            .map(str::to_string)
+            .collect()
+    };
+    // Its engagement stops within the drain period (15 s); then nothing of alpha is left.
+    within(Duration::from_secs(30), "alpha's series gone", || async {
+        let metrics = http_get_body(running.metrics_address, "/metrics").await;
+        alpha_lines(&metrics).is_empty().then_some(())
+    })
+    .await;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let metrics = http_get_body(running.metrics_address, "/metrics").await;
+        let back = alpha_lines(&metrics);
+        assert!(back.is_empty(), "alpha's series came back: {back:#?}");
+        let negative: Vec<&str> = metrics
+            .lines()
+            .filter(|l| l.starts_with("fleetnet_reconciles_in_flight") && l.ends_with(" -1"))
+            .collect();
+        assert!(negative.is_empty(), "{negative:?}");
+    }
+    let metrics = http_get_body(running.metrics_address, "/metrics").await;
+    assert!(
+        sample(
+            &metrics,
+            r#"fleetnet_member_state{member="beta",state="ready"}"#
+        ) == Some(1.0),
+        "beta kept"
+    );
+    running.shutdown().await;
+}

@@ -118,6 +118,29 @@ async fn members_are_sharded_written_by_owners_only_and_fail_over() {
     for m in MEMBERS {
         wait_ise(&hub, &fleet.hub_namespace(m), "shop-cart", |_| true).await;
     }
+
+    // The killed replica never deletes its announcement: the survivors collect it once nobody
+    // has renewed it for two lease durations, and keep their own.
+    let collected = loop {
+        let announced = announced(&hub).await;
+        if !announced.iter().any(|h| victim.is(h)) {
+            break killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < 2 * LEASE_DURATION + Duration::from_secs(30),
+            "the announcement of {victim_name}, killed, is still there: {announced:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let announced = announced(&hub).await;
+    for r in &survivors {
+        assert!(
+            announced.iter().any(|h| r.is(h)),
+            "{} lost its announcement: {announced:?}",
+            r.name
+        );
+    }
+    println!("sharding: the announcement of {victim_name} collected {collected:?} after the kill");
 }
 
 /// 300 member names on one member API server (each name its own kubeconfig and hub namespace,

@@ -79,6 +79,13 @@ impl Observed {
         (!self.record.holder.is_empty()).then_some(self.at + duration)
     }
 
+    /// Unchanged, as seen from here, for its own duration (at least `grace`) plus `grace`:
+    /// nobody has renewed it for long after it ran out, so its writer is gone.
+    pub fn abandoned(&self, now: Instant, grace: Duration) -> bool {
+        let duration = Duration::from_secs(u64::try_from(self.record.duration_secs).unwrap_or(0));
+        now >= self.at + duration.max(grace) + grace
+    }
+
     /// Held by somebody who renewed it within its duration, as seen from here.
     pub fn live_holder(&self, now: Instant) -> Option<&str> {
         let holder = self.record.holder.as_str();

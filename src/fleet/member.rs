@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument;
 
 use super::Shared;
@@ -171,20 +172,25 @@ async fn run_once(
         synced = synced.and(s);
     }
     let span = tracing::info_span!("member", fleet.member = %name);
-    let run = tokio::spawn(futures::future::join_all(runs).instrument(span));
+    // Handles that abort on drop: when a stopping member outlives its drain period and its
+    // task is aborted, its exporters, sync tracker and prober go with it (a dropped JoinHandle
+    // would leave them running detached, reconciling and recording a member that is gone).
+    let run = AbortOnDropHandle::new(tokio::spawn(
+        futures::future::join_all(runs).instrument(span),
+    ));
     let state = shared.state.clone();
-    let watcher = tokio::spawn(track_sync(
+    let _watcher = AbortOnDropHandle::new(tokio::spawn(track_sync(
         state.clone(),
         name.to_string(),
         synced,
         cfg.member_sync_timeout,
         engaging,
-    ));
-    let prober = tokio::spawn(probe(state, name.to_string(), probe_client));
-    let result = run.await.map(drop);
-    watcher.abort();
-    prober.abort();
-    result.map_err(|e| format!("member task ended abnormally: {e}"))
+    )));
+    let _prober =
+        AbortOnDropHandle::new(tokio::spawn(probe(state, name.to_string(), probe_client)));
+    run.await
+        .map(drop)
+        .map_err(|e| format!("member task ended abnormally: {e}"))
 }
 
 fn exporter(

@@ -390,7 +390,6 @@ fn stop_departed(
         }
         let kubeconfig = e.kubeconfig.clone();
         shared.state.remove(&name);
-        shared.hooks.member_left(&name);
         // Only the lease holder cleans up (its clients' writes are fenced anyway), and only
         // a member that left the fleet, not one that moved to another replica.
         let clean = removed && shared.config.cleanup_on_remove && shared.writes_for(&name);
@@ -400,6 +399,10 @@ fn stop_departed(
         let shared = shared.clone();
         background.spawn(async move {
             e.stop().await;
+            // After the stop: a reconcile still running would record its series again.
+            shared
+                .state
+                .unless_engaged(&name, || shared.hooks.member_left(&name));
             if clean {
                 let pending = cleanup::Pending {
                     member: name.clone(),

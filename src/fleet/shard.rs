@@ -208,6 +208,9 @@ struct State {
     replicas: BTreeMap<String, Observed>,
     /// This replica's announcement as last written or listed.
     announcement: Option<Lease>,
+    /// Shard leases of this prefix beyond `shards` (left by an earlier `--shards`) → what was
+    /// seen of them.
+    strays: BTreeMap<String, Observed>,
 }
 
 /// Which members this replica owns; shared by the shard loop and the fleet loop.
@@ -230,6 +233,7 @@ impl Shards {
                 shards,
                 replicas: BTreeMap::new(),
                 announcement: None,
+                strays: BTreeMap::new(),
             }),
             changed: watch::channel(0).0,
         }
@@ -408,17 +412,29 @@ async fn round(api: &Api<Lease>, shards: &Shards, may_take: bool) {
     };
     // What was renewed above is not written twice; a shard the list shows as ours that was
     // not renewed (its fence closed on a lost answer) is renewed now, taking it back.
-    let steps = plan(shards, listed);
+    let Plan { steps, abandoned } = plan(shards, listed);
     let writes = steps
         .into_iter()
         .filter(|(_, step)| may_take || *step != Step::Acquire)
         .filter(|(s, step)| *step != Step::Wait && !(*step == Step::Renew && renewals.contains(s)))
         .map(|(s, step)| write_shard(api, shards, s, step));
-    join_all(writes).await;
+    let collections = abandoned
+        .into_iter()
+        .map(|(name, rv)| collect(api, name, rv));
+    tokio::join!(join_all(writes), join_all(collections));
 }
 
-/// Records what was listed, and decides each shard's next step.
-fn plan(shards: &Shards, listed: Vec<Lease>) -> Vec<(usize, Step)> {
+/// What a round does after its list.
+struct Plan {
+    /// Each shard's next step.
+    steps: Vec<(usize, Step)>,
+    /// Leases nobody renews any more (announcements of replicas that crashed, shard leases of
+    /// an earlier `--shards`): name and the resourceVersion a delete is conditional on.
+    abandoned: Vec<(String, String)>,
+}
+
+/// Records what was listed, decides each shard's next step, and finds the abandoned leases.
+fn plan(shards: &Shards, listed: Vec<Lease>) -> Plan {
     let cfg = &shards.cfg;
     let now = Instant::now();
     let count = shards.count();
@@ -429,29 +445,43 @@ fn plan(shards: &Shards, listed: Vec<Lease>) -> Vec<(usize, Step)> {
     let mut state = shards.lock();
     let mut found: Vec<Option<Lease>> = vec![None; state.shards.len()];
     let mut replicas = BTreeMap::new();
+    let mut strays = BTreeMap::new();
+    let mut abandoned = Vec::new();
+    let stray_prefix = format!("{}-shard-", cfg.name);
     for l in listed {
         let Some(name) = l.metadata.name.clone() else {
             continue;
         };
-        if let Some(&s) = shard_names.get(&name) {
+        let record = Record::of(&l.spec.clone().unwrap_or_default());
+        let seen = if let Some(&s) = shard_names.get(&name) {
             found[s] = Some(l);
+            continue;
         } else if l
             .metadata
             .labels
             .as_ref()
-            .is_some_and(|m| m.contains_key(REPLICA_LABEL))
+            .is_some_and(|m| m.get(REPLICA_LABEL) == Some(&cfg.name))
         {
-            let record = Record::of(&l.spec.clone().unwrap_or_default());
-            replicas.insert(
-                name.clone(),
-                Observed::update(state.replicas.remove(&name), record, now),
-            );
+            let seen = Observed::update(state.replicas.remove(&name), record, now);
+            replicas.insert(name.clone(), seen.clone());
             if name == own_announcement {
                 state.announcement = Some(l);
+                continue;
             }
+            seen
+        } else if name.starts_with(&stray_prefix) {
+            let seen = Observed::update(state.strays.remove(&name), record, now);
+            strays.insert(name.clone(), seen.clone());
+            seen
+        } else {
+            continue;
+        };
+        if seen.abandoned(now, cfg.lease_duration) {
+            abandoned.push((name, l.metadata.resource_version.unwrap_or_default()));
         }
     }
     state.replicas = replicas;
+    state.strays = strays;
     for (shard, lease) in state.shards.iter_mut().zip(found) {
         shard.see(lease, now);
     }
@@ -467,7 +497,7 @@ fn plan(shards: &Shards, listed: Vec<Lease>) -> Vec<(usize, Step)> {
     }
     let holders: Vec<Option<&str>> = state.shards.iter().map(ShardLease::holder).collect();
     let owners = assign(&weights, &live, &holders);
-    owners
+    let steps = owners
         .iter()
         .enumerate()
         .map(|(s, owner)| {
@@ -478,7 +508,30 @@ fn plan(shards: &Shards, listed: Vec<Lease>) -> Vec<(usize, Step)> {
                 lease::step(shard.observed.as_ref(), &cfg.identity, want, now),
             )
         })
-        .collect()
+        .collect();
+    Plan { steps, abandoned }
+}
+
+/// Deletes a lease nobody renews any more, on condition that it is still as it was listed
+/// (a replica that came back and renewed it in between keeps it). Every replica sees the
+/// same abandoned leases; whoever is second gets a 404 or a 409, which is the answer too.
+async fn collect(api: &Api<Lease>, name: String, resource_version: String) {
+    let params = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            resource_version: Some(resource_version),
+            uid: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&name, &params).await {
+        Ok(_) => {
+            tracing::info!(lease = %name, "deleted an abandoned lease (its replica is gone, or its shard is beyond --shards)")
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+        Err(e) => {
+            tracing::warn!(lease = %name, error = %e, "deleting an abandoned lease failed; tried again next round")
+        }
+    }
 }
 
 /// Performs `step` on shard `s` within what is left of its hold, and moves the hold with the

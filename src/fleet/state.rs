@@ -180,6 +180,16 @@ impl FleetState {
         self.write().remove(name);
     }
 
+    /// Runs `forget` unless member `name` is tracked (engaged again since it was removed), with
+    /// engagements held off meanwhile: what a stopped engagement leaves behind is dropped
+    /// without racing a new engagement that registers it again.
+    pub fn unless_engaged(&self, name: &str, forget: impl FnOnce()) {
+        let members = self.write();
+        if !members.contains_key(name) {
+            forget();
+        }
+    }
+
     /// Applies `event` to member `name` ([`MemberStatus::next`]); whether it changed anything.
     pub fn record(&self, name: &str, event: Event) -> bool {
         let mut members = self.write();

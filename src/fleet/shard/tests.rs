@@ -122,7 +122,7 @@ fn a_round_plans_this_replicas_share_and_takes_back_what_it_still_holds() {
         listed("p-replica-me", "me", Some("p")),
         listed("p-replica-other", "other", Some("p")),
     ];
-    let steps = plan(&shards, announcements.clone());
+    let steps = plan(&shards, announcements.clone()).steps;
     let w = weights(&members, 8);
     let owners = owners(&w, &["me", "other"], &[None; 8]);
     for (s, step) in steps {
@@ -143,7 +143,7 @@ fn a_round_plans_this_replicas_share_and_takes_back_what_it_still_holds() {
         "me",
         None,
     ));
-    let steps: BTreeMap<usize, Step> = plan(&shards, list).into_iter().collect();
+    let steps: BTreeMap<usize, Step> = plan(&shards, list).steps.into_iter().collect();
     assert_eq!(steps[&mine], Step::Renew);
     assert!(
         !shards.lock().shards[mine].claimed(),
@@ -202,4 +202,63 @@ fn a_thousand_members_spread_evenly_from_nothing_and_after_a_replica_goes() {
         worst <= 1.06,
         "the heaviest replica carries {worst:.3}× its share"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn leases_nobody_renews_are_collected_and_live_or_own_ones_are_not() {
+    let cfg = LeaseConfig {
+        namespace: "ns".into(),
+        name: "p".into(),
+        identity: "me".into(),
+        lease_duration: std::time::Duration::from_secs(15),
+        renew_deadline: std::time::Duration::from_secs(10),
+        retry_period: std::time::Duration::from_secs(2),
+    };
+    let shards = Shards::new(cfg, 8);
+    shards.set_wanted((0..10).map(|i| format!("m{i}")));
+    let with_rv = |mut l: Lease, rv: &str| {
+        l.metadata.resource_version = Some(rv.into());
+        l
+    };
+    let own = shards.announcement_name();
+    let list = |live_rv: &str| {
+        vec![
+            with_rv(listed(&own, "me", Some("p")), "1"),
+            with_rv(listed("p-replica-live", "live", Some("p")), live_rv),
+            with_rv(listed("p-replica-crashed", "crashed", Some("p")), "3"),
+            // Shard 20 of an earlier --shards=24; shard 5 is within today's 8.
+            with_rv(listed("p-shard-20", "crashed", None), "4"),
+            with_rv(listed("p-shard-5", "crashed", None), "5"),
+            // Another prefix's lease is not this sharding's to collect.
+            with_rv(listed("q-replica-x", "x", Some("q")), "6"),
+        ]
+    };
+    assert!(plan(&shards, list("2")).abandoned.is_empty());
+    // Expired (15 s) but not yet past the grace (another 15 s).
+    tokio::time::advance(std::time::Duration::from_secs(20)).await;
+    let live_rv = |renewal: u32| {
+        // The live replica renews: its record changes every time.
+        let mut l = listed("p-replica-live", "live", Some("p"));
+        l.metadata.resource_version = Some(format!("2{renewal}"));
+        if let Some(spec) = l.spec.as_mut() {
+            spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                jiff::Timestamp::from_second(i64::from(renewal)).expect("time"),
+            ));
+        }
+        l
+    };
+    let mut listed_now = list("2");
+    listed_now[1] = live_rv(1);
+    assert!(plan(&shards, listed_now).abandoned.is_empty());
+    tokio::time::advance(std::time::Duration::from_secs(11)).await;
+    let mut listed_now = list("2");
+    listed_now[1] = live_rv(2);
+    let abandoned: BTreeSet<(String, String)> =
+        plan(&shards, listed_now).abandoned.into_iter().collect();
+    let expected: BTreeSet<(String, String)> = [
+        ("p-replica-crashed".to_string(), "3".to_string()),
+        ("p-shard-20".to_string(), "4".to_string()),
+    ]
+    .into();
+    assert_eq!(abandoned, expected);
 }
