@@ -7,16 +7,21 @@
 //! A reconcile never waits for an Event: [`Events::publish`] queues it, and one task per member
 //! creates the queued Events in order through the member's Events client (its own budget). A
 //! member's exports are thus bound by its write budget only, even while thousands of Events
-//! wait for theirs. A stopping exporter waits (at most 5 s) for its queue to empty.
+//! wait for theirs. A stopping exporter waits (at most 5 s) for its queue to empty. Waiting
+//! Events are bounded per member and in all: an Event dropped is logged and counted
+//! (`fleetnet_queue_dropped_total{queue="events"}`).
 
 use jiff::Timestamp;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Resource;
 use kube::api::{Api, ObjectMeta, PostParams};
-use tokio::sync::mpsc;
+use std::sync::Arc;
+
+use tokio::sync::{Semaphore, SemaphorePermit, mpsc};
 use tokio_util::task::AbortOnDropHandle;
 
+use super::ReconcileObserver;
 use super::decide::{EventKind, EventSpec};
 use crate::api::{ServiceExport, ServiceExportVersion};
 
@@ -25,15 +30,25 @@ const CONTROLLER: &str = "fleetnet-hub";
 /// client-go's broadcaster does, rather than held without bound. Two per fresh export: a
 /// member cold-starting 2,000 exports fits.
 const QUEUE: usize = 4096;
+/// Events the whole process may have waiting (~1.2 KiB each: ~40 MiB at most), whatever the
+/// number of members: a thousand members cold-starting ten exports each fit.
+const TOTAL: usize = 32_768;
+static WAITING: Semaphore = Semaphore::const_new(TOTAL);
+
+/// A queued Event and its place among the process's waiting Events.
+type Queued = (Box<Event>, SemaphorePermit<'static>);
 
 /// Publishes a member's Events through its own client (its own budget), in the background.
 pub(super) struct Events {
     /// Boxed: a channel allocates its slots 32 at a time, and an `Event` is over 1 KiB inline
     /// (a 35 KiB block per member, most of it never used).
-    queue: mpsc::Sender<Box<Event>>,
+    queue: mpsc::Sender<Queued>,
     /// The reporting instance (pod name).
     instance: String,
     member: String,
+    observer: Arc<dyn ReconcileObserver>,
+    /// Places among the process's waiting Events ([`WAITING`]; a smaller one in tests).
+    waiting: &'static Semaphore,
 }
 
 /// The task creating a member's queued Events; it ends once the [`Events`] is dropped and
@@ -53,13 +68,20 @@ impl Creator {
 }
 
 impl Events {
-    pub(super) fn new(client: kube::Client, instance: String, member: String) -> (Self, Creator) {
+    pub(super) fn new(
+        client: kube::Client,
+        instance: String,
+        member: String,
+        observer: Arc<dyn ReconcileObserver>,
+    ) -> (Self, Creator) {
         let (queue, queued) = mpsc::channel(QUEUE);
         let creator = tokio::spawn(create_each(client, queued, member.clone()));
         let events = Self {
             queue,
             instance,
             member,
+            observer,
+            waiting: &WAITING,
         };
         (events, Creator(AbortOnDropHandle::new(creator)))
     }
@@ -99,12 +121,22 @@ impl Events {
                 reporting_instance: Some(self.instance.clone()),
                 ..Default::default()
             });
-            if self.queue.try_send(event).is_err() {
+            let queued = self
+                .waiting
+                .try_acquire()
+                .map_err(|_| "events of all members (the process's limit)".to_string())
+                .and_then(|place| {
+                    self.queue
+                        .try_send((event, place))
+                        .map_err(|_| format!("{QUEUE} events of this member"))
+                });
+            if let Err(waiting) = queued {
+                self.observer.dropped(&self.member, "events");
                 tracing::warn!(
                     member = %self.member,
                     serviceexport = %format!("{ns}/{name}"),
                     reason = spec.reason,
-                    "event dropped: {QUEUE} events of this member already wait for its Events budget"
+                    "event dropped: {waiting} already wait for their Events budget"
                 );
             }
         }
@@ -114,8 +146,9 @@ impl Events {
 /// Creates the queued Events one after the other, until the queue's sender is gone. When this
 /// replica may not write for the member (it does not hold the lease), what is queued then is
 /// dropped at once, in one log line; Events queued later (the lease back) are created.
-async fn create_each(client: kube::Client, mut queued: mpsc::Receiver<Box<Event>>, member: String) {
-    while let Some(event) = queued.recv().await {
+async fn create_each(client: kube::Client, mut queued: mpsc::Receiver<Queued>, member: String) {
+    // The permit is the Event's place among all waiting ones: freed once it is handled.
+    while let Some((event, _place)) = queued.recv().await {
         let ns = event.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(client.clone(), &ns);
         let created = api.create(&PostParams::default(), &event).await;
@@ -136,5 +169,77 @@ async fn create_each(client: kube::Client, mut queued: mpsc::Receiver<Box<Event>
                 "could not record event"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::Reconciled;
+    use parking_lot::Mutex;
+    use std::time::Duration;
+
+    #[derive(Default)]
+    struct Drops(Mutex<usize>);
+
+    impl ReconcileObserver for Drops {
+        fn reconcile_started(&self, _: &str) {}
+        fn reconciled(&self, _: &str, _: Reconciled, _: Duration) {}
+        fn hub_write(&self, _: &str, _: &'static str) {}
+        fn export_latency(&self, _: &str, _: Duration) {}
+        fn conflict_reflected(&self, _: &str, _: Duration) {}
+        fn controller_error(&self, _: &str, _: &str) {}
+        fn dropped(&self, _: &str, queue: &'static str) {
+            assert_eq!(queue, "events");
+            *self.0.lock() += 1;
+        }
+    }
+
+    /// A member client whose requests never answer: Events stay waiting.
+    fn hung_client() -> kube::Client {
+        let never = tower::service_fn(|_: http::Request<kube::client::Body>| {
+            futures::future::pending::<
+                Result<http::Response<kube::client::Body>, std::convert::Infallible>,
+            >()
+        });
+        kube::Client::new(never, "default")
+    }
+
+    #[tokio::test]
+    async fn waiting_events_are_bounded_in_all_members_together_and_drops_counted() {
+        let all: &'static Semaphore = Box::leak(Box::new(Semaphore::new(3)));
+        let drops = Arc::new(Drops::default());
+        let mut members = vec![];
+        for m in ["m1", "m2"] {
+            let (mut events, creator) =
+                Events::new(hung_client(), "pod".into(), m.into(), drops.clone());
+            events.waiting = all;
+            members.push((events, creator));
+        }
+        let se = ServiceExport::new("shop", "cart", ServiceExportVersion::V1Alpha1);
+        let spec = EventSpec {
+            kind: EventKind::Normal,
+            reason: "Exported",
+            note: "exported".into(),
+        };
+        // Two Events for m1 and two for m2: four, and three may wait in all.
+        for (events, _) in &members {
+            events.publish(
+                &se,
+                ServiceExportVersion::V1Alpha1,
+                &[spec.clone(), spec.clone()],
+            );
+        }
+        assert_eq!(*drops.0.lock(), 1);
+        assert_eq!(all.available_permits(), 0);
+        // A stopped member frees its places (its creator task aborted, its queue dropped).
+        let (m1, creator) = members.remove(0);
+        drop((m1, creator));
+        tokio::task::yield_now().await;
+        assert_eq!(
+            all.available_permits(),
+            2,
+            "m1's two places freed; m2 holds one"
+        );
     }
 }

@@ -14,6 +14,7 @@ mod error;
 mod events;
 pub(crate) mod own_writes;
 pub mod public_ip;
+pub(crate) mod queue;
 mod reconcile;
 pub(crate) mod streaks;
 mod views;
@@ -78,6 +79,8 @@ pub trait ReconcileObserver: Send + Sync + 'static {
     fn watches_recovered(&self, _member: &str) {}
     /// An EndpointSliceExport was created, updated or deleted (`op`).
     fn slice_write(&self, _member: &str, _op: &'static str) {}
+    /// An item was dropped from a bounded queue (`queue`) of `member` because it was full.
+    fn dropped(&self, _member: &str, _queue: &'static str) {}
 }
 
 /// An observer that records nothing.
@@ -166,7 +169,12 @@ impl MemberExporter {
         let hub_api: Api<InternalServiceExport> =
             Api::namespaced(self.hub_client.clone(), &self.hub_namespace);
         let health = Arc::new(WatchHealth::new(&self.member, self.observer.clone()));
-        let (dangling_tx, dangling_rx) = tokio::sync::mpsc::channel::<String>(dangling::QUEUE);
+        let (dangling_tx, dangling_rx) = queue::Lossy::channel(
+            dangling::QUEUE,
+            &self.member,
+            "dangling_ises",
+            self.observer.clone(),
+        );
         let (views, controller) =
             Views::watch(&self.member_client, &hub_api, version, &health, dangling_tx);
         let synced = health.synced(
@@ -183,8 +191,12 @@ impl MemberExporter {
             .reconcile_all_on(leadership_gained(self.leader.clone()))
             .graceful_shutdown_on(shutdown);
         let member = self.member.clone();
-        let (events, creator) =
-            events::Events::new(self.events_client, self.instance, member.clone());
+        let (events, creator) = events::Events::new(
+            self.events_client,
+            self.instance,
+            member.clone(),
+            self.observer.clone(),
+        );
         let ctx = Arc::new(Context {
             member: self.member,
             settings: self.settings,

@@ -17,13 +17,14 @@ use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::watcher::{self, ExponentialBackoff};
 use kube::runtime::{WatchStreamExt, watcher as watch_of};
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::ReconcileObserver;
 use super::decide::{
     AZURE_DNS_LABEL_ANNOTATION, AZURE_LB_INTERNAL_ANNOTATION, AZURE_LB_RESOURCE_GROUP_ANNOTATION,
     ise_name,
 };
+use super::queue::Lossy;
 use crate::api::{
     InternalServiceExport, LAST_SEEN_RESOURCE_VERSION_ANNOTATION, LAST_SEEN_TIMESTAMP_ANNOTATION,
     ServiceExport, ServiceExportVersion, WEIGHT_ANNOTATION,
@@ -48,7 +49,7 @@ impl Views {
         hub: &Api<InternalServiceExport>,
         version: ServiceExportVersion,
         health: &Arc<WatchHealth>,
-        dangling: mpsc::Sender<String>,
+        dangling: Lossy<String>,
     ) -> (Self, Controller<ServiceExport>) {
         let (services, services_writer) = reflector::store::<Service>();
         let (ises, ises_writer) = reflector::store::<InternalServiceExport>();
@@ -71,7 +72,7 @@ impl Views {
             .inspect(health.inspector(View::InternalServiceExports))
             .inspect(move |event| {
                 if let Ok(watcher::Event::Apply(ise) | watcher::Event::InitApply(ise)) = event {
-                    let _ = dangling.try_send(ise.name_any());
+                    dangling.push(ise.name_any());
                 }
             })
             .touched_objects()
@@ -91,7 +92,7 @@ impl Views {
             // would otherwise wait for the next ISE event.
             if let Ok(watcher::Event::Delete(se)) = event {
                 let ns = se.namespace().unwrap_or_default();
-                let _ = gone.try_send(ise_name(&ns, &se.name_any()));
+                gone.push(ise_name(&ns, &se.name_any()));
             }
         })
         .applied_objects()

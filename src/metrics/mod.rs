@@ -118,6 +118,7 @@ pub struct Metrics {
     controller_errors: Family<Labels, Counter>,
     ise_writes: Family<Labels, Counter>,
     slice_writes: Family<Labels, Counter>,
+    dropped: Family<Labels, Counter>,
     export_latency: ExemplarHistogram,
     conflict_latency: Histogram,
     export_duration: Family<Labels, Histogram, fn() -> Histogram>,
@@ -160,6 +161,7 @@ impl Metrics {
             controller_errors: Family::default(),
             ise_writes: Family::default(),
             slice_writes: Family::default(),
+            dropped: Family::default(),
             export_latency: HistogramWithExemplars::new(LATENCY_BUCKETS.into_iter()),
             conflict_latency: Histogram::new(LATENCY_BUCKETS),
             export_duration: Family::new_with_constructor(|| {
@@ -204,6 +206,12 @@ impl Metrics {
                 "EndpointSliceExport writes to the hub, by op (create, update, delete)",
                 None,
                 m.slice_writes.clone()
+            ),
+            (
+                "fleetnet_queue_dropped",
+                "Items dropped because their bounded queue was full, by queue: events (a member's 4,096 or the process's 32,768 waiting Events), dangling_ises and absent_slices (names to check for a missing export; the 5-minute sweep finds them)",
+                None,
+                m.dropped.clone()
             ),
             (
                 "fleetnet_export_latency",
@@ -367,6 +375,12 @@ impl ReconcileObserver for Metrics {
         self.ensure_member(member);
         self.slice_writes
             .get_or_create(&vec![("op", op.to_string())])
+            .inc();
+    }
+
+    fn dropped(&self, _member: &str, queue: &'static str) {
+        self.dropped
+            .get_or_create(&vec![("queue", queue.to_string())])
             .inc();
     }
 

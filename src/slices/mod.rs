@@ -26,6 +26,7 @@ pub use error::{Error, Step};
 
 use crate::api::{EndpointSliceExport, ServiceExportVersion};
 use crate::export::own_writes::OwnWrites;
+use crate::export::queue::Lossy;
 use crate::export::streaks::Streaks;
 use crate::export::{ReconcileObserver, Synced, WatchHealth};
 use model::{ExportVerdict, ExportView, SliceView};
@@ -90,9 +91,13 @@ impl MemberSliceExporter {
         let hub_api: Api<EndpointSliceExport> =
             Api::namespaced(self.hub_client.clone(), &self.hub_namespace);
         let health = Arc::new(WatchHealth::new(&self.member, self.observer.clone()));
-        let (absent_tx, absent_rx) = tokio::sync::mpsc::channel(views::ABSENT_QUEUE);
-        let (views, controller) = views::Views::watch(
+        let (absent_tx, absent_rx) = Lossy::channel(
+            views::ABSENT_QUEUE,
             &self.member,
+            "absent_slices",
+            self.observer.clone(),
+        );
+        let (views, controller) = views::Views::watch(
             &self.member_client,
             &hub_api,
             self.se_version,

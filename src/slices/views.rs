@@ -5,13 +5,13 @@
 
 use std::sync::Arc;
 
+use crate::export::queue::Lossy;
 use futures::{StreamExt, TryStreamExt};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use tokio::sync::mpsc;
 
 use super::decide::SERVICE_NAME_LABEL;
 use super::model::{ExportVerdict, ExportView, SliceView, compact};
@@ -46,21 +46,16 @@ pub(super) type Absent = (String, String);
 
 impl Views {
     pub(super) fn watch(
-        member: &str,
         client: &kube::Client,
         hub: &Api<EndpointSliceExport>,
         version: ServiceExportVersion,
         health: &Arc<WatchHealth>,
-        absent: mpsc::Sender<Absent>,
+        queue: Lossy<Absent>,
     ) -> (Self, Controller<SliceView>) {
         let (slices, slices_writer) = reflector::store::<SliceView>();
         let (hub_view, hub_writer) = reflector::store::<ExportView>();
         let exports_writer = reflector::store::Writer::<ExportVerdict>::new(version);
         let exports = exports_writer.as_reader();
-        let queue = Queue {
-            member: member.to_string(),
-            tx: absent,
-        };
         let left = queue.clone();
         let slice_events = watcher::watcher(
             Api::<SliceView>::all(client.clone()),
@@ -72,7 +67,7 @@ impl Views {
         .inspect(move |event| {
             // Deleted, or no longer a Service's (out of the selector): looked at live.
             if let Ok(watcher::Event::Delete(s)) = event {
-                left.push(s.namespace().unwrap_or_default(), s.name_any());
+                left.push((s.namespace().unwrap_or_default(), s.name_any()));
             }
         })
         .applied_objects()
@@ -103,7 +98,7 @@ impl Views {
             if let Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event {
                 let (ns, name) = referred(e);
                 if known.get(&ObjectRef::new(&name).within(&ns)).is_none() {
-                    queue.push(ns, name);
+                    queue.push((ns, name));
                 }
             }
         })
@@ -121,20 +116,6 @@ impl Views {
             hub: hub_view,
         };
         (views, controller)
-    }
-}
-
-#[derive(Clone)]
-struct Queue {
-    member: String,
-    tx: mpsc::Sender<Absent>,
-}
-
-impl Queue {
-    fn push(&self, ns: String, name: String) {
-        if let Err(mpsc::error::TrySendError::Full((ns, name))) = self.tx.try_send((ns, name)) {
-            tracing::debug!(member = %self.member, slice = %format!("{ns}/{name}"), "absent-slice queue full; the next sweep finds it");
-        }
     }
 }
 
