@@ -3,12 +3,16 @@
 //! against the local ARM server. Each member's public IPs come from its own subscription and
 //! resource group (`--member-config`); a malformed answer and a throttled LIST leave the export
 //! pending and the reconcile requeues (never sooner than `Retry-After`); a changed member
-//! config re-engages that member only.
+//! config re-engages that member only. A token endpoint and ARM that echo the credentials
+//! they were sent leave no trace of them in the process's logs, `/members`, `/metrics`, its
+//! exported spans or the member's Events.
 
 mod support;
 
 #[path = "support/arm.rs"]
 mod arm;
+#[path = "support/otlp.rs"]
+mod otlp;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -213,4 +217,193 @@ async fn public_ips_per_member_subscription_failures_requeue_and_settings_reload
     // One token for both subscriptions and every LIST.
     assert_eq!(arm.token_requests(), 1);
     running.shutdown().await;
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The whole binary, logging at debug and exporting spans to a real OTLP receiver, against a
+/// token endpoint that echoes the client secret it was sent and an ARM that echoes the bearer
+/// token: both failures are reported (logs, reconcile outcomes) and neither credential shows
+/// anywhere the process emits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_echoed_by_failing_azure_calls_are_never_emitted() {
+    let fleet = Fleet::builder()
+        .members(["east"])
+        .start()
+        .await
+        .expect("fleet");
+    let hub = fleet.hub().client().await.expect("hub client");
+    let east = fleet.member("east").client().await.expect("east client");
+    let arm = FakeArm::start().await;
+    arm.set_ips(
+        SUB_EAST,
+        "mc_east",
+        vec![FakeIp::new("pip-east", "20.0.0.1")],
+    );
+    arm.push_token_faults([Fault::Echo]);
+    arm.push_faults([Fault::Echo]);
+    let receiver = otlp::Receiver::grpc().await;
+    let (health, metrics) = (free_port(), free_port());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fleetnet-hub"))
+        .arg("run")
+        .arg("--hub-kubeconfig")
+        .arg(fleet.hub().kubeconfig_path())
+        .arg("--kubeconfig-dir")
+        .arg(fleet.member_kubeconfig_dir())
+        .args([
+            "--health-probe-bind-address",
+            &format!("127.0.0.1:{health}"),
+        ])
+        .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
+        .args([
+            "--enable-traffic-manager",
+            "--azure-credential",
+            "client-secret",
+        ])
+        .args([
+            "--azure-arm-endpoint",
+            arm.base(),
+            "--azure-authority-host",
+            arm.base(),
+        ])
+        .args([
+            "--azure-tenant-id",
+            arm::TENANT,
+            "--azure-client-id",
+            arm::CLIENT_ID,
+        ])
+        .args([
+            "--azure-subscription-id",
+            SUB_EAST,
+            "--azure-resource-group",
+            "mc_east",
+        ])
+        .env("AZURE_CLIENT_SECRET", arm::CLIENT_SECRET)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "200")
+        .env("RUST_LOG", "debug")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn fleetnet-hub");
+    // Read as it comes: a full pipe would stall the process at its next log line.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut pipe) = pipe {
+                let mut bytes = Vec::new();
+                let _ = pipe.read_to_end(&mut bytes);
+                text = String::from_utf8_lossy(&bytes).into_owned();
+            }
+            text
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let health: std::net::SocketAddr = ([127, 0, 0, 1], health).into();
+    let metrics: std::net::SocketAddr = ([127, 0, 0, 1], metrics).into();
+    within(Duration::from_secs(60), "process ready", || async move {
+        let up = tokio::net::TcpStream::connect(health).await.is_ok()
+            && http_get(health, "/readyz").await.0 == 200;
+        up.then_some(())
+    })
+    .await;
+
+    export_load_balancer(&east).await;
+    assign_ingress(&east, "web", "front", "20.0.0.1").await;
+    // The first token request and the first LIST fail with the echo; a later reconcile gets
+    // a token and the public IP.
+    let ises = ises(&hub, &fleet.hub_namespace("east"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ise = ises.get_opt("web-front").await.ok().flatten();
+        if ise.is_some_and(|i| i.spec.public_ip_resource_id.is_some()) {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let logs = stderr.join().unwrap_or_default();
+            let tail: Vec<&str> = logs.lines().rev().take(40).collect();
+            panic!(
+                "no public IP exported within 60 s; logs:\n{}",
+                tail.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        arm.token_requests() >= 2,
+        "the echoing token answer was used"
+    );
+    assert!(
+        arm.list_operations(SUB_EAST, "mc_east") >= 2,
+        "the echoing LIST answer was used"
+    );
+    let members = http_get(health, "/members").await.1;
+    let scraped = http_get(metrics, "/metrics").await.1;
+    let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(east.clone(), "web")
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items;
+    let events = serde_json::to_string(&events).expect("events as JSON");
+    let export = serde_json::to_string(&exports(&east, "web").get("front").await.expect("export"))
+        .expect("export as JSON");
+    // SIGTERM: the process flushes its spans on the way out.
+    let pid = child.id().to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    assert!(status.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+    child.wait().expect("the process ends");
+    let logs = format!(
+        "{}{}",
+        stdout.join().unwrap_or_default(),
+        stderr.join().unwrap_or_default()
+    );
+    let spans = receiver.dump();
+    assert!(
+        logs.contains("InvalidAuthenticationToken") && logs.contains("getting an Azure token"),
+        "both failures are in the logs"
+    );
+    assert!(
+        spans.contains("InvalidAuthenticationToken"),
+        "the failed lookup is on its span"
+    );
+    let issued: Vec<String> = (0..arm.token_requests())
+        .map(|n| format!("fake-access-token-{n}"))
+        .collect();
+    for (surface, text) in [
+        ("logs", &logs),
+        ("/members", &members),
+        ("/metrics", &scraped),
+        ("spans", &spans),
+        ("events", &events),
+        ("ServiceExport", &export),
+    ] {
+        assert!(
+            !text.contains(arm::CLIENT_SECRET),
+            "the client secret leaked into {surface}"
+        );
+        for token in &issued {
+            assert!(
+                !text.contains(token.as_str()),
+                "{token} leaked into {surface}"
+            );
+        }
+    }
+    println!(
+        "azure secrets: {} bytes of logs, {} of spans, /members, /metrics, events and the export grepped for the client secret and {} tokens",
+        logs.len(),
+        spans.len(),
+        issued.len()
+    );
 }

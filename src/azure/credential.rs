@@ -234,6 +234,7 @@ fn oauth_reason(body: &[u8]) -> String {
                 .join(": ")
         })
         .filter(|r| !r.is_empty())
+        .map(|r| super::redact::credentials(&r))
         .unwrap_or_else(|| format!("{} bytes, not an OAuth error", body.len()))
 }
 

@@ -206,14 +206,15 @@ fn describe_status(code: u16, body: &[u8], request_id: Option<&str>) -> String {
         text.push_str(", x-ms-request-id ");
         text.push_str(truncate(id, 64));
     }
-    text
+    super::redact::credentials(&text)
 }
 
 fn truncate(s: &str, max: usize) -> &str {
     s.char_indices().nth(max).map_or(s, |(i, _)| &s[..i])
 }
 
-/// `error` and its sources, joined: azure_core's Display shows only the outermost message.
+/// `error` and its sources, joined (azure_core's Display shows only the outermost message),
+/// credentials redacted.
 pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     for inner in std::iter::successors(error.source(), |e| e.source()) {
@@ -223,7 +224,7 @@ pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
             text.push_str(&s);
         }
     }
-    text
+    super::redact::credentials(&text)
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ mod fleet;
 mod http;
 mod lookup;
 mod members;
+mod redact;
 
 pub use config::{
     AZURE_PUBLIC_CLOUD_ARM, AZURE_PUBLIC_CLOUD_AUTHORITY, AzureConfig, ConfigError, CredentialKind,

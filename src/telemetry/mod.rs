@@ -43,6 +43,10 @@ pub const DEFAULT_TRACE_FILTER: &str = "info,fleetnet_hub::client=debug,\
 kube_runtime=warn,opentelemetry=off,opentelemetry_sdk=off,opentelemetry_otlp=off,tonic=off,\
 h2=off,hyper=off,hyper_util=off,reqwest=off,tower=off";
 
+/// Log directives added to whatever the log filter is: azure_core logs every ARM request it
+/// sends, its `Authorization: Bearer` header included, at DEBUG.
+pub const CREDENTIAL_SAFE_DIRECTIVES: &[&str] = &["azure_core::policies::transport=info"];
+
 /// Why telemetry could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -157,8 +161,14 @@ pub fn init(config: TelemetryConfig) -> Result<TelemetryGuard, Error> {
         .log_filter
         .or(rust_log)
         .unwrap_or_else(|| "info".into());
-    let log_filter = EnvFilter::try_new(&log_directives)
+    let mut log_filter = EnvFilter::try_new(&log_directives)
         .map_err(|e| Error::Config(format!("invalid filter {log_directives:?}: {e}")))?;
+    for directive in CREDENTIAL_SAFE_DIRECTIVES {
+        let directive = directive
+            .parse()
+            .map_err(|e| Error::Config(format!("directive {directive:?}: {e}")))?;
+        log_filter = log_filter.add_directive(directive);
+    }
     let provider = (config.otlp.as_ref())
         .map(|otlp| tracer_provider(otlp, &config.sampling, SERVICE_NAME))
         .transpose()?;

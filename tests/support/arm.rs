@@ -40,6 +40,9 @@ pub enum Fault {
     Malformed,
     /// Sleep this long, then answer normally.
     Slow(Duration),
+    /// 401 echoing the request's credentials (the token route: its whole form, client secret
+    /// included; ARM: the bearer token), as a careless proxy or endpoint might.
+    Echo,
 }
 
 #[derive(Debug, Clone)]
@@ -301,7 +304,7 @@ fn count(inner: &Inner, path: &str) {
 
 /// The next scripted token fault: `Some(answer)` to send instead of a token. A `Slow` fault
 /// sleeps here and lets the request be answered normally.
-async fn token_fault(inner: &Inner) -> Option<Response> {
+async fn token_fault(inner: &Inner, form: &HashMap<String, String>) -> Option<Response> {
     let fault = inner.token_faults.lock().unwrap().pop_front()?;
     match fault {
         Fault::Throttle { retry_after_secs } => {
@@ -335,6 +338,21 @@ async fn token_fault(inner: &Inner) -> Option<Response> {
             tokio::time::sleep(d).await;
             None
         }
+        Fault::Echo => {
+            let echoed: Vec<String> = form.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let echoed = echoed.join("&");
+            Some(
+                (
+                    StatusCode::UNAUTHORIZED,
+                    Json(json!({
+                        "error": "invalid_client",
+                        "error_description": format!("rejected request {echoed}"),
+                        "request": form,
+                    })),
+                )
+                    .into_response(),
+            )
+        }
     }
 }
 
@@ -362,7 +380,7 @@ async fn token(
     count(&inner, &format!("/{tenant}/oauth2/v2.0/token"));
     inner.token_requests.fetch_add(1, Ordering::SeqCst);
     inner.token_forms.lock().unwrap().push(form.clone());
-    if let Some(fault) = token_fault(&inner).await {
+    if let Some(fault) = token_fault(&inner, &form).await {
         return fault;
     }
     let bad = |description: &str| {
@@ -402,7 +420,7 @@ async fn imds(
     count(&inner, "/metadata/identity/oauth2/token");
     inner.token_requests.fetch_add(1, Ordering::SeqCst);
     inner.imds_queries.lock().unwrap().push(query.clone());
-    if let Some(fault) = token_fault(&inner).await {
+    if let Some(fault) = token_fault(&inner, &query).await {
         return fault;
     }
     if headers.get("metadata").and_then(|v| v.to_str().ok()) != Some("true") {
@@ -569,6 +587,16 @@ async fn list(
                 .into_response();
         }
         Some(Fault::Slow(d)) => tokio::time::sleep(d).await,
+        Some(Fault::Echo) => {
+            return arm_error(
+                StatusCode::UNAUTHORIZED,
+                "InvalidAuthenticationToken",
+                &format!(
+                    "The access token is invalid: Bearer {}",
+                    auth.unwrap_or_default()
+                ),
+            );
+        }
         None => {}
     }
 
