@@ -8,12 +8,14 @@
 //! cargo build --release -p fleetnet-hub && cargo run --release -p fleetnet-bench -- --endpoint-slices --members 10 --exports 250 --churn 10 --duration 30
 //! cargo run --release -p fleetnet-bench -- --fairness --members 6 --exports 2000 --churn 5 --kube-api-qps 500 --kube-api-burst 500
 //! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --fleet-size --members 300 --member-servers 5 --exports 10 --replicas 3 --quiet 60
+//! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --soak --duration 1800 --members 30 --pool 40 --member-servers 3 --exports 10
 //! ```
 
 mod failover;
 mod fleet_size;
 mod replicas;
 mod slices_bench;
+mod soak;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -86,6 +88,23 @@ struct Cli {
     /// Member apiservers for `--fleet-size`; member name i is served by apiserver i % K.
     #[arg(long, default_value_t = 1)]
     member_servers: usize,
+    /// Soak instead, for `--duration` seconds: two sharded replicas of the `fleetnet-hub`
+    /// binary while `--pool` member names come and go around `--members` base names (one
+    /// step every `--member-every` s), exports are created and deleted on the
+    /// `--member-servers` apiservers (`--exports` each at the start and the end) and the
+    /// second replica restarts every `--restart-every` s; RSS, series, tasks and Leases at the
+    /// start, middle and end (see `soak.rs`). Fails when the end is not back at the start.
+    #[arg(long, conflicts_with_all = ["failover", "fairness", "fleet_size", "sweep", "replay", "endpoint_slices"])]
+    soak: bool,
+    /// Names that come and go in `--soak`, besides the base `--members`.
+    #[arg(long, default_value_t = 20)]
+    pool: usize,
+    #[arg(long, default_value_t = 3.0)]
+    member_every: f64,
+    #[arg(long, default_value_t = 2.0)]
+    export_every: f64,
+    #[arg(long, default_value_t = 300.0)]
+    restart_every: f64,
     /// `--fleet-size` without the kill -9.
     #[arg(long)]
     no_failover: bool,
@@ -232,6 +251,27 @@ async fn main_inner(cli: Cli) -> Result<(), String> {
             .map_err(|e| format!("{e:#}"))?;
         println!("{}", slices_bench::slices_markdown(&report));
         return write_json(cli.json.as_deref(), &report);
+    }
+    if cli.soak {
+        let config = soak::Config {
+            duration: seconds("duration", cli.duration)?,
+            member_servers: cli.member_servers,
+            base_members: cli.members,
+            pool: cli.pool,
+            exports: cli.exports,
+            member_every: seconds("member-every", cli.member_every)?,
+            export_every: seconds("export-every", cli.export_every)?,
+            restart_every: seconds("restart-every", cli.restart_every)?,
+            budget_args: cli.budgets.to_args(),
+            binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
+        };
+        let report = soak::run(&config).await.map_err(|e| format!("{e:#}"))?;
+        println!("{}", soak::markdown(&report));
+        write_json(cli.json.as_deref(), &report)?;
+        if !soak::returned(&report) {
+            return Err("the soak's end is not back at its start (see the last line)".into());
+        }
+        return Ok(());
     }
     if cli.fleet_size {
         let config = fleet_size::Config {

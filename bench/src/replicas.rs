@@ -16,7 +16,9 @@ use tokio::process::{Child, Command};
 // glibc's prctl(2), declared here rather than through a crate of bindings for one call.
 unsafe extern "C" {
     fn prctl(option: std::ffi::c_int, ...) -> std::ffi::c_int;
+    fn kill(pid: std::ffi::c_int, signal: std::ffi::c_int) -> std::ffi::c_int;
 }
+const SIGTERM: std::ffi::c_int = 15;
 const PR_SET_PDEATHSIG: std::ffi::c_int = 1;
 const SIGKILL: std::ffi::c_int = 9;
 
@@ -52,6 +54,8 @@ pub struct Replica {
     pub pid: u32,
     /// Its health endpoints (`/members`).
     pub health: String,
+    /// Its `/metrics`.
+    pub metrics: String,
     /// Its stderr.
     pub log: PathBuf,
 }
@@ -67,13 +71,14 @@ impl Spec {
         let log = self.log_dir.join(format!("{name}.log"));
         let stderr = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
         let health = format!("127.0.0.1:{}", listen_port()?);
+        let metrics = format!("127.0.0.1:{}", listen_port()?);
         let mut cmd = Command::new(&self.binary);
         cmd.args(["run", "--hub-kubeconfig"])
             .arg(&self.hub_kubeconfig)
             .arg("--kubeconfig-dir")
             .arg(&self.kubeconfig_dir)
             .args(["--health-probe-bind-address", health.as_str()])
-            .args(["--metrics-bind-address", "127.0.0.1:0"])
+            .args(["--metrics-bind-address", metrics.as_str()])
             .args(&self.args)
             .env("POD_NAME", name)
             .env("RUST_LOG", &self.rust_log)
@@ -106,6 +111,7 @@ impl Spec {
             child,
             pid,
             health,
+            metrics,
             log,
         })
     }
@@ -161,6 +167,31 @@ impl Replica {
             .with_context(|| format!("GET /members of {}", self.name))?;
         phases(&body).with_context(|| format!("/members of {}", self.name))
     }
+}
+
+impl Replica {
+    /// Its `GET /metrics` (OpenMetrics text).
+    pub async fn scrape(&self) -> anyhow::Result<String> {
+        http_get(&self.metrics, "/metrics")
+            .await
+            .with_context(|| format!("GET /metrics of {}", self.name))
+    }
+
+    /// SIGTERM, and reaped (a graceful stop: it gives up its Leases).
+    pub async fn terminate(mut self) -> anyhow::Result<()> {
+        let pid = nix_pid(self.pid)?;
+        // SAFETY: kill(2) on a child this process started and has not reaped.
+        if unsafe { kill(pid, SIGTERM) } != 0 {
+            return Err(std::io::Error::last_os_error())
+                .context(format!("kill -TERM {}", self.name));
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await;
+        Ok(())
+    }
+}
+
+fn nix_pid(pid: u32) -> anyhow::Result<std::ffi::c_int> {
+    std::ffi::c_int::try_from(pid).context("pid out of range")
 }
 
 /// Member → phase of a `/members` answer: `{"members": {name: {"phase": "ready", …}}}`.

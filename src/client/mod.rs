@@ -23,14 +23,12 @@ use tokio::sync::Semaphore;
 
 use crate::policy::Turn;
 use tower::filter::FilterLayer;
-use tower::util::{BoxCloneService, BoxService};
-use tower::{BoxError, ServiceExt, buffer::BufferLayer};
+use tower::util::BoxCloneService;
+use tower::{BoxError, ServiceExt};
 
-/// What a member's clients share: their connection to its API server.
+/// What a client's layers go over, and what a member's clients share: their connections to
+/// its API server (cloneable: each request and each retry waits for its token on a clone).
 type Transport = BoxCloneService<Request<Body>, http::Response<Box<DynBody>>, BoxError>;
-
-/// kube's `GenericService`: what its builder starts from.
-type GenericService = BoxService<Request<Body>, http::Response<Box<DynBody>>, BoxError>;
 
 pub use crate::policy::{ClientStats, RequestCount, RequestKind, RetryLimits};
 pub use classify::classify;
@@ -153,12 +151,7 @@ pub async fn member_clients(
     let member = format!("member:{name}");
     let transport =
         connections(&config, 1).map_err(|source| kube_error(&member, plugin.as_ref(), source))?;
-    let over_transport = || {
-        ClientBuilder::new(
-            BoxService::new(transport.clone()),
-            &config.default_namespace,
-        )
-    };
+    let over_transport = || ClientBuilder::new(transport.clone(), &config.default_namespace);
     let event_limits = Limits {
         qps: limits.event_qps,
         burst: limits.event_burst,
@@ -295,14 +288,14 @@ pub fn build_over(
     // kube runs an exec plugin once already here, for its first token.
     let transport =
         connections(&config, lanes).map_err(|source| kube_error(name, plugin.as_ref(), source))?;
-    let builder = ClientBuilder::new(BoxService::new(transport), &config.default_namespace);
+    let builder = ClientBuilder::new(transport, &config.default_namespace);
     layered(name, builder, plugin, limits, stats, fence)
 }
 
 /// The process's layers over the transport (`builder`): see [`build_over`].
 fn layered(
     name: &str,
-    builder: ClientBuilder<GenericService>,
+    builder: ClientBuilder<Transport>,
     plugin: Option<String>,
     limits: &Limits,
     stats: Arc<ClientStats>,
@@ -324,8 +317,9 @@ fn layered(
         stats,
         trace: true,
     };
-    // The buffer makes kube's boxed stack cloneable, so a request can wait for its token
-    // without holding the service. Layers listed inner to outer.
+    // The transport is cloneable, so each request (and each retry) waits for its token on a
+    // clone of the stack; kube::Client::new puts the one buffer over it. Layers listed inner
+    // to outer.
     Ok(builder
         // Innermost, right above kube's auth layer: nothing above sees a plugin's secrets.
         .with_layer(&tower::util::MapErrLayer::new(
@@ -336,7 +330,6 @@ fn layered(
         ))
         .with_layer(&FilterLayer::new(fence::AtSend))
         .with_layer(&tower::util::MapRequestLayer::new(identify))
-        .with_layer(&BufferLayer::new(1024))
         .with_layer(&policy.layers())
         .with_layer(&tower::util::MapRequestLayer::new(
             move |mut req: Request<Body>| {

@@ -218,6 +218,13 @@ fn encode_process(e: &mut DescriptorEncoder, shared: &Shared) -> fmt::Result {
         let scans = vec![(vec![], ConstCounter::new(fleet.scans()))];
         family(e, ("fleetnet_kubeconfig_scans", help, None), scans)?;
     }
+    // Scraped from the runtime that serves /metrics: the process's one runtime.
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let help = "Tasks alive in the process's tokio runtime (members, watches, queues, connections): flat while members come and go.";
+        let tasks = i64::try_from(runtime.metrics().num_alive_tasks()).unwrap_or(i64::MAX);
+        let tasks = vec![(vec![], ConstGauge::new(tasks))];
+        family(e, ("fleetnet_runtime_tasks", help, None), tasks)?;
+    }
     Ok(())
 }
 
