@@ -256,7 +256,18 @@ async fn sample(
     let mut samples = vec![];
     let mut texts = vec![];
     for (r, starts) in replicas.iter().zip(starts) {
-        let text = r.scrape().await?;
+        // A replica restarted a moment ago may not listen yet.
+        let mut tries = 0;
+        let text = loop {
+            match r.scrape().await {
+                Ok(text) => break text,
+                Err(e) if tries >= 60 => return Err(e),
+                Err(_) => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        };
         // Kept beside the replicas' logs, to diff the samples' series.
         let _ = std::fs::write(
             soak.log_dir.join(format!("metrics-{label}-{}.txt", r.name)),
