@@ -175,25 +175,7 @@ async fn create_each(client: kube::Client, mut queued: mpsc::Receiver<Queued>, m
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::Reconciled;
-    use parking_lot::Mutex;
-    use std::time::Duration;
-
-    #[derive(Default)]
-    struct Drops(Mutex<usize>);
-
-    impl ReconcileObserver for Drops {
-        fn reconcile_started(&self, _: &str) {}
-        fn reconciled(&self, _: &str, _: Reconciled, _: Duration) {}
-        fn hub_write(&self, _: &str, _: &'static str) {}
-        fn export_latency(&self, _: &str, _: Duration) {}
-        fn conflict_reflected(&self, _: &str, _: Duration) {}
-        fn controller_error(&self, _: &str, _: &str) {}
-        fn dropped(&self, _: &str, queue: &'static str) {
-            assert_eq!(queue, "events");
-            *self.0.lock() += 1;
-        }
-    }
+    use crate::export::queue::Drops;
 
     /// A member client whose requests never answer: Events stay waiting.
     fn hung_client() -> kube::Client {
@@ -230,7 +212,7 @@ mod tests {
                 &[spec.clone(), spec.clone()],
             );
         }
-        assert_eq!(*drops.0.lock(), 1);
+        assert_eq!(*drops.0.lock(), vec![("m2".to_string(), "events")]);
         assert_eq!(all.available_permits(), 0);
         // A stopped member frees its places (its creator task aborted, its queue dropped).
         let (m1, creator) = members.remove(0);

@@ -57,27 +57,27 @@ impl<T: Debug> Lossy<T> {
     }
 }
 
+/// An observer that records what queues dropped, `(member, queue)`, for the queues' tests.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct Drops(pub(crate) parking_lot::Mutex<Vec<(String, &'static str)>>);
+
+#[cfg(test)]
+impl ReconcileObserver for Drops {
+    fn reconcile_started(&self, _: &str) {}
+    fn reconciled(&self, _: &str, _: super::Reconciled, _: std::time::Duration) {}
+    fn hub_write(&self, _: &str, _: &'static str) {}
+    fn export_latency(&self, _: &str, _: std::time::Duration) {}
+    fn conflict_reflected(&self, _: &str, _: std::time::Duration) {}
+    fn controller_error(&self, _: &str, _: &str) {}
+    fn dropped(&self, member: &str, queue: &'static str) {
+        self.0.lock().push((member.to_string(), queue));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::{ReconcileObserver, Reconciled};
-    use parking_lot::Mutex;
-    use std::time::Duration;
-
-    #[derive(Default)]
-    struct Drops(Mutex<Vec<(String, &'static str)>>);
-
-    impl ReconcileObserver for Drops {
-        fn reconcile_started(&self, _: &str) {}
-        fn reconciled(&self, _: &str, _: Reconciled, _: Duration) {}
-        fn hub_write(&self, _: &str, _: &'static str) {}
-        fn export_latency(&self, _: &str, _: Duration) {}
-        fn conflict_reflected(&self, _: &str, _: Duration) {}
-        fn controller_error(&self, _: &str, _: &str) {}
-        fn dropped(&self, member: &str, queue: &'static str) {
-            self.0.lock().push((member.to_string(), queue));
-        }
-    }
 
     #[test]
     fn what_does_not_fit_is_dropped_and_counted_and_a_closed_queue_counts_nothing() {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use tokio::time::Instant;
 
 use crate::client::Hold;
@@ -226,6 +226,28 @@ pub async fn write(
         Ok(lease) => Ok(Written::Done(Box::new(lease))),
         Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(Written::Lost),
         Err(e) => Err(e),
+    }
+}
+
+/// Deletes a lease nobody renews any more, on condition that it is still as it was listed
+/// (a replica that came back and renewed it in between keeps it). Every replica sees the
+/// same abandoned leases; whoever is second gets a 404 or a 409, which is the answer too.
+pub async fn delete_abandoned(api: &Api<Lease>, name: String, resource_version: String) {
+    let params = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            resource_version: Some(resource_version),
+            uid: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&name, &params).await {
+        Ok(_) => {
+            tracing::info!(lease = %name, "deleted an abandoned lease (its replica is gone, or its shard is beyond --shards)")
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+        Err(e) => {
+            tracing::warn!(lease = %name, error = %e, "deleting an abandoned lease failed; tried again next round")
+        }
     }
 }
 

@@ -420,7 +420,7 @@ async fn round(api: &Api<Lease>, shards: &Shards, may_take: bool) {
         .map(|(s, step)| write_shard(api, shards, s, step));
     let collections = abandoned
         .into_iter()
-        .map(|(name, rv)| collect(api, name, rv));
+        .map(|(name, rv)| lease::delete_abandoned(api, name, rv));
     tokio::join!(join_all(writes), join_all(collections));
 }
 
@@ -510,28 +510,6 @@ fn plan(shards: &Shards, listed: Vec<Lease>) -> Plan {
         })
         .collect();
     Plan { steps, abandoned }
-}
-
-/// Deletes a lease nobody renews any more, on condition that it is still as it was listed
-/// (a replica that came back and renewed it in between keeps it). Every replica sees the
-/// same abandoned leases; whoever is second gets a 404 or a 409, which is the answer too.
-async fn collect(api: &Api<Lease>, name: String, resource_version: String) {
-    let params = DeleteParams {
-        preconditions: Some(kube::api::Preconditions {
-            resource_version: Some(resource_version),
-            uid: None,
-        }),
-        ..DeleteParams::default()
-    };
-    match api.delete(&name, &params).await {
-        Ok(_) => {
-            tracing::info!(lease = %name, "deleted an abandoned lease (its replica is gone, or its shard is beyond --shards)")
-        }
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-        Err(e) => {
-            tracing::warn!(lease = %name, error = %e, "deleting an abandoned lease failed; tried again next round")
-        }
-    }
 }
 
 /// Performs `step` on shard `s` within what is left of its hold, and moves the hold with the

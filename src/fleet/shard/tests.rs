@@ -90,6 +90,18 @@ fn loads_are_bounded_and_few_members_move_when_replicas_come_and_go() {
     );
 }
 
+/// Prefix `p`, client-go's timing, `identity`.
+fn cfg_of(identity: &str) -> LeaseConfig {
+    LeaseConfig {
+        namespace: "ns".into(),
+        name: "p".into(),
+        identity: identity.into(),
+        lease_duration: std::time::Duration::from_secs(15),
+        renew_deadline: std::time::Duration::from_secs(10),
+        retry_period: std::time::Duration::from_secs(2),
+    }
+}
+
 fn listed(name: &str, holder: &str, replica_of: Option<&str>) -> Lease {
     Lease {
         metadata: kube::api::ObjectMeta {
@@ -107,15 +119,7 @@ fn listed(name: &str, holder: &str, replica_of: Option<&str>) -> Lease {
 
 #[test]
 fn a_round_plans_this_replicas_share_and_takes_back_what_it_still_holds() {
-    let cfg = LeaseConfig {
-        namespace: "ns".into(),
-        name: "p".into(),
-        identity: "me".into(),
-        lease_duration: std::time::Duration::from_secs(15),
-        renew_deadline: std::time::Duration::from_secs(10),
-        retry_period: std::time::Duration::from_secs(2),
-    };
-    let shards = Shards::new(cfg, 8);
+    let shards = Shards::new(cfg_of("me"), 8);
     let members: Vec<String> = (0..40).map(|i| format!("m{i}")).collect();
     shards.set_wanted(members.clone());
     let announcements = vec![
@@ -206,15 +210,7 @@ fn a_thousand_members_spread_evenly_from_nothing_and_after_a_replica_goes() {
 
 #[tokio::test(start_paused = true)]
 async fn leases_nobody_renews_are_collected_and_live_or_own_ones_are_not() {
-    let cfg = LeaseConfig {
-        namespace: "ns".into(),
-        name: "p".into(),
-        identity: "me".into(),
-        lease_duration: std::time::Duration::from_secs(15),
-        renew_deadline: std::time::Duration::from_secs(10),
-        retry_period: std::time::Duration::from_secs(2),
-    };
-    let shards = Shards::new(cfg, 8);
+    let shards = Shards::new(cfg_of("me"), 8);
     shards.set_wanted((0..10).map(|i| format!("m{i}")));
     let with_rv = |mut l: Lease, rv: &str| {
         l.metadata.resource_version = Some(rv.into());
