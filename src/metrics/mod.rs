@@ -435,6 +435,34 @@ mod tests {
             .collect()
     }
 
+    #[tokio::test]
+    async fn drops_are_counted_by_queue_and_the_runtime_tasks_are_a_gauge() {
+        let m = Metrics::new();
+        m.dropped("a", "events");
+        m.dropped("b", "events");
+        m.dropped("a", "dangling_ises");
+        let text = m.encode();
+        let mut dropped = series(&text, "fleetnet_queue_dropped_total");
+        dropped.sort_unstable();
+        assert_eq!(
+            dropped,
+            vec![
+                r#"fleetnet_queue_dropped_total{queue="dangling_ises"} 1"#,
+                r#"fleetnet_queue_dropped_total{queue="events"} 2"#,
+            ]
+        );
+        let tasks = series(&text, "fleetnet_runtime_tasks ");
+        assert_eq!(tasks.len(), 1, "{text}");
+        assert!(
+            tasks[0]
+                .rsplit(' ')
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some(),
+            "{tasks:?}"
+        );
+    }
+
     #[test]
     fn observer_calls_become_series_and_removal_drops_them() {
         let m = Metrics::new();
