@@ -4,7 +4,8 @@
 //! them), one EndpointSlice of `endpoints` ready endpoints per Service.
 //!
 //! - memory: the process's RSS once it has engaged every member with no slice yet, and once
-//!   every slice is exported, each after its periodic `malloc_trim`; per member;
+//!   every slice is exported, each once the allocator has given back what the burst freed;
+//!   per member;
 //! - cold export: slices created → every EndpointSliceExport on the hub; writes counted by the
 //!   apiservers (member slice annotations, hub creates);
 //! - churn: one slice's addresses changed at `rate` per second, spread over every slice; the time
@@ -334,8 +335,8 @@ pub async fn run_slices(config: &SlicesConfig) -> anyhow::Result<SlicesReport> {
     })
 }
 
-/// Waits past the binary's periodic `malloc_trim` (every 30 s), so that RSS is what the process
-/// holds, not what glibc kept after a burst.
+/// Waits until the binary's allocator has given back what a burst freed (jemalloc's dirty
+/// pages decay in about a second; 32 s leaves room), so that RSS is what the process holds.
 async fn settle_memory() {
     tokio::time::sleep(Duration::from_secs(32)).await;
 }
