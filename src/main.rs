@@ -372,11 +372,13 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// Read by jemalloc when it starts (`_RJEM_MALLOC_CONF` in the environment still overrides):
 /// one background thread gives freed pages back a second after they fell free (dirty decay),
 /// with no muzzy stage; two arenas as for glibc before (threads are few; more arenas keep
-/// more partly used pages).
+/// more partly used pages); no thread caches: what a burst freed into them stayed there in a
+/// quiet process (EndpointSlices 10 × 250: +1,032 → +914 KiB per member; 1,000 × 10: 417 →
+/// 399 KiB per member, the same quiet CPU).
 #[allow(non_upper_case_globals)]
 #[unsafe(export_name = "_rjem_malloc_conf")]
-pub static malloc_conf: &[u8] =
-    b"background_thread:true,max_background_threads:1,narenas:2,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+pub static malloc_conf: &[u8] = b"background_thread:true,max_background_threads:1,narenas:2,\
+tcache:false,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
 async fn async_main() -> std::process::ExitCode {
     let cli = Cli::parse();

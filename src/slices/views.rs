@@ -78,6 +78,7 @@ impl Views {
             watcher::Config::default(),
         )
         .backoff(watch_backoff())
+        .modify(ExportVerdict::keep_name_only)
         .reflect(exports_writer)
         .inspect(health.inspector(View::ServiceExports))
         .touched_objects()
