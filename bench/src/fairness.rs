@@ -116,7 +116,15 @@ pub async fn run_fairness(config: &FairnessConfig) -> anyhow::Result<FairnessRep
         rate: config.rate,
         duration: config.converge_timeout,
     };
-    let churn = run_churn(&observed, &members, &targets, churn, heavy_done).await;
+    let churn = run_churn(
+        &observed,
+        &members,
+        &targets,
+        churn,
+        |m| vec![m],
+        heavy_done,
+    )
+    .await;
     let heavy_convergence = observed
         .wait_converged(t0, config.converge_timeout, p)
         .await?;

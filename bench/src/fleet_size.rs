@@ -38,6 +38,10 @@
 //!   `ready` on a surviving replica, and kill → the new export's ISE in the hub namespace of
 //!   each orphaned name of that apiserver (and, as a control, of its names that kept their
 //!   replica);
+//! - with `--churn`, after the quiet window: Service port changes at that rate, round-robin over
+//!   the apiservers and then their exports; each awaited in the ISE of every name of its
+//!   apiserver (so one change is one latency with one name per apiserver, and N / K latencies
+//!   and as many hub writes with N / K names per apiserver);
 //! - the hub's ISE DELETEs over the whole run (must be 0).
 //!
 //! Ownership is read from the replicas' `/members` and their logs; the one figure read from
@@ -51,8 +55,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
 use fleetnet_bench::{
-    Config as BenchConfig, NAMESPACE, ServerCounts, WriteCount, create_pair, create_pairs,
-    ideal_bound, member_names, scrape_every_resource,
+    Churn, ChurnReport, Config as BenchConfig, NAMESPACE, ServerCounts, WriteCount,
+    churn_over_servers, create_pair, create_pairs, ideal_bound, member_names,
+    scrape_every_resource,
 };
 use fleetnet_hub::api::InternalServiceExport;
 use fleetnet_hub::client::Limits;
@@ -103,6 +108,8 @@ pub struct Config {
     pub timeout: Duration,
     /// Bound on the failover; what was not done by then is reported as such.
     pub failover_timeout: Duration,
+    /// Service port changes after the quiet window.
+    pub churn: Option<Churn>,
 }
 
 /// Figures of one run; durations in seconds, memory in KiB.
@@ -153,6 +160,9 @@ pub struct Report {
     pub cold: Traffic,
     pub quiet: Traffic,
     pub failover: Option<Failover>,
+    /// After the quiet window, with `--churn`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub churn: Option<ChurnReport>,
     /// The hub's ISE DELETEs from the replicas' start to the end (must be 0).
     pub ise_deletes: u64,
 }
@@ -615,6 +625,44 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         .collect();
     let per_member = |rss: &[u64]| rss.iter().sum::<u64>() as f64 / names.len() as f64;
 
+    let churn = match config.churn {
+        Some(churn) => {
+            say(format!(
+                "churn: {} Service port changes/s for {:?}",
+                churn.rate, churn.duration
+            ));
+            let k = config.member_servers;
+            let names_of: Vec<Vec<usize>> = (0..k)
+                .map(|server| {
+                    (0..names.len())
+                        .filter(|&i| server_of(i, k) == server)
+                        .collect()
+                })
+                .collect();
+            let services: Vec<String> = (0..config.exports).map(export_name).collect();
+            let report = churn_over_servers(
+                &hub,
+                &fleet,
+                &server_clients,
+                &names,
+                &names_of,
+                &services,
+                churn,
+            )
+            .await?;
+            say(format!(
+                "churn: {} changes, {} of {} (change, name) latencies seen, p50 / p99 {:?} / {:?} ms",
+                report.changes,
+                report.reflected,
+                report.awaited,
+                report.quantile_ms(0.5),
+                report.quantile_ms(0.99)
+            ));
+            Some(report)
+        }
+        None => None,
+    };
+
     let failover = if config.failover && replicas.len() > 1 {
         Some(
             failover(
@@ -672,6 +720,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         cold,
         quiet,
         failover,
+        churn,
         ise_deletes,
     })
 }
@@ -872,6 +921,11 @@ fn durations(secs: &[f64]) -> Vec<Duration> {
     secs.iter().map(|s| Duration::from_secs_f64(*s)).collect()
 }
 
+/// A latency in milliseconds, or `-` when there is none.
+pub fn ms(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.1} ms"))
+}
+
 fn mib(kib: f64) -> String {
     format!("{:.1} MiB", kib / 1024.0)
 }
@@ -941,6 +995,18 @@ pub fn markdown(r: &Report) -> String {
             format!("{} ✗", r.ise_deletes)
         },
     );
+    if let Some(c) = &r.churn {
+        out += &format!(
+            "| churn after the quiet window: {rate} Service changes/s for {duration}, each awaited in the ISE of every name of its apiserver: p50 / p99 / max ({seen} of {awaited} seen) | {p50} / {p99} / {max} |\n",
+            rate = c.rate,
+            duration = secs(Duration::from_secs_f64(c.duration_s)),
+            seen = c.reflected,
+            awaited = c.awaited,
+            p50 = ms(c.quantile_ms(0.5)),
+            p99 = ms(c.quantile_ms(0.99)),
+            max = ms(c.quantile_ms(1.0)),
+        );
+    }
     if let Some(f) = &r.failover {
         out += &format!(
             "| failover: kill -9 of {killed}, running {orphaned} members | |\n\
@@ -1092,6 +1158,7 @@ mod tests {
             binary: PathBuf::new(),
             timeout: Duration::ZERO,
             failover_timeout: Duration::ZERO,
+            churn: None,
         };
         // 100 members × (10 creates + 2 LISTs) = 1200 requests, 200 of them in the burst.
         assert_eq!(budget_bound(&config), Duration::from_secs(10));
@@ -1133,6 +1200,7 @@ mod tests {
             baseline: Traffic::default(),
             cold: Traffic::default(),
             quiet: Traffic::default(),
+            churn: None,
             failover: Some(Failover {
                 killed: "replica-1".into(),
                 orphaned: 300,

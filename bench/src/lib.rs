@@ -39,6 +39,7 @@ mod svg;
 mod tests;
 
 pub use fairness::{FairnessConfig, FairnessReport, fairness_markdown, run_fairness};
+pub use observe::churn_over_servers;
 use observe::*;
 use process::*;
 pub use process::{
@@ -260,8 +261,11 @@ pub struct ChurnReport {
     pub rate: f64,
     pub duration_s: f64,
     pub changes: u64,
-    /// Changes whose port reached the hub's ISE.
+    /// Changes whose port reached the hub's ISE (one per member that awaited it).
     pub reflected: u64,
+    /// (change, member) pairs awaited: `changes` when each change is one member's.
+    #[serde(default)]
+    pub awaited: u64,
     /// Patches the member apiserver refused or that failed.
     pub failed: u64,
     /// Change → ISE with the new port, sorted, milliseconds.
@@ -457,7 +461,15 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
             );
             let c = cpu_seconds();
             let targets = churn_targets(config.members, config.exports);
-            let mut report = run_churn(&observed, &member_clients, &targets, churn, || false).await;
+            let mut report = run_churn(
+                &observed,
+                &member_clients,
+                &targets,
+                churn,
+                |m| vec![m],
+                || false,
+            )
+            .await;
             let cpu = cpu_seconds() - c;
             tokio::time::sleep(Duration::from_secs(2)).await;
             let after = scrape(&all_clients, &mut scrape_cpu).await?;

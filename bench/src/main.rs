@@ -6,6 +6,7 @@
 //! cargo run --release -p fleetnet-bench -- --members 10 --exports 250 --churn 10 --duration 30 --svg docs/bench.svg
 //! cargo build --release -p fleetnet-hub && cargo run --release -p fleetnet-bench -- --failover --members 20 --exports 10
 //! cargo build --release -p fleetnet-hub && cargo run --release -p fleetnet-bench -- --endpoint-slices --members 10 --exports 250 --churn 10 --duration 30
+//! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --table --quiet 60
 //! cargo run --release -p fleetnet-bench -- --fairness --members 6 --exports 2000 --churn 5 --kube-api-qps 500 --kube-api-burst 500
 //! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --fleet-size --members 300 --member-servers 5 --exports 10 --replicas 3 --quiet 60
 //! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --soak --duration 1800 --members 30 --pool 40 --member-servers 3 --exports 10
@@ -16,6 +17,7 @@ mod fleet_size;
 mod replicas;
 mod slices_bench;
 mod soak;
+mod table;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -85,6 +87,11 @@ struct Cli {
     /// `fleet_size.rs`).
     #[arg(long, conflicts_with_all = ["failover", "fairness", "sweep", "replay"])]
     fleet_size: bool,
+    /// Issue #27's one table instead: `--fleet-size` runs of the binary (one replica, churn
+    /// after the `--quiet` window) at 5 × 100, 10 × 250 and 1,000 × 10; latency p50 / p99, idle
+    /// CPU and RSS per member (see `table.rs`).
+    #[arg(long, conflicts_with_all = ["failover", "fairness", "fleet_size", "sweep", "replay", "endpoint_slices", "soak"])]
+    table: bool,
     /// Member apiservers for `--fleet-size`; member name i is served by apiserver i % K.
     #[arg(long, default_value_t = 1)]
     member_servers: usize,
@@ -273,6 +280,29 @@ async fn main_inner(cli: Cli) -> Result<(), String> {
         }
         return Ok(());
     }
+    if cli.table {
+        let template = fleet_size::Config {
+            members: 0,
+            member_servers: 0,
+            exports: 0,
+            replicas: 1,
+            hub_limits: cli.budgets.hub(),
+            member_limits: cli.budgets.member(),
+            budget_args: cli.budgets.to_args(),
+            quiet: seconds("quiet", cli.quiet)?,
+            failover: false,
+            binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
+            timeout: seconds("converge-timeout", cli.converge_timeout)?,
+            failover_timeout: Duration::ZERO,
+            churn: None,
+        };
+        let rows = table::run(&template).await.map_err(|e| format!("{e:#}"))?;
+        for row in &rows {
+            println!("{}", fleet_size::markdown(&row.report));
+        }
+        println!("{}", table::markdown(&rows));
+        return write_json(cli.json.as_deref(), &rows);
+    }
     if cli.fleet_size {
         let config = fleet_size::Config {
             members: cli.members,
@@ -287,6 +317,15 @@ async fn main_inner(cli: Cli) -> Result<(), String> {
             binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
             timeout: seconds("converge-timeout", cli.converge_timeout)?,
             failover_timeout: seconds("failover-timeout", cli.failover_timeout)?,
+            churn: cli
+                .churn
+                .map(|rate| {
+                    Ok::<_, String>(Churn {
+                        rate,
+                        duration: seconds("duration", cli.duration)?,
+                    })
+                })
+                .transpose()?,
         };
         let report = fleet_size::run(&config)
             .await

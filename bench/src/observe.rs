@@ -115,7 +115,18 @@ impl Observed {
         fleet: &fleetnet_testenv::Fleet,
         names: &[String],
     ) -> Vec<tokio::task::JoinHandle<()>> {
-        let mut tasks = vec![];
+        let mut tasks = vec![self.spawn_hub_watch(hub, fleet, names)];
+        tasks.extend(self.spawn_export_watches(members));
+        tasks
+    }
+
+    /// The hub's ISEs of member `names[i]` (its hub namespace), as member `i`'s.
+    pub(crate) fn spawn_hub_watch(
+        &self,
+        hub: &kube::Client,
+        fleet: &fleetnet_testenv::Fleet,
+        names: &[String],
+    ) -> tokio::task::JoinHandle<()> {
         let namespaces: HashMap<String, usize> = names
             .iter()
             .enumerate()
@@ -123,7 +134,7 @@ impl Observed {
             .collect();
         let ises: Api<InternalServiceExport> = Api::all(hub.clone());
         let me = self.clone();
-        tasks.push(tokio::spawn(async move {
+        tokio::spawn(async move {
             let mut stream = watcher(ises, watcher::Config::default())
                 .default_backoff()
                 .boxed();
@@ -160,7 +171,12 @@ impl Observed {
                 drop(state);
                 me.changed.notify_waiters();
             }
-        }));
+        })
+    }
+
+    /// Member `i`'s ServiceExports, from `members[i]`.
+    fn spawn_export_watches(&self, members: &[kube::Client]) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = vec![];
         for (m, client) in members.iter().enumerate() {
             let exports: Api<ServiceExport> =
                 Api::namespaced_with(client.clone(), NAMESPACE, &ServiceExportVersion::V1Beta1);
@@ -260,13 +276,16 @@ pub(crate) fn churn_targets(members: usize, exports: usize) -> Vec<(usize, Strin
         .collect()
 }
 
-/// Changes the port of `targets[k % len]`'s Service at `churn.rate` per second for
-/// `churn.duration`, or until `stop` says so; then gives the changes 30 s to reach the hub.
+/// Changes the port of `targets[k % len]`'s Service (`(client, name)`) at `churn.rate` per
+/// second for `churn.duration`, or until `stop` says so; then gives the changes 30 s to reach the
+/// hub. A change is awaited in the ISE of every member `seen_by(client)` names (one member per
+/// client, or every member name an apiserver serves in `--fleet-size`): one latency each.
 pub(crate) async fn run_churn(
     observed: &Observed,
     members: &[kube::Client],
     targets: &[(usize, String)],
     churn: Churn,
+    seen_by: impl Fn(usize) -> Vec<usize>,
     stop: impl Fn() -> bool,
 ) -> ChurnReport {
     let total = (churn.rate * churn.duration.as_secs_f64()).round().max(0.0) as u64;
@@ -275,25 +294,32 @@ pub(crate) async fn run_churn(
     let started = tokio::time::Instant::now();
     let mut patches = vec![];
     let mut changes = 0;
+    let mut awaited = 0;
     for k in 0..total {
         tokio::time::sleep_until(started + period.mul_f64(k as f64)).await;
         if stop() {
             break;
         }
         changes += 1;
-        let (member, name) = targets[k as usize % targets.len()].clone();
+        let (client, name) = targets[k as usize % targets.len()].clone();
         let port = CHURN_PORT_BASE + (k % 60_000) as i32;
-        let key = (
-            member,
-            fleetnet_hub::export::decide::ise_name(NAMESPACE, &name),
-        );
-        observed
-            .lock()
-            .pending
-            .entry(key.clone())
-            .or_default()
-            .push_back((port, Instant::now()));
-        let services: Api<Service> = Api::namespaced(members[member].clone(), NAMESPACE);
+        let ise = fleetnet_hub::export::decide::ise_name(NAMESPACE, &name);
+        let keys: Vec<(usize, String)> = seen_by(client)
+            .into_iter()
+            .map(|m| (m, ise.clone()))
+            .collect();
+        let sent = Instant::now();
+        let mut state = observed.lock();
+        for key in &keys {
+            state
+                .pending
+                .entry(key.clone())
+                .or_default()
+                .push_back((port, sent));
+        }
+        drop(state);
+        awaited += keys.len() as u64;
+        let services: Api<Service> = Api::namespaced(members[client].clone(), NAMESPACE);
         let observed = observed.clone();
         let failed = failed.clone();
         patches.push(tokio::spawn(async move {
@@ -306,8 +332,11 @@ pub(crate) async fn run_churn(
             {
                 tracing::warn!(error = %e, service = %name, "churn patch failed");
                 failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if let Some(queue) = observed.lock().pending.get_mut(&key) {
-                    queue.retain(|(p, _)| *p != port);
+                let mut state = observed.lock();
+                for key in &keys {
+                    if let Some(queue) = state.pending.get_mut(key) {
+                        queue.retain(|(p, _)| *p != port);
+                    }
                 }
             }
         }));
@@ -331,9 +360,45 @@ pub(crate) async fn run_churn(
         duration_s: churn.duration.as_secs_f64(),
         changes,
         reflected: latencies_ms.len() as u64,
+        awaited,
         failed: failed.load(std::sync::atomic::Ordering::Relaxed),
         latencies_ms,
         writes: vec![],
         conflicts_409: 0,
     }
+}
+
+/// Churn over `servers` (member apiservers) whose Services `services` each is exported by every
+/// member name `names_of[server]` lists (indices into `names`): changes round-robin over the
+/// servers, then the Services; one latency per change and name, until its hub ISE carries it.
+pub async fn churn_over_servers(
+    hub: &kube::Client,
+    fleet: &fleetnet_testenv::Fleet,
+    servers: &[kube::Client],
+    names: &[String],
+    names_of: &[Vec<usize>],
+    services: &[String],
+    churn: Churn,
+) -> anyhow::Result<ChurnReport> {
+    let observed = Observed::new(names.len(), 0);
+    let watch = observed.spawn_hub_watch(hub, fleet, names);
+    let listed = tokio::time::timeout(Duration::from_secs(60), observed.wait_listed(1)).await;
+    if listed.is_err() {
+        watch.abort();
+        anyhow::bail!("the hub's ISE watch did not list within 60 s");
+    }
+    let targets: Vec<(usize, String)> = (0..servers.len() * services.len())
+        .map(|c| (c % servers.len(), services[c / servers.len()].clone()))
+        .collect();
+    let report = run_churn(
+        &observed,
+        servers,
+        &targets,
+        churn,
+        |server| names_of[server].clone(),
+        || false,
+    )
+    .await;
+    watch.abort();
+    Ok(report)
 }
