@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 #
 # fleetnet-hub: a static (musl) binary in a distroless image, running as uid 65532 with nothing
-# writable. rustls is used throughout, so no OpenSSL; only ring's and psm's C/asm need musl-gcc.
+# writable. rustls is used throughout, so no OpenSSL; only ring's and psm's C/asm and jemalloc
+# (the allocator, built from its C sources with make) need musl-gcc.
 #
 #   docker build -t fleetnet-hub:dev .
 #

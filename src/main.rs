@@ -349,7 +349,18 @@ fn init_telemetry(
     Ok(telemetry::init(config)?)
 }
 
+/// jemalloc's own figures for `/metrics`, current as of this call.
+fn allocator_bytes() -> Option<fleetnet_hub::metrics::AllocatorBytes> {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    epoch::advance().ok()?;
+    Some(fleetnet_hub::metrics::AllocatorBytes {
+        allocated: u64::try_from(stats::allocated::read().ok()?).ok()?,
+        resident: u64::try_from(stats::resident::read().ok()?).ok()?,
+    })
+}
+
 fn main() -> std::process::ExitCode {
+    fleetnet_hub::metrics::report_allocator(allocator_bytes);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build();

@@ -62,6 +62,8 @@ pub struct ReplicaSample {
     /// Replica starts so far under this name (1: never restarted).
     pub starts: usize,
     pub rss_kib: u64,
+    /// What the allocator reports allocated (live objects), when the binary reports it.
+    pub live_kib: Option<u64>,
     pub series: usize,
     pub tasks: Option<u64>,
     pub members: usize,
@@ -97,6 +99,8 @@ pub struct Report {
     pub departed_series: usize,
     /// Long-lived replica: end RSS / start RSS − 1, in percent.
     pub rss_growth_pct: f64,
+    /// Long-lived replica: end live heap / start live heap − 1, in percent.
+    pub live_growth_pct: Option<f64>,
     /// Long-lived replica: tasks at the end − at the start.
     pub task_growth: i64,
     /// Announcements at the end (2 replicas run).
@@ -139,6 +143,9 @@ pub fn departed_series(text: &str, present: &HashSet<String>) -> usize {
 }
 
 /// The value of an unlabelled gauge in a `/metrics` text.
+/// The live-heap series of `/metrics`.
+const ALLOCATED: &str = "fleetnet_allocator_bytes{state=\"allocated\"}";
+
 pub fn gauge(text: &str, name: &str) -> Option<u64> {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
@@ -278,6 +285,7 @@ async fn sample(
             name: r.name.clone(),
             starts: *starts,
             rss_kib: r.rss_kib(),
+            live_kib: gauge(&text, ALLOCATED).map(|b| b / 1024),
             series: series(&text),
             tasks: gauge(&text, "fleetnet_runtime_tasks"),
             members,
@@ -513,6 +521,10 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
     let departed_series = texts.iter().map(|t| departed_series(t, &present)).sum();
     let (s0, e0) = (&start.replicas[0], &end.replicas[0]);
     let rss_growth_pct = (e0.rss_kib as f64 / s0.rss_kib.max(1) as f64 - 1.0) * 100.0;
+    let live_growth_pct = s0
+        .live_kib
+        .zip(e0.live_kib)
+        .map(|(s, e)| (e as f64 / s.max(1) as f64 - 1.0) * 100.0);
     let task_growth = e0.tasks.unwrap_or(0) as i64 - s0.tasks.unwrap_or(0) as i64;
     let announcements_end = end.announcements;
     let shard_leases_max = [Some(&start), middle.as_ref(), Some(&end)]
@@ -538,6 +550,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         samples,
         departed_series,
         rss_growth_pct,
+        live_growth_pct,
         task_growth,
         announcements_end,
         shard_leases_max,
@@ -548,7 +561,7 @@ pub fn markdown(r: &Report) -> String {
     let mut out = format!(
         "### Soak: {:.0} min, {} base names + a pool of {} coming and going over {} apiservers, {} exports each\n\n\
          {} members added, {} removed; {} exports created, {} deleted; replica-1 restarted {} times (SIGTERM and SIGKILL in turn).\n\n\
-         | sample | at | members | ISEs | shard Leases / announcements | replica | RSS | series | tasks | its members |\n\
+         | sample | at | members | ISEs | shard Leases / announcements | replica | RSS (live heap) | series | tasks | its members |\n\
          |---|---|---|---|---|---|---|---|---|---|\n",
         r.duration_s / 60.0,
         r.base_members,
@@ -572,7 +585,7 @@ pub fn markdown(r: &Report) -> String {
                 "| | | | | ".to_string()
             };
             out.push_str(&format!(
-                "{head}| {}{} | {:.1} MiB | {} | {} | {} |\n",
+                "{head}| {}{} | {:.1} MiB ({}) | {} | {} | {} |\n",
                 rep.name,
                 if rep.starts > 1 {
                     format!(" (start {})", rep.starts)
@@ -580,6 +593,8 @@ pub fn markdown(r: &Report) -> String {
                     String::new()
                 },
                 rep.rss_kib as f64 / 1024.0,
+                rep.live_kib
+                    .map_or("-".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
                 rep.series,
                 rep.tasks.map_or("-".into(), |t| t.to_string()),
                 rep.members
@@ -587,8 +602,13 @@ pub fn markdown(r: &Report) -> String {
         }
     }
     out.push_str(&format!(
-        "\nEnd against start: replica-0 (never restarted) RSS {:+.1} %, tasks {:+}; series of departed members {}; announcements {} for 2 live replicas; shard Leases at most {} (bound {SHARDS}).\n",
-        r.rss_growth_pct, r.task_growth, r.departed_series, r.announcements_end, r.shard_leases_max
+        "\nEnd against start: replica-0 (never restarted) RSS {:+.1} % (live heap {}), tasks {:+}; series of departed members {}; announcements {} for 2 live replicas; shard Leases at most {} (bound {SHARDS}).\n",
+        r.rss_growth_pct,
+        r.live_growth_pct.map_or("-".into(), |g| format!("{g:+.1} %")),
+        r.task_growth,
+        r.departed_series,
+        r.announcements_end,
+        r.shard_leases_max
     ));
     out
 }
@@ -621,6 +641,9 @@ mod tests {
         assert_eq!(departed_series(text, &present), 2);
         assert_eq!(gauge(text, "fleetnet_runtime_tasks"), Some(41));
         assert_eq!(gauge(text, "fleetnet_runtime"), None);
+        let heap = "fleetnet_allocator_bytes{state=\"allocated\"} 9437184\n\
+                    fleetnet_allocator_bytes{state=\"resident\"} 12582912\n";
+        assert_eq!(gauge(heap, ALLOCATED), Some(9_437_184));
     }
 
     #[test]
@@ -639,6 +662,7 @@ mod tests {
             samples: vec![],
             departed_series: departed,
             rss_growth_pct: rss,
+            live_growth_pct: None,
             task_growth: 0,
             announcements_end: announcements,
             shard_leases_max: shards,

@@ -31,6 +31,7 @@ use crate::fleet::{FleetState, MemberHooks};
 
 mod scrape;
 use scrape::ScrapeCollector;
+pub use scrape::{AllocatorBytes, report_allocator};
 
 /// `Content-Type` of [`Metrics::encode`] (OpenMetrics text 1.0, exemplars included).
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -460,6 +461,27 @@ mod tests {
                 .and_then(|n| n.parse::<u64>().ok())
                 .is_some(),
             "{tasks:?}"
+        );
+    }
+
+    #[test]
+    fn the_allocator_figures_the_binary_reports_are_gauges_in_bytes() {
+        fn figures() -> Option<AllocatorBytes> {
+            Some(AllocatorBytes {
+                allocated: 7_000_000,
+                resident: 9_000_000,
+            })
+        }
+        report_allocator(figures);
+        let text = Metrics::new().encode();
+        let mut rows = series(&text, "fleetnet_allocator_bytes{");
+        rows.sort_unstable();
+        assert_eq!(
+            rows,
+            vec![
+                r#"fleetnet_allocator_bytes{state="allocated"} 7000000"#,
+                r#"fleetnet_allocator_bytes{state="resident"} 9000000"#,
+            ]
         );
     }
 

@@ -3,7 +3,7 @@
 //! each client's [`ClientStats`] and the Azure source when encoded.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -14,6 +14,22 @@ use prometheus_client::registry::Unit;
 use super::{AzureCounters, Labels, Shared, member_labels};
 use crate::client::{ClientStats, RequestCount};
 use crate::fleet::{MemberStatus, Phase};
+
+/// Bytes the process's allocator reports: what live objects take and what it keeps resident.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocatorBytes {
+    pub allocated: u64,
+    pub resident: u64,
+}
+
+/// Where `fleetnet_allocator_bytes` comes from: the binary picks the allocator, so the binary
+/// says how to read it (a process has one allocator, hence one source for the process).
+static ALLOCATOR: OnceLock<fn() -> Option<AllocatorBytes>> = OnceLock::new();
+
+/// Makes `source` the allocator figures on `/metrics`; the first call wins.
+pub fn report_allocator(source: fn() -> Option<AllocatorBytes>) {
+    let _ = ALLOCATOR.set(source);
+}
 
 /// Encodes the scrape-time series.
 pub(super) struct ScrapeCollector(pub(super) Arc<Shared>);
@@ -217,6 +233,17 @@ fn encode_process(e: &mut DescriptorEncoder, shared: &Shared) -> fmt::Result {
         let help = "Reads of the kubeconfig directory: one per change in it and one per --rescan-interval.";
         let scans = vec![(vec![], ConstCounter::new(fleet.scans()))];
         family(e, ("fleetnet_kubeconfig_scans", help, None), scans)?;
+    }
+    if let Some(bytes) = ALLOCATOR.get().and_then(|source| source()) {
+        let help = "Heap bytes the allocator reports: allocated (live objects) and resident (pages it holds); resident well above allocated is memory kept, not used.";
+        let rows = [("allocated", bytes.allocated), ("resident", bytes.resident)]
+            .into_iter()
+            .map(|(state, n)| {
+                let n = i64::try_from(n).unwrap_or(i64::MAX);
+                (vec![("state", state.to_string())], ConstGauge::new(n))
+            })
+            .collect();
+        family(e, ("fleetnet_allocator", help, Some(Unit::Bytes)), rows)?;
     }
     // Scraped from the runtime that serves /metrics: the process's one runtime.
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
