@@ -460,7 +460,8 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
                 ),
             );
             let c = cpu_seconds();
-            let targets = churn_targets(config.members, config.exports);
+            let services: Vec<String> = (0..config.exports).map(service_name).collect();
+            let targets = churn_targets(config.members, &services);
             let mut report = run_churn(
                 &observed,
                 &member_clients,

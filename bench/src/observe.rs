@@ -270,9 +270,9 @@ impl Observed {
 
 /// Every (member, Service) once, in the order [`run_churn`] changes them: round-robin over
 /// members, then over exports.
-pub(crate) fn churn_targets(members: usize, exports: usize) -> Vec<(usize, String)> {
-    (0..members * exports)
-        .map(|k| (k % members, service_name(k / members)))
+pub(crate) fn churn_targets(clients: usize, services: &[String]) -> Vec<(usize, String)> {
+    (0..clients * services.len())
+        .map(|k| (k % clients, services[k / clients].clone()))
         .collect()
 }
 
@@ -387,9 +387,7 @@ pub async fn churn_over_servers(
         watch.abort();
         anyhow::bail!("the hub's ISE watch did not list within 60 s");
     }
-    let targets: Vec<(usize, String)> = (0..servers.len() * services.len())
-        .map(|c| (c % servers.len(), services[c / servers.len()].clone()))
-        .collect();
+    let targets = churn_targets(servers.len(), services);
     let report = run_churn(
         &observed,
         servers,
