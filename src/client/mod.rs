@@ -207,13 +207,13 @@ fn connections(config: &kube::Config, lanes: usize) -> Result<Transport, kube::E
     let pooled: Arc<[_]> = (0..lanes.max(1))
         .map(|_| {
             hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                // A dead connection is found by a ping, not by the next request's timeout:
-                // every request and watch of the lane rides on it.
                 // A lane keeps its connection however long it goes without a new request
                 // (the pool would drop it after 90 s, and the lane's next request would open a
                 // second one beside the one its watches still ride on); a dead one is found by
                 // the ping and replaced at the next request.
                 .pool_idle_timeout(None)
+                // A dead connection is found by a ping, not by the next request's timeout:
+                // every request and watch of the lane rides on it.
                 .http2_keep_alive_interval(HTTP2_PING)
                 .http2_keep_alive_timeout(HTTP2_PING_TIMEOUT)
                 .timer(hyper_util::rt::TokioTimer::new())
