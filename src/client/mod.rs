@@ -13,12 +13,13 @@ mod classify;
 pub mod exec;
 pub mod fence;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use http::Request;
 use kube::client::{Body, ClientBuilder, DynBody};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
 use crate::policy::Turn;
@@ -192,8 +193,12 @@ fn connections(config: &kube::Config, lanes: usize) -> Result<Transport, kube::E
     // As Go does: many small HTTP/2 frames share a connection, and Nagle's algorithm would
     // hold a request's last frame for the previous one's delayed ACK (~40 ms).
     http.set_nodelay(true);
+    let mut tls = config.rustls_client_config()?;
+    // rustls's default remembers tickets for 32 servers, allocated up front (~14 KiB per
+    // client); these connections all go to one server.
+    tls.resumption = rustls::client::Resumption::in_memory_sessions(SESSIONS_KEPT);
     let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config.rustls_client_config()?)
+        .with_tls_config(tls)
         .https_or_http();
     let https = match &config.tls_server_name {
         Some(name) => https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(
@@ -204,25 +209,42 @@ fn connections(config: &kube::Config, lanes: usize) -> Result<Transport, kube::E
         None => https,
     };
     let connector = https.enable_http1().enable_http2().wrap_connector(http);
-    let pooled: Arc<[_]> = (0..lanes.max(1))
-        .map(|_| {
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                // A lane keeps its connection however long it goes without a new request
-                // (the pool would drop it after 90 s, and the lane's next request would open a
-                // second one beside the one its watches still ride on); a dead one is found by
-                // the ping and replaced at the next request.
-                .pool_idle_timeout(None)
-                // A dead connection is found by a ping, not by the next request's timeout:
-                // every request and watch of the lane rides on it.
-                .http2_keep_alive_interval(HTTP2_PING)
-                .http2_keep_alive_timeout(HTTP2_PING_TIMEOUT)
-                .timer(hyper_util::rt::TokioTimer::new())
-                .build::<_, Body>(connector.clone())
-        })
-        .collect();
+    let pooled = move || {
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            // A lane keeps its connection however long it goes without a new request (the
+            // pool would drop it after 90 s, and the lane's next request would open a second
+            // one beside the one its watches still ride on); it closes when the last member
+            // of the lane goes ([`Lane`]). A dead one is found by the ping and replaced at the
+            // next request.
+            .pool_idle_timeout(None)
+            // A dead connection is found by a ping, not by the next request's timeout:
+            // every request and watch of the lane rides on it.
+            .http2_keep_alive_interval(HTTP2_PING)
+            .http2_keep_alive_timeout(HTTP2_PING_TIMEOUT)
+            .timer(hyper_util::rt::TokioTimer::new())
+            .build::<_, Body>(connector.clone())
+    };
+    // Requests of no lane (the replica's own); each lane's connection, while a member uses it.
+    let unlaned = pooled();
+    let lanes: Arc<[Mutex<Weak<LaneConnection>>]> =
+        (0..lanes.max(1)).map(|_| Mutex::new(Weak::new())).collect();
     let route = tower::service_fn(move |req: Request<Body>| {
-        let lane = req.extensions().get::<Lane>().map_or(0, |l| l.0);
-        pooled[lane % pooled.len()].request(req)
+        let client = match req.extensions().get::<Lane>() {
+            Some(lane) => lane
+                .connection
+                .get_or_init(|| {
+                    let mut slot = lanes[lane.index % lanes.len()].lock();
+                    slot.upgrade().unwrap_or_else(|| {
+                        let opened = Arc::new(LaneConnection(pooled()));
+                        *slot = Arc::downgrade(&opened);
+                        opened
+                    })
+                })
+                .0
+                .clone(),
+            None => unlaned.clone(),
+        };
+        client.request(req)
     });
     let service = tower::ServiceBuilder::new()
         .layer(config.base_uri_layer())
@@ -238,9 +260,28 @@ fn connections(config: &kube::Config, lanes: usize) -> Result<Transport, kube::E
     Ok(BoxCloneService::new(service))
 }
 
-/// Which of a client's connections a request goes out on ([`connections`]).
-#[derive(Debug, Clone, Copy)]
-struct Lane(usize);
+/// TLS 1.3 session tickets kept per client: rustls keeps up to 8 per server, so this is one
+/// server's (a reconnect resumes instead of a full handshake).
+const SESSIONS_KEPT: usize = 8;
+
+/// Which of a client's connections a request goes out on ([`connections`]): one member
+/// view's. The views of one lane share its connection, and the last of them to go closes it
+/// (a replica whose members came and went would otherwise keep a connection on every lane
+/// any of them ever used, ~80 KiB each).
+#[derive(Clone)]
+struct Lane {
+    index: usize,
+    /// Set at the view's first request.
+    connection: Arc<OnceLock<Arc<LaneConnection>>>,
+}
+
+type Pooled = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    Body,
+>;
+
+/// A lane's pooled client, dropped (its connection closed) with the last view of the lane.
+struct LaneConnection(Pooled);
 
 /// The hub client's connections. Each member's hub view keeps to one ([`member_view`]), so
 /// a member's two watches and its writes share one HTTP/2 connection with the other members of
@@ -248,7 +289,7 @@ struct Lane(usize);
 /// kube-apiserver leaves Go's limit of 250 streams per connection in place
 /// (`--http2-max-streams-per-connection`), and hyper waits for a free stream rather than open
 /// another connection: 64 lanes keep a replica of 5,000 members (two watches each, ~80 per
-/// lane) well below it. Lanes no member uses open no connection.
+/// lane) well below it. A lane no member uses has no connection.
 pub const HUB_LANES: usize = 64;
 
 /// client-go's HTTP/2 health check: a ping after 30 s without a frame, 15 s for its answer.
@@ -355,12 +396,15 @@ fn layered(
 pub fn member_view(client: &kube::Client, lane: usize, fence: Fence) -> kube::Client {
     let shared = client.clone();
     let turn = Turn::default();
-    let lane = Lane(lane);
+    let lane = Lane {
+        index: lane,
+        connection: Arc::default(),
+    };
     let service = tower::service_fn(move |mut req: Request<Body>| {
         let shared = shared.clone();
         req.extensions_mut().insert(turn.clone());
         req.extensions_mut().insert(fence.clone());
-        req.extensions_mut().insert(lane);
+        req.extensions_mut().insert(lane.clone());
         async move { shared.send(req).await.map_err(BoxError::from) }
     });
     kube::Client::new(service, client.default_namespace().to_string())
@@ -444,6 +488,99 @@ mod tests {
             fence::refused(&second.expect_err("fenced")),
             "refused, not sent"
         );
+    }
+
+    /// An HTTP/1.1 server answering `{}` to every request, counting the connections it
+    /// accepted and those still open.
+    async fn counting_server() -> (
+        String,
+        Arc<std::sync::atomic::AtomicUsize>,
+        Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let (accepted, open) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (a, o) = (accepted.clone(), open.clone());
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                a.fetch_add(1, Ordering::SeqCst);
+                o.fetch_add(1, Ordering::SeqCst);
+                let o = o.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n @ 1..) = conn.read(&mut buf).await {
+                        // One request per read is enough for these GETs without a body.
+                        let _ = n;
+                        let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+                        if conn.write_all(answer.as_bytes()).await.is_err() {
+                            break;
+                        }
+                    }
+                    o.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+        (url, accepted, open)
+    }
+
+    /// Member views of one lane share its connection; the last of them to go closes it, and
+    /// the lane's next view opens a new one.
+    #[tokio::test]
+    async fn a_lane_keeps_its_connection_while_a_member_view_of_it_lives() {
+        use std::sync::atomic::Ordering;
+        let (url, accepted, open) = counting_server().await;
+        let config = kube::Config::new(url.parse().expect("url"));
+        let hub = build_over(
+            "hub",
+            config,
+            8,
+            &Limits::default(),
+            Arc::default(),
+            Fence::open(),
+        )
+        .expect("hub client");
+        let get = |client: &kube::Client| {
+            let client = client.clone();
+            async move {
+                let req = http::Request::get("/version")
+                    .body(vec![])
+                    .expect("request");
+                client.request_text(req).await.expect("answered")
+            }
+        };
+        let (a1, a2, b) = (
+            member_view(&hub, 3, Fence::open()),
+            member_view(&hub, 3, Fence::open()),
+            member_view(&hub, 5, Fence::open()),
+        );
+        for view in [&a1, &a2, &b, &a1] {
+            get(view).await;
+        }
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            2,
+            "one connection per lane"
+        );
+        drop(a1);
+        get(&a2).await;
+        assert_eq!(open.load(Ordering::SeqCst), 2, "lane 3 still has a member");
+        drop(a2);
+        let closed = async {
+            while open.load(Ordering::SeqCst) != 1 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), closed)
+            .await
+            .expect("lane 3's connection closed with its last member view");
+        get(&member_view(&hub, 3, Fence::open())).await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 3, "lane 3 opened again");
+        get(&b).await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 3, "lane 5 kept its own");
     }
 
     fn req(method: http::Method, uri: &str) -> Request<Body> {

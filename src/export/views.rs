@@ -212,6 +212,10 @@ pub(crate) enum View {
 const VIEWS: usize = 5;
 
 impl View {
+    fn bit(self) -> u8 {
+        1 << self as u8
+    }
+
     /// Whether the watch is of the hub (its list waits in the shared hub budget's line).
     fn in_hub(self) -> bool {
         matches!(
@@ -230,8 +234,9 @@ impl View {
 #[derive(Clone, Default)]
 pub struct Synced {
     exports: Option<Store<ServiceExport>>,
-    member: Vec<watch::Receiver<bool>>,
-    hub: Vec<watch::Receiver<bool>>,
+    /// Per exporter: its listed views (bits by [`View`]), and which of them are the member's
+    /// and which the hub's to wait for.
+    exporters: Vec<(watch::Receiver<u8>, u8, u8)>,
 }
 
 impl Synced {
@@ -239,14 +244,21 @@ impl Synced {
     /// there is nothing to wait for). A later re-list (after a watch expired) does not reset
     /// it: the stores keep their content until the new list is complete.
     pub async fn wait(&self) {
-        self.member_listed().await;
-        wait_all(&self.hub).await;
+        self.wait_for(|member, hub| member | hub).await;
     }
 
     /// Resolves once the member's own watches have listed: what is left is the hub's lists,
     /// which wait their turn in the shared hub budget.
     pub async fn member_listed(&self) {
-        wait_all(&self.member).await;
+        self.wait_for(|member, _| member).await;
+    }
+
+    async fn wait_for(&self, views: impl Fn(u8, u8) -> u8) {
+        for (listed, member, hub) in &self.exporters {
+            let wanted = views(*member, *hub);
+            let mut listed = listed.clone();
+            let _ = listed.wait_for(|done| done & wanted == wanted).await;
+        }
     }
 
     /// ServiceExports currently known (0 when the ServiceExport exporter does not run).
@@ -257,16 +269,8 @@ impl Synced {
     /// Waits for both exporters' watches.
     pub fn and(mut self, other: Synced) -> Synced {
         self.exports = self.exports.or(other.exports);
-        self.member.extend(other.member);
-        self.hub.extend(other.hub);
+        self.exporters.extend(other.exporters);
         self
-    }
-}
-
-async fn wait_all(listed: &[watch::Receiver<bool>]) {
-    for listed in listed {
-        let mut listed = listed.clone();
-        let _ = listed.wait_for(|done| *done).await;
     }
 }
 
@@ -275,7 +279,8 @@ async fn wait_all(listed: &[watch::Receiver<bool>]) {
 pub(crate) struct WatchHealth {
     member: String,
     observer: Arc<dyn ReconcileObserver>,
-    listed: [watch::Sender<bool>; VIEWS],
+    /// The views that have listed, one bit each (one channel: each costs ~0.5 KiB, per member).
+    listed: watch::Sender<u8>,
     failing: Mutex<[bool; VIEWS]>,
 }
 
@@ -284,23 +289,22 @@ impl WatchHealth {
         Self {
             member: member.to_string(),
             observer,
-            listed: std::array::from_fn(|_| watch::channel(false).0),
+            listed: watch::channel(0).0,
             failing: Mutex::new([false; VIEWS]),
         }
     }
 
     /// The readiness handle over the first lists of `views`.
     pub(crate) fn synced(&self, exports: Option<Store<ServiceExport>>, views: &[View]) -> Synced {
-        let (hub, member): (Vec<View>, Vec<View>) = views.iter().partition(|v| v.in_hub());
-        let subscribe = |v: Vec<View>| {
-            v.into_iter()
-                .map(|v| self.listed[v as usize].subscribe())
-                .collect()
+        let bits = |hub: bool| {
+            views
+                .iter()
+                .filter(|v| v.in_hub() == hub)
+                .fold(0, |bits, v| bits | v.bit())
         };
         Synced {
             exports,
-            member: subscribe(member),
-            hub: subscribe(hub),
+            exporters: vec![(self.listed.subscribe(), bits(false), bits(true))],
         }
     }
 
@@ -319,7 +323,11 @@ impl WatchHealth {
     }
 
     fn listed(&self, view: View) {
-        self.listed[view as usize].send_replace(true);
+        self.listed.send_if_modified(|listed| {
+            let was = *listed;
+            *listed |= view.bit();
+            *listed != was
+        });
         let recovered = {
             let mut failing = self.failing.lock();
             let was = failing.iter().any(|f| *f);
