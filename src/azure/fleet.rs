@@ -167,6 +167,7 @@ impl AzureFleet {
                 max_wait: config.max_retry_wait,
             },
             bucket: None,
+            own_buckets: vec![],
             slots: Arc::new(Semaphore::new(slots)),
             timeout: config.request_timeout,
             stats: Arc::clone(stats),

@@ -125,19 +125,18 @@ async fn config_of(kubeconfig: Option<Kubeconfig>) -> Result<kube::Config, Error
     }
 }
 
-/// A member's clients: its exports' and its Events' (each its own budget), over one
-/// connection to its API server.
+/// A member's client: its requests and watches over one connection to its API server, its
+/// Events in a budget of their own.
 pub struct MemberClients {
     pub client: kube::Client,
-    pub events: kube::Client,
     /// The server URL.
     pub server: String,
 }
 
-/// The clients of member `name` from its vetted kubeconfig. Both send over one HTTP/2
+/// The client of member `name` from its vetted kubeconfig. It sends over one HTTP/2
 /// connection when the API server offers it (every kube-apiserver does; client-go's own
-/// choice): the member's two watches, its requests and its Events share one TLS session
-/// instead of a connection each (kube's builder speaks HTTP/1.1 only).
+/// choice): the member's watches, its requests and its Events share one TLS session instead
+/// of a connection each (kube's builder speaks HTTP/1.1 only).
 pub async fn member_clients(
     name: &str,
     kubeconfig: Kubeconfig,
@@ -145,33 +144,41 @@ pub async fn member_clients(
     stats: Arc<ClientStats>,
     fence: Fence,
 ) -> Result<MemberClients, Error> {
-    // No kube retry layer to switch off here: `connections` builds the stack without one.
     let config = config_of(Some(kubeconfig)).await?;
     let server = config.cluster_url.to_string();
-    let plugin = exec::plugin_of(&config);
+    let client = member_client_of(name, &config, limits, stats, fence)?;
+    Ok(MemberClients { client, server })
+}
+
+/// A member's client over `config`: one budget for its requests (`limits`), one of their own
+/// for its Events (`event_qps`, `event_burst`): queued Events never delay an export's write,
+/// and one client (one request buffer, one connection) serves both.
+fn member_client_of(
+    name: &str,
+    config: &kube::Config,
+    limits: &Limits,
+    stats: Arc<ClientStats>,
+    fence: Fence,
+) -> Result<kube::Client, Error> {
+    // No kube retry layer to switch off here: `connections` builds the stack without one.
+    let plugin = exec::plugin_of(config);
     let member = format!("member:{name}");
     let transport =
-        connections(&config, 1).map_err(|source| kube_error(&member, plugin.as_ref(), source))?;
-    let over_transport = || ClientBuilder::new(transport.clone(), &config.default_namespace);
-    let event_limits = Limits {
-        qps: limits.event_qps,
-        burst: limits.event_burst,
-        ..limits.clone()
-    };
-    let events = layered(
-        &format!("member-events:{name}"),
-        over_transport(),
-        plugin.clone(),
-        &event_limits,
-        stats.clone(),
-        fence.clone(),
-    )?;
-    let client = layered(&member, over_transport(), plugin, limits, stats, fence)?;
-    Ok(MemberClients {
-        client,
-        events,
-        server,
-    })
+        connections(config, 1).map_err(|source| kube_error(&member, plugin.as_ref(), source))?;
+    let events =
+        crate::policy::bucket(limits.event_qps, limits.event_burst).map_err(|e| Error::Limits {
+            client: member.clone(),
+            message: format!("events: {e}"),
+        })?;
+    layered(
+        &member,
+        ClientBuilder::new(transport, &config.default_namespace),
+        plugin,
+        limits,
+        vec![("events", events)],
+        stats,
+        fence,
+    )
 }
 
 /// What kube's builder puts under its client (base URI, credentials, extra headers) over
@@ -335,7 +342,7 @@ pub fn build_over(
     let transport =
         connections(&config, lanes).map_err(|source| kube_error(name, plugin.as_ref(), source))?;
     let builder = ClientBuilder::new(transport, &config.default_namespace);
-    layered(name, builder, plugin, limits, stats, fence)
+    layered(name, builder, plugin, limits, vec![], stats, fence)
 }
 
 /// The process's layers over the transport (`builder`): see [`build_over`].
@@ -344,6 +351,7 @@ fn layered(
     builder: ClientBuilder<Transport>,
     plugin: Option<String>,
     limits: &Limits,
+    own_buckets: Vec<(&'static str, Arc<crate::policy::Bucket>)>,
     stats: Arc<ClientStats>,
     fence: Fence,
 ) -> Result<kube::Client, Error> {
@@ -358,6 +366,7 @@ fn layered(
         classify,
         retry: limits.retry.clone(),
         bucket: Some(crate::policy::bucket(limits.qps, limits.burst).map_err(bad)?),
+        own_buckets,
         slots: Arc::new(Semaphore::new(limits.max_in_flight)),
         timeout: limits.timeout,
         stats,
@@ -581,6 +590,57 @@ mod tests {
         assert_eq!(accepted.load(Ordering::SeqCst), 3, "lane 3 opened again");
         get(&b).await;
         assert_eq!(accepted.load(Ordering::SeqCst), 3, "lane 5 kept its own");
+    }
+
+    /// A member's Events take their tokens from their own bucket: with the member's budget
+    /// spent, an Event still goes at once, and with the Events' spent, a read still goes.
+    #[tokio::test]
+    async fn a_members_events_and_its_requests_spend_separate_budgets() {
+        let (url, accepted, _) = counting_server().await;
+        let limits = Limits {
+            qps: 0.001,
+            burst: 1,
+            event_qps: 0.001,
+            event_burst: 1,
+            ..Limits::default()
+        };
+        let config = kube::Config::new(url.parse().expect("url"));
+        let client = member_client_of("m", &config, &limits, Arc::default(), Fence::open())
+            .expect("member client");
+        let send = |path: &'static str, method: http::Method| {
+            let client = client.clone();
+            async move {
+                let req = http::Request::builder()
+                    .method(method)
+                    .uri(path)
+                    .body(b"{}".to_vec())
+                    .expect("request");
+                tokio::time::timeout(Duration::from_secs(2), client.request_text(req)).await
+            }
+        };
+        let read = "/api/v1/namespaces/ns/configmaps/c";
+        let event = "/apis/events.k8s.io/v1/namespaces/ns/events";
+        assert!(
+            send(read, http::Method::GET).await.is_ok(),
+            "the member's one token"
+        );
+        assert!(
+            send(event, http::Method::POST).await.is_ok(),
+            "the Events' own token"
+        );
+        assert!(
+            send(event, http::Method::POST).await.is_err(),
+            "the Events' budget is spent"
+        );
+        assert!(
+            send(read, http::Method::GET).await.is_err(),
+            "so is the member's"
+        );
+        assert_eq!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "one connection"
+        );
     }
 
     fn req(method: http::Method, uri: &str) -> Request<Body> {

@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Future, StreamExt};
-use k8s_openapi::api::core::v1::Service;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
@@ -39,7 +38,7 @@ pub(crate) use reconcile::report;
 use streaks::Streaks;
 pub use views::Synced;
 use views::Views;
-pub(crate) use views::{View, WatchHealth, objects_only, watch_backoff};
+pub(crate) use views::{View, WatchHealth, objects_only, project, watch_backoff};
 
 /// How a reconcile ended: its [`Outcome`], or the category of the error it failed with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,7 +127,7 @@ pub struct Context {
     /// The hub writer, scoped to the member's namespace: it cannot address any other.
     pub hub: Api<InternalServiceExport>,
     pub hub_namespace: String,
-    pub services: Store<Service>,
+    pub(crate) services: Store<views::ServiceView>,
     pub ises: Store<InternalServiceExport>,
     events: events::Events,
     pub public_ips: Option<Arc<dyn PublicIpLookup>>,

@@ -174,7 +174,8 @@ impl Pass {
             Some(live) => live.clone(),
             None => ctx
                 .services
-                .get(&ObjectRef::new(&self.name).within(&self.ns)),
+                .get(&ObjectRef::new(&self.name).within(&self.ns))
+                .map(|view| Arc::new(view.to_service())),
         };
         let hub_name = ise_name(&self.ns, &self.name);
         let cached = ctx

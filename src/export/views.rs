@@ -1,13 +1,16 @@
 //! The exporter's three views (ServiceExports and Services of the member, ISEs of its hub
 //! namespace): when they have listed, whether their watches are healthy, how they back off.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use futures::stream::BoxStream;
-use k8s_openapi::api::core::v1::{Service, ServiceSpec, ServiceStatus};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{
+    LoadBalancerIngress, LoadBalancerStatus, Service, ServicePort, ServiceSpec, ServiceStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::Api;
@@ -34,7 +37,7 @@ type Triggers<K> = BoxStream<'static, Result<K, watcher::Error>>;
 
 /// The three views (reflector stores).
 pub(super) struct Views {
-    pub(super) services: Store<Service>,
+    pub(super) services: Store<ServiceView>,
     pub(super) ises: Store<InternalServiceExport>,
     pub(super) exports: Store<ServiceExport>,
 }
@@ -51,20 +54,26 @@ impl Views {
         health: &Arc<WatchHealth>,
         dangling: Lossy<String>,
     ) -> (Self, Controller<ServiceExport>) {
-        let (services, services_writer) = reflector::store::<Service>();
+        let (services, services_writer) = reflector::store::<ServiceView>();
         let (ises, ises_writer) = reflector::store::<InternalServiceExport>();
         let exports_writer = reflector::store::Writer::<ServiceExport>::new(version);
         let exports = exports_writer.as_reader();
         let config = watcher::Config::default;
         let gone = dangling.clone();
-        let service_events = watch_of(Api::<Service>::all(member.clone()), config())
-            .backoff(watch_backoff())
-            .modify(project_service)
-            .reflect(services_writer)
-            .inspect(health.inspector(View::Services))
-            .touched_objects()
-            .filter_map(objects_only)
-            .boxed();
+        let service_events = reflector::reflector(
+            services_writer,
+            watch_of(Api::<Service>::all(member.clone()), config())
+                .backoff(watch_backoff())
+                .map_ok(project::<Service, ServiceView>),
+        )
+        .inspect(health.inspector(View::Services))
+        .touched_objects()
+        .filter_map(move |svc| {
+            futures::future::ready(svc.ok().map(|svc: ServiceView| {
+                ObjectRef::new_with(&svc.name, version).within(&svc.namespace)
+            }))
+        })
+        .boxed();
         let ise_events = watch_of(hub.clone(), config())
             .backoff(watch_backoff())
             .modify(|i: &mut InternalServiceExport| project_meta(&mut i.metadata, &[]))
@@ -114,19 +123,12 @@ fn controller(
     exports: &Store<ServiceExport>,
     version: ServiceExportVersion,
     export_events: Triggers<ServiceExport>,
-    service_events: Triggers<Service>,
+    service_events: BoxStream<'static, ObjectRef<ServiceExport>>,
     ise_events: Triggers<InternalServiceExport>,
 ) -> Controller<ServiceExport> {
     let loser_index = exports.clone();
     Controller::for_stream_with(export_events, exports.clone(), version)
-        .watches_stream_with(
-            service_events,
-            move |svc: Service| {
-                let ns = svc.namespace().unwrap_or_default();
-                Some(ObjectRef::new_with(&svc.name_any(), version).within(&ns))
-            },
-            (),
-        )
+        .reconcile_on(service_events)
         .watches_stream_with(
             ise_events,
             move |ise: InternalServiceExport| {
@@ -177,26 +179,129 @@ fn project_meta(meta: &mut ObjectMeta, keep: &[&str]) {
         .filter(|kept| !kept.is_empty());
 }
 
-/// A Service as the decisions read it: type, cluster IP, ports, the first ingress IP and the
-/// Azure load-balancer annotations.
-fn project_service(service: &mut Service) {
-    project_meta(&mut service.metadata, &SERVICE_ANNOTATIONS);
-    service.spec = service.spec.take().map(|spec| ServiceSpec {
-        type_: spec.type_,
-        cluster_ip: spec.cluster_ip,
-        ports: spec.ports,
-        ..Default::default()
-    });
-    service.status = service.status.take().and_then(|status| {
-        let mut lb = status.load_balancer?;
-        lb.ingress = lb
-            .ingress
-            .map(|ingress| ingress.into_iter().take(1).collect());
-        Some(ServiceStatus {
-            load_balancer: Some(lb),
-            ..Default::default()
-        })
-    });
+/// A watch event whose object is reduced to what a view keeps of it (`B::from`).
+pub(crate) fn project<A, B: From<A>>(event: watcher::Event<A>) -> watcher::Event<B> {
+    use watcher::Event;
+    match event {
+        Event::Apply(a) => Event::Apply(a.into()),
+        Event::Delete(a) => Event::Delete(a.into()),
+        Event::Init => Event::Init,
+        Event::InitApply(a) => Event::InitApply(a.into()),
+        Event::InitDone => Event::InitDone,
+    }
+}
+
+/// A Service as the decisions read it: identity and versions, type, cluster IP, ports, the
+/// first ingress IP and the Azure load-balancer annotations. No `ObjectMeta` or the rest of the
+/// spec (a `Service` is 824 bytes before any of its strings, most of them empty): read as a
+/// `Service`, reduced at once, and rebuilt as one for each decision ([`ServiceView::to_service`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ServiceView {
+    pub(crate) name: String,
+    pub(crate) namespace: String,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    generation: Option<i64>,
+    /// The values of [`SERVICE_ANNOTATIONS`], in that order.
+    annotations: [Option<String>; SERVICE_ANNOTATIONS.len()],
+    type_: Option<String>,
+    cluster_ip: Option<String>,
+    ports: Option<Vec<ServicePort>>,
+    ingress_ip: Option<String>,
+}
+
+impl From<Service> for ServiceView {
+    fn from(service: Service) -> Self {
+        let meta = service.metadata;
+        let mut annotations = meta.annotations.unwrap_or_default();
+        let spec = service.spec.unwrap_or_default();
+        let ingress_ip = service
+            .status
+            .and_then(|s| s.load_balancer)
+            .and_then(|lb| lb.ingress)
+            .and_then(|ingress| ingress.into_iter().next())
+            .and_then(|first| first.ip);
+        Self {
+            name: meta.name.unwrap_or_default(),
+            namespace: meta.namespace.unwrap_or_default(),
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            generation: meta.generation,
+            annotations: SERVICE_ANNOTATIONS.map(|k| annotations.remove(k)),
+            type_: spec.type_,
+            cluster_ip: spec.cluster_ip,
+            ports: spec.ports,
+            ingress_ip,
+        }
+    }
+}
+
+impl ServiceView {
+    /// The Service as decisions read it: every field the view keeps, nothing else.
+    pub(crate) fn to_service(&self) -> Service {
+        let annotations: BTreeMap<String, String> = SERVICE_ANNOTATIONS
+            .iter()
+            .zip(&self.annotations)
+            .filter_map(|(k, v)| Some((k.to_string(), v.clone()?)))
+            .collect();
+        Service {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                namespace: Some(self.namespace.clone()),
+                uid: self.uid.clone(),
+                resource_version: self.resource_version.clone(),
+                generation: self.generation,
+                annotations: Some(annotations).filter(|a| !a.is_empty()),
+                ..Default::default()
+            },
+            spec: Some(ServiceSpec {
+                type_: self.type_.clone(),
+                cluster_ip: self.cluster_ip.clone(),
+                ports: self.ports.clone(),
+                ..Default::default()
+            }),
+            status: self.ingress_ip.as_ref().map(|ip| ServiceStatus {
+                load_balancer: Some(LoadBalancerStatus {
+                    ingress: Some(vec![LoadBalancerIngress {
+                        ip: Some(ip.clone()),
+                        ..Default::default()
+                    }]),
+                }),
+                ..Default::default()
+            }),
+        }
+    }
+}
+
+impl reflector::Lookup for ServiceView {
+    type DynamicType = ();
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "Service".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "services".into()
+    }
+    fn name(&self) -> Option<Cow<'_, str>> {
+        Some(self.name.as_str().into())
+    }
+    fn namespace(&self) -> Option<Cow<'_, str>> {
+        Some(self.namespace.as_str().into())
+    }
+    // The store keys by name and namespace only: a version and UID in each key would be two
+    // more strings per Service, read by nobody.
+    fn resource_version(&self) -> Option<Cow<'_, str>> {
+        None
+    }
+    fn uid(&self) -> Option<Cow<'_, str>> {
+        None
+    }
 }
 
 /// One watch of a member's exporters.

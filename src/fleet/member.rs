@@ -104,12 +104,7 @@ async fn run_once(
     };
     let stats = Arc::new(ClientStats::default());
     let MemberClient {
-        clients:
-            client::MemberClients {
-                client,
-                events,
-                server,
-            },
+        clients: client::MemberClients { client, server },
         tls_verify_disabled,
     } = member_client(
         name,
@@ -149,7 +144,15 @@ async fn run_once(
     let mut runs = Vec::new();
     let mut synced = Synced::default();
     if cfg.controllers.service_exports {
-        let exporter = exporter(name, shared, client.clone(), events, hub.clone(), version);
+        // The member's client serves its Events too, in their own budget.
+        let exporter = exporter(
+            name,
+            shared,
+            client.clone(),
+            client.clone(),
+            hub.clone(),
+            version,
+        );
         let stop = cancel.clone();
         let (run, s) = exporter.start(async move { stop.cancelled().await });
         runs.push(run.boxed());

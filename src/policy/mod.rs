@@ -233,9 +233,11 @@ pub enum Step {
         stats: Arc<ClientStats>,
         trace: bool,
     },
-    /// Waits for a token of a shared bucket ([`bucket`]); the wait counted.
+    /// Waits for a token of a shared bucket ([`bucket`]), or of the resource's own
+    /// ([`Policy::own_buckets`]); the wait counted.
     RateLimit {
-        bucket: Arc<Bucket>,
+        bucket: Option<Arc<Bucket>>,
+        own: Arc<[(&'static str, Arc<Bucket>)]>,
         stats: Arc<ClientStats>,
     },
     /// Waits for a slot of a shared semaphore, held until the answer; the wait counted.
@@ -291,7 +293,15 @@ impl Step {
                 Box::pin(tracing::Instrument::instrument(counted, span))
             }
             _ if long_running => attempt,
-            Step::RateLimit { bucket, stats } => {
+            Step::RateLimit { bucket, own, stats } => {
+                let bucket = own
+                    .iter()
+                    .find(|(resource, _)| kind.resource == *resource)
+                    .map(|(_, own)| own.clone())
+                    .or(bucket);
+                let Some(bucket) = bucket else {
+                    return attempt;
+                };
                 let (turn, gate) = (turn.cloned(), gate.cloned());
                 Box::pin(async move {
                     let waited = Instant::now();
@@ -419,6 +429,9 @@ pub struct Policy {
     pub retry: RetryLimits,
     /// The token bucket, shared by every stack of the same budget; `None`: no rate limit.
     pub bucket: Option<Arc<Bucket>>,
+    /// Resources whose requests take their tokens from a bucket of their own instead (a
+    /// member's Events: they neither wait behind nor delay its exports' writes).
+    pub own_buckets: Vec<(&'static str, Arc<Bucket>)>,
     /// Requests in flight at once, shared likewise.
     pub slots: Arc<Semaphore>,
     pub timeout: Duration,
@@ -440,9 +453,12 @@ impl Policy {
             stats: stats.clone(),
             trace: self.trace,
         }];
-        if let Some(bucket) = self.bucket {
-            let stats = stats.clone();
-            steps.push(Step::RateLimit { bucket, stats });
+        if self.bucket.is_some() || !self.own_buckets.is_empty() {
+            steps.push(Step::RateLimit {
+                bucket: self.bucket,
+                own: self.own_buckets.into(),
+                stats: stats.clone(),
+            });
         }
         let slots = self.slots;
         steps.push(Step::Concurrency {

@@ -10,7 +10,6 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::runtime::reflector::Lookup;
-use kube::runtime::watcher;
 use serde::Deserialize;
 
 use super::decide::SERVICE_NAME_LABEL;
@@ -86,7 +85,7 @@ impl From<EndpointSlice> for SliceView {
 
 /// An EndpointSliceExport as decisions read it: its identity, the slice it refers to and a
 /// digest of its spec (see [`digest`]). No `ObjectMeta` (360 bytes, most of them empty): it is
-/// read as an `EndpointSliceExport` and reduced at once ([`From`], [`compact`]), and kept in a
+/// read as an `EndpointSliceExport` and reduced at once ([`From`]), and kept in a
 /// reflector store by its [`Lookup`] identity, which is all a store needs.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ExportView {
@@ -153,18 +152,6 @@ impl Lookup for ExportView {
     }
     fn uid(&self) -> Option<Cow<'_, str>> {
         None
-    }
-}
-
-/// A watch event of exports, each export reduced to its [`ExportView`].
-pub fn compact(event: watcher::Event<EndpointSliceExport>) -> watcher::Event<ExportView> {
-    use watcher::Event;
-    match event {
-        Event::Apply(e) => Event::Apply(e.into()),
-        Event::Delete(e) => Event::Delete(e.into()),
-        Event::Init => Event::Init,
-        Event::InitApply(e) => Event::InitApply(e.into()),
-        Event::InitDone => Event::InitDone,
     }
 }
 

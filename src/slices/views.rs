@@ -14,9 +14,9 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
 use super::decide::SERVICE_NAME_LABEL;
-use super::model::{ExportVerdict, ExportView, SliceView, compact};
+use super::model::{ExportVerdict, ExportView, SliceView};
 use crate::api::{EndpointSliceExport, ServiceExportVersion};
-use crate::export::{View, WatchHealth, objects_only, watch_backoff};
+use crate::export::{View, WatchHealth, objects_only, project, watch_backoff};
 
 /// The watches whose first lists the exporter waits for.
 pub(super) const WATCHED: [View; 3] = [
@@ -92,7 +92,7 @@ impl Views {
                 watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S),
             )
             .backoff(watch_backoff())
-            .map_ok(compact),
+            .map_ok(project::<EndpointSliceExport, ExportView>),
         )
         .inspect(health.inspector(View::EndpointSliceExports))
         .inspect(move |event| {

@@ -247,3 +247,98 @@ fn with_verdict(
 
 mod lifecycle;
 mod traffic_manager;
+
+/// The Services view keeps every field a decision reads: whatever else a Service carries
+/// (fields the view drops, a second ingress, other annotations), deciding on the view's
+/// rebuilt Service plans exactly what deciding on the Service itself does.
+#[test]
+fn the_service_view_decides_as_the_service_does() {
+    use crate::export::views::ServiceView;
+    let noisy = |mut svc: Service| {
+        svc.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
+        svc.metadata.managed_fields = Some(vec![Default::default()]);
+        svc.metadata.generation = Some(3);
+        svc = svc_annotate(
+            svc,
+            "kubectl.kubernetes.io/last-applied-configuration",
+            "{}",
+        );
+        if let Some(spec) = svc.spec.as_mut() {
+            spec.selector = Some([("app".to_string(), "web".to_string())].into());
+            spec.session_affinity = Some("None".into());
+            for port in spec.ports.iter_mut().flatten() {
+                port.node_port = Some(30080);
+                port.app_protocol = Some("http".into());
+                port.target_port =
+                    Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(8080));
+            }
+        }
+        if let Some(ingress) = svc
+            .status
+            .as_mut()
+            .and_then(|s| s.load_balancer.as_mut())
+            .and_then(|lb| lb.ingress.as_mut())
+        {
+            ingress.push(LoadBalancerIngress {
+                ip: Some("20.0.0.9".into()),
+                hostname: Some("lb.example".into()),
+                ..Default::default()
+            });
+        }
+        svc
+    };
+    let mut headless = service();
+    if let Some(spec) = headless.spec.as_mut() {
+        spec.cluster_ip = Some("None".into());
+    }
+    let services = [
+        service(),
+        port_changed(),
+        headless,
+        load_balancer(None),
+        load_balancer(Some("20.0.0.1")),
+        svc_annotate(
+            load_balancer(Some("20.0.0.1")),
+            AZURE_LB_INTERNAL_ANNOTATION,
+            "true",
+        ),
+        svc_annotate(
+            svc_annotate(
+                load_balancer(Some("20.0.0.1")),
+                AZURE_LB_RESOURCE_GROUP_ANNOTATION,
+                "rg-1",
+            ),
+            AZURE_DNS_LABEL_ANNOTATION,
+            "web",
+        ),
+    ];
+    let found = PublicIpObservation::Found(PublicIp {
+        id: "/subscriptions/s/resourceGroups/rg-1/providers/Microsoft.Network/publicIPAddresses/ip"
+            .into(),
+        dns_label_configured: true,
+    });
+    let se = with_finalizer(export());
+    let mut compared = 0;
+    for svc in services.map(noisy) {
+        let viewed = ServiceView::from(svc.clone()).to_service();
+        for settings in [settings(), tm_settings()] {
+            assert_eq!(
+                public_ip_query(&settings, &svc),
+                public_ip_query(&settings, &viewed)
+            );
+            for pip in [&PublicIpObservation::NotNeeded, &found] {
+                let plan = run_pip(&settings, &se, Some(&svc), None, pip);
+                let (_, ise) = apply(&plan, se.clone(), None);
+                for ise in [None, ise.as_ref()] {
+                    assert_eq!(
+                        run_pip(&settings, &se, Some(&svc), ise, pip),
+                        run_pip(&settings, &se, Some(&viewed), ise, pip),
+                        "{svc:?}"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(compared, 7 * 2 * 2 * 2);
+}
