@@ -66,8 +66,13 @@ async fn check_all(ctx: &Context, exports: &Store<ServiceExport>) {
     }
 }
 
-/// Removes the ISE `name` if it is this member's and its ServiceExport is gone (live).
+/// Removes the ISE `name` if it is this member's and its ServiceExport is gone (live). Boxed:
+/// the sweep waits most of its life, and would otherwise hold room for two requests.
 async fn check(ctx: &Context, exports: &Store<ServiceExport>, name: &str) {
+    Box::pin(check_one(ctx, exports, name)).await
+}
+
+async fn check_one(ctx: &Context, exports: &Store<ServiceExport>, name: &str) {
     if !*ctx.leader.borrow() {
         return;
     }

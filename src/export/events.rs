@@ -151,7 +151,8 @@ async fn create_each(client: kube::Client, mut queued: mpsc::Receiver<Queued>, m
     while let Some((event, _place)) = queued.recv().await {
         let ns = event.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(client.clone(), &ns);
-        let created = api.create(&PostParams::default(), &event).await;
+        // Boxed: the task waits most of its life, and would otherwise hold room for a request.
+        let created = Box::pin(api.create(&PostParams::default(), &event)).await;
         if let Err(e) = &created
             && crate::client::fence::refused(e)
         {

@@ -106,7 +106,7 @@ async fn run_once(
     let MemberClient {
         clients: client::MemberClients { client, server },
         tls_verify_disabled,
-    } = member_client(
+    } = Box::pin(member_client(
         name,
         file,
         kubeconfig,
@@ -114,16 +114,18 @@ async fn run_once(
         &cfg.member_limits,
         stats.clone(),
         shared.fence_of(name),
-    )
+    ))
     .await?;
     if tls_verify_disabled {
         tracing::warn!(member = %name, server = %server, "TLS verification of this member is DISABLED (--allow-insecure-member-tls)");
     }
     shared.state.set_server(name, &server, tls_verify_disabled);
     shared.hooks.member_engaged(name, stats);
+    // Both boxed: the member's task waits most of its life at its end, and would otherwise
+    // hold room for the requests of its start.
     let version = tokio::time::timeout(
         cfg.member_sync_timeout,
-        ServiceExportVersion::discover(&client),
+        Box::pin(ServiceExportVersion::discover(&client)),
     )
     .await
     .map_err(|_| {
@@ -292,7 +294,8 @@ async fn probe(state: Arc<FleetState>, member: String, client: kube::Client) {
     let mut recorded: Option<String> = None;
     loop {
         ticker.tick().await;
-        match super::answers(&client, PROBE_TIMEOUT).await {
+        // Boxed: the prober waits most of its life, and would otherwise hold room for a request.
+        match Box::pin(super::answers(&client, PROBE_TIMEOUT)).await {
             Err(e) => {
                 // Also after a reconcile that needed no member request showed it ready.
                 let failing = state

@@ -299,8 +299,9 @@ async fn look_at(ctx: &Context, ns: &str, name: &str) {
     if !*ctx.leader.borrow() || ctx.slices.get(&ObjectRef::new(name).within(ns)).is_some() {
         return;
     }
-    // Errors are logged and counted by `traced`; the next event or sweep tries again.
-    let _ = traced(ctx, ns, name, None).await;
+    // Errors are logged and counted by `traced`; the next event or sweep tries again. Boxed:
+    // the sweep waits most of its life, and would otherwise hold room for a whole reconcile.
+    let _ = Box::pin(traced(ctx, ns, name, None)).await;
 }
 
 /// Exponential (1 s doubling to 5 min), jittered, per slice; reset by a success.
