@@ -22,7 +22,7 @@ use futures::FutureExt;
 pub(super) async fn run(
     name: String,
     file: String,
-    kubeconfig: String,
+    kubeconfig: Arc<str>,
     shared: Arc<Shared>,
     cancel: CancellationToken,
 ) {

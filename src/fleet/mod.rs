@@ -212,7 +212,8 @@ struct Engagement {
     hash: String,
     /// The member's Azure settings when it was engaged ([`MemberAzure::settings_key`]).
     settings: String,
-    kubeconfig: Option<String>,
+    /// Shared with the member's task (one copy, not two, of each member's kubeconfig).
+    kubeconfig: Option<Arc<str>>,
     cancel: CancellationToken,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -388,7 +389,7 @@ fn stop_departed(
         } else {
             tracing::info!(member = %name, "member now owned by another replica: stopping it here");
         }
-        let kubeconfig = e.kubeconfig.clone();
+        let kubeconfig = e.kubeconfig.as_deref().map(str::to_string);
         shared.state.remove(&name);
         // Only the lease holder cleans up (its clients' writes are fenced anyway), and only
         // a member that left the fleet, not one that moved to another replica.
@@ -433,6 +434,7 @@ fn engage(
     let namespace = registry::hub_namespace(&shared.config.namespace_prefix, name);
     let (task, kubeconfig) = match source.kubeconfig.and_then(|k| namespace.map(|_| k)) {
         Ok(kubeconfig) => {
+            let kubeconfig: Arc<str> = kubeconfig.into();
             let task = tokio::spawn(member::run(
                 name.to_string(),
                 source.path.display().to_string(),
