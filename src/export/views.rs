@@ -11,7 +11,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{
     LoadBalancerIngress, LoadBalancerStatus, Service, ServicePort, ServiceSpec, ServiceStatus,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
@@ -191,8 +191,8 @@ pub(crate) fn project<A, B: From<A>>(event: watcher::Event<A>) -> watcher::Event
     }
 }
 
-/// A Service as the decisions read it: identity and versions, type, cluster IP, ports, the
-/// first ingress IP and the Azure load-balancer annotations. No `ObjectMeta` or the rest of the
+/// A Service as the decisions read it: identity, versions and deletion, type, cluster IP,
+/// ports, the first ingress IP and the Azure load-balancer annotations. No `ObjectMeta` or the rest of the
 /// spec (a `Service` is 824 bytes before any of its strings, most of them empty): read as a
 /// `Service`, reduced at once, and rebuilt as one for each decision ([`ServiceView::to_service`]).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -202,6 +202,7 @@ pub(crate) struct ServiceView {
     uid: Option<String>,
     resource_version: Option<String>,
     generation: Option<i64>,
+    deletion_timestamp: Option<Time>,
     /// The values of [`SERVICE_ANNOTATIONS`], in that order.
     annotations: [Option<String>; SERVICE_ANNOTATIONS.len()],
     type_: Option<String>,
@@ -227,6 +228,7 @@ impl From<Service> for ServiceView {
             uid: meta.uid,
             resource_version: meta.resource_version,
             generation: meta.generation,
+            deletion_timestamp: meta.deletion_timestamp,
             annotations: SERVICE_ANNOTATIONS.map(|k| annotations.remove(k)),
             type_: spec.type_,
             cluster_ip: spec.cluster_ip,
@@ -251,6 +253,7 @@ impl ServiceView {
                 uid: self.uid.clone(),
                 resource_version: self.resource_version.clone(),
                 generation: self.generation,
+                deletion_timestamp: self.deletion_timestamp.clone(),
                 annotations: Some(annotations).filter(|a| !a.is_empty()),
                 ..Default::default()
             },

@@ -291,8 +291,13 @@ fn the_service_view_decides_as_the_service_does() {
     if let Some(spec) = headless.spec.as_mut() {
         spec.cluster_ip = Some("None".into());
     }
+    let mut deleting = service();
+    deleting.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
+    deleting.metadata.finalizers = Some(vec!["example.com/hold".into()]);
     let services = [
         service(),
+        deleting,
         port_changed(),
         headless,
         load_balancer(None),
@@ -340,5 +345,5 @@ fn the_service_view_decides_as_the_service_does() {
             }
         }
     }
-    assert_eq!(compared, 7 * 2 * 2 * 2);
+    assert_eq!(compared, 8 * 2 * 2 * 2);
 }
