@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 
-use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::mpsc;
@@ -62,7 +61,7 @@ pub(super) async fn sweep(
 
 async fn check_all(ctx: &Context, exports: &Store<ServiceExport>) {
     for ise in ctx.ises.state() {
-        check(ctx, exports, &ise.name_any()).await;
+        check(ctx, exports, &ise.name).await;
     }
 }
 
@@ -79,6 +78,7 @@ async fn check_one(ctx: &Context, exports: &Store<ServiceExport>, name: &str) {
     let Some(ise) = ctx
         .ises
         .get(&ObjectRef::new(name).within(&ctx.hub_namespace))
+        .map(|view| view.to_ise())
     else {
         return;
     };

@@ -128,7 +128,7 @@ pub struct Context {
     pub hub: Api<InternalServiceExport>,
     pub hub_namespace: String,
     pub(crate) services: Store<views::ServiceView>,
-    pub ises: Store<InternalServiceExport>,
+    pub(crate) ises: Store<views::IseView>,
     events: events::Events,
     pub public_ips: Option<Arc<dyn PublicIpLookup>>,
     pub leader: watch::Receiver<bool>,

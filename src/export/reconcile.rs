@@ -181,12 +181,10 @@ impl Pass {
         let cached = ctx
             .ises
             .get(&ObjectRef::new(&hub_name).within(&ctx.hub_namespace));
-        let view_rv = cached
-            .as_ref()
-            .and_then(|i| i.metadata.resource_version.clone());
+        let view_rv = cached.as_ref().and_then(|i| i.resource_version.clone());
         let viewed = match ctx.own_ises.over(&hub_name, view_rv.as_deref()) {
             Some(own) => own.map(Arc::new),
-            None => cached,
+            None => cached.map(|view| Arc::new(view.to_ise())),
         };
         let ise = match &self.live_ise {
             Some(live) => live.clone(),

@@ -29,8 +29,9 @@ use super::decide::{
 };
 use super::queue::Lossy;
 use crate::api::{
-    InternalServiceExport, LAST_SEEN_RESOURCE_VERSION_ANNOTATION, LAST_SEEN_TIMESTAMP_ANNOTATION,
-    ServiceExport, ServiceExportVersion, WEIGHT_ANNOTATION,
+    InternalServiceExport, InternalServiceExportSpec, InternalServiceExportStatus,
+    LAST_SEEN_RESOURCE_VERSION_ANNOTATION, LAST_SEEN_TIMESTAMP_ANNOTATION, ServiceExport,
+    ServiceExportVersion, WEIGHT_ANNOTATION,
 };
 
 type Triggers<K> = BoxStream<'static, Result<K, watcher::Error>>;
@@ -38,7 +39,7 @@ type Triggers<K> = BoxStream<'static, Result<K, watcher::Error>>;
 /// The three views (reflector stores).
 pub(super) struct Views {
     pub(super) services: Store<ServiceView>,
-    pub(super) ises: Store<InternalServiceExport>,
+    pub(super) ises: Store<IseView>,
     pub(super) exports: Store<ServiceExport>,
 }
 
@@ -55,7 +56,7 @@ impl Views {
         dangling: Lossy<String>,
     ) -> (Self, Controller<ServiceExport>) {
         let (services, services_writer) = reflector::store::<ServiceView>();
-        let (ises, ises_writer) = reflector::store::<InternalServiceExport>();
+        let (ises, ises_writer) = reflector::store::<IseView>();
         let exports_writer = reflector::store::Writer::<ServiceExport>::new(version);
         let exports = exports_writer.as_reader();
         let config = watcher::Config::default;
@@ -74,19 +75,36 @@ impl Views {
             }))
         })
         .boxed();
-        let ise_events = watch_of(hub.clone(), config())
-            .backoff(watch_backoff())
-            .modify(|i: &mut InternalServiceExport| project_meta(&mut i.metadata, &[]))
-            .reflect(ises_writer)
-            .inspect(health.inspector(View::InternalServiceExports))
-            .inspect(move |event| {
-                if let Ok(watcher::Event::Apply(ise) | watcher::Event::InitApply(ise)) = event {
-                    dangling.push(ise.name_any());
-                }
-            })
-            .touched_objects()
-            .filter_map(objects_only)
-            .boxed();
+        let loser_index = exports.clone();
+        let ise_events = reflector::reflector(
+            ises_writer,
+            watch_of(hub.clone(), config())
+                .backoff(watch_backoff())
+                .map_ok(project::<InternalServiceExport, IseView>),
+        )
+        .inspect(health.inspector(View::InternalServiceExports))
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Apply(ise) | watcher::Event::InitApply(ise)) = event {
+                dangling.push(ise.name.clone());
+            }
+        })
+        .touched_objects()
+        .filter_map(|ise| futures::future::ready(ise.ok()))
+        .flat_map(move |ise: IseView| {
+            // The export it carries, and any other export of the same hub name (the loser of
+            // a name collision takes over when the winner's ISE goes).
+            let owner = ise
+                .spec
+                .service_reference
+                .namespaced_name
+                .split_once('/')
+                .map(|(ns, name)| ObjectRef::new_with(name, version).within(ns));
+            let mut refs = exports_sharing_hub_name(&loser_index, version, &ise.name);
+            refs.extend(owner);
+            refs.dedup();
+            futures::stream::iter(refs)
+        })
+        .boxed();
         // What `Controller::new_with` builds, plus the initial-list signal.
         let export_events = watch_of(
             Api::<ServiceExport>::all_with(member.clone(), &version),
@@ -124,29 +142,11 @@ fn controller(
     version: ServiceExportVersion,
     export_events: Triggers<ServiceExport>,
     service_events: BoxStream<'static, ObjectRef<ServiceExport>>,
-    ise_events: Triggers<InternalServiceExport>,
+    ise_events: BoxStream<'static, ObjectRef<ServiceExport>>,
 ) -> Controller<ServiceExport> {
-    let loser_index = exports.clone();
     Controller::for_stream_with(export_events, exports.clone(), version)
         .reconcile_on(service_events)
-        .watches_stream_with(
-            ise_events,
-            move |ise: InternalServiceExport| {
-                // The export it carries, and any other export of the same hub name (the
-                // loser of a name collision takes over when the winner's ISE goes).
-                let owner = ise
-                    .spec
-                    .service_reference
-                    .namespaced_name
-                    .split_once('/')
-                    .map(|(ns, name)| ObjectRef::new_with(name, version).within(ns));
-                let mut refs = exports_sharing_hub_name(&loser_index, version, &ise.name_any());
-                refs.extend(owner);
-                refs.dedup();
-                refs
-            },
-            (),
-        )
+        .reconcile_on(ise_events)
 }
 
 /// The annotations decisions read on a ServiceExport and on a Service.
@@ -299,6 +299,84 @@ impl reflector::Lookup for ServiceView {
     }
     // The store keys by name and namespace only: a version and UID in each key would be two
     // more strings per Service, read by nobody.
+    fn resource_version(&self) -> Option<Cow<'_, str>> {
+        None
+    }
+    fn uid(&self) -> Option<Cow<'_, str>> {
+        None
+    }
+}
+
+/// An ISE as the decisions read it: identity, versions and deletion, its spec and the hub's
+/// conditions, without the rest of `ObjectMeta` (360 bytes, most of them empty); rebuilt as an
+/// `InternalServiceExport` for each decision ([`IseView::to_ise`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct IseView {
+    pub(crate) name: String,
+    namespace: String,
+    uid: Option<String>,
+    pub(crate) resource_version: Option<String>,
+    deletion_timestamp: Option<Time>,
+    pub(crate) spec: InternalServiceExportSpec,
+    status: Option<InternalServiceExportStatus>,
+}
+
+impl From<InternalServiceExport> for IseView {
+    fn from(ise: InternalServiceExport) -> Self {
+        let meta = ise.metadata;
+        Self {
+            name: meta.name.unwrap_or_default(),
+            namespace: meta.namespace.unwrap_or_default(),
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            deletion_timestamp: meta.deletion_timestamp,
+            spec: ise.spec,
+            status: ise.status,
+        }
+    }
+}
+
+impl IseView {
+    /// The ISE as decisions read it: every field the view keeps, nothing else.
+    pub(crate) fn to_ise(&self) -> InternalServiceExport {
+        InternalServiceExport {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                namespace: Some(self.namespace.clone()),
+                uid: self.uid.clone(),
+                resource_version: self.resource_version.clone(),
+                deletion_timestamp: self.deletion_timestamp.clone(),
+                ..Default::default()
+            },
+            spec: self.spec.clone(),
+            status: self.status.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+impl reflector::Lookup for IseView {
+    type DynamicType = ();
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "InternalServiceExport".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        crate::api::GROUP.into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1alpha1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "internalserviceexports".into()
+    }
+    fn name(&self) -> Option<Cow<'_, str>> {
+        Some(self.name.as_str().into())
+    }
+    fn namespace(&self) -> Option<Cow<'_, str>> {
+        Some(self.namespace.as_str().into())
+    }
+    // Keyed by name and namespace only, as the Services' view is.
     fn resource_version(&self) -> Option<Cow<'_, str>> {
         None
     }

@@ -245,6 +245,57 @@ fn with_verdict(
     });
 }
 
+/// The ISEs view keeps every field a decision reads: an ISE carrying what the view drops
+/// (labels, annotations, finalizers, owners, managed fields, creation time) plans exactly as
+/// the view's rebuilt ISE does, whether it is ours, foreign, the hub's verdict on it, or going.
+#[test]
+fn the_ise_view_decides_as_the_ise_does() {
+    use crate::export::views::IseView;
+    let se = with_finalizer(export());
+    let svc = service();
+    let plan = run(&settings(), &se, Some(&svc), None);
+    let (se, ours) = apply(&plan, se, None);
+    let ours = ours.expect("an ISE written");
+    let noisy = |mut ise: InternalServiceExport| {
+        let meta = &mut ise.metadata;
+        meta.labels = Some([("a".to_string(), "b".to_string())].into());
+        meta.annotations = Some([("c".to_string(), "d".to_string())].into());
+        meta.finalizers = Some(vec!["networking.fleet.azure.com/ise-cleanup".into()]);
+        meta.managed_fields = Some(vec![Default::default()]);
+        meta.owner_references = Some(vec![Default::default()]);
+        meta.creation_timestamp = Some(Time(now()));
+        meta.uid = Some("ise-uid".into());
+        meta.resource_version = Some("7".into());
+        ise
+    };
+    let mut verdict_true = ours.clone();
+    with_verdict(&mut verdict_true, "True", "Conflict", "in conflict", 1);
+    let mut verdict_false = ours.clone();
+    with_verdict(&mut verdict_false, "False", "NoConflict", "ok", 1);
+    let mut foreign = ours.clone();
+    foreign.spec.service_reference.cluster_id = "member-2".into();
+    foreign.spec.service_reference.namespaced_name = "ns/other".into();
+    let mut going = ours.clone();
+    going.metadata.deletion_timestamp = Some(Time(now()));
+    let mut stale = ours.clone();
+    stale.spec.service_reference.uid = "svc-uid-old".into();
+    let mut compared = 0;
+    for ise in [ours, verdict_true, verdict_false, foreign, going, stale].map(noisy) {
+        let viewed = IseView::from(ise.clone()).to_ise();
+        for svc in [Some(&svc), Some(&port_changed()), None] {
+            for settings in [settings(), tm_settings()] {
+                assert_eq!(
+                    run(&settings, &se, svc, Some(&ise)),
+                    run(&settings, &se, svc, Some(&viewed)),
+                    "{ise:?}"
+                );
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, 6 * 3 * 2);
+}
+
 mod lifecycle;
 mod traffic_manager;
 
