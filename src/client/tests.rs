@@ -1,0 +1,215 @@
+use super::*;
+use k8s_openapi::api::core::v1::ConfigMap;
+
+/// A write that enters the shared hub bucket while its member's hold is valid, and whose
+/// hold runs out while it waits for a token, is refused when its turn comes: it never
+/// reaches the server (a connection error would say it did).
+#[tokio::test]
+async fn a_member_write_is_fenced_when_it_leaves_the_shared_bucket_not_when_it_enters() {
+    let config = kube::Config::new("http://127.0.0.1:1".parse().expect("url"));
+    let limits = Limits {
+        qps: 1.0,
+        burst: 1,
+        ..Limits::default()
+    };
+    let hub = build("hub", config, &limits, Arc::default()).expect("hub client");
+    let (hold, rx) = tokio::sync::watch::channel(Hold::Never);
+    let view = member_view(&hub, 0, Fence::new(rx));
+    let api = kube::Api::<ConfigMap>::namespaced(view, "ns");
+    // The one token goes to a write sent while the hold is valid: it reaches the (absent)
+    // server and fails there.
+    hold.send_replace(Hold::Until(
+        tokio::time::Instant::now() + Duration::from_secs(60),
+    ));
+    let first = api.create(&Default::default(), &ConfigMap::default()).await;
+    assert!(!fence::refused(&first.expect_err("no server")), "sent");
+    // The next waits about a second for its token; its hold ends before that.
+    hold.send_replace(Hold::Until(
+        tokio::time::Instant::now() + Duration::from_millis(200),
+    ));
+    let second = api.create(&Default::default(), &ConfigMap::default()).await;
+    assert!(
+        fence::refused(&second.expect_err("fenced")),
+        "refused, not sent"
+    );
+}
+
+/// An HTTP/1.1 server answering `{}` to every request, counting the connections it
+/// accepted and those still open.
+async fn counting_server() -> (
+    String,
+    Arc<std::sync::atomic::AtomicUsize>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let (accepted, open) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (a, o) = (accepted.clone(), open.clone());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            a.fetch_add(1, Ordering::SeqCst);
+            o.fetch_add(1, Ordering::SeqCst);
+            let o = o.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = conn.read(&mut buf).await {
+                    // One request per read is enough for these GETs without a body.
+                    let _ = n;
+                    let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+                    if conn.write_all(answer.as_bytes()).await.is_err() {
+                        break;
+                    }
+                }
+                o.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (url, accepted, open)
+}
+
+/// Member views of one lane share its connection; the last of them to go closes it, and
+/// the lane's next view opens a new one.
+#[tokio::test]
+async fn a_lane_keeps_its_connection_while_a_member_view_of_it_lives() {
+    use std::sync::atomic::Ordering;
+    let (url, accepted, open) = counting_server().await;
+    let config = kube::Config::new(url.parse().expect("url"));
+    let hub = build_over(
+        "hub",
+        config,
+        8,
+        &Limits::default(),
+        Arc::default(),
+        Fence::open(),
+    )
+    .expect("hub client");
+    let get = |client: &kube::Client| {
+        let client = client.clone();
+        async move {
+            let req = http::Request::get("/version")
+                .body(vec![])
+                .expect("request");
+            client.request_text(req).await.expect("answered")
+        }
+    };
+    let (a1, a2, b) = (
+        member_view(&hub, 3, Fence::open()),
+        member_view(&hub, 3, Fence::open()),
+        member_view(&hub, 5, Fence::open()),
+    );
+    for view in [&a1, &a2, &b, &a1] {
+        get(view).await;
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        2,
+        "one connection per lane"
+    );
+    drop(a1);
+    get(&a2).await;
+    assert_eq!(open.load(Ordering::SeqCst), 2, "lane 3 still has a member");
+    drop(a2);
+    let closed = async {
+        while open.load(Ordering::SeqCst) != 1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), closed)
+        .await
+        .expect("lane 3's connection closed with its last member view");
+    get(&member_view(&hub, 3, Fence::open())).await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 3, "lane 3 opened again");
+    get(&b).await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 3, "lane 5 kept its own");
+}
+
+/// A member's Events take their tokens from their own bucket: with the member's budget
+/// spent, an Event still goes at once, and with the Events' spent, a read still goes.
+#[tokio::test]
+async fn a_members_events_and_its_requests_spend_separate_budgets() {
+    let (url, accepted, _) = counting_server().await;
+    let limits = Limits {
+        qps: 0.001,
+        burst: 1,
+        event_qps: 0.001,
+        event_burst: 1,
+        ..Limits::default()
+    };
+    let config = kube::Config::new(url.parse().expect("url"));
+    let client = member_client_of("m", &config, &limits, Arc::default(), Fence::open())
+        .expect("member client");
+    let send = |path: &'static str, method: http::Method| {
+        let client = client.clone();
+        async move {
+            let req = http::Request::builder()
+                .method(method)
+                .uri(path)
+                .body(b"{}".to_vec())
+                .expect("request");
+            tokio::time::timeout(Duration::from_secs(2), client.request_text(req)).await
+        }
+    };
+    let read = "/api/v1/namespaces/ns/configmaps/c";
+    let event = "/apis/events.k8s.io/v1/namespaces/ns/events";
+    assert!(
+        send(read, http::Method::GET).await.is_ok(),
+        "the member's one token"
+    );
+    assert!(
+        send(event, http::Method::POST).await.is_ok(),
+        "the Events' own token"
+    );
+    assert!(
+        send(event, http::Method::POST).await.is_err(),
+        "the Events' budget is spent"
+    );
+    assert!(
+        send(read, http::Method::GET).await.is_err(),
+        "so is the member's"
+    );
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one connection"
+    );
+}
+
+fn req(method: http::Method, uri: &str) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(Body::empty())
+        .expect("request")
+}
+
+#[test]
+fn every_request_names_the_product_and_writes_its_field_manager() {
+    let r = identify(req(http::Method::GET, "/api/v1/services?watch=true"));
+    assert_eq!(r.headers()[http::header::USER_AGENT], USER_AGENT);
+    assert!(USER_AGENT.starts_with("fleetnet-hub/"));
+    assert_eq!(
+        r.uri().query(),
+        Some("watch=true"),
+        "reads are left as they are"
+    );
+    let r = identify(req(
+        http::Method::PATCH,
+        "/apis/g/v1/namespaces/n/serviceexports/s/status",
+    ));
+    assert_eq!(r.uri().query(), Some("fieldManager=fleetnet-hub"));
+    let r = identify(req(
+        http::Method::POST,
+        "https://h:6443/apis/g/v1/x?dryRun=All",
+    ));
+    assert_eq!(
+        r.uri().query(),
+        Some("dryRun=All&fieldManager=fleetnet-hub")
+    );
+    assert_eq!(r.uri().host(), Some("h"));
+    let r = identify(req(http::Method::PATCH, "/x?fieldManager=mine&force=true"));
+    assert_eq!(r.uri().query(), Some("fieldManager=mine&force=true"));
+}
