@@ -38,7 +38,7 @@ pub(crate) use reconcile::report;
 use streaks::Streaks;
 pub use views::Synced;
 use views::Views;
-pub(crate) use views::{View, WatchHealth, objects_only, project, watch_backoff};
+pub(crate) use views::{View, WatchHealth, keyed_by_name, objects_only, project, watch_backoff};
 
 /// How a reconcile ended: its [`Outcome`], or the category of the error it failed with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

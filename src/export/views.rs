@@ -1,7 +1,6 @@
 //! The exporter's three views (ServiceExports and Services of the member, ISEs of its hub
 //! namespace): when they have listed, whether their watches are healthy, how they back off.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -276,37 +275,6 @@ impl ServiceView {
     }
 }
 
-impl reflector::Lookup for ServiceView {
-    type DynamicType = ();
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Service".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "services".into()
-    }
-    fn name(&self) -> Option<Cow<'_, str>> {
-        Some(self.name.as_str().into())
-    }
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        Some(self.namespace.as_str().into())
-    }
-    // The store keys by name and namespace only: a version and UID in each key would be two
-    // more strings per Service, read by nobody.
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-}
-
 /// An ISE as the decisions read it: identity, versions and deletion, its spec and the hub's
 /// conditions, without the rest of `ObjectMeta` (360 bytes, most of them empty); rebuilt as an
 /// `InternalServiceExport` for each decision ([`IseView::to_ise`]).
@@ -355,35 +323,51 @@ impl IseView {
     }
 }
 
-impl reflector::Lookup for IseView {
-    type DynamicType = ();
+/// A projection kept in a reflector store keyed by its `name` and `namespace` fields only: a
+/// version and UID in each key would be two more strings per object, read by nobody (an
+/// `ObjectRef` compares nothing else).
+macro_rules! keyed_by_name {
+    ($ty:ty, $kind:literal, $group:expr, $version:literal, $plural:literal) => {
+        impl kube::runtime::reflector::Lookup for $ty {
+            type DynamicType = ();
 
-    fn kind(_: &()) -> Cow<'_, str> {
-        "InternalServiceExport".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        crate::api::GROUP.into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1alpha1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "internalserviceexports".into()
-    }
-    fn name(&self) -> Option<Cow<'_, str>> {
-        Some(self.name.as_str().into())
-    }
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        Some(self.namespace.as_str().into())
-    }
-    // Keyed by name and namespace only, as the Services' view is.
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        None
-    }
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                $kind.into()
+            }
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                $group.into()
+            }
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                $version.into()
+            }
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                $plural.into()
+            }
+            fn name(&self) -> Option<std::borrow::Cow<'_, str>> {
+                Some(self.name.as_str().into())
+            }
+            fn namespace(&self) -> Option<std::borrow::Cow<'_, str>> {
+                Some(self.namespace.as_str().into())
+            }
+            fn resource_version(&self) -> Option<std::borrow::Cow<'_, str>> {
+                None
+            }
+            fn uid(&self) -> Option<std::borrow::Cow<'_, str>> {
+                None
+            }
+        }
+    };
 }
+pub(crate) use keyed_by_name;
+
+keyed_by_name!(ServiceView, "Service", "", "v1", "services");
+keyed_by_name!(
+    IseView,
+    "InternalServiceExport",
+    crate::api::GROUP,
+    "v1alpha1",
+    "internalserviceexports"
+);
 
 /// One watch of a member's exporters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,6 @@ use std::hash::{Hash, Hasher};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::runtime::reflector::Lookup;
 use serde::Deserialize;
 
 use super::decide::SERVICE_NAME_LABEL;
@@ -85,8 +84,8 @@ impl From<EndpointSlice> for SliceView {
 
 /// An EndpointSliceExport as decisions read it: its identity, the slice it refers to and a
 /// digest of its spec (see [`digest`]). No `ObjectMeta` (360 bytes, most of them empty): it is
-/// read as an `EndpointSliceExport` and reduced at once ([`From`]), and kept in a
-/// reflector store by its [`Lookup`] identity, which is all a store needs.
+/// read as an `EndpointSliceExport` and reduced at once ([`From`]), and kept in a reflector
+/// store by its name ([`crate::export::keyed_by_name`]), which is all a store needs.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ExportView {
     pub name: String,
@@ -124,36 +123,13 @@ impl From<EndpointSliceExport> for ExportView {
     }
 }
 
-impl Lookup for ExportView {
-    type DynamicType = ();
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "EndpointSliceExport".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        crate::api::GROUP.into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1alpha1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "endpointsliceexports".into()
-    }
-    fn name(&self) -> Option<Cow<'_, str>> {
-        Some(self.name.as_str().into())
-    }
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        Some(self.namespace.as_str().into())
-    }
-    // The store keys by name and namespace (an `ObjectRef` compares nothing else); a version
-    // and UID in each key would be two more strings per export, read by nobody.
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-}
+crate::export::keyed_by_name!(
+    ExportView,
+    "EndpointSliceExport",
+    crate::api::GROUP,
+    "v1alpha1",
+    "endpointsliceexports"
+);
 
 /// A ServiceExport as eligibility reads it.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -265,7 +241,7 @@ resource!(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::runtime::reflector::ObjectRef;
+    use kube::runtime::reflector::{Lookup, ObjectRef};
 
     #[test]
     fn a_slice_keeps_addresses_readiness_ports_label_and_annotations_only() {
