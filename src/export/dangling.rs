@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use super::Context;
 use super::act::only_uid;
 use super::decide::ise_name;
+use super::views::ServiceExportView;
 use crate::api::{InternalServiceExport, ServiceExport};
 
 /// ISE names waiting to be checked; beyond this many a name is dropped and found by the next
@@ -28,7 +29,7 @@ const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
 /// it ends when the exporter drops it.
 pub(super) async fn sweep(
     ctx: Arc<Context>,
-    exports: Store<ServiceExport>,
+    exports: Store<ServiceExportView>,
     mut seen: mpsc::Receiver<String>,
 ) {
     ctx.views.wait().await;
@@ -59,7 +60,7 @@ pub(super) async fn sweep(
     }
 }
 
-async fn check_all(ctx: &Context, exports: &Store<ServiceExport>) {
+async fn check_all(ctx: &Context, exports: &Store<ServiceExportView>) {
     for ise in ctx.ises.state() {
         check(ctx, exports, &ise.name).await;
     }
@@ -67,11 +68,11 @@ async fn check_all(ctx: &Context, exports: &Store<ServiceExport>) {
 
 /// Removes the ISE `name` if it is this member's and its ServiceExport is gone (live). Boxed:
 /// the sweep waits most of its life, and would otherwise hold room for two requests.
-async fn check(ctx: &Context, exports: &Store<ServiceExport>, name: &str) {
+async fn check(ctx: &Context, exports: &Store<ServiceExportView>, name: &str) {
     Box::pin(check_one(ctx, exports, name)).await
 }
 
-async fn check_one(ctx: &Context, exports: &Store<ServiceExport>, name: &str) {
+async fn check_one(ctx: &Context, exports: &Store<ServiceExportView>, name: &str) {
     if !*ctx.leader.borrow() {
         return;
     }

@@ -220,7 +220,11 @@ impl MemberExporter {
             // Reconcile errors are handled (and logged) in `reconcile`, watch errors where the
             // watches are inspected: nothing is left to do with the controller's own items.
             let controller = controller
-                .run(reconcile::reconcile, reconcile::error_policy, ctx)
+                .run(
+                    |se, ctx| reconcile::reconcile(Arc::new(se.to_export()), ctx),
+                    |se, error, ctx| reconcile::error_policy(&se.to_export(), error, ctx),
+                    ctx,
+                )
                 .for_each(|_| futures::future::ready(()));
             // The sweeper has no end of its own: it stops with the controller.
             tokio::select! {

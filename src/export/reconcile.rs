@@ -378,7 +378,7 @@ async fn observe_public_ip(
 }
 
 /// Exponential (1 s doubling to 5 min), jittered, per object; reset by a success.
-pub(super) fn error_policy(se: Arc<ServiceExport>, error: &Error, ctx: Arc<Context>) -> Action {
+pub(super) fn error_policy(se: &ServiceExport, error: &Error, ctx: Arc<Context>) -> Action {
     if matches!(error, Error::NotLeader { .. }) {
         return Action::await_change();
     }
@@ -388,7 +388,7 @@ pub(super) fn error_policy(se: Arc<ServiceExport>, error: &Error, ctx: Arc<Conte
         // leave a member that stays here backing off for minutes once its hold is back.
         return Action::requeue(FENCED_RETRY);
     }
-    let key = ObjectRef::from_obj_with(se.as_ref(), ctx.se_version);
+    let key = ObjectRef::from_obj_with(se, ctx.se_version);
     let failures = ctx.failures.bump(key);
     Action::requeue(requeue_delay(
         failures,

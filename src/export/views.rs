@@ -1,6 +1,7 @@
 //! The exporter's three views (ServiceExports and Services of the member, ISEs of its hub
 //! namespace): when they have listed, whether their watches are healthy, how they back off.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +31,7 @@ use super::queue::Lossy;
 use crate::api::{
     InternalServiceExport, InternalServiceExportSpec, InternalServiceExportStatus,
     LAST_SEEN_RESOURCE_VERSION_ANNOTATION, LAST_SEEN_TIMESTAMP_ANNOTATION, ServiceExport,
-    ServiceExportVersion, WEIGHT_ANNOTATION,
+    ServiceExportStatus, ServiceExportVersion, WEIGHT_ANNOTATION,
 };
 
 type Triggers<K> = BoxStream<'static, Result<K, watcher::Error>>;
@@ -39,7 +40,7 @@ type Triggers<K> = BoxStream<'static, Result<K, watcher::Error>>;
 pub(super) struct Views {
     pub(super) services: Store<ServiceView>,
     pub(super) ises: Store<IseView>,
-    pub(super) exports: Store<ServiceExport>,
+    pub(super) exports: Store<ServiceExportView>,
 }
 
 impl Views {
@@ -53,10 +54,10 @@ impl Views {
         version: ServiceExportVersion,
         health: &Arc<WatchHealth>,
         dangling: Lossy<String>,
-    ) -> (Self, Controller<ServiceExport>) {
+    ) -> (Self, Controller<ServiceExportView>) {
         let (services, services_writer) = reflector::store::<ServiceView>();
         let (ises, ises_writer) = reflector::store::<IseView>();
-        let exports_writer = reflector::store::Writer::<ServiceExport>::new(version);
+        let exports_writer = reflector::store::Writer::<ServiceExportView>::new(version);
         let exports = exports_writer.as_reader();
         let config = watcher::Config::default;
         let gone = dangling.clone();
@@ -106,11 +107,10 @@ impl Views {
         .boxed();
         // What `Controller::new_with` builds, plus the initial-list signal.
         let export_events = watch_of(
-            Api::<ServiceExport>::all_with(member.clone(), &version),
+            Api::<ServiceExportView>::all_with(member.clone(), &version),
             config(),
         )
         .backoff(watch_backoff())
-        .modify(|se: &mut ServiceExport| project_meta(&mut se.metadata, &EXPORT_ANNOTATIONS))
         .reflect(exports_writer)
         .inspect(health.inspector(View::ServiceExports))
         .inspect(move |event| {
@@ -137,12 +137,12 @@ impl Views {
 /// The controller over the ServiceExports, also triggered by the Service of the same
 /// namespace/name and by the ISEs of the member's hub namespace.
 fn controller(
-    exports: &Store<ServiceExport>,
+    exports: &Store<ServiceExportView>,
     version: ServiceExportVersion,
-    export_events: Triggers<ServiceExport>,
-    service_events: BoxStream<'static, ObjectRef<ServiceExport>>,
-    ise_events: BoxStream<'static, ObjectRef<ServiceExport>>,
-) -> Controller<ServiceExport> {
+    export_events: Triggers<ServiceExportView>,
+    service_events: BoxStream<'static, ObjectRef<ServiceExportView>>,
+    ise_events: BoxStream<'static, ObjectRef<ServiceExportView>>,
+) -> Controller<ServiceExportView> {
     Controller::for_stream_with(export_events, exports.clone(), version)
         .reconcile_on(service_events)
         .reconcile_on(ise_events)
@@ -323,6 +323,75 @@ impl IseView {
     }
 }
 
+/// A ServiceExport as the controller keeps it: its metadata without annotations, the three
+/// annotations decisions read as fields of their own (a `BTreeMap` of two entries is a
+/// 544-byte node), and its status. Read as a `ServiceExport` and reduced at once; rebuilt as
+/// one for each reconcile ([`ServiceExportView::to_export`]).
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(from = "ServiceExport")]
+pub(crate) struct ServiceExportView {
+    metadata: ObjectMeta,
+    /// The values of [`EXPORT_ANNOTATIONS`], in that order.
+    annotations: [Option<String>; EXPORT_ANNOTATIONS.len()],
+    status: Option<ServiceExportStatus>,
+}
+
+impl From<ServiceExport> for ServiceExportView {
+    fn from(se: ServiceExport) -> Self {
+        let mut metadata = se.metadata;
+        let mut annotations = metadata.annotations.take().unwrap_or_default();
+        project_meta(&mut metadata, &[]);
+        Self {
+            metadata,
+            annotations: EXPORT_ANNOTATIONS.map(|k| annotations.remove(k)),
+            status: se.status,
+        }
+    }
+}
+
+impl ServiceExportView {
+    /// The ServiceExport as reconciles read it: every field the view keeps, nothing else.
+    pub(crate) fn to_export(&self) -> ServiceExport {
+        let annotations: BTreeMap<String, String> = EXPORT_ANNOTATIONS
+            .iter()
+            .zip(&self.annotations)
+            .filter_map(|(k, v)| Some((k.to_string(), v.clone()?)))
+            .collect();
+        ServiceExport {
+            metadata: ObjectMeta {
+                annotations: Some(annotations).filter(|a| !a.is_empty()),
+                ..self.metadata.clone()
+            },
+            status: self.status.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+impl kube::Resource for ServiceExportView {
+    type DynamicType = ServiceExportVersion;
+    type Scope = kube::core::DynamicResourceScope;
+
+    fn kind(v: &ServiceExportVersion) -> Cow<'_, str> {
+        ServiceExport::kind(v)
+    }
+    fn group(v: &ServiceExportVersion) -> Cow<'_, str> {
+        ServiceExport::group(v)
+    }
+    fn version(v: &ServiceExportVersion) -> Cow<'_, str> {
+        ServiceExport::version(v)
+    }
+    fn plural(v: &ServiceExportVersion) -> Cow<'_, str> {
+        ServiceExport::plural(v)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 /// A projection kept in a reflector store keyed by its `name` and `namespace` fields only: a
 /// version and UID in each key would be two more strings per object, read by nobody (an
 /// `ObjectRef` compares nothing else).
@@ -403,7 +472,7 @@ impl View {
 /// polled it again (seen as exactly `--member-sync-timeout` before Ready).
 #[derive(Clone, Default)]
 pub struct Synced {
-    exports: Option<Store<ServiceExport>>,
+    exports: Option<Store<ServiceExportView>>,
     /// Per exporter: its listed views (bits by [`View`]), and which of them are the member's
     /// and which the hub's to wait for.
     exporters: Vec<(watch::Receiver<u8>, u8, u8)>,
@@ -465,7 +534,11 @@ impl WatchHealth {
     }
 
     /// The readiness handle over the first lists of `views`.
-    pub(crate) fn synced(&self, exports: Option<Store<ServiceExport>>, views: &[View]) -> Synced {
+    pub(crate) fn synced(
+        &self,
+        exports: Option<Store<ServiceExportView>>,
+        views: &[View],
+    ) -> Synced {
         let bits = |hub: bool| {
             views
                 .iter()
@@ -546,10 +619,10 @@ pub(crate) fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
 /// The ServiceExports whose hub name (`<namespace>-<name>`) is `hub_name`: every split at a
 /// '-' that names an export in the view.
 fn exports_sharing_hub_name(
-    exports: &Store<ServiceExport>,
+    exports: &Store<ServiceExportView>,
     version: ServiceExportVersion,
     hub_name: &str,
-) -> Vec<ObjectRef<ServiceExport>> {
+) -> Vec<ObjectRef<ServiceExportView>> {
     hub_name
         .match_indices('-')
         .map(|(i, _)| (&hub_name[..i], &hub_name[i + 1..]))

@@ -296,6 +296,56 @@ fn the_ise_view_decides_as_the_ise_does() {
     assert_eq!(compared, 6 * 3 * 2);
 }
 
+/// The ServiceExports view keeps every field a decision reads: an export carrying what the view
+/// drops (labels, owners, managed fields, foreign annotations) plans exactly as the view's
+/// rebuilt export does, with or without its weight and last-seen annotations, conditions,
+/// finalizer or deletion.
+#[test]
+fn the_export_view_decides_as_the_export_does() {
+    use crate::export::views::ServiceExportView;
+    let svc = service();
+    let fresh = with_finalizer(export());
+    let plan = run(&settings(), &fresh, Some(&svc), None);
+    let (exported, ise) = apply(&plan, fresh.clone(), None);
+    let noisy = |mut se: ServiceExport| {
+        se = annotate(se, "kubectl.kubernetes.io/last-applied-configuration", "{}");
+        let meta = &mut se.metadata;
+        meta.labels = Some([("a".to_string(), "b".to_string())].into());
+        meta.managed_fields = Some(vec![Default::default()]);
+        meta.owner_references = Some(vec![Default::default()]);
+        meta.resource_version = Some("12".into());
+        se
+    };
+    let mut going = exported.clone();
+    going.metadata.deletion_timestamp = Some(Time(now()));
+    let exports = [
+        export(),
+        fresh,
+        exported.clone(),
+        annotate(exported.clone(), WEIGHT_ANNOTATION, "0"),
+        annotate(exported.clone(), WEIGHT_ANNOTATION, "bad"),
+        going,
+    ];
+    let mut compared = 0;
+    for se in exports.map(noisy) {
+        let viewed = ServiceExportView::from(se.clone()).to_export();
+        assert_eq!(parse_weight(&se), parse_weight(&viewed));
+        for svc in [Some(&svc), Some(&port_changed()), None] {
+            for ise in [None, ise.as_ref()] {
+                for settings in [settings(), tm_settings()] {
+                    assert_eq!(
+                        run(&settings, &se, svc, ise),
+                        run(&settings, &viewed, svc, ise),
+                        "{se:?}"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(compared, 6 * 3 * 2 * 2);
+}
+
 mod lifecycle;
 mod traffic_manager;
 
