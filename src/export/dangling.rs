@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use super::Context;
 use super::act::only_uid;
 use super::decide::ise_name;
-use super::views::ServiceExportView;
+use super::projections::ServiceExportView;
 use crate::api::{InternalServiceExport, ServiceExport};
 
 /// ISE names waiting to be checked; beyond this many a name is dropped and found by the next

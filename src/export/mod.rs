@@ -13,6 +13,7 @@ pub mod decide;
 mod error;
 mod events;
 pub(crate) mod own_writes;
+mod projections;
 pub mod public_ip;
 pub(crate) mod queue;
 mod reconcile;
@@ -33,12 +34,13 @@ pub use public_ip::{LookupError, PublicIp, PublicIpLookup};
 
 use crate::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
 use own_writes::OwnWrites;
+pub(crate) use projections::{keyed_by_name, project};
 pub use reconcile::backoff;
 pub(crate) use reconcile::report;
 use streaks::Streaks;
 pub use views::Synced;
 use views::Views;
-pub(crate) use views::{View, WatchHealth, keyed_by_name, objects_only, project, watch_backoff};
+pub(crate) use views::{View, WatchHealth, objects_only, watch_backoff};
 
 /// How a reconcile ended: its [`Outcome`], or the category of the error it failed with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,8 +129,8 @@ pub struct Context {
     /// The hub writer, scoped to the member's namespace: it cannot address any other.
     pub hub: Api<InternalServiceExport>,
     pub hub_namespace: String,
-    pub(crate) services: Store<views::ServiceView>,
-    pub(crate) ises: Store<views::IseView>,
+    pub(crate) services: Store<projections::ServiceView>,
+    pub(crate) ises: Store<projections::IseView>,
     events: events::Events,
     pub public_ips: Option<Arc<dyn PublicIpLookup>>,
     pub leader: watch::Receiver<bool>,

@@ -250,7 +250,7 @@ fn with_verdict(
 /// the view's rebuilt ISE does, whether it is ours, foreign, the hub's verdict on it, or going.
 #[test]
 fn the_ise_view_decides_as_the_ise_does() {
-    use crate::export::views::IseView;
+    use crate::export::projections::IseView;
     let se = with_finalizer(export());
     let svc = service();
     let plan = run(&settings(), &se, Some(&svc), None);
@@ -302,7 +302,7 @@ fn the_ise_view_decides_as_the_ise_does() {
 /// finalizer or deletion.
 #[test]
 fn the_export_view_decides_as_the_export_does() {
-    use crate::export::views::ServiceExportView;
+    use crate::export::projections::ServiceExportView;
     let svc = service();
     let fresh = with_finalizer(export());
     let plan = run(&settings(), &fresh, Some(&svc), None);
@@ -354,7 +354,7 @@ mod traffic_manager;
 /// rebuilt Service plans exactly what deciding on the Service itself does.
 #[test]
 fn the_service_view_decides_as_the_service_does() {
-    use crate::export::views::ServiceView;
+    use crate::export::projections::ServiceView;
     let noisy = |mut svc: Service| {
         svc.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
         svc.metadata.managed_fields = Some(vec![Default::default()]);
