@@ -32,22 +32,25 @@ const SERVICE_ANNOTATIONS: [&str; 3] = [
     AZURE_DNS_LABEL_ANNOTATION,
 ];
 
-/// Keeps of an object's metadata what decisions and writes read: identity, versions,
-/// deletion, finalizers and the annotations in `keep` (a `kubectl apply` annotation alone
-/// can be larger than all the rest).
-fn project_meta(meta: &mut ObjectMeta, keep: &[&str]) {
-    meta.managed_fields = None;
-    meta.labels = None;
-    meta.owner_references = None;
-    meta.annotations = meta
-        .annotations
-        .take()
-        .map(|all| -> BTreeMap<String, String> {
-            all.into_iter()
-                .filter(|(k, _)| keep.contains(&k.as_str()))
-                .collect()
-        })
-        .filter(|kept| !kept.is_empty());
+/// The values of `keys` among an object's annotations, in that order: what a view keeps of
+/// them (a `BTreeMap` of two entries is a 544-byte node; a `kubectl apply` annotation alone can
+/// be larger than all the rest).
+fn kept<const N: usize>(
+    keys: [&str; N],
+    annotations: Option<BTreeMap<String, String>>,
+) -> [Option<String>; N] {
+    let mut annotations = annotations.unwrap_or_default();
+    keys.map(|k| annotations.remove(k))
+}
+
+/// The annotations a view kept ([`kept`]) as an object carries them; `None` when there are none.
+fn rebuilt(keys: &[&str], values: &[Option<String>]) -> Option<BTreeMap<String, String>> {
+    let annotations: BTreeMap<String, String> = keys
+        .iter()
+        .zip(values)
+        .filter_map(|(k, v)| Some((k.to_string(), v.clone()?)))
+        .collect();
+    Some(annotations).filter(|a| !a.is_empty())
 }
 
 /// A watch event whose object is reduced to what a view keeps of it (`B::from`).
@@ -63,9 +66,10 @@ pub(crate) fn project<A, B: From<A>>(event: watcher::Event<A>) -> watcher::Event
 }
 
 /// A Service as the decisions read it: identity, versions and deletion, type, cluster IP,
-/// ports, the first ingress IP and the Azure load-balancer annotations. No `ObjectMeta` or the rest of the
-/// spec (a `Service` is 824 bytes before any of its strings, most of them empty): read as a
-/// `Service`, reduced at once, and rebuilt as one for each decision ([`ServiceView::to_service`]).
+/// ports, the first ingress IP and the Azure load-balancer annotations. No `ObjectMeta` or the
+/// rest of the spec (a `Service` is 824 bytes before any of its strings, most of them empty):
+/// read as a `Service`, reduced at once, and rebuilt as one for each decision
+/// ([`ServiceView::to_service`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct ServiceView {
     pub(crate) name: String,
@@ -85,7 +89,6 @@ pub(crate) struct ServiceView {
 impl From<Service> for ServiceView {
     fn from(service: Service) -> Self {
         let meta = service.metadata;
-        let mut annotations = meta.annotations.unwrap_or_default();
         let spec = service.spec.unwrap_or_default();
         let ingress_ip = service
             .status
@@ -100,7 +103,7 @@ impl From<Service> for ServiceView {
             resource_version: meta.resource_version,
             generation: meta.generation,
             deletion_timestamp: meta.deletion_timestamp,
-            annotations: SERVICE_ANNOTATIONS.map(|k| annotations.remove(k)),
+            annotations: kept(SERVICE_ANNOTATIONS, meta.annotations),
             type_: spec.type_,
             cluster_ip: spec.cluster_ip,
             ports: spec.ports,
@@ -112,11 +115,6 @@ impl From<Service> for ServiceView {
 impl ServiceView {
     /// The Service as decisions read it: every field the view keeps, nothing else.
     pub(crate) fn to_service(&self) -> Service {
-        let annotations: BTreeMap<String, String> = SERVICE_ANNOTATIONS
-            .iter()
-            .zip(&self.annotations)
-            .filter_map(|(k, v)| Some((k.to_string(), v.clone()?)))
-            .collect();
         Service {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
@@ -125,7 +123,7 @@ impl ServiceView {
                 resource_version: self.resource_version.clone(),
                 generation: self.generation,
                 deletion_timestamp: self.deletion_timestamp.clone(),
-                annotations: Some(annotations).filter(|a| !a.is_empty()),
+                annotations: rebuilt(&SERVICE_ANNOTATIONS, &self.annotations),
                 ..Default::default()
             },
             spec: Some(ServiceSpec {
@@ -211,11 +209,13 @@ pub(crate) struct ServiceExportView {
 impl From<ServiceExport> for ServiceExportView {
     fn from(se: ServiceExport) -> Self {
         let mut metadata = se.metadata;
-        let mut annotations = metadata.annotations.take().unwrap_or_default();
-        project_meta(&mut metadata, &[]);
+        let annotations = metadata.annotations.take();
+        metadata.managed_fields = None;
+        metadata.labels = None;
+        metadata.owner_references = None;
         Self {
             metadata,
-            annotations: EXPORT_ANNOTATIONS.map(|k| annotations.remove(k)),
+            annotations: kept(EXPORT_ANNOTATIONS, annotations),
             status: se.status,
         }
     }
@@ -224,14 +224,9 @@ impl From<ServiceExport> for ServiceExportView {
 impl ServiceExportView {
     /// The ServiceExport as reconciles read it: every field the view keeps, nothing else.
     pub(crate) fn to_export(&self) -> ServiceExport {
-        let annotations: BTreeMap<String, String> = EXPORT_ANNOTATIONS
-            .iter()
-            .zip(&self.annotations)
-            .filter_map(|(k, v)| Some((k.to_string(), v.clone()?)))
-            .collect();
         ServiceExport {
             metadata: ObjectMeta {
-                annotations: Some(annotations).filter(|a| !a.is_empty()),
+                annotations: rebuilt(&EXPORT_ANNOTATIONS, &self.annotations),
                 ..self.metadata.clone()
             },
             status: self.status.clone(),
