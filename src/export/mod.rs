@@ -12,8 +12,10 @@ mod dangling;
 pub mod decide;
 mod error;
 mod events;
+pub mod feed;
+pub(crate) mod pace;
 pub(crate) mod own_writes;
-mod projections;
+pub(crate) mod projections;
 pub mod public_ip;
 pub(crate) mod queue;
 mod reconcile;
@@ -40,7 +42,7 @@ pub(crate) use reconcile::report;
 use streaks::Streaks;
 pub use views::Synced;
 use views::Views;
-pub(crate) use views::{View, WatchHealth, objects_only, watch_backoff};
+pub(crate) use views::{View, WatchHealth, watch_backoff};
 
 /// How a reconcile ended: its [`Outcome`], or the category of the error it failed with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +111,8 @@ pub struct MemberExporter {
     /// A hub client; the exporter only ever uses it inside `hub_namespace`.
     pub hub_client: kube::Client,
     pub hub_namespace: String,
-    pub se_version: ServiceExportVersion,
+    /// The member's ServiceExports, from the watch it shares with the EndpointSlice exporter.
+    pub exports: feed::Subscription,
     pub settings: Settings,
     /// Traffic Manager lookups; `None` when the feature is off.
     pub public_ips: Option<Arc<dyn PublicIpLookup>>,
@@ -166,7 +169,7 @@ impl MemberExporter {
         self,
         shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     ) -> (impl Future<Output = ()> + Send, Synced) {
-        let version = self.se_version;
+        let version = self.exports.version;
         let hub_api: Api<InternalServiceExport> =
             Api::namespaced(self.hub_client.clone(), &self.hub_namespace);
         let health = Arc::new(WatchHealth::new(&self.member, self.observer.clone()));
@@ -176,16 +179,16 @@ impl MemberExporter {
             "dangling_ises",
             self.observer.clone(),
         );
-        let (views, controller) =
-            Views::watch(&self.member_client, &hub_api, version, &health, dangling_tx);
-        let synced = health.synced(
-            Some(views.exports.clone()),
-            &[
-                View::ServiceExports,
-                View::Services,
-                View::InternalServiceExports,
-            ],
+        let (views, controller, triggers) = Views::watch(
+            &self.member_client,
+            &hub_api,
+            &self.exports,
+            &health,
+            dangling_tx,
         );
+        let synced = health
+            .synced(None, &[View::Services, View::InternalServiceExports])
+            .and(self.exports.synced.clone());
         let controller = controller
             .with_config(kube::runtime::controller::Config::default().concurrency(self.concurrency))
             // Becoming leader: everything is reconciled once, from the warm caches.
@@ -218,20 +221,27 @@ impl MemberExporter {
             own_exports: OwnWrites::default(),
         });
         let sweeper = dangling::sweep(ctx.clone(), views.exports, dangling_rx);
+        let pace = self.exports.touched;
         let run = async move {
             // Reconcile errors are handled (and logged) in `reconcile`, watch errors where the
-            // watches are inspected: nothing is left to do with the controller's own items.
+            // watches are inspected: what is left of the controller's items is the room they
+            // give back to the pace.
             let controller = controller
                 .run(
                     |se, ctx| reconcile::reconcile(Arc::new(se.to_export()), ctx),
                     |se, error, ctx| reconcile::error_policy(&se.to_export(), error, ctx),
                     ctx,
                 )
-                .for_each(|_| futures::future::ready(()));
-            // The sweeper has no end of its own: it stops with the controller.
+                .for_each(|item| {
+                    pace.done_with(&item, &version);
+                    futures::future::ready(())
+                });
+            // The sweeper and the triggers have no end of their own: they stop with the
+            // controller.
             tokio::select! {
                 () = controller => {}
                 () = sweeper => {}
+                () = triggers => {}
             }
             // Every reconcile is over and the context dropped: the queue closes once drained.
             creator.drain(&member).await;

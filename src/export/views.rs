@@ -4,10 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::stream::BoxStream;
-use futures::{StreamExt, TryStreamExt};
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
-use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -20,10 +19,9 @@ use tokio::sync::watch;
 use super::ReconcileObserver;
 use super::decide::ise_name;
 use super::projections::{IseView, ServiceExportView, ServiceView, project};
+use super::feed::Subscription;
 use super::queue::Lossy;
 use crate::api::{InternalServiceExport, ServiceExportVersion};
-
-type Triggers<K> = BoxStream<'static, Result<K, watcher::Error>>;
 
 /// The three views (reflector stores).
 pub(super) struct Views {
@@ -33,23 +31,21 @@ pub(super) struct Views {
 }
 
 impl Views {
-    /// Watches the member's ServiceExports and Services and the member's hub namespace, and
-    /// the controller they trigger; every ISE seen (listed or changed), and the ISE name of every
-    /// deleted ServiceExport, is sent to `dangling` to be checked for a missing export (when
-    /// its queue is full, the name is left to the next periodic sweep).
+    /// Watches the member's Services and its hub namespace, and builds the controller over the
+    /// feed's ServiceExports that they and the feed trigger; every ISE seen (listed or changed),
+    /// and the ISE name of every deleted ServiceExport, is sent to `dangling` to be checked for
+    /// a missing export (when its queue is full, the name is left to the next periodic sweep).
     pub(super) fn watch(
         member: &kube::Client,
         hub: &Api<InternalServiceExport>,
-        version: ServiceExportVersion,
+        exports: &Subscription,
         health: &Arc<WatchHealth>,
         dangling: Lossy<String>,
-    ) -> (Self, Controller<ServiceExportView>) {
+    ) -> (Self, Controller<ServiceExportView>, BoxFuture<'static, ()>) {
+        let version = exports.version;
         let (services, services_writer) = reflector::store::<ServiceView>();
         let (ises, ises_writer) = reflector::store::<IseView>();
-        let exports_writer = reflector::store::Writer::<ServiceExportView>::new(version);
-        let exports = exports_writer.as_reader();
         let config = watcher::Config::default;
-        let gone = dangling.clone();
         let service_events = reflector::reflector(
             services_writer,
             watch_of(Api::<Service>::all(member.clone()), config())
@@ -64,7 +60,8 @@ impl Views {
             }))
         })
         .boxed();
-        let loser_index = exports.clone();
+        let loser_index = exports.store.clone();
+        let listed = dangling.clone();
         let ise_events = reflector::reflector(
             ises_writer,
             watch_of(hub.clone(), config())
@@ -74,7 +71,7 @@ impl Views {
         .inspect(health.inspector(View::InternalServiceExports))
         .inspect(move |event| {
             if let Ok(watcher::Event::Apply(ise) | watcher::Event::InitApply(ise)) = event {
-                dangling.push(ise.name.clone());
+                listed.push(ise.name.clone());
             }
         })
         .touched_objects()
@@ -94,47 +91,40 @@ impl Views {
             futures::stream::iter(refs)
         })
         .boxed();
-        // What `Controller::new_with` builds, plus the initial-list signal.
-        let export_events = watch_of(
-            Api::<ServiceExportView>::all_with(member.clone(), &version),
-            config(),
-        )
-        .backoff(watch_backoff())
-        .reflect(exports_writer)
-        .inspect(health.inspector(View::ServiceExports))
-        .inspect(move |event| {
-            // A deleted export's ISE is checked too: one written in a race with the deletion
-            // would otherwise wait for the next ISE event.
-            if let Ok(watcher::Event::Delete(se)) = event {
-                let ns = se.namespace().unwrap_or_default();
-                gone.push(ise_name(&ns, &se.name_any()));
-            }
-        })
-        .applied_objects()
-        .filter_map(objects_only)
-        .boxed();
-        let controller = controller(&exports, version, export_events, service_events, ise_events);
+        // Every trigger waits in the feed's pace, which hands the controller no more names
+        // than it reconciles at once.
+        let pace = exports.touched.clone();
+        let triggers = futures::stream::select(service_events, ise_events)
+            .for_each(move |key| {
+                pace.trigger(key);
+                futures::future::ready(())
+            })
+            .boxed();
+        let known = exports.store.clone();
+        let handed = exports
+            .touched
+            .clone()
+            .stream()
+            .inspect(move |key| {
+                // A deleted export's ISE is checked too: one written in a race with the
+                // deletion would otherwise wait for the next ISE event. The feed tells of a
+                // change once the store has it: absent is deleted.
+                if known.get(key).is_none() {
+                    let ns = key.namespace.as_deref().unwrap_or_default();
+                    dangling.push(ise_name(ns, &key.name));
+                }
+            });
+        // No watch of its own: the feed's runs beside it ([`super::feed`]).
+        let controller =
+            Controller::for_stream_with(futures::stream::pending(), exports.store.clone(), version)
+                .reconcile_on(handed);
         let views = Self {
             services,
             ises,
-            exports,
+            exports: exports.store.clone(),
         };
-        (views, controller)
+        (views, controller, triggers)
     }
-}
-
-/// The controller over the ServiceExports, also triggered by the Service of the same
-/// namespace/name and by the ISEs of the member's hub namespace.
-fn controller(
-    exports: &Store<ServiceExportView>,
-    version: ServiceExportVersion,
-    export_events: Triggers<ServiceExportView>,
-    service_events: BoxStream<'static, ObjectRef<ServiceExportView>>,
-    ise_events: BoxStream<'static, ObjectRef<ServiceExportView>>,
-) -> Controller<ServiceExportView> {
-    Controller::for_stream_with(export_events, exports.clone(), version)
-        .reconcile_on(service_events)
-        .reconcile_on(ise_events)
 }
 
 /// One watch of a member's exporters.
@@ -288,15 +278,6 @@ impl WatchHealth {
         self.observer
             .controller_error(&self.member, &format!("{view:?} watch: {error}"));
     }
-}
-
-/// Drops a trigger stream's errors (each watch's own backoff and health already handled them):
-/// the controller would otherwise back off its whole merged trigger stream, every watch of the
-/// member at once, with delays growing to minutes.
-pub(crate) fn objects_only<K>(
-    item: Result<K, watcher::Error>,
-) -> futures::future::Ready<Option<Result<K, watcher::Error>>> {
-    futures::future::ready(item.ok().map(Ok))
 }
 
 /// Watch retry: quick enough that a member whose apiserver returns is current again within

@@ -13,6 +13,7 @@ use super::state::{Event, FleetState, Phase};
 use super::vet::{self, TrustPolicy};
 use crate::api::ServiceExportVersion;
 use crate::client::{self, ClientStats};
+use crate::export::feed::{ServiceExportFeed, Subscription};
 use crate::export::{MemberExporter, Settings, Synced};
 use crate::slices::MemberSliceExporter;
 use futures::FutureExt;
@@ -145,6 +146,8 @@ async fn run_once(
     );
     let mut runs = Vec::new();
     let mut synced = Synced::default();
+    // One ServiceExport watch for both exporters.
+    let mut exports = ServiceExportFeed::watch(&client, version, name, shared.observer_for());
     if cfg.controllers.service_exports {
         // The member's client serves its Events too, in their own budget.
         let exporter = exporter(
@@ -153,7 +156,7 @@ async fn run_once(
             client.clone(),
             client.clone(),
             hub.clone(),
-            version,
+            exports.subscribe(cfg.member_limits.reconcile_concurrency),
         );
         let stop = cancel.clone();
         let (run, s) = exporter.start(async move { stop.cancelled().await });
@@ -166,7 +169,8 @@ async fn run_once(
             member_client: client,
             hub_client: hub,
             hub_namespace: format!("{}{name}", cfg.namespace_prefix),
-            se_version: version,
+            // Mapped to slices, which the slice exporter paces.
+            exports: exports.subscribe(0),
             concurrency: cfg.member_limits.reconcile_concurrency,
             leader: shared.leader.clone(),
             observer: shared.observer_for(),
@@ -176,6 +180,8 @@ async fn run_once(
         runs.push(run.boxed());
         synced = synced.and(s);
     }
+    let stop = cancel.clone();
+    runs.push(exports.run(async move { stop.cancelled().await }).boxed());
     let span = tracing::info_span!("member", fleet.member = %name);
     // Handles that abort on drop: when a stopping member outlives its drain period and its
     // task is aborted, its exporters, sync tracker and prober go with it (a dropped JoinHandle
@@ -204,7 +210,7 @@ fn exporter(
     client: kube::Client,
     events: kube::Client,
     hub_client: kube::Client,
-    version: ServiceExportVersion,
+    exports: Subscription,
 ) -> MemberExporter {
     let cfg = &shared.config;
     let (public_ips, default_resource_group) = match &shared.azure {
@@ -221,7 +227,7 @@ fn exporter(
         concurrency: cfg.member_limits.reconcile_concurrency,
         hub_client,
         hub_namespace: format!("{}{name}", cfg.namespace_prefix),
-        se_version: version,
+        exports,
         settings: Settings {
             member: name.to_string(),
             traffic_manager: cfg.traffic_manager,

@@ -3,7 +3,7 @@
 //!
 //! One [`MemberSliceExporter`] per member: a kube-runtime `Controller` over the member's
 //! EndpointSlices that belong to a Service, also triggered by the member's ServiceExports (the
-//! slices of that Service) and by the EndpointSliceExports of the member's hub namespace (the
+//! slices of that Service; from the watch both exporters share, `export::feed`) and by the EndpointSliceExports of the member's hub namespace (the
 //! slice each refers to); a sweeper looks at the slices the view no longer has (deleted, or
 //! no longer a Service's) and at exports whose slice it does not know.
 
@@ -25,11 +25,14 @@ pub use decide::Outcome;
 pub use error::{Error, Step};
 
 use crate::api::{EndpointSliceExport, ServiceExportVersion};
+use crate::export::feed::Subscription;
 use crate::export::own_writes::OwnWrites;
+use crate::export::pace::Pace;
+use crate::export::projections::ServiceExportView;
 use crate::export::queue::Lossy;
 use crate::export::streaks::Streaks;
 use crate::export::{ReconcileObserver, Synced, WatchHealth};
-use model::{ExportVerdict, ExportView, SliceView};
+use model::{ExportView, SliceView};
 
 /// Everything one member's EndpointSlice exporter needs.
 pub struct MemberSliceExporter {
@@ -39,7 +42,8 @@ pub struct MemberSliceExporter {
     /// The member's view of the hub client; only ever used inside `hub_namespace`.
     pub hub_client: kube::Client,
     pub hub_namespace: String,
-    pub se_version: ServiceExportVersion,
+    /// The member's ServiceExports, from the watch it shares with the ServiceExport exporter.
+    pub exports: Subscription,
     /// Reconciles running at once; 0: unbounded.
     pub concurrency: u16,
     /// `true` while this replica may write.
@@ -55,7 +59,8 @@ pub(crate) struct Context {
     /// The hub writer, scoped to the member's namespace.
     hub: Api<EndpointSliceExport>,
     slices: Store<SliceView>,
-    exports: Store<ExportVerdict>,
+    /// The feed's; a slice's export verdict is read from it.
+    exports: Store<ServiceExportView>,
     hub_view: Store<ExportView>,
     hub_namespace: String,
     leader: watch::Receiver<bool>,
@@ -97,14 +102,19 @@ impl MemberSliceExporter {
             "absent_slices",
             self.observer.clone(),
         );
-        let (views, controller) = views::Views::watch(
+        let se_version = self.exports.version;
+        let pace = Arc::new(Pace::new(self.concurrency));
+        let (views, controller, triggers) = views::Views::watch(
             &self.member_client,
             &hub_api,
-            self.se_version,
+            &self.exports,
             &health,
             absent_tx,
+            &pace,
         );
-        let synced = health.synced(None, &views::WATCHED);
+        let synced = health
+            .synced(None, &views::WATCHED)
+            .and(self.exports.synced.clone());
         let controller = controller
             .with_config(kube::runtime::controller::Config::default().concurrency(self.concurrency))
             .reconcile_all_on(crate::export::leadership_gained(self.leader.clone()))
@@ -112,10 +122,10 @@ impl MemberSliceExporter {
         let ctx = Arc::new(Context {
             member: self.member,
             member_client: self.member_client,
-            se_version: self.se_version,
+            se_version,
             hub: hub_api,
             slices: views.slices,
-            exports: views.exports,
+            exports: self.exports.store.clone(),
             hub_view: views.hub,
             hub_namespace: self.hub_namespace,
             leader: self.leader,
@@ -129,10 +139,14 @@ impl MemberSliceExporter {
         let run = async move {
             let controller = controller
                 .run(reconcile::reconcile, reconcile::error_policy, ctx)
-                .for_each(|_| futures::future::ready(()));
+                .for_each(|item| {
+                    pace.done_with(&item, &());
+                    futures::future::ready(())
+                });
             tokio::select! {
                 () = controller => {}
                 () = sweeper => {}
+                () = triggers => {}
             }
         };
         (run, synced)

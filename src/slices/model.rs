@@ -149,21 +149,6 @@ impl From<ServiceExport> for ExportVerdict {
     }
 }
 
-impl ExportVerdict {
-    /// What the view keeps of a ServiceExport: its name and verdict. The UID and versions are
-    /// read by nobody here once the watch has taken its resume point from the event (which is
-    /// why they are dropped after the watch, not when decoding): two strings fewer per export,
-    /// and as many in each store key.
-    pub fn keep_name_only(&mut self) {
-        let meta = &mut self.metadata;
-        *meta = ObjectMeta {
-            name: meta.name.take(),
-            namespace: meta.namespace.take(),
-            ..Default::default()
-        };
-    }
-}
-
 /// Name, namespace, UID, resourceVersion, generation and deletion: what keys, versions and
 /// decisions need of any object here.
 fn identity(meta: ObjectMeta) -> ObjectMeta {
@@ -242,6 +227,7 @@ resource!(
 mod tests {
     use super::*;
     use kube::runtime::reflector::{Lookup, ObjectRef};
+    use crate::export::projections::ServiceExportView;
 
     #[test]
     fn a_slice_keeps_addresses_readiness_ports_label_and_annotations_only() {
@@ -311,32 +297,35 @@ mod tests {
     }
 
     #[test]
-    fn a_stored_verdict_keeps_the_name_and_verdict_only() {
-        let raw: ServiceExport = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "web", "namespace": "ns", "uid": "u", "resourceVersion": "9",
-                "generation": 3, "annotations": {"a": "b"}},
-            "status": {"conditions": [
-                {"type": "Valid", "status": "True", "reason": "r", "message": "m",
-                    "lastTransitionTime": "2026-01-01T00:00:00Z"},
-                {"type": "Conflict", "status": "False", "reason": "r", "message": "m",
-                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
-        }))
-        .expect("a ServiceExport");
-        let mut v = ExportVerdict::from(raw);
-        // The watch resumes from the version it decoded.
-        assert_eq!(v.metadata.resource_version.as_deref(), Some("9"));
-        v.keep_name_only();
-        assert!(v.valid_without_conflict);
-        assert_eq!(
-            v.metadata,
-            ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("ns".into()),
-                ..Default::default()
+    fn the_verdict_read_from_the_shared_export_view_is_the_exports_own() {
+        let condition = |kind: &str, status: &str| {
+            serde_json::json!({"type": kind, "status": status, "reason": "r", "message": "m",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"})
+        };
+        let cases = [
+            (vec![condition("Valid", "True"), condition("Conflict", "False")], false, true),
+            (vec![condition("Valid", "True"), condition("Conflict", "False")], true, false),
+            (vec![condition("Valid", "True"), condition("Conflict", "True")], false, false),
+            (vec![condition("Valid", "False"), condition("Conflict", "False")], false, false),
+            (vec![condition("Valid", "True")], false, false),
+            (vec![], false, false),
+        ];
+        for (conditions, deleting, verdict) in cases {
+            let mut meta = serde_json::json!({"name": "web", "namespace": "ns", "uid": "u",
+                "resourceVersion": "9", "annotations": {"a": "b"},
+                "finalizers": ["networking.fleet.azure.com/serviceexport-cleanup"]});
+            if deleting {
+                meta["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
             }
-        );
-        let key = v.to_object_ref(ServiceExportVersion::default());
-        assert!(key.extra.resource_version.is_none() && key.extra.uid.is_none());
+            let se: ServiceExport = serde_json::from_value(
+                serde_json::json!({"metadata": meta, "status": {"conditions": conditions}}),
+            )
+            .expect("a ServiceExport");
+            let own = ExportVerdict::from(se.clone());
+            let viewed = ExportVerdict::from(ServiceExportView::from(se).to_export());
+            assert_eq!(own.valid_without_conflict, verdict, "{conditions:?} {deleting}");
+            assert_eq!(viewed.valid_without_conflict, verdict, "{conditions:?} {deleting}");
+        }
     }
 
     #[test]

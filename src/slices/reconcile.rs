@@ -109,6 +109,7 @@ async fn observe_decide_act(
                     None => service_of(slice).and_then(|service| {
                         ctx.exports
                             .get(&ObjectRef::new_with(&service, ctx.se_version).within(ns))
+                            .map(|se| Arc::new(ExportVerdict::from(se.to_export())))
                     }),
                 };
                 let named = named(ctx, slice, &live);

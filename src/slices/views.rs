@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use crate::export::queue::Lossy;
-use futures::{StreamExt, TryStreamExt};
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
@@ -14,16 +15,15 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
 use super::decide::SERVICE_NAME_LABEL;
-use super::model::{ExportVerdict, ExportView, SliceView};
-use crate::api::{EndpointSliceExport, ServiceExportVersion};
-use crate::export::{View, WatchHealth, objects_only, project, watch_backoff};
+use super::model::{ExportView, SliceView};
+use crate::api::EndpointSliceExport;
+use crate::export::feed::{ExportRef, Subscription};
+use crate::export::pace::Pace;
+use crate::export::{View, WatchHealth, project, watch_backoff};
 
 /// The watches whose first lists the exporter waits for.
-pub(super) const WATCHED: [View; 3] = [
-    View::ServiceExports,
-    View::EndpointSlices,
-    View::EndpointSliceExports,
-];
+/// (The ServiceExports are the feed's.)
+pub(super) const WATCHED: [View; 2] = [View::EndpointSlices, View::EndpointSliceExports];
 
 /// How long one watch of the hub's exports lasts before it is re-established. kube's default
 /// (295 s, for clients with a read timeout; ours has none, and h2 pings find a dead connection)
@@ -37,7 +37,6 @@ pub(super) const ABSENT_QUEUE: usize = 4096;
 
 pub(super) struct Views {
     pub(super) slices: Store<SliceView>,
-    pub(super) exports: Store<ExportVerdict>,
     pub(super) hub: Store<ExportView>,
 }
 
@@ -48,14 +47,13 @@ impl Views {
     pub(super) fn watch(
         client: &kube::Client,
         hub: &Api<EndpointSliceExport>,
-        version: ServiceExportVersion,
+        exports: &Subscription,
         health: &Arc<WatchHealth>,
         queue: Lossy<Absent>,
-    ) -> (Self, Controller<SliceView>) {
+        pace: &Arc<Pace<SliceView>>,
+    ) -> (Self, Controller<SliceView>, BoxFuture<'static, ()>) {
         let (slices, slices_writer) = reflector::store::<SliceView>();
         let (hub_view, hub_writer) = reflector::store::<ExportView>();
-        let exports_writer = reflector::store::Writer::<ExportVerdict>::new(version);
-        let exports = exports_writer.as_reader();
         let left = queue.clone();
         let slice_events = watcher::watcher(
             Api::<SliceView>::all(client.clone()),
@@ -71,19 +69,15 @@ impl Views {
             }
         })
         .applied_objects()
-        .filter_map(objects_only)
+        .filter_map(|s| futures::future::ready(s.ok().map(|s| key_of(&s))))
         .boxed();
-        let export_events = watcher::watcher(
-            Api::<ExportVerdict>::all_with(client.clone(), &version),
-            watcher::Config::default(),
-        )
-        .backoff(watch_backoff())
-        .modify(ExportVerdict::keep_name_only)
-        .reflect(exports_writer)
-        .inspect(health.inspector(View::ServiceExports))
-        .touched_objects()
-        .filter_map(objects_only)
-        .boxed();
+        let by_service = slices.clone();
+        let export_events = exports
+            .touched
+            .clone()
+            .stream()
+            .flat_map(move |se| futures::stream::iter(slices_of(&by_service, &se)))
+            .boxed();
         let known = slices.clone();
         let hub_events = reflector::reflector(
             hub_writer,
@@ -104,19 +98,25 @@ impl Views {
             }
         })
         .touched_objects()
-        .filter_map(|e| futures::future::ready(e.ok().map(|e| referred_slice(&e))));
-        let by_service = slices.clone();
-        let controller = Controller::for_stream(slice_events, slices.clone())
-            .watches_stream(export_events, move |se: ExportVerdict| {
-                slices_of(&by_service, &se)
+        .filter_map(|e| futures::future::ready(e.ok().map(|e| referred_slice(&e))))
+        .boxed();
+        // Every trigger waits in the pace, which hands the controller no more slices than it
+        // reconciles at once ([`Pace`]).
+        let triggers = futures::stream::select_all([slice_events, export_events, hub_events]);
+        let paced = pace.clone();
+        let triggers = triggers
+            .for_each(move |key| {
+                paced.trigger(key);
+                futures::future::ready(())
             })
-            .reconcile_on(hub_events);
+            .boxed();
+        let controller = Controller::for_stream(futures::stream::pending(), slices.clone())
+            .reconcile_on(pace.clone().stream());
         let views = Self {
             slices,
-            exports,
             hub: hub_view,
         };
-        (views, controller)
+        (views, controller, triggers)
     }
 }
 
@@ -129,15 +129,18 @@ fn referred_slice(e: &ExportView) -> ObjectRef<SliceView> {
     ObjectRef::new(&e.slice_name).within(&e.slice_namespace)
 }
 
+/// A slice's name as the pace keeps it: without its version and UID.
+fn key_of(s: &SliceView) -> ObjectRef<SliceView> {
+    ObjectRef::new(&s.name_any()).within(&s.namespace().unwrap_or_default())
+}
+
 /// The slices of the ServiceExport's Service.
-fn slices_of(slices: &Store<SliceView>, se: &ExportVerdict) -> Vec<ObjectRef<SliceView>> {
-    let ns = se.namespace().unwrap_or_default();
-    let service = se.name_any();
+fn slices_of(slices: &Store<SliceView>, se: &ExportRef) -> Vec<ObjectRef<SliceView>> {
     slices
         .state()
         .iter()
-        .filter(|s| s.metadata.namespace.as_deref() == Some(ns.as_str()))
-        .filter(|s| s.service.as_ref() == Some(&service))
-        .map(|s| ObjectRef::from_obj(s.as_ref()))
+        .filter(|s| s.metadata.namespace == se.namespace)
+        .filter(|s| s.service.as_ref() == Some(&se.name))
+        .map(|s| key_of(s))
         .collect()
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use fleetnet_hub::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
 use fleetnet_hub::client::{self, ClientStats, Limits};
+use fleetnet_hub::export::feed::ServiceExportFeed;
 use fleetnet_hub::export::{MemberExporter, NoObserver, PublicIpLookup, Settings, Synced};
 use fleetnet_testenv::Fleet;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
@@ -93,6 +94,12 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
         None => member_client.clone(),
     };
     let (_leader_tx, leader) = watch::channel(true);
+    let mut feed = ServiceExportFeed::watch(
+        &member_client,
+        opts.version.unwrap_or_default(),
+        member,
+        Arc::new(NoObserver),
+    );
     let exporter = MemberExporter {
         member: member.to_string(),
         events_client,
@@ -100,7 +107,7 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
         member_client,
         hub_client,
         hub_namespace: fleet.hub_namespace(member),
-        se_version: opts.version.unwrap_or_default(),
+        exports: feed.subscribe(0),
         settings: Settings {
             member: member.to_string(),
             traffic_manager: opts.traffic_manager,
@@ -115,10 +122,15 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
     let (run, synced) = exporter.start(async move {
         let _ = stop_rx.await;
     });
+    let feed = feed.run(std::future::pending());
     let task = tokio::spawn(async move {
         // Keeps the leadership sender alive as long as the controller runs.
         let _leader_tx = _leader_tx;
-        run.await;
+        // The feed runs as long as the exporter.
+        tokio::select! {
+            () = run => {}
+            () = feed => {}
+        }
     });
     tokio::time::timeout(CONVERGE, synced.wait())
         .await

@@ -12,6 +12,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, header};
 use fleetnet_hub::client::ClientStats;
+use fleetnet_hub::export::feed::ServiceExportFeed;
 use fleetnet_hub::export::{MemberExporter, ReconcileObserver, Settings};
 use fleetnet_testenv::Fleet;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
@@ -474,6 +475,8 @@ pub async fn start_observed(
     .await;
     let hub_client = counted_client("hub", fleet.hub().kubeconfig_path(), hub_stats.clone()).await;
     let (leader_tx, leader) = watch::channel(true);
+    let mut feed =
+        ServiceExportFeed::watch(&member_client, Default::default(), member, observer.clone());
     let exporter = MemberExporter {
         member: member.to_string(),
         events_client: member_client.clone(),
@@ -481,7 +484,7 @@ pub async fn start_observed(
         member_client,
         hub_client,
         hub_namespace: fleet.hub_namespace(member),
-        se_version: Default::default(),
+        exports: feed.subscribe(0),
         settings: Settings {
             member: member.to_string(),
             traffic_manager: false,
@@ -496,9 +499,14 @@ pub async fn start_observed(
     let (run, synced) = exporter.start(async move {
         let _ = stopped.await;
     });
+    let feed = feed.run(std::future::pending());
     let task = tokio::spawn(async move {
         let _leader_tx = leader_tx;
-        run.await;
+        // The feed runs as long as the exporter.
+        tokio::select! {
+            () = run => {}
+            () = feed => {}
+        }
     });
     tokio::time::timeout(CONVERGE, synced.wait())
         .await

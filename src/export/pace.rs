@@ -1,0 +1,238 @@
+//! What an exporter's controller is given to reconcile, no faster than it reconciles.
+//!
+//! kube-runtime's scheduler keeps every name it is handed in three tables (its schedule, its
+//! delay queue, and the names waiting for a free reconcile slot) that keep their size once
+//! grown: a member's first list of 250 exports left ~200 KiB per controller behind, for the
+//! process's life. Here the triggers of every watch wait in one set (one entry per name, given
+//! back when it empties), and the controller is handed a name only while fewer than `limit`
+//! handed names have not come out of it yet.
+
+use std::collections::HashSet;
+use std::hash::Hash;
+
+use futures::Stream;
+use kube::runtime::controller;
+use kube::runtime::reflector::{Lookup, ObjectRef};
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+pub(crate) struct Pace<K: Lookup> {
+    state: Mutex<State<K>>,
+    changed: Notify,
+    limit: usize,
+}
+
+struct State<K: Lookup> {
+    /// Triggered, not handed yet.
+    waiting: HashSet<ObjectRef<K>>,
+    /// Handed, not out of the controller yet (at most `limit`; not kept without a limit).
+    handed: HashSet<ObjectRef<K>>,
+}
+
+impl<K> Pace<K>
+where
+    K: Lookup + 'static,
+    K::DynamicType: Hash + Eq + Clone + Send + Sync,
+{
+    /// Hands at most `limit` names at once (the controller's concurrency; 0: no limit).
+    pub(crate) fn new(limit: u16) -> Self {
+        Self {
+            state: Mutex::new(State {
+                waiting: HashSet::new(),
+                handed: HashSet::new(),
+            }),
+            changed: Notify::new(),
+            limit: if limit == 0 {
+                usize::MAX
+            } else {
+                limit.into()
+            },
+        }
+    }
+
+    /// `key` is to be reconciled. Never waits.
+    pub(crate) fn trigger(&self, key: ObjectRef<K>) {
+        self.trigger_all(std::iter::once(key));
+    }
+
+    /// Each of `keys` is to be reconciled. Never waits.
+    pub(crate) fn trigger_all(&self, keys: impl IntoIterator<Item = ObjectRef<K>>) {
+        let mut state = self.state.lock();
+        let before = state.waiting.len();
+        state.waiting.extend(keys);
+        if state.waiting.len() != before {
+            // Kept as a permit when the stream is not waiting: no wake-up is lost.
+            self.changed.notify_one();
+        }
+    }
+
+    /// A reconcile of `key` came out of the controller (done, failed, or its object gone).
+    pub(crate) fn done(&self, key: &ObjectRef<K>) {
+        let mut state = self.state.lock();
+        if state.handed.remove(key) {
+            if state.handed.is_empty() {
+                state.handed = HashSet::new();
+            }
+            self.changed.notify_one();
+        }
+    }
+
+    /// [`Pace::done`] for one item of the controller's output.
+    pub(crate) fn done_with<E, Q>(
+        &self,
+        item: &Result<(ObjectRef<K>, controller::Action), controller::Error<E, Q>>,
+        dyntype: &K::DynamicType,
+    ) where
+        E: std::error::Error + 'static,
+        Q: std::error::Error + 'static,
+    {
+        let erased = match item {
+            Ok((key, _)) => return self.done(key),
+            Err(
+                controller::Error::ReconcilerFailed(_, erased)
+                | controller::Error::ObjectNotFound(erased),
+            ) => erased,
+            Err(_) => return,
+        };
+        let key = ObjectRef::<K>::new_with(&erased.name, dyntype.clone());
+        self.done(&match &erased.namespace {
+            Some(ns) => key.within(ns),
+            None => key,
+        });
+    }
+
+    /// The names to reconcile, each handed once per trigger at most; never ends.
+    pub(crate) fn stream(
+        self: std::sync::Arc<Self>,
+    ) -> impl Stream<Item = ObjectRef<K>> + Send + 'static {
+        futures::stream::unfold(self, |pace| async move {
+            loop {
+                if let Some(key) = pace.next() {
+                    return Some((key, pace));
+                }
+                pace.changed.notified().await;
+            }
+        })
+    }
+
+    fn next(&self) -> Option<ObjectRef<K>> {
+        let mut state = self.state.lock();
+        let State { waiting, handed } = &mut *state;
+        if handed.len() >= self.limit {
+            return None;
+        }
+        // It may be a handed name again: the controller merges the two, or runs it once more
+        // after the running one; it takes no new room either way.
+        let key = waiting.iter().next()?.clone();
+        waiting.remove(&key);
+        if waiting.is_empty() {
+            *waiting = HashSet::new();
+        }
+        if self.limit != usize::MAX {
+            handed.insert(key.clone());
+        }
+        Some(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn key(name: &str) -> ObjectRef<ConfigMap> {
+        ObjectRef::new(name).within("ns")
+    }
+
+    async fn next_within(
+        stream: &mut (impl Stream<Item = ObjectRef<ConfigMap>> + Unpin),
+    ) -> Option<String> {
+        tokio::time::timeout(Duration::from_millis(50), stream.next())
+            .await
+            .ok()
+            .flatten()
+            .map(|k| k.name)
+    }
+
+    #[tokio::test]
+    async fn hands_no_more_than_the_limit_until_one_comes_out() {
+        let pace = Arc::new(Pace::<ConfigMap>::new(2));
+        for name in ["a", "b", "c", "d"] {
+            pace.trigger(key(name));
+        }
+        pace.trigger(key("a"));
+        let mut stream = Box::pin(pace.clone().stream());
+        let first = next_within(&mut stream).await.expect("one");
+        let second = next_within(&mut stream).await.expect("two");
+        assert_ne!(first, second);
+        assert_eq!(next_within(&mut stream).await, None, "two are out at most");
+        pace.done(&key(&first));
+        let third = next_within(&mut stream).await.expect("room for one more");
+        assert!(third != first && third != second);
+        assert_eq!(next_within(&mut stream).await, None);
+        // Done twice, or done for a name never handed: no room made up.
+        pace.done(&key(&first));
+        pace.done(&key("never"));
+        assert_eq!(next_within(&mut stream).await, None);
+        pace.done(&key(&second));
+        pace.done(&key(&third));
+        let mut rest = vec![
+            next_within(&mut stream).await.expect("four"),
+        ];
+        rest.extend(next_within(&mut stream).await);
+        let mut all = vec![first, second, third];
+        all.extend(rest);
+        all.sort();
+        assert_eq!(all, ["a", "b", "c", "d"]);
+        let state = pace.state.lock();
+        assert_eq!(state.waiting.capacity(), 0, "the emptied set gave its room back");
+    }
+
+    #[tokio::test]
+    async fn a_trigger_wakes_a_waiting_stream_and_no_limit_hands_everything() {
+        let pace = Arc::new(Pace::<ConfigMap>::new(0));
+        let mut stream = Box::pin(pace.clone().stream());
+        let waiting = tokio::spawn(async move {
+            let mut got = Vec::new();
+            while got.len() < 3 {
+                got.push(stream.next().await.expect("never ends").name);
+            }
+            got.sort();
+            got
+        });
+        tokio::task::yield_now().await;
+        for name in ["x", "y", "z"] {
+            pace.trigger(key(name));
+        }
+        assert_eq!(waiting.await.unwrap(), ["x", "y", "z"]);
+    }
+
+    #[test]
+    fn the_controllers_output_gives_room_back_for_reconciled_failed_and_missing_objects() {
+        let pace = Pace::<ConfigMap>::new(3);
+        for name in ["ok", "failed", "gone"] {
+            pace.trigger(key(name));
+        }
+        while pace.next().is_some() {}
+        assert_eq!(pace.state.lock().handed.len(), 3);
+        type Item = Result<
+            (ObjectRef<ConfigMap>, controller::Action),
+            controller::Error<std::io::Error, std::io::Error>,
+        >;
+        let items: [Item; 3] = [
+            Ok((key("ok"), controller::Action::await_change())),
+            Err(controller::Error::ReconcilerFailed(
+                std::io::Error::other("boom"),
+                Box::new(key("failed").erase()),
+            )),
+            Err(controller::Error::ObjectNotFound(Box::new(key("gone").erase()))),
+        ];
+        for item in &items {
+            pace.done_with(item, &());
+        }
+        assert!(pace.state.lock().handed.is_empty());
+    }
+}
