@@ -233,18 +233,15 @@ fn connections(config: &kube::Config, lanes: usize) -> Result<Transport, kube::E
     };
     // Requests of no lane (the replica's own); each lane's connection, while a member uses it.
     let unlaned = pooled();
-    let lanes: Arc<[Mutex<Weak<LaneConnection>>]> =
-        (0..lanes.max(1)).map(|_| Mutex::new(Weak::new())).collect();
+    let lanes: Arc<Mutex<Vec<Weak<LaneConnection>>>> =
+        Arc::new(Mutex::new((0..lanes.max(1)).map(|_| Weak::new()).collect()));
     let route = tower::service_fn(move |req: Request<Body>| {
         let client = match req.extensions().get::<Lane>() {
             Some(lane) => lane
-                .connection
+                .0
                 .get_or_init(|| {
-                    let mut slot = lanes[lane.index % lanes.len()].lock();
-                    slot.upgrade().unwrap_or_else(|| {
-                        let opened = Arc::new(LaneConnection(pooled()));
-                        *slot = Arc::downgrade(&opened);
-                        opened
+                    lane_for(&mut lanes.lock(), MEMBERS_PER_LANE, || {
+                        Arc::new(LaneConnection(pooled()))
                     })
                 })
                 .0
@@ -272,14 +269,36 @@ fn connections(config: &kube::Config, lanes: usize) -> Result<Transport, kube::E
 const SESSIONS_KEPT: usize = 8;
 
 /// Which of a client's connections a request goes out on ([`connections`]): one member
-/// view's. The views of one lane share its connection, and the last of them to go closes it
-/// (a replica whose members came and went would otherwise keep a connection on every lane
-/// any of them ever used, ~80 KiB each).
-#[derive(Clone)]
-struct Lane {
-    index: usize,
-    /// Set at the view's first request.
-    connection: Arc<OnceLock<Arc<LaneConnection>>>,
+/// view's, chosen at its first request ([`lane_for`]). The views of one lane share its
+/// connection, and the last of them to go closes it.
+#[derive(Clone, Default)]
+struct Lane(Arc<OnceLock<Arc<LaneConnection>>>);
+
+/// The lane of a member view's first request, among `lanes` (each alive while a view holds
+/// it): the fullest with fewer than `per_lane` views, else a new one in a free place, else
+/// (every place full) the least full. Members fill lanes instead of spreading over all of
+/// them: each lane's connection costs ~60 KiB however few members use it, so 64 lanes for 100
+/// members were 40 KiB per member; `per_lane` keeps a lane's streams under the server's limit.
+fn lane_for<T>(lanes: &mut [Weak<T>], per_lane: usize, open: impl FnOnce() -> Arc<T>) -> Arc<T> {
+    let live: Vec<Arc<T>> = lanes.iter().filter_map(Weak::upgrade).collect();
+    // A lane's views, each holding it once: its count less the upgrade just made.
+    let views = |lane: &Arc<T>| Arc::strong_count(lane) - 1;
+    if let Some(fullest) = live
+        .iter()
+        .filter(|lane| views(lane) < per_lane)
+        .max_by_key(|lane| views(lane))
+    {
+        return fullest.clone();
+    }
+    if let Some(free) = lanes.iter_mut().find(|lane| lane.strong_count() == 0) {
+        let opened = open();
+        *free = Arc::downgrade(&opened);
+        return opened;
+    }
+    match live.iter().min_by_key(|lane| views(lane)) {
+        Some(least) => least.clone(),
+        None => open(),
+    }
 }
 
 type Pooled = hyper_util::client::legacy::Client<
@@ -295,9 +314,12 @@ struct LaneConnection(Pooled);
 /// its lane, instead of an HTTP/1.1 connection per watch (two TLS sessions per member before).
 /// kube-apiserver leaves Go's limit of 250 streams per connection in place
 /// (`--http2-max-streams-per-connection`), and hyper waits for a free stream rather than open
-/// another connection: 64 lanes keep a replica of 5,000 members (two watches each, ~80 per
-/// lane) well below it. A lane no member uses has no connection.
+/// another connection: [`MEMBERS_PER_LANE`] members (two watches each) keep well below it, and
+/// 64 lanes of them a replica of 5,120 members. A lane no member uses has no connection.
 pub const HUB_LANES: usize = 64;
+
+/// Member views a lane takes before the next lane opens ([`lane_for`]).
+const MEMBERS_PER_LANE: usize = 80;
 
 /// client-go's HTTP/2 health check: a ping after 30 s without a frame, 15 s for its answer.
 const HTTP2_PING: Duration = Duration::from_secs(30);
@@ -401,14 +423,11 @@ fn layered(
 /// budget, retries, counters), with every write refused unless `fence` holds when it is sent
 /// (after its wait in the shared bucket, on every retry), and its requests in one line for the
 /// shared bucket ([`Turn`]): a member's backlog never starves another member's change. Its
-/// requests keep to connection `lane` of the client's (see [`HUB_LANES`]).
-pub fn member_view(client: &kube::Client, lane: usize, fence: Fence) -> kube::Client {
+/// requests keep to one of the client's connections, its lane (see [`HUB_LANES`]).
+pub fn member_view(client: &kube::Client, fence: Fence) -> kube::Client {
     let shared = client.clone();
     let turn = Turn::default();
-    let lane = Lane {
-        index: lane,
-        connection: Arc::default(),
-    };
+    let lane = Lane::default();
     let service = tower::service_fn(move |mut req: Request<Body>| {
         let shared = shared.clone();
         req.extensions_mut().insert(turn.clone());

@@ -14,7 +14,7 @@ async fn a_member_write_is_fenced_when_it_leaves_the_shared_bucket_not_when_it_e
     };
     let hub = build("hub", config, &limits, Arc::default()).expect("hub client");
     let (hold, rx) = tokio::sync::watch::channel(Hold::Never);
-    let view = member_view(&hub, 0, Fence::new(rx));
+    let view = member_view(&hub, Fence::new(rx));
     let api = kube::Api::<ConfigMap>::namespaced(view, "ns");
     // The one token goes to a write sent while the hold is valid: it reaches the (absent)
     // server and fails there.
@@ -71,10 +71,10 @@ async fn counting_server() -> (
     (url, accepted, open)
 }
 
-/// Member views of one lane share its connection; the last of them to go closes it, and
-/// the lane's next view opens a new one.
+/// Member views fill a lane's connection up to `MEMBERS_PER_LANE` before the next lane
+/// opens; the last view of a lane to go closes it.
 #[tokio::test]
-async fn a_lane_keeps_its_connection_while_a_member_view_of_it_lives() {
+async fn member_views_fill_one_lane_before_the_next_opens_and_its_last_view_closes_it() {
     use std::sync::atomic::Ordering;
     let (url, accepted, open) = counting_server().await;
     let config = kube::Config::new(url.parse().expect("url"));
@@ -96,23 +96,31 @@ async fn a_lane_keeps_its_connection_while_a_member_view_of_it_lives() {
             client.request_text(req).await.expect("answered")
         }
     };
-    let (a1, a2, b) = (
-        member_view(&hub, 3, Fence::open()),
-        member_view(&hub, 3, Fence::open()),
-        member_view(&hub, 5, Fence::open()),
-    );
-    for view in [&a1, &a2, &b, &a1] {
+    let mut first: Vec<kube::Client> = (0..MEMBERS_PER_LANE)
+        .map(|_| member_view(&hub, Fence::open()))
+        .collect();
+    for view in &first {
         get(view).await;
     }
     assert_eq!(
         accepted.load(Ordering::SeqCst),
-        2,
-        "one connection per lane"
+        1,
+        "one lane while it has room"
     );
-    drop(a1);
-    get(&a2).await;
-    assert_eq!(open.load(Ordering::SeqCst), 2, "lane 3 still has a member");
-    drop(a2);
+    let second = member_view(&hub, Fence::open());
+    get(&second).await;
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        2,
+        "a full lane: the next opens"
+    );
+    // A view of the full lane goes: the room it leaves is taken before the newer lane's.
+    first.pop();
+    let refill = member_view(&hub, Fence::open());
+    get(&refill).await;
+    get(&first[0]).await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    drop(second);
     let closed = async {
         while open.load(Ordering::SeqCst) != 1 {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -120,11 +128,45 @@ async fn a_lane_keeps_its_connection_while_a_member_view_of_it_lives() {
     };
     tokio::time::timeout(Duration::from_secs(10), closed)
         .await
-        .expect("lane 3's connection closed with its last member view");
-    get(&member_view(&hub, 3, Fence::open())).await;
-    assert_eq!(accepted.load(Ordering::SeqCst), 3, "lane 3 opened again");
-    get(&b).await;
-    assert_eq!(accepted.load(Ordering::SeqCst), 3, "lane 5 kept its own");
+        .expect("the second lane's connection closed with its last member view");
+    get(&member_view(&hub, Fence::open())).await;
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        3,
+        "a full lane again: another opens"
+    );
+}
+
+#[test]
+fn a_lane_is_the_fullest_with_room_else_a_new_one_else_the_least_full() {
+    let opened = std::cell::Cell::new(0);
+    let open = || {
+        opened.set(opened.get() + 1);
+        Arc::new(())
+    };
+    let mut lanes: Vec<std::sync::Weak<()>> = (0..2).map(|_| std::sync::Weak::new()).collect();
+    let a1 = lane_for(&mut lanes, 2, open);
+    let a2 = lane_for(&mut lanes, 2, open);
+    assert!(Arc::ptr_eq(&a1, &a2) && opened.get() == 1);
+    let b1 = lane_for(&mut lanes, 2, open);
+    assert!(!Arc::ptr_eq(&a1, &b1) && opened.get() == 2);
+    // Both places taken, both full: the least full (a tie here) takes one more.
+    let b2 = lane_for(&mut lanes, 2, open);
+    assert!(Arc::ptr_eq(&b1, &b2));
+    let over = lane_for(&mut lanes, 2, open);
+    assert_eq!(opened.get(), 2, "no third place: the least full shares");
+    assert!(Arc::ptr_eq(&over, &a1), "of a tie, the first");
+    // The first lane's views all go: its place is free, and the next view opens a lane there
+    // (the second lane is full).
+    drop((a1, a2, over));
+    let c = lane_for(&mut lanes, 2, open);
+    assert_eq!(opened.get(), 3);
+    assert!(!Arc::ptr_eq(&c, &b1));
+    // A view of the second lane goes: the fullest with room is the second (1 view) or the new
+    // one (1 view); either way no lane opens.
+    drop(b2);
+    let _d = lane_for(&mut lanes, 2, open);
+    assert_eq!(opened.get(), 3);
 }
 
 /// A member's Events take their tokens from their own bucket: with the member's budget

@@ -11,17 +11,17 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use futures::stream::BoxStream;
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use super::projections::ServiceExportView;
-use super::views::{Synced, View, WatchHealth, watch_backoff};
 use super::ReconcileObserver;
 use super::pace::Pace;
+use super::projections::ServiceExportView;
+use super::views::{Synced, View, WatchHealth, watch_backoff};
 use crate::api::ServiceExportVersion;
 
 pub(crate) type ExportRef = ObjectRef<ServiceExportView>;

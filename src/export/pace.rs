@@ -42,11 +42,7 @@ where
                 handed: HashSet::new(),
             }),
             changed: Notify::new(),
-            limit: if limit == 0 {
-                usize::MAX
-            } else {
-                limit.into()
-            },
+            limit: if limit == 0 { usize::MAX } else { limit.into() },
         }
     }
 
@@ -179,16 +175,18 @@ mod tests {
         assert_eq!(next_within(&mut stream).await, None);
         pace.done(&key(&second));
         pace.done(&key(&third));
-        let mut rest = vec![
-            next_within(&mut stream).await.expect("four"),
-        ];
+        let mut rest = vec![next_within(&mut stream).await.expect("four")];
         rest.extend(next_within(&mut stream).await);
         let mut all = vec![first, second, third];
         all.extend(rest);
         all.sort();
         assert_eq!(all, ["a", "b", "c", "d"]);
         let state = pace.state.lock();
-        assert_eq!(state.waiting.capacity(), 0, "the emptied set gave its room back");
+        assert_eq!(
+            state.waiting.capacity(),
+            0,
+            "the emptied set gave its room back"
+        );
     }
 
     #[tokio::test]
@@ -228,7 +226,9 @@ mod tests {
                 std::io::Error::other("boom"),
                 Box::new(key("failed").erase()),
             )),
-            Err(controller::Error::ObjectNotFound(Box::new(key("gone").erase()))),
+            Err(controller::Error::ObjectNotFound(Box::new(
+                key("gone").erase(),
+            ))),
         ];
         for item in &items {
             pace.done_with(item, &());

@@ -18,8 +18,8 @@ use tokio::sync::watch;
 
 use super::ReconcileObserver;
 use super::decide::ise_name;
-use super::projections::{IseView, ServiceExportView, ServiceView, project};
 use super::feed::Subscription;
+use super::projections::{IseView, ServiceExportView, ServiceView, project};
 use super::queue::Lossy;
 use crate::api::{InternalServiceExport, ServiceExportVersion};
 
@@ -101,19 +101,15 @@ impl Views {
             })
             .boxed();
         let known = exports.store.clone();
-        let handed = exports
-            .touched
-            .clone()
-            .stream()
-            .inspect(move |key| {
-                // A deleted export's ISE is checked too: one written in a race with the
-                // deletion would otherwise wait for the next ISE event. The feed tells of a
-                // change once the store has it: absent is deleted.
-                if known.get(key).is_none() {
-                    let ns = key.namespace.as_deref().unwrap_or_default();
-                    dangling.push(ise_name(ns, &key.name));
-                }
-            });
+        let handed = exports.touched.clone().stream().inspect(move |key| {
+            // A deleted export's ISE is checked too: one written in a race with the
+            // deletion would otherwise wait for the next ISE event. The feed tells of a
+            // change once the store has it: absent is deleted.
+            if known.get(key).is_none() {
+                let ns = key.namespace.as_deref().unwrap_or_default();
+                dangling.push(ise_name(ns, &key.name));
+            }
+        });
         // No watch of its own: the feed's runs beside it ([`super::feed`]).
         let controller =
             Controller::for_stream_with(futures::stream::pending(), exports.store.clone(), version)

@@ -139,11 +139,7 @@ async fn run_once(
     let probe_client = client.clone();
     // One view of the shared hub client per member, for both exporters: one line in the hub
     // budget, every write fenced by this member's hold.
-    let hub = client::member_view(
-        &shared.hub_client,
-        super::shard::hub_lane(name),
-        shared.fence_of(name),
-    );
+    let hub = client::member_view(&shared.hub_client, shared.fence_of(name));
     let mut runs = Vec::new();
     let mut synced = Synced::default();
     // One ServiceExport watch for both exporters.

@@ -142,11 +142,7 @@ impl Shared {
 
     /// The cleanup records, written through `member`'s fence.
     fn records(&self, member: &str) -> Api<k8s_openapi::api::core::v1::Secret> {
-        let client = crate::client::member_view(
-            &self.hub_client,
-            shard::hub_lane(member),
-            self.fence_of(member),
-        );
+        let client = crate::client::member_view(&self.hub_client, self.fence_of(member));
         Api::namespaced(client, &self.config.records_namespace)
     }
 
@@ -542,7 +538,7 @@ async fn withdraw(
     let ns = format!("{}{name}", shared.config.namespace_prefix);
     // Fenced by the member's lease (sharded), which is kept until the cleanup is done.
     let fence = shared.fence_of(name);
-    let hub = crate::client::member_view(&shared.hub_client, shard::hub_lane(name), fence.clone());
+    let hub = crate::client::member_view(&shared.hub_client, fence.clone());
     let member = match kubeconfig {
         Some(kubeconfig) => member::member_client(
             name,

@@ -53,13 +53,6 @@ pub fn shard_of(member: &str, count: u16) -> u16 {
     u16::try_from(hash64(&[member]) % count).unwrap_or(0)
 }
 
-/// The hub connection a member's hub view keeps to: stable for its name, and independent of
-/// its shard (a replica's members spread over every lane whatever shards it holds).
-pub fn hub_lane(member: &str) -> usize {
-    let lanes = crate::client::HUB_LANES as u64;
-    usize::try_from(hash64(&["hub-lane", member]) % lanes).unwrap_or(0)
-}
-
 /// The Lease name of shard `shard` under `prefix`.
 pub fn shard_lease(prefix: &str, shard: u16) -> String {
     format!("{prefix}-shard-{shard}")

@@ -226,8 +226,8 @@ resource!(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::runtime::reflector::{Lookup, ObjectRef};
     use crate::export::projections::ServiceExportView;
+    use kube::runtime::reflector::{Lookup, ObjectRef};
 
     #[test]
     fn a_slice_keeps_addresses_readiness_ports_label_and_annotations_only() {
@@ -303,10 +303,26 @@ mod tests {
                 "lastTransitionTime": "2026-01-01T00:00:00Z"})
         };
         let cases = [
-            (vec![condition("Valid", "True"), condition("Conflict", "False")], false, true),
-            (vec![condition("Valid", "True"), condition("Conflict", "False")], true, false),
-            (vec![condition("Valid", "True"), condition("Conflict", "True")], false, false),
-            (vec![condition("Valid", "False"), condition("Conflict", "False")], false, false),
+            (
+                vec![condition("Valid", "True"), condition("Conflict", "False")],
+                false,
+                true,
+            ),
+            (
+                vec![condition("Valid", "True"), condition("Conflict", "False")],
+                true,
+                false,
+            ),
+            (
+                vec![condition("Valid", "True"), condition("Conflict", "True")],
+                false,
+                false,
+            ),
+            (
+                vec![condition("Valid", "False"), condition("Conflict", "False")],
+                false,
+                false,
+            ),
             (vec![condition("Valid", "True")], false, false),
             (vec![], false, false),
         ];
@@ -323,8 +339,14 @@ mod tests {
             .expect("a ServiceExport");
             let own = ExportVerdict::from(se.clone());
             let viewed = ExportVerdict::from(ServiceExportView::from(se).to_export());
-            assert_eq!(own.valid_without_conflict, verdict, "{conditions:?} {deleting}");
-            assert_eq!(viewed.valid_without_conflict, verdict, "{conditions:?} {deleting}");
+            assert_eq!(
+                own.valid_without_conflict, verdict,
+                "{conditions:?} {deleting}"
+            );
+            assert_eq!(
+                viewed.valid_without_conflict, verdict,
+                "{conditions:?} {deleting}"
+            );
         }
     }
 
