@@ -312,14 +312,16 @@ struct LaneConnection(Pooled);
 /// The hub client's connections. Each member's hub view keeps to one ([`member_view`]), so
 /// a member's two watches and its writes share one HTTP/2 connection with the other members of
 /// its lane, instead of an HTTP/1.1 connection per watch (two TLS sessions per member before).
-/// kube-apiserver leaves Go's limit of 250 streams per connection in place
-/// (`--http2-max-streams-per-connection`), and hyper waits for a free stream rather than open
-/// another connection: [`MEMBERS_PER_LANE`] members (two watches each) keep well below it, and
-/// 64 lanes of them a replica of 5,120 members. A lane no member uses has no connection.
-pub const HUB_LANES: usize = 64;
+/// kube-apiserver allows 100 streams per connection unless `--http2-max-streams-per-connection`
+/// says otherwise (not Go's 250: it matches what Go clients assume), and hyper waits for a free
+/// stream rather than open another connection, so a lane whose watches took every stream would
+/// leave its members' requests waiting for good. 128 lanes of [`MEMBERS_PER_LANE`] hold a
+/// replica of 5,120 members. A lane no member uses has no connection.
+pub const HUB_LANES: usize = 128;
 
-/// Member views a lane takes before the next lane opens ([`lane_for`]).
-const MEMBERS_PER_LANE: usize = 80;
+/// Member views a lane takes before the next lane opens ([`lane_for`]): their 80 watches
+/// leave 20 of the server's 100 streams for requests.
+const MEMBERS_PER_LANE: usize = 40;
 
 /// client-go's HTTP/2 health check: a ping after 30 s without a frame, 15 s for its answer.
 const HTTP2_PING: Duration = Duration::from_secs(30);

@@ -1,5 +1,6 @@
-//! The exporter's three views (ServiceExports and Services of the member, ISEs of its hub
-//! namespace): when they have listed, whether their watches are healthy, how they back off.
+//! The exporter's views (the member's Services and the ISEs of its hub namespace, beside the
+//! ServiceExports of the feed it shares with the slice exporter): when they have listed,
+//! whether their watches are healthy, how they back off, what they trigger.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
-//! The EndpointSlice exporter's three views, each of a projection (`model`): the member's
-//! EndpointSlices that belong to a Service (the API's label selector keeps the rest out), its
-//! ServiceExports (identity and eligibility), and the EndpointSliceExports in the member's hub
-//! namespace.
+//! The EndpointSlice exporter's two views, each of a projection (`model`): the member's
+//! EndpointSlices that belong to a Service (the API's label selector keeps the rest out) and the
+//! EndpointSliceExports in the member's hub namespace; its ServiceExports are the feed's
+//! (`export::feed`), shared with the ServiceExport exporter.
 
 use std::sync::Arc;
 
