@@ -179,6 +179,10 @@ pub struct ReplicaFigures {
     /// CPU seconds per second in the quiet window.
     pub cpu_per_s_quiet: f64,
     pub handoffs_quiet: usize,
+    /// jemalloc's live objects and the pages it holds, after the quiet window (KiB): what of
+    /// the RSS is live heap, and what the allocator keeps beside it (fragmentation, free pages).
+    pub allocated_after_quiet_kib: Option<u64>,
+    pub resident_after_quiet_kib: Option<u64>,
 }
 
 /// Requests the apiservers counted in a window.
@@ -376,6 +380,8 @@ struct Snapshot {
     cpu: Vec<f64>,
     rss: Vec<u64>,
     handoffs: Vec<usize>,
+    /// Per replica: its allocator's (allocated, resident) bytes, when it reports them.
+    allocator: Vec<(Option<u64>, Option<u64>)>,
 }
 
 async fn snapshot(
@@ -387,6 +393,14 @@ async fn snapshot(
     let cpu = replicas.iter().map(Replica::cpu_seconds).collect();
     let rss = replicas.iter().map(Replica::rss_kib).collect();
     let handoffs = replicas.iter().map(|r| r.log_lines_with(HANDOFF)).collect();
+    let mut allocator = Vec::new();
+    for r in replicas {
+        let text = r.scrape().await.unwrap_or_default();
+        allocator.push((
+            crate::soak::gauge(&text, crate::soak::ALLOCATED),
+            crate::soak::gauge(&text, crate::soak::RESIDENT),
+        ));
+    }
     Ok(Snapshot {
         at,
         hub: scrape_every_resource(std::slice::from_ref(hub)).await?,
@@ -394,6 +408,7 @@ async fn snapshot(
         cpu,
         rss,
         handoffs,
+        allocator,
     })
 }
 
@@ -621,6 +636,8 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
             cpu_to_converged_s: q0.cpu[i],
             cpu_per_s_quiet: (q1.cpu[i] - q0.cpu[i]) / window,
             handoffs_quiet: q1.handoffs[i].saturating_sub(q0.handoffs[i]),
+            allocated_after_quiet_kib: q1.allocator[i].0.map(|b| b / 1024),
+            resident_after_quiet_kib: q1.allocator[i].1.map(|b| b / 1024),
         })
         .collect();
     let per_member = |rss: &[u64]| rss.iter().sum::<u64>() as f64 / names.len() as f64;
@@ -1046,14 +1063,17 @@ pub fn markdown(r: &Report) -> String {
             control = p50_max(&durations(&f.probe_others_s)),
         );
     }
-    out += "\n| replica | members ready at convergence | RSS at convergence | RSS after quiet | CPU s start → convergence | CPU s/s in quiet | hand-offs in quiet |\n|---|---|---|---|---|---|---|\n";
+    out += "\n| replica | members ready at convergence | RSS at convergence | RSS after quiet | allocator after quiet: live / held | CPU s start → convergence | CPU s/s in quiet | hand-offs in quiet |\n|---|---|---|---|---|---|---|---|\n";
     for p in &r.replica {
+        let kib = |k: Option<u64>| k.map_or("?".into(), |k| mib(k as f64));
         out += &format!(
-            "| {} | {} | {} | {} | {:.1} | {:.3} | {} |\n",
+            "| {} | {} | {} | {} | {} / {} | {:.1} | {:.3} | {} |\n",
             p.name,
             p.members_ready,
             mib(p.rss_converged_kib as f64),
             mib(p.rss_after_quiet_kib as f64),
+            kib(p.allocated_after_quiet_kib),
+            kib(p.resident_after_quiet_kib),
             p.cpu_to_converged_s,
             p.cpu_per_s_quiet,
             p.handoffs_quiet

@@ -142,10 +142,12 @@ pub fn departed_series(text: &str, present: &HashSet<String>) -> usize {
         .count()
 }
 
-/// The value of an unlabelled gauge in a `/metrics` text.
 /// The live-heap series of `/metrics`.
-const ALLOCATED: &str = "fleetnet_allocator_bytes{state=\"allocated\"}";
+pub const ALLOCATED: &str = "fleetnet_allocator_bytes{state=\"allocated\"}";
+/// The pages the allocator holds, of `/metrics`.
+pub const RESIDENT: &str = "fleetnet_allocator_bytes{state=\"resident\"}";
 
+/// The value of an unlabelled gauge in a `/metrics` text.
 pub fn gauge(text: &str, name: &str) -> Option<u64> {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
