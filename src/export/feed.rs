@@ -42,7 +42,8 @@ pub struct Subscription {
     pub(crate) version: ServiceExportVersion,
     /// Resolves once the watch has listed.
     pub(crate) synced: Synced,
-    pub(crate) touched: Arc<Pace<ServiceExportView>>,
+    /// Where the names the watch touched wait to be handed to the exporter's controller.
+    pub(crate) pace: Arc<Pace<ServiceExportView>>,
 }
 
 impl ServiceExportFeed {
@@ -78,13 +79,13 @@ impl ServiceExportFeed {
     /// A new subscriber: it hears of everything the watch touches from its first list on,
     /// handed `limit` names at a time ([`Pace`]; 0: all at once).
     pub fn subscribe(&mut self, limit: u16) -> Subscription {
-        let touched = Arc::new(Pace::new(limit));
-        self.subscribers.push(touched.clone());
+        let pace = Arc::new(Pace::new(limit));
+        self.subscribers.push(pace.clone());
         Subscription {
             store: self.store.clone(),
             version: self.version,
             synced: self.synced.clone(),
-            touched,
+            pace,
         }
     }
 

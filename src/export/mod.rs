@@ -221,7 +221,7 @@ impl MemberExporter {
             own_exports: OwnWrites::default(),
         });
         let sweeper = dangling::sweep(ctx.clone(), views.exports, dangling_rx);
-        let pace = self.exports.touched;
+        let pace = self.exports.pace;
         let run = async move {
             // Reconcile errors are handled (and logged) in `reconcile`, watch errors where the
             // watches are inspected: what is left of the controller's items is the room they

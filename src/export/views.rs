@@ -94,7 +94,7 @@ impl Views {
         .boxed();
         // Every trigger waits in the feed's pace, which hands the controller no more names
         // than it reconciles at once.
-        let pace = exports.touched.clone();
+        let pace = exports.pace.clone();
         let triggers = futures::stream::select(service_events, ise_events)
             .for_each(move |key| {
                 pace.trigger(key);
@@ -102,7 +102,7 @@ impl Views {
             })
             .boxed();
         let known = exports.store.clone();
-        let handed = exports.touched.clone().stream().inspect(move |key| {
+        let handed = exports.pace.clone().stream().inspect(move |key| {
             // A deleted export's ISE is checked too: one written in a race with the
             // deletion would otherwise wait for the next ISE event. The feed tells of a
             // change once the store has it: absent is deleted.

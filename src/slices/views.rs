@@ -73,7 +73,7 @@ impl Views {
         .boxed();
         let by_service = slices.clone();
         let export_events = exports
-            .touched
+            .pace
             .clone()
             .stream()
             .flat_map(move |se| futures::stream::iter(slices_of(&by_service, &se)))
