@@ -62,6 +62,20 @@ where
         }
     }
 
+    /// Triggers each name `triggers` yields, until it ends (the watches behind it never do).
+    pub(crate) fn take_from(
+        self: std::sync::Arc<Self>,
+        triggers: impl Stream<Item = ObjectRef<K>> + Send + 'static,
+    ) -> futures::future::BoxFuture<'static, ()> {
+        use futures::{FutureExt, StreamExt};
+        triggers
+            .for_each(move |key| {
+                self.trigger(key);
+                futures::future::ready(())
+            })
+            .boxed()
+    }
+
     /// A reconcile of `key` came out of the controller (done, failed, or its object gone).
     pub(crate) fn done(&self, key: &ObjectRef<K>) {
         let mut state = self.state.lock();
@@ -202,9 +216,9 @@ mod tests {
             got
         });
         tokio::task::yield_now().await;
-        for name in ["x", "y", "z"] {
-            pace.trigger(key(name));
-        }
+        pace.clone()
+            .take_from(futures::stream::iter(["x", "y", "z"].map(key)))
+            .await;
         assert_eq!(waiting.await.unwrap(), ["x", "y", "z"]);
     }
 

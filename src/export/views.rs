@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt, TryStreamExt};
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
@@ -94,13 +94,10 @@ impl Views {
         .boxed();
         // Every trigger waits in the feed's pace, which hands the controller no more names
         // than it reconciles at once.
-        let pace = exports.pace.clone();
-        let triggers = futures::stream::select(service_events, ise_events)
-            .for_each(move |key| {
-                pace.trigger(key);
-                futures::future::ready(())
-            })
-            .boxed();
+        let triggers = exports
+            .pace
+            .clone()
+            .take_from(futures::stream::select(service_events, ise_events));
         let known = exports.store.clone();
         let handed = exports.pace.clone().stream().inspect(move |key| {
             // A deleted export's ISE is checked too: one written in a race with the

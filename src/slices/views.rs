@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::export::queue::Lossy;
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt, TryStreamExt};
+use futures::{StreamExt, TryStreamExt};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
@@ -102,14 +102,11 @@ impl Views {
         .boxed();
         // Every trigger waits in the pace, which hands the controller no more slices than it
         // reconciles at once ([`Pace`]).
-        let triggers = futures::stream::select_all([slice_events, export_events, hub_events]);
-        let paced = pace.clone();
-        let triggers = triggers
-            .for_each(move |key| {
-                paced.trigger(key);
-                futures::future::ready(())
-            })
-            .boxed();
+        let triggers = pace.clone().take_from(futures::stream::select_all([
+            slice_events,
+            export_events,
+            hub_events,
+        ]));
         let controller = Controller::for_stream(futures::stream::pending(), slices.clone())
             .reconcile_on(pace.clone().stream());
         let views = Self {
