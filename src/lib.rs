@@ -11,6 +11,7 @@ pub mod config;
 pub mod export;
 pub mod fleet;
 pub mod http;
+pub mod memory;
 pub mod metrics;
 pub mod policy;
 #[cfg(feature = "sandbox")]

@@ -360,6 +360,10 @@ fn allocator_bytes() -> Option<fleetnet_hub::metrics::AllocatorBytes> {
 }
 
 fn main() -> std::process::ExitCode {
+    // Short-lived allocations apart from what members keep (see `fleetnet_hub::memory`).
+    if let Err(e) = fleetnet_hub::memory::keep_scratch_apart() {
+        eprintln!("fleetnet-hub: no scratch arena, one arena for all ({e})");
+    }
     fleetnet_hub::metrics::report_allocator(allocator_bytes);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -58,11 +58,13 @@ impl ServiceExportFeed {
         let writer = reflector::store::Writer::<ServiceExportView>::new(version);
         let store = writer.as_reader();
         let health = Arc::new(WatchHealth::new(member, observer));
-        let events = watcher::watcher(
-            Api::<ServiceExportView>::all_with(client.clone(), &version),
-            watcher::Config::default(),
+        let events = crate::memory::scratch_stream(
+            watcher::watcher(
+                Api::<ServiceExportView>::all_with(client.clone(), &version),
+                watcher::Config::default(),
+            )
+            .backoff(watch_backoff()),
         )
-        .backoff(watch_backoff())
         .reflect(writer)
         .inspect(health.inspector(View::ServiceExports))
         .boxed();

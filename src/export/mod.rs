@@ -228,7 +228,12 @@ impl MemberExporter {
             // give back to the pace.
             let controller = controller
                 .run(
-                    |se, ctx| reconcile::reconcile(Arc::new(se.to_export()), ctx),
+                    |se, ctx| {
+                        crate::memory::scratch_future(reconcile::reconcile(
+                            Arc::new(se.to_export()),
+                            ctx,
+                        ))
+                    },
                     |se, error, ctx| reconcile::error_policy(&se.to_export(), error, ctx),
                     ctx,
                 )

@@ -49,9 +49,10 @@ impl Views {
         let config = watcher::Config::default;
         let service_events = reflector::reflector(
             services_writer,
-            watch_of(Api::<Service>::all(member.clone()), config())
-                .backoff(watch_backoff())
-                .map_ok(project::<Service, ServiceView>),
+            crate::memory::scratch_stream(
+                watch_of(Api::<Service>::all(member.clone()), config()).backoff(watch_backoff()),
+            )
+            .map_ok(project::<Service, ServiceView>),
         )
         .inspect(health.inspector(View::Services))
         .touched_objects()
@@ -65,8 +66,7 @@ impl Views {
         let listed = dangling.clone();
         let ise_events = reflector::reflector(
             ises_writer,
-            watch_of(hub.clone(), config())
-                .backoff(watch_backoff())
+            crate::memory::scratch_stream(watch_of(hub.clone(), config()).backoff(watch_backoff()))
                 .map_ok(project::<InternalServiceExport, IseView>),
         )
         .inspect(health.inspector(View::InternalServiceExports))

@@ -138,7 +138,11 @@ impl MemberSliceExporter {
         let sweeper = reconcile::sweep(ctx.clone(), absent_rx);
         let run = async move {
             let controller = controller
-                .run(reconcile::reconcile, reconcile::error_policy, ctx)
+                .run(
+                    |s, ctx| crate::memory::scratch_future(reconcile::reconcile(s, ctx)),
+                    reconcile::error_policy,
+                    ctx,
+                )
                 .for_each(|item| {
                     pace.done_with(&item, &());
                     futures::future::ready(())

@@ -55,11 +55,13 @@ impl Views {
         let (slices, slices_writer) = reflector::store::<SliceView>();
         let (hub_view, hub_writer) = reflector::store::<ExportView>();
         let left = queue.clone();
-        let slice_events = watcher::watcher(
-            Api::<SliceView>::all(client.clone()),
-            watcher::Config::default().labels(SERVICE_NAME_LABEL),
+        let slice_events = crate::memory::scratch_stream(
+            watcher::watcher(
+                Api::<SliceView>::all(client.clone()),
+                watcher::Config::default().labels(SERVICE_NAME_LABEL),
+            )
+            .backoff(watch_backoff()),
         )
-        .backoff(watch_backoff())
         .reflect(slices_writer)
         .inspect(health.inspector(View::EndpointSlices))
         .inspect(move |event| {
@@ -81,11 +83,13 @@ impl Views {
         let known = slices.clone();
         let hub_events = reflector::reflector(
             hub_writer,
-            watcher::watcher(
-                hub.clone(),
-                watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S),
+            crate::memory::scratch_stream(
+                watcher::watcher(
+                    hub.clone(),
+                    watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S),
+                )
+                .backoff(watch_backoff()),
             )
-            .backoff(watch_backoff())
             .map_ok(project::<EndpointSliceExport, ExportView>),
         )
         .inspect(health.inspector(View::EndpointSliceExports))
