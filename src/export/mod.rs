@@ -1,7 +1,6 @@
 //! The member-scoped ServiceExport reconciler: observe → decide (pure) → act.
 //!
-//! One [`MemberExporter`] per member: a kube-runtime `Controller` over the member's
-//! ServiceExports, also triggered by the member's Services (same namespace/name) and by the
+//! One [`MemberExporter`] per member: a [`runner`] over the member's ServiceExports, also triggered by the member's Services (same namespace/name) and by the
 //! InternalServiceExports in the member's hub namespace (conflict feedback). Reads come from
 //! reflector stores; writes go to the member and to a hub API scoped to the member's namespace.
 
@@ -19,13 +18,14 @@ pub(crate) mod projections;
 pub mod public_ip;
 pub(crate) mod queue;
 mod reconcile;
+pub(crate) mod runner;
 pub(crate) mod streaks;
 mod views;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Future, StreamExt};
+use futures::Future;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
@@ -179,7 +179,7 @@ impl MemberExporter {
             "dangling_ises",
             self.observer.clone(),
         );
-        let (views, controller, triggers) = Views::watch(
+        let (views, handed, triggers) = Views::watch(
             &self.member_client,
             &hub_api,
             &self.exports,
@@ -189,11 +189,7 @@ impl MemberExporter {
         let synced = health
             .synced(None, &[View::Services, View::InternalServiceExports])
             .and(self.exports.synced.clone());
-        let controller = controller
-            .with_config(kube::runtime::controller::Config::default().concurrency(self.concurrency))
-            // Becoming leader: everything is reconciled once, from the warm caches.
-            .reconcile_all_on(leadership_gained(self.leader.clone()))
-            .graceful_shutdown_on(shutdown);
+        let leadership = leadership_gained(self.leader.clone());
         let member = self.member.clone();
         let (events, creator) = events::Events::new(
             self.events_client,
@@ -221,30 +217,33 @@ impl MemberExporter {
             own_exports: OwnWrites::default(),
         });
         let sweeper = dangling::sweep(ctx.clone(), views.exports, dangling_rx);
-        let pace = self.exports.pace;
+        let runner = runner::Runner {
+            pace: self.exports.pace,
+            store: self.exports.store.clone(),
+            dyntype: version,
+            concurrency: self.concurrency,
+            ctx: ctx.clone(),
+        };
         let run = async move {
             // Reconcile errors are handled (and logged) in `reconcile`, watch errors where the
-            // watches are inspected: what is left of the controller's items is the room they
-            // give back to the pace.
-            let controller = controller
-                .run(
-                    |se, ctx| {
-                        crate::memory::scratch_future(reconcile::reconcile(
-                            Arc::new(se.to_export()),
-                            ctx,
-                        ))
-                    },
-                    |se, error, ctx| reconcile::error_policy(&se.to_export(), error, ctx),
-                    ctx,
-                )
-                .for_each(|item| {
-                    pace.done_with(&item, &version);
-                    futures::future::ready(())
-                });
+            // watches are inspected.
+            let reconciles = runner.run(
+                handed,
+                // Becoming leader: everything is reconciled once, from the warm caches.
+                leadership,
+                shutdown,
+                |se, ctx| {
+                    crate::memory::scratch_future(reconcile::reconcile(
+                        Arc::new(se.to_export()),
+                        ctx,
+                    ))
+                },
+                |se, error, ctx| reconcile::error_policy(&se.to_export(), error, ctx),
+            );
             // The sweeper and the triggers have no end of their own: they stop with the
-            // controller.
+            // reconciles.
             tokio::select! {
-                () = controller => {}
+                () = reconciles => {}
                 () = sweeper => {}
                 () = triggers => {}
             }

@@ -1,17 +1,16 @@
-//! What an exporter's controller is given to reconcile, no faster than it reconciles.
+//! What an exporter's runner is given to reconcile, no faster than it reconciles.
 //!
-//! kube-runtime's scheduler keeps every name it is handed in three tables (its schedule, its
+//! kube-runtime's scheduler kept every name it was handed in three tables (its schedule, its
 //! delay queue, and the names waiting for a free reconcile slot) that keep their size once
 //! grown: a member's first list of 250 exports left ~200 KiB per controller behind, for the
 //! process's life. Here the triggers of every watch wait in one set (one entry per name, given
-//! back when it empties), and the controller is handed a name only while fewer than `limit`
-//! handed names have not come out of it yet.
+//! back when it empties), and the runner ([`super::runner`]) is handed a name only while fewer
+//! than `limit` handed names have not come out of it yet.
 
 use std::collections::HashSet;
 use std::hash::Hash;
 
 use futures::Stream;
-use kube::runtime::controller;
 use kube::runtime::reflector::{Lookup, ObjectRef};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -25,7 +24,7 @@ pub(crate) struct Pace<K: Lookup> {
 struct State<K: Lookup> {
     /// Triggered, not handed yet.
     waiting: HashSet<ObjectRef<K>>,
-    /// Handed, not out of the controller yet (at most `limit`; not kept without a limit).
+    /// Handed, not out of the runner yet (at most `limit`; not kept without a limit).
     handed: HashSet<ObjectRef<K>>,
 }
 
@@ -34,7 +33,7 @@ where
     K: Lookup + 'static,
     K::DynamicType: Hash + Eq + Clone + Send + Sync,
 {
-    /// Hands at most `limit` names at once (the controller's concurrency; 0: no limit).
+    /// Hands at most `limit` names at once (the runner's concurrency; 0: no limit).
     pub(crate) fn new(limit: u16) -> Self {
         Self {
             state: Mutex::new(State {
@@ -76,7 +75,7 @@ where
             .boxed()
     }
 
-    /// A reconcile of `key` came out of the controller (done, failed, or its object gone).
+    /// A reconcile of `key` came out of the runner (done, failed, or its object gone).
     pub(crate) fn done(&self, key: &ObjectRef<K>) {
         let mut state = self.state.lock();
         if state.handed.remove(key) {
@@ -85,30 +84,6 @@ where
             }
             self.changed.notify_one();
         }
-    }
-
-    /// [`Pace::done`] for one item of the controller's output.
-    pub(crate) fn done_with<E, Q>(
-        &self,
-        item: &Result<(ObjectRef<K>, controller::Action), controller::Error<E, Q>>,
-        dyntype: &K::DynamicType,
-    ) where
-        E: std::error::Error + 'static,
-        Q: std::error::Error + 'static,
-    {
-        let erased = match item {
-            Ok((key, _)) => return self.done(key),
-            Err(
-                controller::Error::ReconcilerFailed(_, erased)
-                | controller::Error::ObjectNotFound(erased),
-            ) => erased,
-            Err(_) => return,
-        };
-        let key = ObjectRef::<K>::new_with(&erased.name, dyntype.clone());
-        self.done(&match &erased.namespace {
-            Some(ns) => key.within(ns),
-            None => key,
-        });
     }
 
     /// The names to reconcile, each handed once per trigger at most; never ends.
@@ -131,8 +106,8 @@ where
         if handed.len() >= self.limit {
             return None;
         }
-        // It may be a handed name again: the controller merges the two, or runs it once more
-        // after the running one; it takes no new room either way.
+        // It may be a handed name again: the runner runs it once more after the running one;
+        // it takes no new room.
         let key = waiting.iter().next()?.clone();
         waiting.remove(&key);
         if waiting.is_empty() {
@@ -220,33 +195,5 @@ mod tests {
             .take_from(futures::stream::iter(["x", "y", "z"].map(key)))
             .await;
         assert_eq!(waiting.await.unwrap(), ["x", "y", "z"]);
-    }
-
-    #[test]
-    fn the_controllers_output_gives_room_back_for_reconciled_failed_and_missing_objects() {
-        let pace = Pace::<ConfigMap>::new(3);
-        for name in ["ok", "failed", "gone"] {
-            pace.trigger(key(name));
-        }
-        while pace.next().is_some() {}
-        assert_eq!(pace.state.lock().handed.len(), 3);
-        type Item = Result<
-            (ObjectRef<ConfigMap>, controller::Action),
-            controller::Error<std::io::Error, std::io::Error>,
-        >;
-        let items: [Item; 3] = [
-            Ok((key("ok"), controller::Action::await_change())),
-            Err(controller::Error::ReconcilerFailed(
-                std::io::Error::other("boom"),
-                Box::new(key("failed").erase()),
-            )),
-            Err(controller::Error::ObjectNotFound(Box::new(
-                key("gone").erase(),
-            ))),
-        ];
-        for item in &items {
-            pace.done_with(item, &());
-        }
-        assert!(pace.state.lock().handed.is_empty());
     }
 }

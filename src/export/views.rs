@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::Api;
-use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::watcher::{self, ExponentialBackoff};
@@ -32,8 +32,9 @@ pub(super) struct Views {
 }
 
 impl Views {
-    /// Watches the member's Services and its hub namespace, and builds the controller over the
-    /// feed's ServiceExports that they and the feed trigger; every ISE seen (listed or changed),
+    /// Watches the member's Services and its hub namespace, and returns the names of the feed's
+    /// ServiceExports to reconcile as the pace hands them, with the future that feeds the pace
+    /// what they and the feed trigger; every ISE seen (listed or changed),
     /// and the ISE name of every deleted ServiceExport, is sent to `dangling` to be checked for
     /// a missing export (when its queue is full, the name is left to the next periodic sweep).
     pub(super) fn watch(
@@ -42,7 +43,11 @@ impl Views {
         exports: &Subscription,
         health: &Arc<WatchHealth>,
         dangling: Lossy<String>,
-    ) -> (Self, Controller<ServiceExportView>, BoxFuture<'static, ()>) {
+    ) -> (
+        Self,
+        BoxStream<'static, ObjectRef<ServiceExportView>>,
+        BoxFuture<'static, ()>,
+    ) {
         let version = exports.version;
         let (services, services_writer) = reflector::store::<ServiceView>();
         let (ises, ises_writer) = reflector::store::<IseView>();
@@ -99,25 +104,26 @@ impl Views {
             .clone()
             .take_from(futures::stream::select(service_events, ise_events));
         let known = exports.store.clone();
-        let handed = exports.pace.clone().stream().inspect(move |key| {
-            // A deleted export's ISE is checked too: one written in a race with the
-            // deletion would otherwise wait for the next ISE event. The feed tells of a
-            // change once the store has it: absent is deleted.
-            if known.get(key).is_none() {
-                let ns = key.namespace.as_deref().unwrap_or_default();
-                dangling.push(ise_name(ns, &key.name));
-            }
-        });
-        // No watch of its own: the feed's runs beside it ([`super::feed`]).
-        let controller =
-            Controller::for_stream_with(futures::stream::pending(), exports.store.clone(), version)
-                .reconcile_on(handed);
+        let handed = exports
+            .pace
+            .clone()
+            .stream()
+            .inspect(move |key| {
+                // A deleted export's ISE is checked too: one written in a race with the
+                // deletion would otherwise wait for the next ISE event. The feed tells of a
+                // change once the store has it: absent is deleted.
+                if known.get(key).is_none() {
+                    let ns = key.namespace.as_deref().unwrap_or_default();
+                    dangling.push(ise_name(ns, &key.name));
+                }
+            })
+            .boxed();
         let views = Self {
             services,
             ises,
             exports: exports.store.clone(),
         };
-        (views, controller, triggers)
+        (views, handed, triggers)
     }
 }
 

@@ -1,7 +1,7 @@
 //! The member-scoped EndpointSlice exporter: fleet-networking's member EndpointSlice and
 //! EndpointSliceExport controllers, run from the hub. Observe → decide (pure) → act.
 //!
-//! One [`MemberSliceExporter`] per member: a kube-runtime `Controller` over the member's
+//! One [`MemberSliceExporter`] per member: a runner (`export::runner`) over the member's
 //! EndpointSlices that belong to a Service, also triggered by the member's ServiceExports (the
 //! slices of that Service; from the watch both exporters share, `export::feed`) and by the EndpointSliceExports of the member's hub namespace (the
 //! slice each refers to); a sweeper looks at the slices the view no longer has (deleted, or
@@ -16,7 +16,7 @@ mod views;
 
 use std::sync::Arc;
 
-use futures::{Future, StreamExt};
+use futures::Future;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
@@ -30,6 +30,7 @@ use crate::export::own_writes::OwnWrites;
 use crate::export::pace::Pace;
 use crate::export::projections::ServiceExportView;
 use crate::export::queue::Lossy;
+use crate::export::runner::Runner;
 use crate::export::streaks::Streaks;
 use crate::export::{ReconcileObserver, Synced, WatchHealth};
 use model::{ExportView, SliceView};
@@ -104,7 +105,7 @@ impl MemberSliceExporter {
         );
         let se_version = self.exports.version;
         let pace = Arc::new(Pace::new(self.concurrency));
-        let (views, controller, triggers) = views::Views::watch(
+        let (views, triggers) = views::Views::watch(
             &self.member_client,
             &hub_api,
             &self.exports,
@@ -115,10 +116,8 @@ impl MemberSliceExporter {
         let synced = health
             .synced(None, &views::WATCHED)
             .and(self.exports.synced.clone());
-        let controller = controller
-            .with_config(kube::runtime::controller::Config::default().concurrency(self.concurrency))
-            .reconcile_all_on(crate::export::leadership_gained(self.leader.clone()))
-            .graceful_shutdown_on(shutdown);
+        let leadership = crate::export::leadership_gained(self.leader.clone());
+        let store = views.slices.clone();
         let ctx = Arc::new(Context {
             member: self.member,
             member_client: self.member_client,
@@ -136,19 +135,23 @@ impl MemberSliceExporter {
             own_exports: OwnWrites::default(),
         });
         let sweeper = reconcile::sweep(ctx.clone(), absent_rx);
+        let runner = Runner {
+            pace: pace.clone(),
+            store,
+            dyntype: (),
+            concurrency: self.concurrency,
+            ctx,
+        };
         let run = async move {
-            let controller = controller
-                .run(
-                    |s, ctx| crate::memory::scratch_future(reconcile::reconcile(s, ctx)),
-                    reconcile::error_policy,
-                    ctx,
-                )
-                .for_each(|item| {
-                    pace.done_with(&item, &());
-                    futures::future::ready(())
-                });
+            let reconciles = runner.run(
+                pace.stream(),
+                leadership,
+                shutdown,
+                |s, ctx| crate::memory::scratch_future(reconcile::reconcile(s, ctx)),
+                reconcile::error_policy,
+            );
             tokio::select! {
-                () = controller => {}
+                () = reconciles => {}
                 () = sweeper => {}
                 () = triggers => {}
             }

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::export::runner::Action;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::mpsc;
 use tracing::{Instrument, field};

@@ -10,7 +10,6 @@ use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
@@ -51,7 +50,7 @@ impl Views {
         health: &Arc<WatchHealth>,
         queue: Lossy<Absent>,
         pace: &Arc<Pace<SliceView>>,
-    ) -> (Self, Controller<SliceView>, BoxFuture<'static, ()>) {
+    ) -> (Self, BoxFuture<'static, ()>) {
         let (slices, slices_writer) = reflector::store::<SliceView>();
         let (hub_view, hub_writer) = reflector::store::<ExportView>();
         let left = queue.clone();
@@ -104,20 +103,18 @@ impl Views {
         .touched_objects()
         .filter_map(|e| futures::future::ready(e.ok().map(|e| referred_slice(&e))))
         .boxed();
-        // Every trigger waits in the pace, which hands the controller no more slices than it
+        // Every trigger waits in the pace, which hands the runner no more slices than it
         // reconciles at once ([`Pace`]).
         let triggers = pace.clone().take_from(futures::stream::select_all([
             slice_events,
             export_events,
             hub_events,
         ]));
-        let controller = Controller::for_stream(futures::stream::pending(), slices.clone())
-            .reconcile_on(pace.clone().stream());
         let views = Self {
             slices,
             hub: hub_view,
         };
-        (views, controller, triggers)
+        (views, triggers)
     }
 }
 

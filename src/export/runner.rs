@@ -1,0 +1,238 @@
+//! Runs an exporter's reconciles: each name its [`Pace`] hands is looked up in the view and
+//! reconciled, at most `concurrency` at once and never two of one name at a time, and comes
+//! back after the delay its reconcile (or, when it failed, the error policy) asks for.
+//!
+//! kube-runtime's `Controller` did this with tables of its own beside the pace (a scheduler, a
+//! delay queue's timer wheel, the runner's slots, a reschedule channel): ~17 KiB per member
+//! that a quiet member kept for good. Here a quiet member holds no name and no timer, and the
+//! pace is the one queue of names.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::FuturesUnordered;
+use futures::{Future, Stream, StreamExt};
+use kube::runtime::reflector::{Lookup, ObjectRef, Store};
+use tokio::time::Instant;
+
+use super::pace::Pace;
+
+/// What a reconcile asks for next: to run again after a delay (to recheck, or to retry), or
+/// nothing until a watch triggers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Action(Option<Duration>);
+
+impl Action {
+    /// Reconcile again after `delay`, unless a trigger runs it sooner.
+    pub const fn requeue(delay: Duration) -> Self {
+        Self(Some(delay))
+    }
+
+    /// Nothing until a watch triggers it.
+    pub const fn await_change() -> Self {
+        Self(None)
+    }
+}
+
+/// What [`run`] works from: the names handed, the view they are looked up in, and the
+/// reconcile's shared context.
+pub(crate) struct Runner<K: Lookup + 'static, C>
+where
+    K::DynamicType: Hash + Eq,
+{
+    pub(crate) pace: Arc<Pace<K>>,
+    pub(crate) store: Store<K>,
+    /// The view's dynamic type (for the names of [`Runner::reconcile_all_on`]).
+    pub(crate) dyntype: K::DynamicType,
+    /// Reconciles at once; 0: no limit but the pace's.
+    pub(crate) concurrency: u16,
+    pub(crate) ctx: Arc<C>,
+}
+
+impl<K, C> Runner<K, C>
+where
+    K: Lookup + Clone + Send + Sync + 'static,
+    K::DynamicType: Hash + Eq + Clone + Send + Sync,
+    C: Send + Sync + 'static,
+{
+    /// Reconciles what `keys` hands (the pace's stream, or one built on it) until `shutdown`
+    /// resolves; the reconciles running then finish first. Each item of `reconcile_all`
+    /// triggers every name in the view (leadership gained). Never ends otherwise.
+    pub(crate) async fn run<E, F>(
+        self,
+        keys: impl Stream<Item = ObjectRef<K>> + Send,
+        reconcile_all: impl Stream<Item = ()> + Send,
+        shutdown: impl Future<Output = ()> + Send,
+        mut reconcile: impl FnMut(Arc<K>, Arc<C>) -> F + Send,
+        error_policy: impl Fn(Arc<K>, &E, Arc<C>) -> Action + Send + Sync,
+    ) where
+        F: Future<Output = Result<Action, E>> + Send,
+    {
+        let Self {
+            pace,
+            store,
+            dyntype,
+            concurrency,
+            ctx,
+        } = self;
+        let concurrency = if concurrency == 0 {
+            usize::MAX
+        } else {
+            concurrency.into()
+        };
+        let mut keys = std::pin::pin!(keys.fuse());
+        let mut reconcile_all = std::pin::pin!(reconcile_all.fuse());
+        let mut shutdown = std::pin::pin!(futures::FutureExt::fuse(shutdown));
+        let mut running = FuturesUnordered::new();
+        let mut timers = FuturesUnordered::new();
+        let mut book = Book::<K>::default();
+        let mut stopping = false;
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut shutdown, if !stopping => stopping = true,
+                Some((key, action)) = running.next(), if !running.is_empty() => {
+                    if let Some(at) = book.finished(&key, action, Instant::now()) {
+                        let due = key.clone();
+                        timers.push(Box::pin(async move {
+                            tokio::time::sleep_until(at).await;
+                            (due, at)
+                        }));
+                    }
+                    pace.done(&key);
+                    if book.again.remove(&key) {
+                        pace.trigger(key);
+                    }
+                    book.shrink();
+                }
+                Some((key, at)) = timers.next(), if !stopping && !timers.is_empty() => {
+                    if book.due(&key, at) {
+                        pace.trigger(key);
+                    }
+                    book.shrink();
+                }
+                Some(()) = reconcile_all.next(), if !stopping => {
+                    pace.trigger_all(store.state().iter().map(|o| o.to_object_ref(dyntype.clone())));
+                }
+                Some(key) = keys.next(), if !stopping && running.len() < concurrency => {
+                    let Some(object) = store.get(&key) else {
+                        // Gone from the view: nothing to reconcile (its deletion was handled
+                        // where the watch saw it).
+                        book.forget(&key);
+                        if !book.busy.contains(&key) {
+                            pace.done(&key);
+                        }
+                        continue;
+                    };
+                    if !book.start(&key) {
+                        continue;
+                    }
+                    let work = reconcile(object.clone(), ctx.clone());
+                    let ctx = ctx.clone();
+                    let policy = &error_policy;
+                    running.push(async move {
+                        let action = match work.await {
+                            Ok(action) => action,
+                            Err(error) => policy(object, &error, ctx),
+                        };
+                        (key, action)
+                    });
+                }
+                // Only when the names have ended and nothing runs or waits: until told to stop.
+                else => {
+                    (&mut shutdown).await;
+                    stopping = true;
+                }
+            }
+            if stopping && running.is_empty() {
+                return;
+            }
+        }
+    }
+}
+
+/// Which names are running, which were handed again meanwhile, and when each requeued name
+/// is due. Each set gives its room back once empty.
+struct Book<K: Lookup> {
+    busy: HashSet<ObjectRef<K>>,
+    /// Handed while running: run once more after.
+    again: HashSet<ObjectRef<K>>,
+    due: HashMap<ObjectRef<K>, Instant>,
+}
+
+impl<K: Lookup> Default for Book<K>
+where
+    K::DynamicType: Hash + Eq,
+{
+    fn default() -> Self {
+        Self {
+            busy: HashSet::new(),
+            again: HashSet::new(),
+            due: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Lookup> Book<K>
+where
+    K::DynamicType: Hash + Eq + Clone,
+{
+    /// `key` was handed: whether to run it now (not while it runs already). Either way, the
+    /// run supersedes a requeue it had waiting, as kube's scheduler keeps the earliest.
+    fn start(&mut self, key: &ObjectRef<K>) -> bool {
+        self.due.remove(key);
+        if self.busy.contains(key) {
+            self.again.insert(key.clone());
+            return false;
+        }
+        self.busy.insert(key.clone());
+        true
+    }
+
+    /// `key` is no longer in the view: nothing is due for it.
+    fn forget(&mut self, key: &ObjectRef<K>) {
+        self.due.remove(key);
+    }
+
+    /// `key`'s run ended with `action`: the instant of the timer to set, if it asks for one
+    /// sooner than one already set.
+    fn finished(&mut self, key: &ObjectRef<K>, action: Action, now: Instant) -> Option<Instant> {
+        self.busy.remove(key);
+        let at = now + action.0?;
+        match self.due.get(key) {
+            Some(earlier) if *earlier <= at => None,
+            _ => {
+                self.due.insert(key.clone(), at);
+                Some(at)
+            }
+        }
+    }
+
+    /// A timer set for `at` fired: whether `key` is still due then (a run since, or a sooner
+    /// timer, made it stale).
+    fn due(&mut self, key: &ObjectRef<K>, at: Instant) -> bool {
+        if self.due.get(key) == Some(&at) {
+            self.due.remove(key);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn shrink(&mut self) {
+        if self.busy.is_empty() {
+            self.busy = HashSet::new();
+        }
+        if self.again.is_empty() {
+            self.again = HashSet::new();
+        }
+        if self.due.is_empty() {
+            self.due = HashMap::new();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
