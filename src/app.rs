@@ -189,6 +189,7 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
 
     let shared = Arc::new(fleet::Shared {
         config: config.runtime,
+        hub_views: crate::client::HubViews::new(&hub),
         hub_client: hub,
         state: state.clone(),
         observer: metrics.clone(),

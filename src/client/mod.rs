@@ -13,6 +13,7 @@ mod classify;
 pub mod exec;
 pub mod fence;
 
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -438,6 +439,105 @@ pub fn member_view(client: &kube::Client, fence: Fence) -> kube::Client {
         async move { shared.send(req).await.map_err(BoxError::from) }
     });
     kube::Client::new(service, client.default_namespace().to_string())
+}
+
+/// The members' long-lived views of the hub client ([`member_view`]) as one client: a request
+/// is sent as the member's whose hub namespace it addresses (each member reads and writes only
+/// in its own), with that member's line in the shared budget, its fence and its lane. A
+/// `kube::Client` per member would cost each a request buffer (~11 KiB) and a task.
+#[derive(Clone)]
+pub struct HubViews {
+    client: kube::Client,
+    routes: Arc<Mutex<HashMap<String, Arc<Route>>>>,
+}
+
+/// One member's place in the shared hub client ([`member_view`]'s extensions).
+struct Route {
+    turn: Turn,
+    fence: Fence,
+    lane: Lane,
+}
+
+/// Keeps a member's namespace routed ([`HubViews::add`]) until dropped.
+#[must_use = "the namespace is routed only while this is kept"]
+pub struct HubView {
+    routes: Arc<Mutex<HashMap<String, Arc<Route>>>>,
+    namespace: String,
+    route: Arc<Route>,
+}
+
+impl HubViews {
+    /// Views of `hub` (its budget, retries, counters).
+    pub fn new(hub: &kube::Client) -> Self {
+        let shared = hub.clone();
+        let routes: Arc<Mutex<HashMap<String, Arc<Route>>>> = Arc::default();
+        let known = routes.clone();
+        // Requests of a namespace no member holds (none are sent: a member's tasks end with
+        // its view) go under a fence that is never held: no write leaves unfenced.
+        let unrouted = Fence::new(tokio::sync::watch::channel(fence::Hold::Never).1);
+        let service = tower::service_fn(move |mut req: Request<Body>| {
+            let shared = shared.clone();
+            let route = namespace_of(req.uri().path()).and_then(|ns| known.lock().get(ns).cloned());
+            match route {
+                Some(route) => {
+                    req.extensions_mut().insert(route.turn.clone());
+                    req.extensions_mut().insert(route.fence.clone());
+                    req.extensions_mut().insert(route.lane.clone());
+                }
+                None => {
+                    req.extensions_mut().insert(unrouted.clone());
+                }
+            }
+            async move { shared.send(req).await.map_err(BoxError::from) }
+        });
+        Self {
+            client: kube::Client::new(service, hub.default_namespace().to_string()),
+            routes,
+        }
+    }
+
+    /// The client every member's hub APIs are built on (each in its own namespace).
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// Requests addressed to `namespace` go as one member's, with writes fenced by `fence`,
+    /// until the returned [`HubView`] is dropped.
+    pub fn add(&self, namespace: &str, fence: Fence) -> HubView {
+        let route = Arc::new(Route {
+            turn: Turn::default(),
+            fence,
+            lane: Lane::default(),
+        });
+        self.routes
+            .lock()
+            .insert(namespace.to_string(), route.clone());
+        HubView {
+            routes: self.routes.clone(),
+            namespace: namespace.to_string(),
+            route,
+        }
+    }
+}
+
+impl Drop for HubView {
+    fn drop(&mut self) {
+        let mut routes = self.routes.lock();
+        // A member started again may hold the namespace already: its route stays.
+        if routes
+            .get(&self.namespace)
+            .is_some_and(|r| Arc::ptr_eq(r, &self.route))
+        {
+            routes.remove(&self.namespace);
+        }
+    }
+}
+
+/// The namespace a request path addresses (`…/namespaces/<ns>/<resource>…`), if any.
+fn namespace_of(path: &str) -> Option<&str> {
+    let (_, rest) = path.split_once("/namespaces/")?;
+    let (ns, resource) = rest.split_once('/')?;
+    (!ns.is_empty() && !resource.is_empty()).then_some(ns)
 }
 
 /// The field manager every write of fleetnet-hub is recorded under (managedFields).

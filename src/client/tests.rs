@@ -255,3 +255,102 @@ fn every_request_names_the_product_and_writes_its_field_manager() {
     let r = identify(req(http::Method::PATCH, "/x?fieldManager=mine&force=true"));
     assert_eq!(r.uri().query(), Some("fieldManager=mine&force=true"));
 }
+
+/// The shared view of the hub sends each request as the member whose namespace it addresses:
+/// that member's fence decides its writes; a namespace no member holds (never held, or
+/// given back) has every write refused; a member started again keeps its namespace when the
+/// earlier view goes.
+#[tokio::test]
+async fn hub_views_fence_each_namespace_by_its_members_hold_and_refuse_unrouted_writes() {
+    let config = kube::Config::new("http://127.0.0.1:1".parse().expect("url"));
+    let hub = build("hub", config, &Limits::default(), Arc::default()).expect("hub client");
+    let views = HubViews::new(&hub);
+    let create = |ns: &str| {
+        let api = kube::Api::<ConfigMap>::namespaced(views.client(), ns);
+        async move {
+            let error = api
+                .create(&Default::default(), &ConfigMap::default())
+                .await
+                .expect_err("no server");
+            fence::refused(&error)
+        }
+    };
+    let (_lost, never) = tokio::sync::watch::channel(Hold::Never);
+    let _a = views.add("fleet-member-a", Fence::new(never));
+    let b = views.add("fleet-member-b", Fence::open());
+    assert!(create("fleet-member-a").await, "a's hold is not held");
+    assert!(!create("fleet-member-b").await, "b's write is sent");
+    assert!(create("fleet-member-c").await, "no member holds c");
+    drop(b);
+    assert!(create("fleet-member-b").await, "b's view went");
+    let (_held, always) = tokio::sync::watch::channel(Hold::Always);
+    let again = views.add("fleet-member-a", Fence::new(always));
+    drop(_a);
+    assert!(
+        !create("fleet-member-a").await,
+        "the newer view of a stays when the older goes"
+    );
+    drop(again);
+    assert!(create("fleet-member-a").await);
+}
+
+/// The views' namespaces share a lane's connection, which closes with the last of them.
+#[tokio::test]
+async fn hub_views_share_a_lane_and_its_connection_closes_with_the_last_view() {
+    use std::sync::atomic::Ordering;
+    let (url, accepted, open) = counting_server().await;
+    let config = kube::Config::new(url.parse().expect("url"));
+    let hub = build_over(
+        "hub",
+        config,
+        8,
+        &Limits::default(),
+        Arc::default(),
+        Fence::open(),
+    )
+    .expect("hub client");
+    let views = HubViews::new(&hub);
+    let get = |ns: &str| {
+        let client = views.client();
+        let req = http::Request::get(format!("/api/v1/namespaces/{ns}/configmaps"))
+            .body(vec![])
+            .expect("request");
+        async move { client.request_text(req).await.expect("answered") }
+    };
+    let a = views.add("fleet-member-a", Fence::open());
+    let b = views.add("fleet-member-b", Fence::open());
+    get("fleet-member-a").await;
+    get("fleet-member-b").await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "one lane for both");
+    assert_eq!(open.load(Ordering::SeqCst), 1);
+    drop(a);
+    get("fleet-member-b").await;
+    assert_eq!(open.load(Ordering::SeqCst), 1, "b still uses it");
+    drop(b);
+    let closed = async {
+        while open.load(Ordering::SeqCst) != 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), closed)
+        .await
+        .expect("the lane's connection closed with its last view");
+}
+
+#[test]
+fn a_request_path_names_the_namespace_it_addresses() {
+    let cases = [
+        ("/api/v1/namespaces/ns/configmaps", Some("ns")),
+        (
+            "/apis/networking.fleet.azure.com/v1alpha1/namespaces/fleet-member-a/internalserviceexports/x",
+            Some("fleet-member-a"),
+        ),
+        ("/api/v1/namespaces/ns", None),
+        ("/api/v1/namespaces//configmaps", None),
+        ("/apis/coordination.k8s.io/v1/leases", None),
+        ("/version", None),
+    ];
+    for (path, ns) in cases {
+        assert_eq!(namespace_of(path), ns, "{path}");
+    }
+}

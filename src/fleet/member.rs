@@ -137,9 +137,11 @@ async fn run_once(
     })??;
     shared.state.record(name, Event::Syncing);
     let probe_client = client.clone();
-    // One view of the shared hub client per member, for both exporters: one line in the hub
-    // budget, every write fenced by this member's hold.
-    let hub = client::member_view(&shared.hub_client, shared.fence_of(name));
+    // The member's view of the shared hub client, for both exporters: one line in the hub
+    // budget, every write fenced by this member's hold; kept until its tasks are over.
+    let hub_namespace = format!("{}{name}", cfg.namespace_prefix);
+    let _hub_view = shared.hub_views.add(&hub_namespace, shared.fence_of(name));
+    let hub = shared.hub_views.client();
     let mut runs = Vec::new();
     let mut synced = Synced::default();
     // One ServiceExport watch for both exporters.
@@ -164,7 +166,7 @@ async fn run_once(
             member: name.to_string(),
             member_client: client,
             hub_client: hub,
-            hub_namespace: format!("{}{name}", cfg.namespace_prefix),
+            hub_namespace: hub_namespace.clone(),
             // Mapped to slices, which the slice exporter paces.
             exports: exports.subscribe(0),
             concurrency: cfg.member_limits.reconcile_concurrency,

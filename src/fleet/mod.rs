@@ -93,6 +93,8 @@ pub struct Shared {
     pub config: RuntimeConfig,
     /// One hub client (one hub limiter) for the whole fleet; members only get scoped APIs.
     pub hub_client: kube::Client,
+    /// The members' views of `hub_client`, one client for all ([`crate::client::HubViews`]).
+    pub hub_views: crate::client::HubViews,
     pub state: Arc<FleetState>,
     pub observer: Arc<dyn ReconcileObserver>,
     pub hooks: Arc<dyn MemberHooks>,
