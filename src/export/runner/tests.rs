@@ -38,23 +38,26 @@ impl Seen {
     }
 }
 
+/// A running runner and what drives it.
+struct Started {
+    pace: Arc<Pace<ConfigMap>>,
+    seen: Arc<Seen>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    reconcile_all: futures::channel::mpsc::UnboundedSender<()>,
+    view: Writer<ConfigMap>,
+    task: tokio::task::JoinHandle<()>,
+}
+
 /// A runner over `names` (in the view) with `concurrency`, each reconcile taking `hold` and
 /// asking for `action` (or failing when its name starts with "fail", the error policy asking
-/// for `on_error`). Returns the pace, the seen record and the shutdown sender.
+/// for `on_error`).
 fn start(
     names: &[&str],
     concurrency: u16,
     hold: Duration,
     action: Action,
     on_error: Action,
-) -> (
-    Arc<Pace<ConfigMap>>,
-    Arc<Seen>,
-    tokio::sync::oneshot::Sender<()>,
-    futures::channel::mpsc::UnboundedSender<()>,
-    Writer<ConfigMap>,
-    tokio::task::JoinHandle<()>,
-) {
+) -> Started {
     let (store, mut writer) = reflector::store::<ConfigMap>();
     for name in names {
         put(&mut writer, name);
@@ -96,13 +99,25 @@ fn start(
         },
         move |_cm: Arc<ConfigMap>, _e: &std::io::Error, _seen: Arc<Seen>| on_error,
     ));
-    (pace, seen, stop, all_tx, writer, task)
+    Started {
+        pace,
+        seen,
+        stop,
+        reconcile_all: all_tx,
+        view: writer,
+        task,
+    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn runs_at_most_concurrency_at_once_and_one_name_once_at_a_time() {
     let names = ["a", "b", "c", "d", "e"];
-    let (pace, seen, _stop, _all, _w, _task) = start(
+    let Started {
+        pace,
+        seen,
+        stop: _stop,
+        ..
+    } = start(
         &names,
         2,
         Duration::from_secs(1),
@@ -132,7 +147,12 @@ async fn runs_at_most_concurrency_at_once_and_one_name_once_at_a_time() {
 
 #[tokio::test(start_paused = true)]
 async fn a_name_triggered_while_it_runs_runs_again_after() {
-    let (pace, seen, _stop, _all, _w, _task) = start(
+    let Started {
+        pace,
+        seen,
+        stop: _stop,
+        ..
+    } = start(
         &["a"],
         4,
         Duration::from_secs(1),
@@ -149,7 +169,12 @@ async fn a_name_triggered_while_it_runs_runs_again_after() {
 
 #[tokio::test(start_paused = true)]
 async fn a_requeue_runs_again_after_its_delay_unless_a_trigger_ran_it_sooner() {
-    let (pace, seen, _stop, _all, _w, _task) = start(
+    let Started {
+        pace,
+        seen,
+        stop: _stop,
+        ..
+    } = start(
         &["a"],
         4,
         Duration::from_millis(10),
@@ -175,7 +200,12 @@ async fn a_requeue_runs_again_after_its_delay_unless_a_trigger_ran_it_sooner() {
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_reconcile_comes_back_after_what_the_error_policy_asks() {
-    let (pace, seen, _stop, _all, _w, _task) = start(
+    let Started {
+        pace,
+        seen,
+        stop: _stop,
+        ..
+    } = start(
         &["fail-1"],
         4,
         Duration::from_millis(10),
@@ -189,7 +219,12 @@ async fn a_failed_reconcile_comes_back_after_what_the_error_policy_asks() {
 
 #[tokio::test(start_paused = true)]
 async fn a_name_not_in_the_view_is_not_reconciled_and_gives_its_room_back() {
-    let (pace, seen, _stop, _all, _w, _task) = start(
+    let Started {
+        pace,
+        seen,
+        stop: _stop,
+        ..
+    } = start(
         &["a"],
         1,
         Duration::from_millis(10),
@@ -205,15 +240,21 @@ async fn a_name_not_in_the_view_is_not_reconciled_and_gives_its_room_back() {
 
 #[tokio::test(start_paused = true)]
 async fn reconcile_all_triggers_every_name_in_the_view() {
-    let (_pace, seen, _stop, all, mut writer, _task) = start(
+    let Started {
+        seen,
+        reconcile_all,
+        mut view,
+        stop: _stop,
+        ..
+    } = start(
         &["a", "b"],
         4,
         Duration::from_millis(10),
         Action::await_change(),
         Action::await_change(),
     );
-    put(&mut writer, "c");
-    all.unbounded_send(()).unwrap();
+    put(&mut view, "c");
+    reconcile_all.unbounded_send(()).unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let mut runs = seen.runs.lock().clone();
     runs.sort();
@@ -222,7 +263,13 @@ async fn reconcile_all_triggers_every_name_in_the_view() {
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_lets_running_reconciles_finish_and_starts_no_more() {
-    let (pace, seen, stop, _all, _w, task) = start(
+    let Started {
+        pace,
+        seen,
+        stop,
+        task,
+        ..
+    } = start(
         &["a", "b"],
         1,
         Duration::from_secs(3),
