@@ -85,6 +85,16 @@ where
         let mut keys = std::pin::pin!(keys.fuse());
         let mut reconcile_all = std::pin::pin!(reconcile_all.fuse());
         let mut shutdown = std::pin::pin!(futures::FutureExt::fuse(shutdown));
+        // Names wait in the pace until the view has its first list: one looked up before
+        // would be missing, not gone (as kube's runner held its tasks). A view whose writer
+        // went never lists: its watch ended with the member, and shutdown follows.
+        let view = store.clone();
+        let mut listed = std::pin::pin!(futures::FutureExt::fuse(async move {
+            if view.wait_until_ready().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }));
+        let mut ready = false;
         let mut running = FuturesUnordered::new();
         let mut timers = FuturesUnordered::new();
         let mut book = Book::<K>::default();
@@ -93,6 +103,7 @@ where
             tokio::select! {
                 biased;
                 () = &mut shutdown, if !stopping => stopping = true,
+                () = &mut listed, if !ready => ready = true,
                 Some((key, action)) = running.next(), if !running.is_empty() => {
                     if let Some(at) = book.finished(&key, action, Instant::now()) {
                         let due = key.clone();
@@ -116,7 +127,7 @@ where
                 Some(()) = reconcile_all.next(), if !stopping => {
                     pace.trigger_all(store.state().iter().map(|o| o.to_object_ref(dyntype.clone())));
                 }
-                Some(key) = keys.next(), if !stopping && running.len() < concurrency => {
+                Some(key) = keys.next(), if ready && !stopping && running.len() < concurrency => {
                     let Some(object) = store.get(&key) else {
                         // Gone from the view: nothing to reconcile (its deletion was handled
                         // where the watch saw it).

@@ -11,15 +11,28 @@ fn key(name: &str) -> ObjectRef<ConfigMap> {
     ObjectRef::new(name).within("ns")
 }
 
-fn put(writer: &mut Writer<ConfigMap>, name: &str) {
-    writer.apply_watcher_event(&watcher::Event::Apply(ConfigMap {
+fn config_map(name: &str) -> ConfigMap {
+    ConfigMap {
         metadata: ObjectMeta {
             name: Some(name.into()),
             namespace: Some("ns".into()),
             ..ObjectMeta::default()
         },
         ..ConfigMap::default()
-    }));
+    }
+}
+
+/// The view's first list: `names`, complete.
+fn list(writer: &mut Writer<ConfigMap>, names: &[&str]) {
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for name in names {
+        writer.apply_watcher_event(&watcher::Event::InitApply(config_map(name)));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+}
+
+fn put(writer: &mut Writer<ConfigMap>, name: &str) {
+    writer.apply_watcher_event(&watcher::Event::Apply(config_map(name)));
 }
 
 /// What the reconciles saw: how many ran at once at most, and each name's runs.
@@ -48,19 +61,19 @@ struct Started {
     task: tokio::task::JoinHandle<()>,
 }
 
-/// A runner over `names` (in the view) with `concurrency`, each reconcile taking `hold` and
+/// A runner over a view that listed `names` (`None`: has not listed yet) with `concurrency`, each reconcile taking `hold` and
 /// asking for `action` (or failing when its name starts with "fail", the error policy asking
 /// for `on_error`).
 fn start(
-    names: &[&str],
+    names: Option<&[&str]>,
     concurrency: u16,
     hold: Duration,
     action: Action,
     on_error: Action,
 ) -> Started {
     let (store, mut writer) = reflector::store::<ConfigMap>();
-    for name in names {
-        put(&mut writer, name);
+    if let Some(names) = names {
+        list(&mut writer, names);
     }
     let pace = Arc::new(Pace::new(concurrency));
     let seen = Arc::new(Seen::default());
@@ -118,7 +131,7 @@ async fn runs_at_most_concurrency_at_once_and_one_name_once_at_a_time() {
         stop: _stop,
         ..
     } = start(
-        &names,
+        Some(&names),
         2,
         Duration::from_secs(1),
         Action::await_change(),
@@ -153,7 +166,7 @@ async fn a_name_triggered_while_it_runs_runs_again_after() {
         stop: _stop,
         ..
     } = start(
-        &["a"],
+        Some(&["a"]),
         4,
         Duration::from_secs(1),
         Action::await_change(),
@@ -175,7 +188,7 @@ async fn a_requeue_runs_again_after_its_delay_unless_a_trigger_ran_it_sooner() {
         stop: _stop,
         ..
     } = start(
-        &["a"],
+        Some(&["a"]),
         4,
         Duration::from_millis(10),
         Action::requeue(Duration::from_secs(30)),
@@ -206,7 +219,7 @@ async fn a_failed_reconcile_comes_back_after_what_the_error_policy_asks() {
         stop: _stop,
         ..
     } = start(
-        &["fail-1"],
+        Some(&["fail-1"]),
         4,
         Duration::from_millis(10),
         Action::await_change(),
@@ -225,7 +238,7 @@ async fn a_name_not_in_the_view_is_not_reconciled_and_gives_its_room_back() {
         stop: _stop,
         ..
     } = start(
-        &["a"],
+        Some(&["a"]),
         1,
         Duration::from_millis(10),
         Action::await_change(),
@@ -247,7 +260,7 @@ async fn reconcile_all_triggers_every_name_in_the_view() {
         stop: _stop,
         ..
     } = start(
-        &["a", "b"],
+        Some(&["a", "b"]),
         4,
         Duration::from_millis(10),
         Action::await_change(),
@@ -270,7 +283,7 @@ async fn shutdown_lets_running_reconciles_finish_and_starts_no_more() {
         task,
         ..
     } = start(
-        &["a", "b"],
+        Some(&["a", "b"]),
         1,
         Duration::from_secs(3),
         Action::requeue(Duration::from_secs(1)),
@@ -288,6 +301,31 @@ async fn shutdown_lets_running_reconciles_finish_and_starts_no_more() {
         1,
         "the running one finished, no other started"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn names_handed_before_the_view_has_listed_are_reconciled_once_it_has() {
+    let Started {
+        pace,
+        seen,
+        mut view,
+        stop: _stop,
+        ..
+    } = start(
+        None,
+        4,
+        Duration::from_millis(10),
+        Action::await_change(),
+        Action::await_change(),
+    );
+    pace.trigger_all([key("a"), key("b")]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(seen.runs.lock().is_empty(), "the view has not listed");
+    list(&mut view, &["a", "b"]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut runs = seen.runs.lock().clone();
+    runs.sort();
+    assert_eq!(runs, ["a", "b"]);
 }
 
 #[test]
