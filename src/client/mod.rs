@@ -426,16 +426,15 @@ fn layered(
 /// budget, retries, counters), with every write refused unless `fence` holds when it is sent
 /// (after its wait in the shared bucket, on every retry), and its requests in one line for the
 /// shared bucket ([`Turn`]): a member's backlog never starves another member's change. Its
-/// requests keep to one of the client's connections, its lane (see [`HUB_LANES`]).
+/// requests keep to one of the client's connections, its lane (see [`HUB_LANES`]). For a
+/// member's short errands (its cleanup records, its withdrawal); the members' exporters share
+/// one client, [`HubViews`], with the same routes.
 pub fn member_view(client: &kube::Client, fence: Fence) -> kube::Client {
     let shared = client.clone();
-    let turn = Turn::default();
-    let lane = Lane::default();
+    let route = Route::new(fence);
     let service = tower::service_fn(move |mut req: Request<Body>| {
         let shared = shared.clone();
-        req.extensions_mut().insert(turn.clone());
-        req.extensions_mut().insert(fence.clone());
-        req.extensions_mut().insert(lane.clone());
+        route.mark(&mut req);
         async move { shared.send(req).await.map_err(BoxError::from) }
     });
     kube::Client::new(service, client.default_namespace().to_string())
@@ -451,11 +450,28 @@ pub struct HubViews {
     routes: Arc<Mutex<HashMap<String, Arc<Route>>>>,
 }
 
-/// One member's place in the shared hub client ([`member_view`]'s extensions).
+/// One member's place in the shared hub client: its line in the budget, its fence, its lane.
 struct Route {
     turn: Turn,
     fence: Fence,
     lane: Lane,
+}
+
+impl Route {
+    fn new(fence: Fence) -> Self {
+        Self {
+            turn: Turn::default(),
+            fence,
+            lane: Lane::default(),
+        }
+    }
+
+    /// Sends `req` as this member's.
+    fn mark(&self, req: &mut Request<Body>) {
+        req.extensions_mut().insert(self.turn.clone());
+        req.extensions_mut().insert(self.fence.clone());
+        req.extensions_mut().insert(self.lane.clone());
+    }
 }
 
 /// Keeps a member's namespace routed ([`HubViews::add`]) until dropped.
@@ -479,11 +495,7 @@ impl HubViews {
             let shared = shared.clone();
             let route = namespace_of(req.uri().path()).and_then(|ns| known.lock().get(ns).cloned());
             match route {
-                Some(route) => {
-                    req.extensions_mut().insert(route.turn.clone());
-                    req.extensions_mut().insert(route.fence.clone());
-                    req.extensions_mut().insert(route.lane.clone());
-                }
+                Some(route) => route.mark(&mut req),
                 None => {
                     req.extensions_mut().insert(unrouted.clone());
                 }
@@ -504,11 +516,7 @@ impl HubViews {
     /// Requests addressed to `namespace` go as one member's, with writes fenced by `fence`,
     /// until the returned [`HubView`] is dropped.
     pub fn add(&self, namespace: &str, fence: Fence) -> HubView {
-        let route = Arc::new(Route {
-            turn: Turn::default(),
-            fence,
-            lane: Lane::default(),
-        });
+        let route = Arc::new(Route::new(fence));
         self.routes
             .lock()
             .insert(namespace.to_string(), route.clone());
