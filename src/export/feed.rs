@@ -21,7 +21,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use super::ReconcileObserver;
 use super::pace::Pace;
 use super::projections::ServiceExportView;
-use super::views::{Synced, View, WatchHealth, watch_backoff};
+use super::views::{Synced, View, WatchHealth, view_watch};
 use crate::api::ServiceExportVersion;
 
 pub(crate) type ExportRef = ObjectRef<ServiceExportView>;
@@ -58,12 +58,9 @@ impl ServiceExportFeed {
         let writer = reflector::store::Writer::<ServiceExportView>::new(version);
         let store = writer.as_reader();
         let health = Arc::new(WatchHealth::new(member, observer));
-        let events = crate::memory::scratch_stream(
-            watcher::watcher(
-                Api::<ServiceExportView>::all_with(client.clone(), &version),
-                watcher::Config::default(),
-            )
-            .backoff(watch_backoff()),
+        let events = view_watch(
+            Api::<ServiceExportView>::all_with(client.clone(), &version),
+            watcher::Config::default(),
         )
         .reflect(writer)
         .inspect(health.inspector(View::ServiceExports))

@@ -42,7 +42,7 @@ pub(crate) use reconcile::report;
 use streaks::Streaks;
 pub use views::Synced;
 use views::Views;
-pub(crate) use views::{View, WatchHealth, watch_backoff};
+pub(crate) use views::{View, WatchHealth, view_watch};
 
 /// How a reconcile ended: its [`Outcome`], or the category of the error it failed with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

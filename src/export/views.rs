@@ -54,10 +54,8 @@ impl Views {
         let config = watcher::Config::default;
         let service_events = reflector::reflector(
             services_writer,
-            crate::memory::scratch_stream(
-                watch_of(Api::<Service>::all(member.clone()), config()).backoff(watch_backoff()),
-            )
-            .map_ok(project::<Service, ServiceView>),
+            view_watch(Api::<Service>::all(member.clone()), config())
+                .map_ok(project::<Service, ServiceView>),
         )
         .inspect(health.inspector(View::Services))
         .touched_objects()
@@ -71,8 +69,7 @@ impl Views {
         let listed = dangling.clone();
         let ise_events = reflector::reflector(
             ises_writer,
-            crate::memory::scratch_stream(watch_of(hub.clone(), config()).backoff(watch_backoff()))
-                .map_ok(project::<InternalServiceExport, IseView>),
+            view_watch(hub.clone(), config()).map_ok(project::<InternalServiceExport, IseView>),
         )
         .inspect(health.inspector(View::InternalServiceExports))
         .inspect(move |event| {
@@ -280,9 +277,22 @@ impl WatchHealth {
     }
 }
 
+/// A view's watch of `api`: kube's watcher, retried after [`watch_backoff`], each poll
+/// allocating in the scratch arena ([`crate::memory`]: the lists and full objects it decodes
+/// are freed before the next poll; the store keeps its own copies).
+pub(crate) fn view_watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    crate::memory::scratch_stream(watch_of(api, config).backoff(watch_backoff()))
+}
+
 /// Watch retry: quick enough that a member whose apiserver returns is current again within
 /// a few seconds (kube's default waits up to 30 s, plus jitter), slow enough not to spin.
-pub(crate) fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
+fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
     ResetTimerBackoff::new(
         ExponentialBackoff::from(
             backon::ExponentialBuilder::default()

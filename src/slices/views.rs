@@ -18,7 +18,7 @@ use super::model::{ExportView, SliceView};
 use crate::api::EndpointSliceExport;
 use crate::export::feed::{ExportRef, Subscription};
 use crate::export::pace::Pace;
-use crate::export::{View, WatchHealth, project, watch_backoff};
+use crate::export::{View, WatchHealth, project, view_watch};
 
 /// The watches whose first lists the exporter waits for.
 /// (The ServiceExports are the feed's.)
@@ -54,12 +54,9 @@ impl Views {
         let (slices, slices_writer) = reflector::store::<SliceView>();
         let (hub_view, hub_writer) = reflector::store::<ExportView>();
         let left = queue.clone();
-        let slice_events = crate::memory::scratch_stream(
-            watcher::watcher(
-                Api::<SliceView>::all(client.clone()),
-                watcher::Config::default().labels(SERVICE_NAME_LABEL),
-            )
-            .backoff(watch_backoff()),
+        let slice_events = view_watch(
+            Api::<SliceView>::all(client.clone()),
+            watcher::Config::default().labels(SERVICE_NAME_LABEL),
         )
         .reflect(slices_writer)
         .inspect(health.inspector(View::EndpointSlices))
@@ -82,12 +79,9 @@ impl Views {
         let known = slices.clone();
         let hub_events = reflector::reflector(
             hub_writer,
-            crate::memory::scratch_stream(
-                watcher::watcher(
-                    hub.clone(),
-                    watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S),
-                )
-                .backoff(watch_backoff()),
+            view_watch(
+                hub.clone(),
+                watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S),
             )
             .map_ok(project::<EndpointSliceExport, ExportView>),
         )
