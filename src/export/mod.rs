@@ -106,12 +106,11 @@ pub struct MemberExporter {
     pub member_client: kube::Client,
     /// Events go through this one (its own budget), so they never delay exports.
     pub events_client: kube::Client,
-    /// Reconciles running at once; 0: unbounded.
-    pub concurrency: u16,
     /// A hub client; the exporter only ever uses it inside `hub_namespace`.
     pub hub_client: kube::Client,
     pub hub_namespace: String,
-    /// The member's ServiceExports, from the watch it shares with the EndpointSlice exporter.
+    /// The member's ServiceExports, from the watch it shares with the EndpointSlice exporter;
+    /// its pace's limit is how many reconciles run at once.
     pub exports: feed::Subscription,
     pub settings: Settings,
     /// Traffic Manager lookups; `None` when the feature is off.
@@ -221,7 +220,6 @@ impl MemberExporter {
             pace: self.exports.pace,
             store: self.exports.store.clone(),
             dyntype: version,
-            concurrency: self.concurrency,
             ctx: ctx.clone(),
         };
         let run = async move {

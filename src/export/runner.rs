@@ -1,6 +1,7 @@
 //! Runs an exporter's reconciles: each name its [`Pace`] hands is looked up in the view and
-//! reconciled, at most `concurrency` at once and never two of one name at a time, and comes
-//! back after the delay its reconcile (or, when it failed, the error policy) asks for.
+//! reconciled, never two of one name at a time, and comes back after the delay its reconcile
+//! (or, when it failed, the error policy) asks for. How many run at once is the pace's limit:
+//! it hands no more names than that until some come back.
 //!
 //! kube-runtime's `Controller` did this with tables of its own beside the pace (a scheduler, a
 //! delay queue's timer wheel, the runner's slots, a reschedule channel): ~17 KiB per member
@@ -46,8 +47,6 @@ where
     pub(crate) store: Store<K>,
     /// The view's dynamic type (for the names of [`Runner::reconcile_all_on`]).
     pub(crate) dyntype: K::DynamicType,
-    /// Reconciles at once; 0: no limit but the pace's.
-    pub(crate) concurrency: u16,
     pub(crate) ctx: Arc<C>,
 }
 
@@ -74,14 +73,8 @@ where
             pace,
             store,
             dyntype,
-            concurrency,
             ctx,
         } = self;
-        let concurrency = if concurrency == 0 {
-            usize::MAX
-        } else {
-            concurrency.into()
-        };
         let mut keys = std::pin::pin!(keys.fuse());
         let mut reconcile_all = std::pin::pin!(reconcile_all.fuse());
         let mut shutdown = std::pin::pin!(futures::FutureExt::fuse(shutdown));
@@ -127,7 +120,7 @@ where
                 Some(()) = reconcile_all.next(), if !stopping => {
                     pace.trigger_all(store.state().iter().map(|o| o.to_object_ref(dyntype.clone())));
                 }
-                Some(key) = keys.next(), if ready && !stopping && running.len() < concurrency => {
+                Some(key) = keys.next(), if ready && !stopping => {
                     let Some(object) = store.get(&key) else {
                         // Gone from the view: nothing to reconcile (its deletion was handled
                         // where the watch saw it).

@@ -154,6 +154,7 @@ async fn run_once(
             client.clone(),
             client.clone(),
             hub.clone(),
+            // The pace's limit is how many of the member's reconciles run at once.
             exports.subscribe(cfg.member_limits.reconcile_concurrency),
         );
         let stop = cancel.clone();
@@ -222,7 +223,6 @@ fn exporter(
         member: name.to_string(),
         member_client: client,
         events_client: events,
-        concurrency: cfg.member_limits.reconcile_concurrency,
         hub_client,
         hub_namespace: format!("{}{name}", cfg.namespace_prefix),
         exports,

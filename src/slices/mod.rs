@@ -139,7 +139,6 @@ impl MemberSliceExporter {
             pace: pace.clone(),
             store,
             dyntype: (),
-            concurrency: self.concurrency,
             ctx,
         };
         let run = async move {

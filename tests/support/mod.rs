@@ -103,7 +103,6 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
     let exporter = MemberExporter {
         member: member.to_string(),
         events_client,
-        concurrency: 0,
         member_client,
         hub_client,
         hub_namespace: fleet.hub_namespace(member),

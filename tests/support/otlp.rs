@@ -480,7 +480,6 @@ pub async fn start_observed(
     let exporter = MemberExporter {
         member: member.to_string(),
         events_client: member_client.clone(),
-        concurrency: 0,
         member_client,
         hub_client,
         hub_namespace: fleet.hub_namespace(member),

@@ -61,7 +61,7 @@ struct Started {
     task: tokio::task::JoinHandle<()>,
 }
 
-/// A runner over a view that listed `names` (`None`: has not listed yet) with `concurrency`, each reconcile taking `hold` and
+/// A runner over a view that listed `names` (`None`: has not listed yet) with `concurrency` (its pace's limit), each reconcile taking `hold` and
 /// asking for `action` (or failing when its name starts with "fail", the error policy asking
 /// for `on_error`).
 fn start(
@@ -83,7 +83,6 @@ fn start(
         pace: pace.clone(),
         store,
         dyntype: (),
-        concurrency,
         ctx: seen.clone(),
     };
     let keys = pace.clone().stream();
