@@ -44,6 +44,23 @@ fn sandbox_runs_from_a_copied_binary_without_the_source_tree() {
             }
         }
     }
+    // Issue #27: the first command a user runs says nothing is wrong when nothing is (waiting
+    // for an API server to come up is not an error).
+    let level = |line: &str| line.split_whitespace().nth(1).map(str::to_owned);
+    assert!(
+        stderr.lines().any(|l| level(l).as_deref() == Some("INFO")),
+        "no log line read as `<time> <LEVEL> …`:\n{stderr}"
+    );
+    let alarming: Vec<&str> = stderr
+        .lines()
+        .chain(stdout.lines())
+        .filter(|line| matches!(level(line).as_deref(), Some("WARN" | "ERROR")))
+        .collect();
+    assert!(
+        alarming.is_empty(),
+        "WARN or ERROR lines before the sandbox was up:\n{}",
+        alarming.join("\n")
+    );
     for member in ["member-1", "member-2"] {
         assert!(
             stdout.contains(&format!("demo-hello (from {member})")),
@@ -92,6 +109,8 @@ fn sandbox(exe: &Path, hidden: Option<&Path>) -> Command {
         .unwrap_or_else(|| Path::new(&home()).join(".cache/fleetnet-hub").into());
     cmd.env("FLEETNET_CACHE", cache)
         .env_remove("KUBEBUILDER_ASSETS")
+        // The default log level, as a user's first run has it.
+        .env_remove("RUST_LOG")
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         .stdin(Stdio::null())
