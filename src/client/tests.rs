@@ -71,11 +71,10 @@ async fn counting_server() -> (
     (url, accepted, open)
 }
 
-/// Member views fill a lane's connection up to `MEMBERS_PER_LANE` before the next lane
-/// opens; the last view of a lane to go closes it.
-#[tokio::test]
-async fn member_views_fill_one_lane_before_the_next_opens_and_its_last_view_closes_it() {
-    use std::sync::atomic::Ordering;
+type Counter = Arc<std::sync::atomic::AtomicUsize>;
+
+/// A hub client of 8 lanes over a [`counting_server`], with its accepted and open counts.
+async fn laned_hub() -> (kube::Client, Counter, Counter) {
     let (url, accepted, open) = counting_server().await;
     let config = kube::Config::new(url.parse().expect("url"));
     let hub = build_over(
@@ -87,6 +86,27 @@ async fn member_views_fill_one_lane_before_the_next_opens_and_its_last_view_clos
         Fence::open(),
     )
     .expect("hub client");
+    (hub, accepted, open)
+}
+
+/// Waits (10 s at most, else fails with `why`) until `open` connections are `n`.
+async fn until_open(open: &Counter, n: usize, why: &str) {
+    let reached = async {
+        while open.load(std::sync::atomic::Ordering::SeqCst) != n {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), reached)
+        .await
+        .expect(why);
+}
+
+/// Member views fill a lane's connection up to `MEMBERS_PER_LANE` before the next lane
+/// opens; the last view of a lane to go closes it.
+#[tokio::test]
+async fn member_views_fill_one_lane_before_the_next_opens_and_its_last_view_closes_it() {
+    use std::sync::atomic::Ordering;
+    let (hub, accepted, open) = laned_hub().await;
     let get = |client: &kube::Client| {
         let client = client.clone();
         async move {
@@ -121,14 +141,12 @@ async fn member_views_fill_one_lane_before_the_next_opens_and_its_last_view_clos
     get(&first[0]).await;
     assert_eq!(accepted.load(Ordering::SeqCst), 2);
     drop(second);
-    let closed = async {
-        while open.load(Ordering::SeqCst) != 1 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), closed)
-        .await
-        .expect("the second lane's connection closed with its last member view");
+    until_open(
+        &open,
+        1,
+        "the second lane's connection closed with its last member view",
+    )
+    .await;
     get(&member_view(&hub, Fence::open())).await;
     assert_eq!(
         accepted.load(Ordering::SeqCst),
@@ -298,17 +316,7 @@ async fn hub_views_fence_each_namespace_by_its_members_hold_and_refuse_unrouted_
 #[tokio::test]
 async fn hub_views_share_a_lane_and_its_connection_closes_with_the_last_view() {
     use std::sync::atomic::Ordering;
-    let (url, accepted, open) = counting_server().await;
-    let config = kube::Config::new(url.parse().expect("url"));
-    let hub = build_over(
-        "hub",
-        config,
-        8,
-        &Limits::default(),
-        Arc::default(),
-        Fence::open(),
-    )
-    .expect("hub client");
+    let (hub, accepted, open) = laned_hub().await;
     let views = HubViews::new(&hub);
     let get = |ns: &str| {
         let client = views.client();
@@ -327,14 +335,7 @@ async fn hub_views_share_a_lane_and_its_connection_closes_with_the_last_view() {
     get("fleet-member-b").await;
     assert_eq!(open.load(Ordering::SeqCst), 1, "b still uses it");
     drop(b);
-    let closed = async {
-        while open.load(Ordering::SeqCst) != 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), closed)
-        .await
-        .expect("the lane's connection closed with its last view");
+    until_open(&open, 0, "the lane's connection closed with its last view").await;
 }
 
 #[test]

@@ -61,21 +61,44 @@ struct Started {
     task: tokio::task::JoinHandle<()>,
 }
 
-/// A runner over a view that listed `names` (`None`: has not listed yet) with `concurrency` (its pace's limit), each reconcile taking `hold` and
-/// asking for `action` (or failing when its name starts with "fail", the error policy asking
-/// for `on_error`).
-fn start(
-    names: Option<&[&str]>,
-    concurrency: u16,
+/// How a test's runner is set up; names starting with "fail" fail.
+struct Script {
+    /// The view's first list (`None`: it has not listed yet).
+    listed: Option<&'static [&'static str]>,
+    /// The pace's limit: how many run at once.
+    limit: u16,
+    /// How long each reconcile takes.
     hold: Duration,
+    /// What a reconcile asks for, and what the error policy asks for after a failed one.
     action: Action,
     on_error: Action,
-) -> Started {
+}
+
+impl Default for Script {
+    fn default() -> Self {
+        Self {
+            listed: Some(&["a"]),
+            limit: 4,
+            hold: Duration::from_millis(10),
+            action: Action::await_change(),
+            on_error: Action::await_change(),
+        }
+    }
+}
+
+fn start(script: Script) -> Started {
+    let Script {
+        listed,
+        limit,
+        hold,
+        action,
+        on_error,
+    } = script;
     let (store, mut writer) = reflector::store::<ConfigMap>();
-    if let Some(names) = names {
+    if let Some(names) = listed {
         list(&mut writer, names);
     }
-    let pace = Arc::new(Pace::new(concurrency));
+    let pace = Arc::new(Pace::new(limit));
     let seen = Arc::new(Seen::default());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (all_tx, all_rx) = futures::channel::mpsc::unbounded::<()>();
@@ -121,182 +144,131 @@ fn start(
     }
 }
 
+const NAMES: [&str; 5] = ["a", "b", "c", "d", "e"];
+
 #[tokio::test(start_paused = true)]
 async fn runs_at_most_concurrency_at_once_and_one_name_once_at_a_time() {
-    let names = ["a", "b", "c", "d", "e"];
-    let Started {
-        pace,
-        seen,
-        stop: _stop,
-        ..
-    } = start(
-        Some(&names),
-        2,
-        Duration::from_secs(1),
-        Action::await_change(),
-        Action::await_change(),
-    );
-    pace.trigger_all(names.map(key));
+    let run = start(Script {
+        listed: Some(&NAMES),
+        limit: 2,
+        hold: Duration::from_secs(1),
+        ..Script::default()
+    });
+    run.pace.trigger_all(NAMES.map(key));
     tokio::time::sleep(Duration::from_millis(500)).await;
     // "a" handed again while it may be running: it runs once more after, never beside itself.
-    pace.trigger(key("a"));
+    run.pace.trigger(key("a"));
     tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(seen.most.load(Ordering::SeqCst), 2);
+    assert_eq!(run.seen.most.load(Ordering::SeqCst), 2);
     assert!(
-        seen.overlapping.lock().is_empty(),
+        run.seen.overlapping.lock().is_empty(),
         "{:?}",
-        seen.overlapping.lock()
+        run.seen.overlapping.lock()
     );
     for name in ["b", "c", "d", "e"] {
-        assert_eq!(seen.runs_of(name), 1, "{name}");
+        assert_eq!(run.seen.runs_of(name), 1, "{name}");
     }
-    assert!((1..=2).contains(&seen.runs_of("a")));
+    assert!((1..=2).contains(&run.seen.runs_of("a")));
     // Everything handed came back to the pace: it hands again.
-    pace.trigger(key("e"));
+    run.pace.trigger(key("e"));
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(seen.runs_of("e"), 2);
+    assert_eq!(run.seen.runs_of("e"), 2);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_name_triggered_while_it_runs_runs_again_after() {
-    let Started {
-        pace,
-        seen,
-        stop: _stop,
-        ..
-    } = start(
-        Some(&["a"]),
-        4,
-        Duration::from_secs(1),
-        Action::await_change(),
-        Action::await_change(),
-    );
-    pace.trigger(key("a"));
+    let run = start(Script {
+        hold: Duration::from_secs(1),
+        ..Script::default()
+    });
+    run.pace.trigger(key("a"));
     tokio::time::sleep(Duration::from_millis(100)).await;
-    pace.trigger(key("a"));
+    run.pace.trigger(key("a"));
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(seen.runs_of("a"), 2);
-    assert!(seen.overlapping.lock().is_empty());
+    assert_eq!(run.seen.runs_of("a"), 2);
+    assert!(run.seen.overlapping.lock().is_empty());
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_requeue_runs_again_after_its_delay_unless_a_trigger_ran_it_sooner() {
-    let Started {
-        pace,
-        seen,
-        stop: _stop,
-        ..
-    } = start(
-        Some(&["a"]),
-        4,
-        Duration::from_millis(10),
-        Action::requeue(Duration::from_secs(30)),
-        Action::await_change(),
-    );
-    pace.trigger(key("a"));
+    let run = start(Script {
+        action: Action::requeue(Duration::from_secs(30)),
+        ..Script::default()
+    });
+    run.pace.trigger(key("a"));
     tokio::time::sleep(Duration::from_secs(29)).await;
-    assert_eq!(seen.runs_of("a"), 1);
+    assert_eq!(run.seen.runs_of("a"), 1);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(seen.runs_of("a"), 2, "the requeue ran it at 30 s");
+    assert_eq!(run.seen.runs_of("a"), 2, "the requeue ran it at 30 s");
     // At ~31 s it asked for 30 s more; a trigger at 40 s runs it then, and its own requeue
     // (70 s) replaces the one set for 61 s.
     tokio::time::sleep(Duration::from_secs(9)).await;
-    pace.trigger(key("a"));
+    run.pace.trigger(key("a"));
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(seen.runs_of("a"), 3);
+    assert_eq!(run.seen.runs_of("a"), 3);
     tokio::time::sleep(Duration::from_secs(25)).await;
-    assert_eq!(seen.runs_of("a"), 3, "the 61 s timer was stale");
+    assert_eq!(run.seen.runs_of("a"), 3, "the 61 s timer was stale");
     tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(seen.runs_of("a"), 4, "the 70 s one was not");
+    assert_eq!(run.seen.runs_of("a"), 4, "the 70 s one was not");
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_reconcile_comes_back_after_what_the_error_policy_asks() {
-    let Started {
-        pace,
-        seen,
-        stop: _stop,
-        ..
-    } = start(
-        Some(&["fail-1"]),
-        4,
-        Duration::from_millis(10),
-        Action::await_change(),
-        Action::requeue(Duration::from_secs(5)),
-    );
-    pace.trigger(key("fail-1"));
+    let run = start(Script {
+        listed: Some(&["fail-1"]),
+        on_error: Action::requeue(Duration::from_secs(5)),
+        ..Script::default()
+    });
+    run.pace.trigger(key("fail-1"));
     tokio::time::sleep(Duration::from_secs(12)).await;
-    assert_eq!(seen.runs_of("fail-1"), 3, "at 0, 5 and 10 s");
+    assert_eq!(run.seen.runs_of("fail-1"), 3, "at 0, 5 and 10 s");
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_name_not_in_the_view_is_not_reconciled_and_gives_its_room_back() {
-    let Started {
-        pace,
-        seen,
-        stop: _stop,
-        ..
-    } = start(
-        Some(&["a"]),
-        1,
-        Duration::from_millis(10),
-        Action::await_change(),
-        Action::await_change(),
-    );
-    pace.trigger(key("gone"));
+    let run = start(Script {
+        limit: 1,
+        ..Script::default()
+    });
+    run.pace.trigger(key("gone"));
     tokio::time::sleep(Duration::from_secs(1)).await;
-    pace.trigger(key("a"));
+    run.pace.trigger(key("a"));
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(*seen.runs.lock(), ["a"]);
+    assert_eq!(*run.seen.runs.lock(), ["a"]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn reconcile_all_triggers_every_name_in_the_view() {
-    let Started {
-        seen,
-        reconcile_all,
-        mut view,
-        stop: _stop,
-        ..
-    } = start(
-        Some(&["a", "b"]),
-        4,
-        Duration::from_millis(10),
-        Action::await_change(),
-        Action::await_change(),
-    );
-    put(&mut view, "c");
-    reconcile_all.unbounded_send(()).unwrap();
+    let mut run = start(Script {
+        listed: Some(&["a", "b"]),
+        ..Script::default()
+    });
+    put(&mut run.view, "c");
+    run.reconcile_all.unbounded_send(()).unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let mut runs = seen.runs.lock().clone();
+    let mut runs = run.seen.runs.lock().clone();
     runs.sort();
     assert_eq!(runs, ["a", "b", "c"]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_lets_running_reconciles_finish_and_starts_no_more() {
-    let Started {
-        pace,
-        seen,
-        stop,
-        task,
-        ..
-    } = start(
-        Some(&["a", "b"]),
-        1,
-        Duration::from_secs(3),
-        Action::requeue(Duration::from_secs(1)),
-        Action::await_change(),
-    );
-    pace.trigger_all([key("a"), key("b")]);
+    let run = start(Script {
+        listed: Some(&["a", "b"]),
+        limit: 1,
+        hold: Duration::from_secs(3),
+        action: Action::requeue(Duration::from_secs(1)),
+        ..Script::default()
+    });
+    run.pace.trigger_all([key("a"), key("b")]);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(10), task)
+    run.stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), run.task)
         .await
         .expect("ends once the running reconcile is over")
         .unwrap();
     assert_eq!(
-        seen.runs.lock().len(),
+        run.seen.runs.lock().len(),
         1,
         "the running one finished, no other started"
     );
@@ -304,25 +276,16 @@ async fn shutdown_lets_running_reconciles_finish_and_starts_no_more() {
 
 #[tokio::test(start_paused = true)]
 async fn names_handed_before_the_view_has_listed_are_reconciled_once_it_has() {
-    let Started {
-        pace,
-        seen,
-        mut view,
-        stop: _stop,
-        ..
-    } = start(
-        None,
-        4,
-        Duration::from_millis(10),
-        Action::await_change(),
-        Action::await_change(),
-    );
-    pace.trigger_all([key("a"), key("b")]);
+    let mut run = start(Script {
+        listed: None,
+        ..Script::default()
+    });
+    run.pace.trigger_all([key("a"), key("b")]);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(seen.runs.lock().is_empty(), "the view has not listed");
-    list(&mut view, &["a", "b"]);
+    assert!(run.seen.runs.lock().is_empty(), "the view has not listed");
+    list(&mut run.view, &["a", "b"]);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let mut runs = seen.runs.lock().clone();
+    let mut runs = run.seen.runs.lock().clone();
     runs.sort();
     assert_eq!(runs, ["a", "b"]);
 }
