@@ -1,6 +1,7 @@
 //! The member-scoped ServiceExport reconciler: observe → decide (pure) → act.
 //!
-//! One [`MemberExporter`] per member: a [`runner`] over the member's ServiceExports, also triggered by the member's Services (same namespace/name) and by the
+//! One [`MemberExporter`] per member: a [`runner`] over the member's ServiceExports, also
+//! triggered by the member's Services (same namespace/name) and by the
 //! InternalServiceExports in the member's hub namespace (conflict feedback). Reads come from
 //! reflector stores; writes go to the member and to a hub API scoped to the member's namespace.
 

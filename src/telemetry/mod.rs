@@ -35,10 +35,10 @@ pub const SAMPLING_ENV: &str = "FLEETNET_TRACE_SAMPLING";
 const SERVICE_NAME: &str = "fleetnet-hub";
 
 /// Filter of the OpenTelemetry layer: our spans at INFO (our client layer's per-attempt spans at
-/// DEBUG), never the exporter's own stack (no feedback loop), and not
-/// kube-runtime's `reconciling object` span: our `reconcile` span is the trace root (it carries
-/// the member the sampler needs); the runtime's would be a second, member-less root per
-/// reconcile that per-member sampling could not suppress.
+/// DEBUG), never the exporter's own stack (no feedback loop), and no kube-runtime span below
+/// WARN: our `reconcile` span is the trace root (it carries the member the sampler needs); a
+/// runtime span (its watcher's, or the `reconciling object` span of its `Controller`, no longer
+/// used) would be a member-less root that per-member sampling could not suppress.
 pub const DEFAULT_TRACE_FILTER: &str = "info,fleetnet_hub::client=debug,\
 kube_runtime=warn,opentelemetry=off,opentelemetry_sdk=off,opentelemetry_otlp=off,tonic=off,\
 h2=off,hyper=off,hyper_util=off,reqwest=off,tower=off";
