@@ -22,6 +22,14 @@ source "$here/versions.env"
 what="${1:-apiserver}"
 cache="${FLEETNET_CACHE:-$HOME/.cache/fleetnet-hub}"
 log() { echo "[testenv/install] $*" >&2; }
+# Go's caches live under ours (not ~/.cache/go-build and ~/go), and stay bounded: once every
+# binary they built is cached, `all` empties them (about 8 GB after a kube-apiserver build).
+export GOCACHE="$cache/go/build" GOMODCACHE="$cache/go/mod"
+drop_go_caches() {
+  [ -d "$cache/go" ] || return 0
+  chmod -R u+w "$cache/go" 2>/dev/null || true
+  rm -rf "$cache/go"
+}
 
 # Test binaries run at once and each may ask for a build: one install at a time, the others
 # wait and then find the cache filled (two builds in one work directory clobbered each other).
@@ -242,6 +250,6 @@ case "$what" in
   helm) build_helm ;;
   prometheus|promtool) build_prometheus ;;
   prometheus-operator-crds) fetch_prometheus_operator_crds ;;
-  all) build_helm >/dev/null; build_prometheus >/dev/null; fetch_prometheus_operator_crds >/dev/null; apiserver_dir ;;
+  all) build_helm >/dev/null; build_prometheus >/dev/null; fetch_prometheus_operator_crds >/dev/null; apiserver_dir; drop_go_caches ;;
   *) log "usage: install.sh [apiserver|helm|prometheus|promtool|prometheus-operator-crds|all]"; exit 2 ;;
 esac
