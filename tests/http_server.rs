@@ -121,20 +121,21 @@ async fn a_client_dripping_its_headers_a_byte_a_second_is_cut_at_the_header_dead
 
 #[tokio::test]
 async fn a_probe_queued_behind_a_full_listener_is_answered_once_the_holders_are_cut() {
-    const CAP: usize = 4;
+    // The shipped cap, with a shorter header deadline to keep the test short.
     let limits = ServerLimits {
         header_read_timeout: Duration::from_secs(2),
-        max_connections: CAP,
         ..ServerLimits::default()
     };
+    let cap = limits.max_connections;
+    assert_eq!(cap, 64, "the default cap");
     let (addr, _servers) = health(HttpOptions {
         limits: limits.clone(),
         ..HttpOptions::default()
     })
     .await;
-    // CAP holders that connect and never send a byte.
+    // `cap` holders that connect and never send a byte.
     let mut holders = vec![];
-    for _ in 0..CAP {
+    for _ in 0..cap {
         holders.push(TcpStream::connect(addr).await.expect("connect a holder"));
     }
     let held_at = Instant::now();
@@ -149,7 +150,7 @@ async fn a_probe_queued_behind_a_full_listener_is_answered_once_the_holders_are_
     let early = tokio::time::timeout(Duration::from_millis(800), probe.read(&mut byte)).await;
     assert!(
         early.is_err(),
-        "the probe must wait while {CAP} connections hold every slot: {early:?}"
+        "the probe must wait while {cap} connections hold every slot: {early:?}"
     );
     let (raw, closed) = read_until_closed(&mut probe, Duration::from_secs(15)).await;
     let answered_after = held_at.elapsed();
@@ -166,7 +167,7 @@ async fn a_probe_queued_behind_a_full_listener_is_answered_once_the_holders_are_
         assert!(closed, "holder {i} was cut");
     }
     println!(
-        "cap {CAP}: the probe was answered {:.1} s after the holders connected (header deadline {:?})",
+        "cap {cap}: the probe was answered {:.1} s after the holders connected (header deadline {:?})",
         answered_after.as_secs_f64(),
         limits.header_read_timeout
     );
