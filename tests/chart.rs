@@ -1,6 +1,7 @@
 //! The Helm charts: `tests/chart.sh` (helm lint + template with several value sets, assertions
 //! on the output), then the rendered manifests applied to a real hub apiserver, and the
-//! controller running with exactly the RBAC the charts ship (hub and member side). Last, the
+//! controller running with exactly the RBAC the charts ship (hub and member side); the rendered
+//! NetworkPolicy is among the objects the apiserver accepts. Last, the
 //! sharded rendering (3 replicas, PDB, Lease RBAC) applied, and a sharded replica of the real
 //! binary running with the chart's identity.
 

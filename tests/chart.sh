@@ -11,6 +11,10 @@
 #   - value sets that must be refused (schema or template checks);
 #   - the monitoring objects (ServiceMonitor, PrometheusRule, Grafana dashboard ConfigMap) rendered with
 #     their values on (block "monitoring" below; tests/operating.rs proves them with real tools).
+#   - the NetworkPolicy (health and metrics ports only, scrapers from networkPolicy.metrics.from,
+#     egress open) in every value set that keeps it on;
+#   - every rendering parsed strictly: a duplicated mapping key fails (PyYAML, like Kubernetes,
+#     would keep the last one silently).
 #
 # The renderings are written to $FLEETNET_CHART_OUT (default: a temporary directory, removed at exit):
 #   <set>.yaml for each value set (release "fleetnet-hub" in namespace "fleetnet-system", without CRDs),
