@@ -692,6 +692,20 @@ else
   fail "cleanupOnRemove without leader election: --leader-election-id passed, the record's delete granted by name"
   sed 's/^/       | /' "$tmp/cleanup-single.yaml" | grep -n -- "leader-election\|cleanup\|Error" | head -n 10
 fi
+# networkPolicy.metrics.from empty: the metrics port open to any source, still only the two ports.
+if "$HELM" template --kube-version "$kube_version" "$release" "$hub_chart" --namespace "$release_ns" \
+  --set-json 'networkPolicy.metrics.from=[]' -s templates/networkpolicy.yaml >"$tmp/np-open.yaml" 2>&1; then
+  run_check "networkPolicy.metrics.from [] admits any source on the metrics port, nothing else" "$PY" -c '
+import sys, yaml
+np = yaml.safe_load(open(sys.argv[1]))
+rules = np["spec"]["ingress"]
+assert [r["ports"] for r in rules] == [[{"port": 8081, "protocol": "TCP"}], [{"port": 8080, "protocol": "TCP"}]], rules
+assert all("from" not in r for r in rules), rules
+' "$tmp/np-open.yaml"
+else
+  fail "helm template with networkPolicy.metrics.from []"
+  sed 's/^/       | /' "$tmp/np-open.yaml" | head -n 10
+fi
 refused "a NetworkPolicy peer that is not a NetworkPolicyPeer" "additional properties" \
   --set-json 'networkPolicy.metrics.from=[{"namespace":"monitoring"}]'
 run_check "a plain http OTLP endpoint on loopback renders without otlp.allowHttp" \
