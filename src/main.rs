@@ -483,4 +483,18 @@ mod tests {
             .expect("a rate of 0 is refused");
         assert!(refused.to_string().contains("--kube-api-qps"), "{refused}");
     }
+
+    #[test]
+    fn members_allow_remote_is_off_unless_given() {
+        let run = |extra: &[&str]| {
+            let base = ["fleetnet-hub", "run", "--kubeconfig-dir", "/tmp"];
+            let cli = Cli::try_parse_from(base.iter().chain(extra)).expect("parses");
+            let Command::Run(args) = cli.command else {
+                panic!("run")
+            };
+            args.validate().expect("valid").members_allow_remote
+        };
+        assert!(!run(&[]), "loopback only by default");
+        assert!(run(&["--members-allow-remote"]));
+    }
 }
