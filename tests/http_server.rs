@@ -175,7 +175,7 @@ async fn a_probe_queued_behind_a_full_listener_is_answered_once_the_holders_are_
 
 #[tokio::test]
 async fn a_client_that_does_not_read_its_answer_is_cut_at_the_request_deadline() {
-    // Larger than what loopback socket buffers absorb, so the write stalls.
+    // Far larger than what the socket buffers absorb, so the write stalls.
     const BODY: usize = 64 << 20;
     let limits = ServerLimits {
         request_timeout: Duration::from_secs(2),
@@ -187,7 +187,13 @@ async fn a_client_that_does_not_read_its_answer_is_cut_at_the_request_deadline()
     let addr = http::serve_metrics_with("127.0.0.1:0", render, limits.clone(), stop)
         .await
         .expect("bind the metrics server");
-    let mut client = TcpStream::connect(addr).await.expect("connect");
+    // A small receive buffer (no autotuning), so the answer cannot fit in the kernel's buffers
+    // whatever the host's tcp_rmem says.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .set_recv_buffer_size(64 * 1024)
+        .expect("receive buffer");
+    let mut client = socket.connect(addr).await.expect("connect");
     client
         .write_all(b"GET /metrics HTTP/1.1\r\nHost: fleetnet\r\n\r\n")
         .await
