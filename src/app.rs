@@ -63,6 +63,9 @@ pub struct Extensions {
     pub azure: Option<Arc<dyn MemberAzure>>,
     /// The Azure client's counters, for metrics.
     pub azure_counters: Option<crate::metrics::AzureSource>,
+    /// Limits of the health and metrics servers, and who may read `/members` (the defaults are
+    /// the safe ones: loopback only).
+    pub http: http::HttpOptions,
 }
 
 /// Start-up failures.
@@ -164,8 +167,14 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
     if let Some(source) = ext.azure_counters {
         metrics.set_azure_source(source);
     }
-    let (health_address, metrics_address) =
-        serve_http(&config, state.clone(), metrics.clone(), shutdown.clone()).await?;
+    let (health_address, metrics_address) = serve_http(
+        &config,
+        &ext.http,
+        state.clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    )
+    .await?;
 
     let (leader_tx, leader_rx) = watch::channel(config.leader_election.is_none() || sharded);
     metrics.set_leader(leader_rx.clone());
@@ -223,14 +232,18 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
 /// The health (`/healthz`, `/readyz`, `/members`) and metrics servers; their addresses.
 async fn serve_http(
     config: &AppConfig,
+    options: &http::HttpOptions,
     state: Arc<FleetState>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> Result<(SocketAddr, SocketAddr), Error> {
     let render: http::RenderMetrics = Arc::new(move || metrics.encode());
-    let health = http::serve_health(&config.health_probe_bind_address, state, shutdown.clone());
+    let address = &config.health_probe_bind_address;
+    let health = http::serve_health(address, state, options.clone(), shutdown.clone());
     let health = health.await?;
-    let metrics = http::serve_metrics(&config.metrics_bind_address, render, shutdown).await?;
+    let address = &config.metrics_bind_address;
+    let limits = options.limits.clone();
+    let metrics = http::serve_metrics_with(address, render, limits, shutdown).await?;
     Ok((health, metrics))
 }
 

@@ -124,6 +124,10 @@ pub struct RunArgs {
     trust: TrustArgs,
     #[command(flatten)]
     azure: AzureArgs,
+    /// Answer `/members` to clients off the pod too (by default only loopback peers get it:
+    /// `kubectl port-forward` or `kubectl exec`). Only behind your own authentication.
+    #[arg(long, env = "FLEETNET_MEMBERS_ALLOW_REMOTE")]
+    members_allow_remote: bool,
 }
 
 /// What member kubeconfigs may use beyond inline credentials (both off by default).
@@ -277,6 +281,8 @@ struct RunConfig {
     azure_resource_group: String,
     log_format: String,
     trace_sampling_ratio: f64,
+    /// `--members-allow-remote`.
+    members_allow_remote: bool,
 }
 
 impl RunArgs {
@@ -296,6 +302,7 @@ impl RunArgs {
             azure_resource_group: self.azure.azure_resource_group.clone(),
             log_format: self.log_format.clone(),
             trace_sampling_ratio: self.trace_sampling_ratio,
+            members_allow_remote: self.members_allow_remote,
         })
     }
 }
@@ -303,6 +310,10 @@ impl RunArgs {
 /// Runs until SIGTERM or Ctrl-C, then shuts down gracefully.
 async fn run(config: RunConfig) -> anyhow::Result<()> {
     let mut ext = Extensions::default();
+    if config.members_allow_remote {
+        tracing::warn!("--members-allow-remote: /members is answered to clients off the pod");
+        ext.http.members_allow_remote = true;
+    }
     if let Some(azure) = config.azure {
         let fleet = fleetnet_hub::azure::AzureFleet::new(azure)?;
         let stats = fleet.stats_handle();
@@ -471,5 +482,19 @@ mod tests {
             .err()
             .expect("a rate of 0 is refused");
         assert!(refused.to_string().contains("--kube-api-qps"), "{refused}");
+    }
+
+    #[test]
+    fn members_allow_remote_is_off_unless_given() {
+        let run = |extra: &[&str]| {
+            let base = ["fleetnet-hub", "run", "--kubeconfig-dir", "/tmp"];
+            let cli = Cli::try_parse_from(base.iter().chain(extra)).expect("parses");
+            let Command::Run(args) = cli.command else {
+                panic!("run")
+            };
+            args.validate().expect("valid").members_allow_remote
+        };
+        assert!(!run(&[]), "loopback only by default");
+        assert!(run(&["--members-allow-remote"]));
     }
 }

@@ -1,6 +1,7 @@
 //! The Helm charts: `tests/chart.sh` (helm lint + template with several value sets, assertions
 //! on the output), then the rendered manifests applied to a real hub apiserver, and the
-//! controller running with exactly the RBAC the charts ship (hub and member side). Last, the
+//! controller running with exactly the RBAC the charts ship (hub and member side); the rendered
+//! NetworkPolicy is among the objects the apiserver accepts. Last, the
 //! sharded rendering (3 replicas, PDB, Lease RBAC) applied, and a sharded replica of the real
 //! binary running with the chart's identity.
 
@@ -53,7 +54,28 @@ async fn charts_lint_render_apply_and_grant_exactly_what_the_controller_needs() 
         .expect("release namespace");
     let discovery = Discovery::new(hub.clone()).run().await.expect("discovery");
     let applied = apply_rendering(&hub, &discovery, &out.path().join("three-members.yaml")).await;
-    assert_eq!(applied.len(), 16, "every rendered object applied");
+    assert_eq!(applied.len(), 17, "every rendered object applied");
+    // The NetworkPolicy (#40 item 5) is accepted by a real apiserver as rendered.
+    let policies: Vec<&DynamicObject> = applied
+        .iter()
+        .filter(|o| o.types.as_ref().is_some_and(|t| t.kind == "NetworkPolicy"))
+        .collect();
+    assert_eq!(policies.len(), 1, "one NetworkPolicy applied");
+    assert_eq!(
+        policies[0].data["spec"]["policyTypes"],
+        serde_json::json!(["Ingress"]),
+        "ingress only: {:?}",
+        policies[0].data
+    );
+    let ports: Vec<&serde_json::Value> = policies[0].data["spec"]["ingress"]
+        .as_array()
+        .map(|rules| rules.iter().map(|r| &r["ports"][0]["port"]).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        ports,
+        [&serde_json::json!(8081), &serde_json::json!(8080)],
+        "the health and metrics ports only"
+    );
 
     // Hub side: the chart's own ServiceAccount, with the RBAC just applied (no extra rules).
     let hub_identity = ScopedIdentity {
@@ -212,6 +234,7 @@ async fn sharded_rendering_is_accepted_and_its_lease_rbac_suffices(
     assert_eq!(
         resources,
         [
+            serde_json::json!(["secrets"]),
             serde_json::json!(["secrets"]),
             serde_json::json!(["leases"])
         ],

@@ -11,6 +11,10 @@
 #   - value sets that must be refused (schema or template checks);
 #   - the monitoring objects (ServiceMonitor, PrometheusRule, Grafana dashboard ConfigMap) rendered with
 #     their values on (block "monitoring" below; tests/operating.rs proves them with real tools).
+#   - the NetworkPolicy (health and metrics ports only, scrapers from networkPolicy.metrics.from,
+#     egress open) in every value set that keeps it on;
+#   - every rendering parsed strictly: a duplicated mapping key fails (PyYAML, like Kubernetes,
+#     would keep the last one silently).
 #
 # The renderings are written to $FLEETNET_CHART_OUT (default: a temporary directory, removed at exit):
 #   <set>.yaml for each value set (release "fleetnet-hub" in namespace "fleetnet-system", without CRDs),
@@ -126,7 +130,9 @@ EXPECT = {
                                                       "traceSamplingRatio": 0.5}}),
     "monitoring-otlp": dict(members=["member-1", "member-2", "member-3"], replicas=2, leader=True,
                             service_monitor=True, otlp=True, credential=None, namespaces=False,
-                            secrets=["fleetnet-member-kubeconfigs", "fleetnet-member-kubeconfigs-extra"]),
+                            secrets=["fleetnet-member-kubeconfigs", "fleetnet-member-kubeconfigs-extra"],
+                            metrics_from=[{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}},
+                                           "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]),
     "traffic-manager-workload-identity": dict(members=["member-1", "member-2"], replicas=2, leader=True,
                                               service_monitor=False, otlp=False,
                                               credential="workload-identity", namespaces=False,
@@ -140,7 +146,7 @@ EXPECT = {
     "single-replica": dict(members=["member-1"], replicas=1, leader=False, service_monitor=False,
                            otlp=False, credential=None, namespaces=False,
                            secrets=["fleetnet-member-kubeconfigs"], pdb=False,
-                           trust=True, events=("5", "10"), concurrency="4"),
+                           trust=True, events=("5", "10"), concurrency="4", netpol=False),
 }
 exp = EXPECT[set_name]
 
@@ -367,7 +373,15 @@ own = [r for (rns, _), r in roles.items() if rns == release_ns]
 # update, delete; no get); no Events (none are recorded in the hub).
 want_rules = []
 if exp.get("cleanup"):
-    want_rules.append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "list", "delete"]})
+    # create and list cannot name objects; delete names the records of the listed members, as
+    # src/fleet/cleanup.rs record_name derives them (tests/rbac.rs proves the binary agrees).
+    import hashlib
+    lease_id = (flags.get("--leader-election-id") or [None])[0]
+    want_rules.append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "list"]})
+    want_rules.append({"apiGroups": [""], "resources": ["secrets"],
+                       "resourceNames": [f"{lease_id}-cleanup-{m[:40].strip('-')}-{hashlib.sha256(m.encode()).hexdigest()[:8]}"
+                                         for m in exp["members"]],
+                       "verbs": ["delete"]})
 if exp.get("shard"):
     want_rules.append({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
                        "verbs": ["list", "create", "update", "delete"]})
@@ -388,6 +402,35 @@ else:
 # --- Service, PDB, ServiceMonitor
 def selects(selector, labels):
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+# --- NetworkPolicy: only the health and metrics ports, scrapes from the configured peers only
+nps = of_kind("NetworkPolicy")
+MONITORING = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+if exp.get("netpol", True):
+    check("one NetworkPolicy", len(nps) == 1, len(nps))
+    np_spec = nps[0].get("spec", {}) if nps else {}
+    check("NetworkPolicy networking.k8s.io/v1 in the release namespace",
+          bool(nps) and nps[0].get("apiVersion") == "networking.k8s.io/v1"
+          and nps[0]["metadata"].get("namespace") == release_ns)
+    check("NetworkPolicy selects the pods", selects(np_spec.get("podSelector", {}).get("matchLabels"), pod_labels))
+    check("NetworkPolicy restricts ingress only (egress open: members are anywhere)",
+          np_spec.get("policyTypes") == ["Ingress"] and "egress" not in np_spec, np_spec.get("policyTypes"))
+    ingress = np_spec.get("ingress", [])
+    by_port = {}
+    for rule in ingress:
+        for p in rule.get("ports", []):
+            by_port.setdefault(p.get("port"), []).append(rule)
+    check("NetworkPolicy admits exactly the health and metrics container ports, TCP",
+          sorted(by_port) == sorted([ports.get("health"), ports.get("metrics")])
+          and all(len(r.get("ports", [])) == 1 and r["ports"][0].get("protocol") == "TCP" for r in ingress)
+          and len(ingress) == 2, ingress)
+    health_rule = (by_port.get(ports.get("health")) or [{}])[0]
+    metrics_rule = (by_port.get(ports.get("metrics")) or [{}])[0]
+    check("health port from anywhere (the kubelet probes from the node)", "from" not in health_rule, health_rule)
+    want_from = exp.get("metrics_from", MONITORING)
+    check("metrics port only from the configured scrapers", metrics_rule.get("from") == want_from, metrics_rule)
+else:
+    check("no NetworkPolicy with networkPolicy.enabled false", not nps)
 
 svcs = of_kind("Service")
 check("one metrics Service", len(svcs) == 1)
@@ -636,6 +679,35 @@ refused "an OTLP protocol other than grpc or http/protobuf" "otlp" --set otlp.pr
 refused "a plain http OTLP endpoint off loopback without otlp.allowHttp" "plain http off loopback" \
   --set otlp.endpoint=http://otel-collector.observability:4318
 refused "memberTrust flags that are not booleans" "memberTrust" --set-string memberTrust.allowExecPlugins=yes
+# cleanupOnRemove without leader election: the records' prefix (--leader-election-id) is still
+# passed, so the names the Role grants delete on are the ones the binary writes.
+if "$HELM" template --kube-version "$kube_version" "$release" "$hub_chart" --namespace "$release_ns" \
+  --set replicaCount=1 --set leaderElection.enabled=false --set controller.cleanupOnRemove=true \
+  --set 'members={member-1}' >"$tmp/cleanup-single.yaml" 2>&1 \
+  && grep -qx -- "            - --leader-election-id=$release" "$tmp/cleanup-single.yaml" \
+  && grep -qx -- '      - "fleetnet-hub-cleanup-member-1-9811fb1b"' "$tmp/cleanup-single.yaml" \
+  && ! grep -q -- "--leader-elect$" "$tmp/cleanup-single.yaml"; then
+  pass "cleanupOnRemove without leader election: --leader-election-id passed, the record's delete granted by name"
+else
+  fail "cleanupOnRemove without leader election: --leader-election-id passed, the record's delete granted by name"
+  sed 's/^/       | /' "$tmp/cleanup-single.yaml" | grep -n -- "leader-election\|cleanup\|Error" | head -n 10
+fi
+# networkPolicy.metrics.from empty: the metrics port open to any source, still only the two ports.
+if "$HELM" template --kube-version "$kube_version" "$release" "$hub_chart" --namespace "$release_ns" \
+  --set-json 'networkPolicy.metrics.from=[]' -s templates/networkpolicy.yaml >"$tmp/np-open.yaml" 2>&1; then
+  run_check "networkPolicy.metrics.from [] admits any source on the metrics port, nothing else" "$PY" -c '
+import sys, yaml
+np = yaml.safe_load(open(sys.argv[1]))
+rules = np["spec"]["ingress"]
+assert [r["ports"] for r in rules] == [[{"port": 8081, "protocol": "TCP"}], [{"port": 8080, "protocol": "TCP"}]], rules
+assert all("from" not in r for r in rules), rules
+' "$tmp/np-open.yaml"
+else
+  fail "helm template with networkPolicy.metrics.from []"
+  sed 's/^/       | /' "$tmp/np-open.yaml" | head -n 10
+fi
+refused "a NetworkPolicy peer that is not a NetworkPolicyPeer" "additional properties" \
+  --set-json 'networkPolicy.metrics.from=[{"namespace":"monitoring"}]'
 run_check "a plain http OTLP endpoint on loopback renders without otlp.allowHttp" \
   "$HELM" template --kube-version "$kube_version" "$release" "$hub_chart" --namespace "$release_ns" \
   --set otlp.endpoint=http://127.0.0.1:4318
@@ -796,6 +868,45 @@ refused "an alert duration that is not a Prometheus duration" "does not match pa
 refused "an unknown alert threshold" "additional properties" --set metrics.prometheusRule.thresholds.latency=1
 refused "an empty Grafana sidecar label" "grafanaDashboard" --set metrics.grafanaDashboard.label=
 # <<< monitoring <<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<
+
+# --- every rendering parses strictly: a duplicated mapping key (Kubernetes keeps the last one, PyYAML
+# and most tools silently too) is an error ------------------------------------------------------------
+cat >"$tmp/strict.py" <<'PY'
+"""Loads every document of each file given, failing on a duplicated mapping key."""
+import sys
+import yaml
+
+
+class Strict(yaml.SafeLoader):
+    pass
+
+
+def mapping(loader, node, deep=False):
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicated key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+for path in sys.argv[1:]:
+    docs = [d for d in yaml.load_all(open(path), Loader=Strict) if d is not None]
+    assert docs, f"{path}: no documents"
+print("ok")
+PY
+printf 'a:\n  b: 1\n  b: 2\n' >"$tmp/duplicated.yaml"
+if "$PY" "$tmp/strict.py" "$tmp/duplicated.yaml" >/dev/null 2>&1; then
+  fail "the strict YAML check finds a duplicated key (it accepted one)"
+else
+  pass "the strict YAML check finds a duplicated key"
+fi
+for rendered in "$out"/*.yaml; do
+  run_check "no duplicated key in $(basename "$rendered")" "$PY" "$tmp/strict.py" "$rendered"
+done
 
 if [ -n "${FLEETNET_CHART_OUT:-}" ]; then echo "# renderings in $out"; else echo "# renderings were in $out (temporary; set FLEETNET_CHART_OUT to keep them)"; fi
 summary

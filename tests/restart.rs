@@ -1123,6 +1123,7 @@ async fn a_public_ip_that_appears_later_reaches_the_ise_without_a_service_change
         Extensions {
             azure: Some(Arc::new(members)),
             azure_counters: Some(Arc::new(move || counters.snapshot())),
+            ..Default::default()
         },
     )
     .await

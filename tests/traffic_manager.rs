@@ -122,6 +122,7 @@ async fn public_ips_per_member_subscription_failures_requeue_and_settings_reload
         Extensions {
             azure: Some(Arc::new(members)),
             azure_counters: Some(Arc::new(move || counters.snapshot())),
+            ..Default::default()
         },
     )
     .await
