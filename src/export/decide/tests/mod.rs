@@ -19,6 +19,7 @@ fn settings() -> Settings {
         member: "member-1".into(),
         traffic_manager: false,
         default_resource_group: "rg-default".into(),
+        quotas: Quotas::default(),
     }
 }
 
@@ -141,6 +142,7 @@ fn run_pip(
             ise,
             public_ip: pip,
             now: now(),
+            standing: Standing::default(),
         },
     )
 }
@@ -347,6 +349,7 @@ fn the_export_view_decides_as_the_export_does() {
 }
 
 mod lifecycle;
+mod quotas;
 mod traffic_manager;
 
 /// The Services view keeps every field a decision reads: whatever else a Service carries
