@@ -296,7 +296,11 @@ mod tests {
             drops.clone(),
         );
         quiet.waiting = all;
-        quiet.publish(&se, ServiceExportVersion::V1Alpha1, std::slice::from_ref(&spec));
+        quiet.publish(
+            &se,
+            ServiceExportVersion::V1Alpha1,
+            std::slice::from_ref(&spec),
+        );
         assert_eq!(
             drops.0.lock().len(),
             dropped,
