@@ -1575,12 +1575,15 @@ async fn a_planted_cleanup_record_is_not_acted_on_and_a_real_one_is_deleted_when
     wait_ise(&hub, &alpha_ns, &format!("{NS}-web"), |_| true).await;
     // Several rescans (1 s apart) have listed the planted record by now.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(
+    let beta_exported = || async {
         ises(&hub, &beta_ns)
             .get_opt(&format!("{NS}-web"))
             .await
-            .expect("get")
-            .is_some(),
+            .expect("get beta's ISE")
+            .is_some()
+    };
+    assert!(
+        beta_exported().await,
         "beta's export must not be withdrawn on a planted record"
     );
     assert!(
@@ -1628,13 +1631,6 @@ async fn a_planted_cleanup_record_is_not_acted_on_and_a_real_one_is_deleted_when
         .expect("get key")
         .expect("the record key Secret was created on first need");
     assert_eq!(key.immutable, Some(true));
-    assert!(
-        ises(&hub, &beta_ns)
-            .get_opt(&format!("{NS}-web"))
-            .await
-            .expect("get")
-            .is_some(),
-        "beta's export still there"
-    );
+    assert!(beta_exported().await, "beta's export still there");
     running.shutdown().await;
 }

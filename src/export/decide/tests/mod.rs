@@ -134,17 +134,24 @@ fn run_pip(
     ise: Option<&InternalServiceExport>,
     pip: &PublicIpObservation,
 ) -> Plan {
-    decide(
-        settings,
-        &Observation {
-            export: se,
-            service: svc,
-            ise,
-            public_ip: pip,
-            now: now(),
-            standing: Standing::default(),
-        },
-    )
+    decide(settings, &observation(se, svc, ise, pip))
+}
+
+/// What a decision reads, at [`now`], with a place left under the export quota.
+fn observation<'a>(
+    se: &'a ServiceExport,
+    svc: Option<&'a Service>,
+    ise: Option<&'a InternalServiceExport>,
+    pip: &'a PublicIpObservation,
+) -> Observation<'a> {
+    Observation {
+        export: se,
+        service: svc,
+        ise,
+        public_ip: pip,
+        now: now(),
+        standing: Standing::default(),
+    }
 }
 
 /// What the API would hold after `act` performed `plan` (the same rules, in memory).

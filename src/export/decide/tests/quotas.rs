@@ -18,17 +18,12 @@ fn run_standing(
     ise: Option<&InternalServiceExport>,
     standing: Standing,
 ) -> Plan {
-    decide(
-        settings,
-        &Observation {
-            export: se,
-            service: svc,
-            ise,
-            public_ip: &PublicIpObservation::NotNeeded,
-            now: now(),
-            standing,
-        },
-    )
+    let pip = PublicIpObservation::NotNeeded;
+    let observation = Observation {
+        standing,
+        ..observation(se, svc, ise, &pip)
+    };
+    decide(settings, &observation)
 }
 
 fn standing(exported: usize, ahead: usize) -> Standing {
