@@ -14,7 +14,8 @@ use crate::api::InternalServiceExport;
 
 /// Default of `--max-exports-per-member`: ten times the largest member we know of.
 pub const DEFAULT_MAX_EXPORTS: u32 = 1_000;
-/// Default of `--max-export-bytes`: an ISE of a Service with 250 named ports is ~25 KiB.
+/// Default of `--max-export-bytes`: an ISE of a Service with 250 named ports is ~12 KiB
+/// (600 ports: ~29 KiB), an EndpointSliceExport of a full slice (1,000 endpoints) ~28 KiB.
 pub const DEFAULT_MAX_EXPORT_BYTES: u32 = 64 * 1024;
 
 /// The quotas every member is held to.
