@@ -144,9 +144,9 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
 
 /// Where the export stands against the member's export quota: the member's ISEs in the view
 /// (this export's own name aside) and its exports ahead of this one in line that wait for a
-/// place (not being deleted, not found unexportable, their Service in the view, no ISE yet). Counted only for an
-/// export without an ISE of its own (the others keep theirs), and the line is walked only
-/// when the ISEs alone leave a place.
+/// place (not being deleted, not found unexportable, their Service in the view, no ISE yet).
+/// Counted only for an export without an ISE of its own (the others keep theirs), and the
+/// line is walked only when the ISEs alone leave a place.
 fn standing(ctx: &Context, pass: &Pass, ise: Option<&InternalServiceExport>) -> Standing {
     let namespaced_name = format!("{}/{}", pass.ns, pass.name);
     if ise.is_some_and(|ise| ise.spec.service_reference.namespaced_name == namespaced_name) {
