@@ -73,6 +73,30 @@ pub fn positive_rate(s: &str) -> Result<f64, String> {
     }
 }
 
+/// A count of at least 1 (bursts, concurrency, quotas): for each of them 0 would mean
+/// "never" (a burst of 0 lets no request out, a quota of 0 exports nothing) or "unbounded"
+/// (a concurrency of 0), never what was meant.
+pub fn positive_count<T>(s: &str) -> Result<T, String>
+where
+    T: std::str::FromStr + Default + PartialEq,
+    T::Err: std::fmt::Display,
+{
+    let n: T = s.trim().parse().map_err(|e| format!("{s:?}: {e}"))?;
+    if n == T::default() {
+        return Err("must be at least 1 (0 would stop it altogether)".into());
+    }
+    Ok(n)
+}
+
+/// A duration above 0 ([`parse_duration`]): a timeout or TTL of 0 would expire at once.
+pub fn positive_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!("must be longer than 0, got {s:?}"));
+    }
+    Ok(d)
+}
+
 /// The request budgets: the same flags for `fleetnet-hub run` and `fleetnet-bench`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct Budgets {
@@ -80,22 +104,22 @@ pub struct Budgets {
     #[arg(long, env = "FLEETNET_KUBE_API_QPS", default_value_t = 20.0, value_parser = positive_rate)]
     pub kube_api_qps: f64,
     /// Burst of requests to each member's API server.
-    #[arg(long, env = "FLEETNET_KUBE_API_BURST", default_value_t = 30)]
+    #[arg(long, env = "FLEETNET_KUBE_API_BURST", default_value_t = 30, value_parser = positive_count::<u32>)]
     pub kube_api_burst: u32,
     /// Sustained Events per second to each member: a bucket of their own, apart from exports'.
     #[arg(long, env = "FLEETNET_EVENT_QPS", default_value_t = 10.0, value_parser = positive_rate)]
     pub event_qps: f64,
     /// Burst of Events to each member.
-    #[arg(long, env = "FLEETNET_EVENT_BURST", default_value_t = 25)]
+    #[arg(long, env = "FLEETNET_EVENT_BURST", default_value_t = 25, value_parser = positive_count::<u32>)]
     pub event_burst: u32,
     /// Reconciles of one member running at once.
-    #[arg(long, env = "FLEETNET_RECONCILE_CONCURRENCY", default_value_t = 16)]
+    #[arg(long, env = "FLEETNET_RECONCILE_CONCURRENCY", default_value_t = 16, value_parser = positive_count::<u16>)]
     pub reconcile_concurrency: u16,
     /// Sustained requests per second to the hub, shared by all members.
     #[arg(long, env = "FLEETNET_HUB_API_QPS", default_value_t = 100.0, value_parser = positive_rate)]
     pub hub_api_qps: f64,
     /// Burst of requests to the hub.
-    #[arg(long, env = "FLEETNET_HUB_API_BURST", default_value_t = 200)]
+    #[arg(long, env = "FLEETNET_HUB_API_BURST", default_value_t = 200, value_parser = positive_count::<u32>)]
     pub hub_api_burst: u32,
 }
 
@@ -175,6 +199,21 @@ mod tests {
             "collector",
         ] {
             assert!(!is_loopback_host(host), "{host}");
+        }
+    }
+
+    #[test]
+    fn counts_and_durations_refuse_zero() {
+        assert_eq!(positive_count::<u32>("3"), Ok(3));
+        assert_eq!(positive_count::<u16>(" 16 "), Ok(16));
+        for bad in ["0", "-1", "x", ""] {
+            assert!(positive_count::<u32>(bad).is_err(), "{bad}");
+        }
+        let zero = positive_count::<u16>("0").expect_err("0 refused");
+        assert!(zero.contains("at least 1"), "{zero}");
+        assert_eq!(positive_duration("250ms"), Ok(Duration::from_millis(250)));
+        for bad in ["0", "0s", "0ms", "0.0m", "soon"] {
+            assert!(positive_duration(bad).is_err(), "{bad}");
         }
     }
 

@@ -9,7 +9,9 @@ use fleetnet_hub::azure::{
     AZURE_PUBLIC_CLOUD_ARM, AZURE_PUBLIC_CLOUD_AUTHORITY, AzureConfig, AzureMembers,
     CredentialKind, Secret,
 };
-use fleetnet_hub::config::{Budgets, MemberConfigFile, parse_duration, positive_rate};
+use fleetnet_hub::config::{
+    Budgets, MemberConfigFile, positive_count, positive_duration, positive_rate,
+};
 use fleetnet_hub::fleet::TrustPolicy;
 use fleetnet_hub::fleet::registry::DEFAULT_NAMESPACE_PREFIX;
 use fleetnet_hub::fleet::{Controllers, RuntimeConfig};
@@ -99,7 +101,7 @@ pub struct RunArgs {
     #[command(flatten)]
     budgets: Budgets,
     /// A member whose first sync takes longer is marked failing (and keeps trying).
-    #[arg(long, env = "FLEETNET_MEMBER_SYNC_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, env = "FLEETNET_MEMBER_SYNC_TIMEOUT", default_value = "60s", value_parser = positive_duration)]
     member_sync_timeout: Duration,
     /// When a member's kubeconfig is removed, delete its exports from the hub and its finalizers.
     #[arg(long, env = "FLEETNET_CLEANUP_ON_REMOVE")]
@@ -128,6 +130,14 @@ pub struct RunArgs {
     /// `kubectl port-forward` or `kubectl exec`). Only behind your own authentication.
     #[arg(long, env = "FLEETNET_MEMBERS_ALLOW_REMOTE")]
     members_allow_remote: bool,
+    /// Exports (InternalServiceExports) one member may have in the hub; past it a new
+    /// ServiceExport gets `Valid=False` (`ExportQuotaExceeded`) and waits, oldest first.
+    #[arg(long, env = "FLEETNET_MAX_EXPORTS_PER_MEMBER", default_value_t = fleetnet_hub::export::decide::quota::DEFAULT_MAX_EXPORTS, value_parser = positive_count::<u32>)]
+    max_exports_per_member: u32,
+    /// Bytes of one exported object (InternalServiceExport, EndpointSliceExport) as written;
+    /// a larger one is not written (`ExportTooLarge`).
+    #[arg(long, env = "FLEETNET_MAX_EXPORT_BYTES", default_value_t = fleetnet_hub::export::decide::quota::DEFAULT_MAX_EXPORT_BYTES, value_parser = positive_count::<u32>)]
+    max_export_bytes: u32,
 }
 
 /// What member kubeconfigs may use beyond inline credentials (both off by default).
@@ -187,10 +197,10 @@ pub struct AzureArgs {
     /// Requests per second to ARM, for the whole process.
     #[arg(long, env = "FLEETNET_AZURE_ARM_QPS", default_value_t = 10.0, value_parser = positive_rate)]
     azure_arm_qps: f64,
-    #[arg(long, env = "FLEETNET_AZURE_ARM_BURST", default_value_t = 20)]
+    #[arg(long, env = "FLEETNET_AZURE_ARM_BURST", default_value_t = 20, value_parser = positive_count::<u32>)]
     azure_arm_burst: u32,
     /// How long a resource group's public IP list is reused.
-    #[arg(long, env = "FLEETNET_PUBLIC_IP_CACHE_TTL", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "FLEETNET_PUBLIC_IP_CACHE_TTL", default_value = "30s", value_parser = positive_duration)]
     public_ip_cache_ttl: Duration,
 }
 
@@ -257,6 +267,10 @@ impl RunArgs {
                 instance,
                 trust: self.trust.policy(),
                 controllers: self.controllers,
+                quotas: fleetnet_hub::export::Quotas {
+                    max_exports: self.max_exports_per_member,
+                    max_export_bytes: self.max_export_bytes,
+                },
             },
             leader_election,
             metrics_bind_address: self.metrics_bind_address.clone(),
@@ -496,5 +510,60 @@ mod tests {
         };
         assert!(!run(&[]), "loopback only by default");
         assert!(run(&["--members-allow-remote"]));
+    }
+
+    /// Every flag where 0 would mean "never" or "unbounded" refuses it, naming the flag.
+    #[test]
+    fn flags_refuse_zero_where_it_means_never() {
+        for flag in [
+            "--kube-api-burst",
+            "--event-burst",
+            "--reconcile-concurrency",
+            "--hub-api-burst",
+            "--azure-arm-burst",
+            "--member-sync-timeout",
+            "--public-ip-cache-ttl",
+            "--shards",
+            "--max-exports-per-member",
+            "--max-export-bytes",
+            "--kube-api-qps",
+            "--event-qps",
+            "--hub-api-qps",
+            "--azure-arm-qps",
+        ] {
+            let refused = Cli::try_parse_from(["fleetnet-hub", "run", flag, "0"])
+                .err()
+                .unwrap_or_else(|| panic!("{flag} 0 is refused"));
+            assert!(refused.to_string().contains(flag), "{flag}: {refused}");
+            // 1 (one unit) is taken.
+            let one = if flag.ends_with("timeout") || flag.ends_with("ttl") {
+                "1s"
+            } else {
+                "1"
+            };
+            assert!(
+                Cli::try_parse_from(["fleetnet-hub", "run", flag, one]).is_ok(),
+                "{flag} {one}"
+            );
+        }
+    }
+
+    #[test]
+    fn quotas_reach_the_runtime_config() {
+        let parse = |extra: &[&str]| {
+            let args = [&["fleetnet-hub", "run"][..], extra].concat();
+            let Command::Run(args) = Cli::try_parse_from(args).expect("parses").command else {
+                panic!("run")
+            };
+            args.app_config().expect("valid").runtime.quotas
+        };
+        assert_eq!(parse(&[]), fleetnet_hub::export::Quotas::default());
+        let set = parse(&[
+            "--max-exports-per-member",
+            "2",
+            "--max-export-bytes",
+            "4096",
+        ]);
+        assert_eq!((set.max_exports, set.max_export_bytes), (2, 4096));
     }
 }

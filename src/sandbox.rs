@@ -122,6 +122,7 @@ fn app_config(fleet: &fleetnet_testenv::Fleet) -> AppConfig {
             instance: "sandbox".into(),
             trust: Default::default(),
             controllers: Default::default(),
+            quotas: Default::default(),
         },
         leader_election: None,
         metrics_bind_address: "127.0.0.1:0".into(),

@@ -94,6 +94,7 @@ async fn controller(c: &Clusters) -> Option<Running> {
             instance: "e2e".into(),
             trust: Default::default(),
             controllers: Default::default(),
+            quotas: Default::default(),
         },
         leader_election: None,
         metrics_bind_address: "127.0.0.1:0".into(),

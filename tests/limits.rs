@@ -250,3 +250,122 @@ async fn throttled_requests_are_retried_after_retry_after_and_counted() {
         "a throttled request waited for Retry-After: 1 (slowest {slowest:?})"
     );
 }
+
+/// Issue #40 item 3, on real apiservers: a member held to 2 exports and 4 KiB per exported
+/// object. A Service of 60 ports is too large: `Valid=False` (`ExportTooLarge`), no ISE. Of
+/// three small ServiceExports the two oldest are exported and the third gets `Valid=False`
+/// (`ExportQuotaExceeded`, naming the limit, the flag and the member) and no ISE, and stays so;
+/// once an exported one is deleted, the waiting one takes the freed place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_past_its_quotas_gets_a_condition_and_nothing_in_the_hub() {
+    use fleetnet_hub::api::CONDITION_VALID;
+    use k8s_openapi::api::core::v1::ServicePort;
+    let fleet = Fleet::builder()
+        .members(["alpha"])
+        .start()
+        .await
+        .expect("fleet");
+    let alpha = fleet.member("alpha").client().await.expect("client");
+    let hub = fleet.hub().client().await.expect("hub");
+    let hub_ns = fleet.hub_namespace("alpha");
+    namespace(&alpha, "q").await;
+    let _exporter = start_exporter(
+        &fleet,
+        "alpha",
+        ExporterOptions {
+            quotas: fleetnet_hub::export::Quotas {
+                max_exports: 2,
+                max_export_bytes: 4096,
+            },
+            ..Default::default()
+        },
+    )
+    .await;
+
+    let mut big = service("q", "big", 80);
+    if let Some(spec) = big.spec.as_mut() {
+        spec.ports = Some(
+            (0..60)
+                .map(|i| ServicePort {
+                    name: Some(format!("port-{i}")),
+                    port: 1000 + i,
+                    ..Default::default()
+                })
+                .collect(),
+        );
+    }
+    create_service(&alpha, &big).await;
+    create_export(&alpha, "q", "big", &[]).await;
+    let se = wait_condition(
+        &alpha,
+        "q",
+        "big",
+        CONDITION_VALID,
+        "False",
+        "ExportTooLarge",
+    )
+    .await;
+    let (_, _, message) = condition(&se, CONDITION_VALID).expect("condition");
+    assert!(
+        message.contains("4096 bytes") && message.contains("--max-export-bytes"),
+        "{message}"
+    );
+
+    for name in ["a", "b", "c"] {
+        create_service(&alpha, &service("q", name, 80)).await;
+        create_export(&alpha, "q", name, &[]).await;
+    }
+    let se = wait_condition(
+        &alpha,
+        "q",
+        "c",
+        CONDITION_VALID,
+        "False",
+        "ExportQuotaExceeded",
+    )
+    .await;
+    let (_, _, message) = condition(&se, CONDITION_VALID).expect("condition");
+    for part in ["2 exports", "--max-exports-per-member", "alpha"] {
+        assert!(message.contains(part), "{part} in {message}");
+    }
+    wait_ise(&hub, &hub_ns, "q-a", |_| true).await;
+    wait_ise(&hub, &hub_ns, "q-b", |_| true).await;
+    // It stays so: the waiting export is looked at again, and nothing more reaches the hub.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let names = |list: Vec<fleetnet_hub::api::InternalServiceExport>| -> Vec<String> {
+        list.into_iter().filter_map(|i| i.metadata.name).collect()
+    };
+    let listed = ises(&hub, &hub_ns)
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .items;
+    assert_eq!(
+        names(listed),
+        ["q-a", "q-b"],
+        "only the two oldest in the hub"
+    );
+    let c = exports(&alpha, "q").get("c").await.expect("c");
+    assert_eq!(
+        condition(&c, CONDITION_VALID).map(|(s, r, _)| (s, r)),
+        Some(("False".to_string(), "ExportQuotaExceeded".to_string()))
+    );
+    assert!(!c.has_cleanup_finalizer(), "nothing to clean up for it");
+
+    // A place frees: the waiting export takes it (within the rechecks' one minute at most).
+    exports(&alpha, "q")
+        .delete("a", &Default::default())
+        .await
+        .expect("delete a");
+    wait_ise_gone(&hub, &hub_ns, "q-a").await;
+    within(
+        Duration::from_secs(90),
+        "c exported in the freed place",
+        || {
+            let api = ises(&hub, &hub_ns);
+            async move { api.get_opt("q-c").await.ok().flatten() }
+        },
+    )
+    .await;
+    wait_condition(&alpha, "q", "c", CONDITION_VALID, "True", "ServiceIsValid").await;
+}

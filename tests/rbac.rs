@@ -257,6 +257,7 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
             instance: "rbac-test".into(),
             trust: Default::default(),
             controllers: Default::default(),
+            quotas: Default::default(),
         },
         leader_election: Some(LeaderElection {
             namespace: lease_ns.clone(),

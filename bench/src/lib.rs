@@ -607,6 +607,7 @@ fn app_config(config: &Config, fleet: &fleetnet_testenv::Fleet, dir: &Path) -> A
             instance: "fleetnet-bench".into(),
             trust: Default::default(),
             controllers: Default::default(),
+            quotas: Default::default(),
         },
         leader_election: None,
         metrics_bind_address: "127.0.0.1:0".into(),

@@ -86,7 +86,9 @@ impl Gate {
 
 /// With `tower::filter::FilterLayer::new(AtSend)` innermost in a client stack, the request's
 /// [`Fence`] (an extension) is asked once more as it goes to the connection, below the
-/// buffer's queue: nothing that waited after the policy's last step slips out.
+/// buffer's queue: nothing that waited after the policy's last step slips out. A write that
+/// carries no fence at all is refused too ([`Unfenced`]): a client that forgot to set one must
+/// fail loudly, not write as if it held a lease (reads need none).
 #[derive(Debug, Clone, Copy)]
 pub struct AtSend;
 
@@ -94,12 +96,35 @@ impl<B> Predicate<Request<B>> for AtSend {
     type Request = Request<B>;
 
     fn check(&mut self, req: Request<B>) -> Result<Request<B>, BoxError> {
-        let gate = req.extensions().get::<Fence>().and_then(|f| f.gate(&req));
-        match gate.map(|g| g.admit()) {
+        let Some(fence) = req.extensions().get::<Fence>() else {
+            return match is_read(req.method()) {
+                true => Ok(req),
+                false => Err(Unfenced {
+                    method: req.method().clone(),
+                    path: req.uri().path().to_string(),
+                }
+                .into()),
+            };
+        };
+        match fence.gate(&req).map(|g| g.admit()) {
             Some(Err(refusal)) => Err(refusal.into()),
             _ => Ok(req),
         }
     }
+}
+
+/// Reads go whatever the fence says; every other method writes.
+fn is_read(method: &Method) -> bool {
+    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// The error of a write sent without a [`Fence`]: a defect of the client that sent it, not a
+/// lapse of the lease (so not [`refused`], which callers treat as routine).
+#[derive(Debug, thiserror::Error)]
+#[error("not writing {method} {path}: the request carries no fence (every write must)")]
+pub struct Unfenced {
+    method: Method,
+    path: String,
 }
 
 /// The error a fenced write fails with.
@@ -118,8 +143,7 @@ pub fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
 impl Fence {
     /// The pass of `req` through this fence: `None` for a read, which always goes.
     pub fn gate<B>(&self, req: &Request<B>) -> Option<Gate> {
-        let read = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-        (!read).then(|| Gate {
+        (!is_read(req.method())).then(|| Gate {
             fence: self.clone(),
             method: req.method().clone(),
             path: req.uri().path().to_string(),
@@ -183,6 +207,47 @@ mod tests {
         assert!(e.to_string().contains("does not hold its lease"), "{e}");
         assert!(admit(&fence, Method::GET).is_ok());
         assert_eq!(admit(&Fence::open(), Method::PUT).ok(), Some(None));
+    }
+
+    /// A request with no fence among its extensions: a write is refused (and not as a lapse
+    /// of the lease), a read goes; with a fence, the fence decides.
+    #[test]
+    fn a_write_without_a_fence_is_refused_a_read_is_not() {
+        let request = |method: Method, fence: Option<Fence>| {
+            let mut req = Request::builder()
+                .method(method)
+                .uri("/api/v1/namespaces/ns/configmaps")
+                .body(())
+                .expect("req");
+            if let Some(fence) = fence {
+                req.extensions_mut().insert(fence);
+            }
+            req
+        };
+        for method in [Method::POST, Method::PUT, Method::PATCH, Method::DELETE] {
+            let error = AtSend
+                .check(request(method.clone(), None))
+                .expect_err("an unfenced write is refused");
+            assert!(error.is::<Unfenced>(), "{error}");
+            assert!(error.to_string().contains("carries no fence"), "{error}");
+            assert!(
+                !refused(error.as_ref()),
+                "a defect, not a lapse of the lease"
+            );
+            assert!(
+                AtSend
+                    .check(request(method.clone(), Some(Fence::open())))
+                    .is_ok()
+            );
+            let closed = Fence::new(watch::channel(Hold::Never).1);
+            let error = AtSend
+                .check(request(method, Some(closed)))
+                .expect_err("fenced");
+            assert!(refused(error.as_ref()));
+        }
+        for method in [Method::GET, Method::HEAD, Method::OPTIONS] {
+            assert!(AtSend.check(request(method, None)).is_ok());
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -22,6 +22,10 @@ pub mod reason {
     pub const INVALID_WEIGHT: &str = "ServiceExportInvalidWeightAnnotation";
     /// Not in the reference (which flaps): another Service already holds the hub-side name.
     pub const NAME_COLLISION: &str = "ServiceExportNameCollision";
+    /// Not in the reference: the member has as many exports in the hub as it may have.
+    pub const QUOTA_EXCEEDED: &str = "ExportQuotaExceeded";
+    /// Not in the reference: the export's InternalServiceExport would be too large.
+    pub const TOO_LARGE: &str = "ExportTooLarge";
 }
 
 /// Annotation: whether an Azure LoadBalancer Service is internal (case-sensitive "true").
@@ -42,6 +46,8 @@ pub struct Settings {
     pub traffic_manager: bool,
     /// Resource group of public IPs when the Service does not name one.
     pub default_resource_group: String,
+    /// What the member may write to the hub.
+    pub quotas: Quotas,
 }
 
 /// What the observe step found about the Service's public IP.
@@ -67,6 +73,8 @@ pub struct Observation<'a> {
     pub public_ip: &'a PublicIpObservation,
     /// Start of this reconcile.
     pub now: Timestamp,
+    /// Against the member's export quota; read only when the export has no ISE of its own.
+    pub standing: Standing,
 }
 
 /// The hub-side name of an export: `<namespace>-<name>`.
@@ -284,6 +292,30 @@ fn export(
     weight: i64,
 ) -> Plan {
     let (se, name) = (subject.se, subject.name);
+    // An ISE being deleted is on its way out: its verdict is not this export's, and its name
+    // cannot be written until it is gone (its deletion triggers the next reconcile).
+    let leaving = subject.own_ise.is_some_and(terminating);
+    let own_ise = subject.own_ise.filter(|ise| !terminating(ise));
+    // An export in the hub keeps its place whatever the quota: it is never withdrawn for it.
+    if own_ise.is_none() && !leaving && !obs.standing.admitted(settings.quotas.max_exports) {
+        return over_quota(settings, subject);
+    }
+    let mut spec = build_spec(settings, service, subject.ns, name, weight);
+    let (tm_pending, tm_fields) = traffic_manager_fields(settings, service, obs.public_ip);
+    spec = tm_fields.apply(spec);
+    let needs_write = match own_ise {
+        None => !leaving,
+        Some(ise) => !same_export(&ise.spec, &spec),
+    };
+    if needs_write {
+        let mut measured = spec.clone();
+        measured.service_reference.exported_since = Some(Time(obs.now));
+        let bytes = quota::written_bytes(&new_ise(subject.ns, name, measured));
+        let max = settings.quotas.max_export_bytes;
+        if bytes > usize::try_from(max).unwrap_or(usize::MAX) {
+            return too_large(settings, subject, bytes, own_ise.is_some());
+        }
+    }
     let mut plan = Plan::new(Outcome::Exported);
     let valid = subject.valid(
         "True",
@@ -296,23 +328,12 @@ fn export(
         format!("Service {name} is valid for export"),
     );
     set_and_tell(&mut plan, se, valid, event);
-    // An ISE being deleted is on its way out: its verdict is not this export's, and its name
-    // cannot be written until it is gone (its deletion triggers the next reconcile).
-    let leaving = subject.own_ise.is_some_and(terminating);
-    let own_ise = subject.own_ise.filter(|ise| !terminating(ise));
     conflict_condition(&mut plan, subject, own_ise);
 
-    let mut spec = build_spec(settings, service, subject.ns, name, weight);
-    let (tm_pending, tm_fields) = traffic_manager_fields(settings, service, obs.public_ip);
-    spec = tm_fields.apply(spec);
     plan.pending = tm_pending;
     // Not listed yet (a new LoadBalancer's address is newer than the list): look again later.
     plan.recheck = matches!(obs.public_ip, PublicIpObservation::NotFound)
         && public_ip_query(settings, service).is_some();
-    let needs_write = match own_ise {
-        None => !leaving,
-        Some(ise) => !same_export(&ise.spec, &spec),
-    };
     let metadata = hub_write(&mut plan, obs, subject, service, spec, own_ise, needs_write);
     if metadata != MetadataChange::default() {
         plan.metadata = Some(metadata);
@@ -408,16 +429,85 @@ fn hub_write(
     spec.service_reference.exported_since = Some(Time(since));
     plan.exported_since = Some(since);
     plan.hub = Some(match own_ise {
-        None => HubWrite::Create(Box::new(InternalServiceExport {
-            api_version: Some(format!("{}/v1alpha1", crate::api::GROUP)),
-            kind: Some("InternalServiceExport".into()),
-            metadata: Default::default(),
-            spec,
-            status: None,
-        })),
+        None => {
+            let mut ise = new_ise(subject.ns, subject.name, spec);
+            // `act` names it (and places it in the member's namespace).
+            ise.metadata = Default::default();
+            HubWrite::Create(Box::new(ise))
+        }
         Some(_) => HubWrite::UpdateSpec(Box::new(spec)),
     });
     metadata
+}
+
+/// The ISE of export `<ns>/<name>` with `spec`, named as `act` creates it.
+fn new_ise(ns: &str, name: &str, spec: InternalServiceExportSpec) -> InternalServiceExport {
+    InternalServiceExport {
+        api_version: Some(format!("{}/v1alpha1", crate::api::GROUP)),
+        kind: Some("InternalServiceExport".into()),
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(ise_name(ns, name)),
+            ..Default::default()
+        },
+        spec,
+        status: None,
+    }
+}
+
+/// The member has all the exports in the hub it may have: this one waits (looked at again
+/// with the rechecks' backoff, at least once a minute), nothing is written to the hub, and
+/// the user is told once.
+fn over_quota(settings: &Settings, subject: &Subject<'_>) -> Plan {
+    let (ns, name, member) = (subject.ns, subject.name, &settings.member);
+    let max = settings.quotas.max_exports;
+    let mut plan = Plan::new(Outcome::Invalid(reason::QUOTA_EXCEEDED));
+    let want = subject.valid(
+        "False",
+        reason::QUOTA_EXCEEDED,
+        format!(
+            "service {ns}/{name} is not exported: member {member} has reached its quota of {max} exports in the hub (--max-exports-per-member); it is exported once a place is free"
+        ),
+    );
+    let event = EventSpec::new(
+        EventKind::Warning,
+        reason::QUOTA_EXCEEDED,
+        format!(
+            "Service {name} is not exported: member {member} is at its quota of {max} exports (--max-exports-per-member)"
+        ),
+    );
+    set_and_tell(&mut plan, subject.se, want, event);
+    plan.recheck = true;
+    plan
+}
+
+/// The export's ISE would be larger than the hub takes from one member: nothing is written
+/// (an export already in the hub stays as it was), and the user is told once per size.
+fn too_large(settings: &Settings, subject: &Subject<'_>, bytes: usize, exported: bool) -> Plan {
+    let (ns, name, member) = (subject.ns, subject.name, &settings.member);
+    let max = settings.quotas.max_export_bytes;
+    let mut plan = Plan::new(Outcome::Invalid(reason::TOO_LARGE));
+    // An export already in the hub stays valid (its EndpointSlices stay exported with it):
+    // only this change of it is not written.
+    let (status, kept) = match exported {
+        true => ("True", "; the export already in the hub stays as it was"),
+        false => ("False", ""),
+    };
+    let want = subject.valid(
+        status,
+        reason::TOO_LARGE,
+        format!(
+            "service {ns}/{name} is not exported: its InternalServiceExport would be {bytes} bytes, above the limit of {max} bytes per exported object of member {member} (--max-export-bytes){kept}"
+        ),
+    );
+    let event = EventSpec::new(
+        EventKind::Warning,
+        reason::TOO_LARGE,
+        format!(
+            "Service {name} is not exported: its export would be {bytes} bytes, above the limit of {max} (--max-export-bytes)"
+        ),
+    );
+    set_and_tell(&mut plan, subject.se, want, event);
+    plan
 }
 
 /// Unexport: delete our ISE and then drop the finalizer (if we hold it). An ISE missing from
@@ -479,10 +569,12 @@ fn last_seen(se: &ServiceExport, now: Timestamp) -> Option<(String, Timestamp)> 
 }
 
 mod plan;
+pub mod quota;
 mod service;
 #[cfg(test)]
 mod tests;
 
 pub use plan::{EventKind, EventSpec, HubWrite, LastSeen, MetadataChange, Outcome, Plan};
+pub use quota::{Quotas, Standing};
 pub use service::public_ip_query;
 use service::{annotation, build_spec, is_eligible, same_export, traffic_manager_fields};

@@ -9,7 +9,9 @@
 //! member's exports are thus bound by its write budget only, even while thousands of Events
 //! wait for theirs. A stopping exporter waits (at most 5 s) for its queue to empty. Waiting
 //! Events are bounded per member and in all: an Event dropped is logged and counted
-//! (`fleetnet_queue_dropped_total{queue="events"}`).
+//! (`fleetnet_queue_dropped_total{queue="events"}`). The room for all is shared fairly: each
+//! member has a few places of its own ([`RESERVED`]) before it takes any of the shared room,
+//! so members flooding Events (however many) never keep another member's Events out.
 
 use jiff::Timestamp;
 use k8s_openapi::api::events::v1::Event;
@@ -18,7 +20,7 @@ use kube::Resource;
 use kube::api::{Api, ObjectMeta, PostParams};
 use std::sync::Arc;
 
-use tokio::sync::{Semaphore, SemaphorePermit, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit, mpsc};
 use tokio_util::task::AbortOnDropHandle;
 
 use super::ReconcileObserver;
@@ -34,9 +36,20 @@ const QUEUE: usize = 4096;
 /// number of members: a thousand members cold-starting ten exports each fit.
 const TOTAL: usize = 32_768;
 static WAITING: Semaphore = Semaphore::const_new(TOTAL);
+/// Events each member may have waiting before it takes places of the shared room
+/// ([`WAITING`]): its own, whatever other members queue. A fresh export's two Events, for a
+/// few exports at a time; at most ~10 KiB per member.
+const RESERVED: usize = 8;
+
+/// An Event's place among the waiting ones: one of its member's own, or of the shared room.
+/// Freed (dropped) once the Event is handled.
+enum Place {
+    Own { _permit: OwnedSemaphorePermit },
+    Shared { _permit: SemaphorePermit<'static> },
+}
 
 /// A queued Event and its place among the process's waiting Events.
-type Queued = (Box<Event>, SemaphorePermit<'static>);
+type Queued = (Box<Event>, Place);
 
 /// Publishes a member's Events through its own client (its own budget), in the background.
 pub(super) struct Events {
@@ -49,6 +62,8 @@ pub(super) struct Events {
     observer: Arc<dyn ReconcileObserver>,
     /// Places among the process's waiting Events ([`WAITING`]; a smaller one in tests).
     waiting: &'static Semaphore,
+    /// This member's own places ([`RESERVED`]), taken before any shared one.
+    own: Arc<Semaphore>,
 }
 
 /// The task creating a member's queued Events; it ends once the [`Events`] is dropped and
@@ -82,6 +97,7 @@ impl Events {
             member,
             observer,
             waiting: &WAITING,
+            own: Arc::new(Semaphore::new(RESERVED)),
         };
         (events, Creator(AbortOnDropHandle::new(creator)))
     }
@@ -121,9 +137,13 @@ impl Events {
                 reporting_instance: Some(self.instance.clone()),
                 ..Default::default()
             });
-            let queued = self
-                .waiting
-                .try_acquire()
+            let place = match self.own.clone().try_acquire_owned() {
+                Ok(own) => Ok(Place::Own { _permit: own }),
+                Err(_) => {
+                    (self.waiting.try_acquire()).map(|shared| Place::Shared { _permit: shared })
+                }
+            };
+            let queued = place
                 .map_err(|_| "events of all members (the process's limit)".to_string())
                 .and_then(|place| {
                     self.queue
@@ -197,6 +217,8 @@ mod tests {
             let (mut events, creator) =
                 Events::new(hung_client(), "pod".into(), m.into(), drops.clone());
             events.waiting = all;
+            // No places of their own here: the shared room alone is under test.
+            events.own = Arc::new(Semaphore::new(0));
             members.push((events, creator));
         }
         let se = ServiceExport::new("shop", "cart", ServiceExportVersion::V1Alpha1);
@@ -224,5 +246,73 @@ mod tests {
             2,
             "m1's two places freed; m2 holds one"
         );
+    }
+
+    /// A member's client that answers every request at once, counting them.
+    fn counting_client(sent: Arc<std::sync::atomic::AtomicUsize>) -> kube::Client {
+        let service = tower::service_fn(move |_: http::Request<kube::client::Body>| {
+            sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let body = kube::client::Body::from(br#"{"metadata":{}}"#.to_vec());
+            let mut created = http::Response::new(body);
+            *created.status_mut() = http::StatusCode::CREATED;
+            futures::future::ready(Ok::<_, std::convert::Infallible>(created))
+        });
+        kube::Client::new(service, "default")
+    }
+
+    #[tokio::test]
+    async fn a_flooding_member_does_not_keep_another_members_event_out() {
+        let all: &'static Semaphore = Box::leak(Box::new(Semaphore::new(4)));
+        let drops = Arc::new(Drops::default());
+        let se = ServiceExport::new("shop", "cart", ServiceExportVersion::V1Alpha1);
+        let spec = EventSpec {
+            kind: EventKind::Normal,
+            reason: "Exported",
+            note: "exported".into(),
+        };
+        // Two members flood Events their server never takes: their own places and the whole
+        // shared room fill, and the rest of their Events are dropped.
+        let mut flooders = vec![];
+        for m in ["flood-1", "flood-2"] {
+            let (mut events, creator) =
+                Events::new(hung_client(), "pod".into(), m.into(), drops.clone());
+            events.waiting = all;
+            events.publish(&se, ServiceExportVersion::V1Alpha1, &vec![spec.clone(); 50]);
+            flooders.push((events, creator));
+        }
+        assert_eq!(all.available_permits(), 0, "the shared room is full");
+        let dropped = drops.0.lock().len();
+        assert_eq!(
+            dropped,
+            2 * 50 - 2 * RESERVED - 4,
+            "all but their places dropped"
+        );
+        // A quiet member's one Event is queued, not dropped, and sent.
+        let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (mut quiet, creator) = Events::new(
+            counting_client(sent.clone()),
+            "pod".into(),
+            "quiet".into(),
+            drops.clone(),
+        );
+        quiet.waiting = all;
+        quiet.publish(
+            &se,
+            ServiceExportVersion::V1Alpha1,
+            std::slice::from_ref(&spec),
+        );
+        assert_eq!(
+            drops.0.lock().len(),
+            dropped,
+            "nothing of the quiet member dropped"
+        );
+        assert!(
+            !drops.0.lock().iter().any(|(m, _)| m == "quiet"),
+            "{:?}",
+            drops.0.lock()
+        );
+        drop(quiet);
+        creator.drain("quiet").await;
+        assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 1, "sent");
     }
 }

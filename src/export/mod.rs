@@ -31,7 +31,7 @@ use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
 
-pub use decide::{Outcome, Settings};
+pub use decide::{Outcome, Quotas, Settings};
 pub use error::{Error, Step};
 pub use public_ip::{LookupError, PublicIp, PublicIpLookup};
 
@@ -146,6 +146,8 @@ pub struct Context {
     /// ISEs (by name) and ServiceExports this exporter wrote that the views may not show yet.
     own_ises: OwnWrites<String, Option<InternalServiceExport>>,
     own_exports: OwnWrites<ObjectRef<ServiceExport>, ServiceExport>,
+    /// The member's ServiceExports (the feed's store): the line for the export quota.
+    exports: Store<projections::ServiceExportView>,
 }
 
 impl Context {
@@ -215,6 +217,7 @@ impl MemberExporter {
             rechecks: Streaks::default(),
             own_ises: OwnWrites::default(),
             own_exports: OwnWrites::default(),
+            exports: self.exports.store.clone(),
         });
         let sweeper = dangling::sweep(ctx.clone(), views.exports, dangling_rx);
         let runner = runner::Runner {

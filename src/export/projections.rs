@@ -222,6 +222,15 @@ impl From<ServiceExport> for ServiceExportView {
 }
 
 impl ServiceExportView {
+    /// Its last decision found it not exportable (`Valid=False` for a reason other than the
+    /// export quota: no Service, ineligible, too large...): it waits for no place in the hub.
+    pub(crate) fn refused(&self) -> bool {
+        let conditions = self.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
+        crate::api::find_condition(conditions, crate::api::CONDITION_VALID).is_some_and(|c| {
+            c.status == "False" && c.reason != super::decide::reason::QUOTA_EXCEEDED
+        })
+    }
+
     /// The ServiceExport as reconciles read it: every field the view keeps, nothing else.
     pub(crate) fn to_export(&self) -> ServiceExport {
         ServiceExport {

@@ -12,8 +12,9 @@ use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use tracing::{Instrument, field};
 
+use super::decide::quota::{self, Age};
 use super::decide::{
-    self, Observation, Outcome, PublicIpObservation, decide, ise_name, public_ip_query,
+    self, Observation, Outcome, PublicIpObservation, Standing, decide, ise_name, public_ip_query,
 };
 use super::error::Conflict;
 use super::{Context, Error, LookupError, Reconciled, Step, act};
@@ -109,6 +110,7 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
             ise: seen.ise.as_deref(),
             public_ip: &public_ip,
             now,
+            standing: standing(ctx, &pass, seen.ise.as_deref()),
         };
         let plan = decide(&ctx.settings, &observation);
         tracing::debug!(writes = plan.writes(), outcome = %plan.outcome.label(), "decided");
@@ -137,6 +139,48 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
                 _ => return Err(e),
             },
         }
+    }
+}
+
+/// Where the export stands against the member's export quota: the member's ISEs in the view
+/// (this export's own name aside) and its exports ahead of this one in line that wait for a
+/// place (not being deleted, not found unexportable, their Service in the view, no ISE yet).
+/// Counted only for an export without an ISE of its own (the others keep theirs), and the
+/// line is walked only when the ISEs alone leave a place.
+fn standing(ctx: &Context, pass: &Pass, ise: Option<&InternalServiceExport>) -> Standing {
+    let namespaced_name = format!("{}/{}", pass.ns, pass.name);
+    if ise.is_some_and(|ise| ise.spec.service_reference.namespaced_name == namespaced_name) {
+        return Standing::default();
+    }
+    let ise_of = |ns: &str, name: &str| {
+        ctx.ises
+            .get(&ObjectRef::new(&ise_name(ns, name)).within(&ctx.hub_namespace))
+            .is_some()
+    };
+    let all_ises = ctx.ises.len();
+    let exported = all_ises.saturating_sub(usize::from(ise_of(&pass.ns, &pass.name)));
+    let standing = Standing { exported, ahead: 0 };
+    if !standing.admitted(ctx.settings.quotas.max_exports) {
+        return standing;
+    }
+    let created = |meta: &kube::api::ObjectMeta| meta.creation_timestamp.as_ref().map(|t| t.0);
+    let me = Age::new(created(&pass.export.metadata), &pass.ns, &pass.name);
+    let exports = ctx.exports.state();
+    let waiting = exports.iter().filter_map(|se| {
+        let meta = kube::Resource::meta(se.as_ref());
+        let (ns, name) = (meta.namespace.as_deref()?, meta.name.as_deref()?);
+        let age = Age::new(created(meta), ns, name);
+        // Cheapest test first: most exports of a long line are not ahead.
+        let wants = age < me
+            && meta.deletion_timestamp.is_none()
+            && !se.refused()
+            && !ise_of(ns, name)
+            && ctx.services.get(&ObjectRef::new(name).within(ns)).is_some();
+        wants.then_some(age)
+    });
+    Standing {
+        ahead: quota::ahead(me, waiting),
+        ..standing
     }
 }
 

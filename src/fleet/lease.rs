@@ -163,9 +163,13 @@ fn spec_for(
                 false => Some(MicroTime(now)),
             },
             renew_time: Some(MicroTime(now)),
+            // Saturating: the count is outside data (anyone may write the Lease), and an
+            // overflow must not panic the lease loop or wrap to a negative count.
             lease_transitions: Some(
-                current.lease_transitions.unwrap_or(0)
-                    + i32::from(taken_over && !mine && step == Step::Acquire),
+                current
+                    .lease_transitions
+                    .unwrap_or(0)
+                    .saturating_add(i32::from(taken_over && !mine && step == Step::Acquire)),
             ),
             ..current
         },
@@ -373,5 +377,29 @@ mod tests {
         let released = spec_for(Step::Release, Some(&held), &c, now);
         assert_eq!(released.holder_identity, None);
         assert_eq!(released.lease_duration_seconds, Some(1));
+    }
+
+    #[test]
+    fn a_transition_count_at_its_maximum_saturates() {
+        let c = cfg();
+        let now = Timestamp::now();
+        let taken = LeaseSpec {
+            holder_identity: Some("other".into()),
+            lease_transitions: Some(i32::MAX),
+            ..spec_for(Step::Acquire, None, &c, now)
+        };
+        let acquired = spec_for(Step::Acquire, Some(&taken), &c, now);
+        assert_eq!(acquired.holder_identity.as_deref(), Some("me"));
+        assert_eq!(
+            acquired.lease_transitions,
+            Some(i32::MAX),
+            "no wrap, no panic"
+        );
+        let one_less = LeaseSpec {
+            lease_transitions: Some(i32::MAX - 1),
+            ..taken
+        };
+        let acquired = spec_for(Step::Acquire, Some(&one_less), &c, now);
+        assert_eq!(acquired.lease_transitions, Some(i32::MAX));
     }
 }

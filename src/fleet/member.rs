@@ -173,6 +173,7 @@ async fn run_once(
             concurrency: cfg.member_limits.reconcile_concurrency,
             leader: shared.leader.clone(),
             observer: shared.observer_for(),
+            max_export_bytes: cfg.quotas.max_export_bytes,
         };
         let stop = cancel.clone();
         let (run, s) = slices.start(async move { stop.cancelled().await });
@@ -230,6 +231,7 @@ fn exporter(
             member: name.to_string(),
             traffic_manager: cfg.traffic_manager,
             default_resource_group,
+            quotas: cfg.quotas,
         },
         public_ips,
         leader: shared.leader.clone(),

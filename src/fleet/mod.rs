@@ -59,6 +59,8 @@ pub struct RuntimeConfig {
     pub trust: TrustPolicy,
     /// Which exporters run for every member.
     pub controllers: Controllers,
+    /// What each member may write to the hub (`--max-exports-per-member`, `--max-export-bytes`).
+    pub quotas: crate::export::Quotas,
 }
 
 /// Notified when a member engagement starts and when a member leaves (metrics series).

@@ -32,6 +32,8 @@ pub struct Observation<'a> {
     pub now: Timestamp,
     /// Random suffix for a new unique name (five lowercase hex characters).
     pub suffix: &'a str,
+    /// The most bytes one EndpointSliceExport may have as written (`--max-export-bytes`).
+    pub max_bytes: u32,
 }
 
 /// How a reconcile ended, for logs, spans and the `outcome` metric label.
@@ -39,6 +41,9 @@ pub struct Observation<'a> {
 pub enum Outcome {
     /// Not exportable and never exported: nothing to do.
     Skipped,
+    /// Its export would be larger than `--max-export-bytes`: not written (an export already
+    /// in the hub stays as it was).
+    TooLarge,
     Exported,
     Updated,
     Unchanged,
@@ -53,6 +58,7 @@ impl Outcome {
     pub fn label(self) -> &'static str {
         match self {
             Self::Skipped => "skipped",
+            Self::TooLarge => "too_large",
             Self::Exported => "exported",
             Self::Updated => "updated",
             Self::Unchanged => "unchanged",
@@ -110,6 +116,8 @@ pub struct Plan {
     pub recheck: bool,
     /// Addresses left out because they are not IPv4 (named in a warning, never retried).
     pub malformed: Vec<String>,
+    /// The size of the export that was not written for being too large (named in a warning).
+    pub too_large: Option<usize>,
     pub outcome: Outcome,
 }
 
@@ -121,6 +129,7 @@ impl Plan {
             hub: None,
             recheck: false,
             malformed: vec![],
+            too_large: None,
             outcome,
         }
     }
@@ -192,7 +201,31 @@ pub fn decide(o: &Observation<'_>) -> Plan {
             plan.outcome = Outcome::Exported;
         }
     }
+    if let Some(bytes) = plan.hub.as_ref().map(written_bytes)
+        && bytes > usize::try_from(o.max_bytes).unwrap_or(usize::MAX)
+    {
+        // A member's slice cannot fill the hub: this version of it stays out.
+        plan.hub = None;
+        plan.too_large = Some(bytes);
+        plan.outcome = Outcome::TooLarge;
+    }
     plan
+}
+
+/// The size of the export `write` leaves in the hub (its JSON; `usize::MAX` if it cannot be
+/// serialised, so it is not written either).
+fn written_bytes(write: &HubWrite) -> usize {
+    let size =
+        |export: &EndpointSliceExport| serde_json::to_vec(export).map_or(usize::MAX, |v| v.len());
+    match write {
+        HubWrite::Create(export) => size(export),
+        HubWrite::Update { name, spec } => {
+            let mut export = EndpointSliceExport::default();
+            export.metadata.name = Some(name.clone());
+            export.spec = (**spec).clone();
+            size(&export)
+        }
+    }
 }
 
 /// Decides a slice the member no longer has (read live): its leftover exports go.

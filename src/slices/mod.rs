@@ -50,6 +50,8 @@ pub struct MemberSliceExporter {
     /// `true` while this replica may write.
     pub leader: watch::Receiver<bool>,
     pub observer: Arc<dyn ReconcileObserver>,
+    /// The most bytes one EndpointSliceExport may have (`--max-export-bytes`).
+    pub max_export_bytes: u32,
 }
 
 /// Shared by every reconcile of one member's slices.
@@ -71,6 +73,7 @@ pub(crate) struct Context {
     failures: Streaks<ObjectRef<SliceView>>,
     own_slices: OwnWrites<ObjectRef<SliceView>, SliceView>,
     own_exports: OwnWrites<String, Option<ExportView>>,
+    max_export_bytes: u32,
 }
 
 impl Context {
@@ -133,6 +136,7 @@ impl MemberSliceExporter {
             failures: Streaks::default(),
             own_slices: OwnWrites::default(),
             own_exports: OwnWrites::default(),
+            max_export_bytes: self.max_export_bytes,
         });
         let sweeper = reconcile::sweep(ctx.clone(), absent_rx);
         let runner = Runner {

@@ -122,6 +122,7 @@ async fn observe_decide_act(
                     referring: &referring,
                     now: Timestamp::now(),
                     suffix: &suffix,
+                    max_bytes: ctx.max_export_bytes,
                 })
             }
         };
@@ -134,6 +135,9 @@ async fn observe_decide_act(
             // Views may be behind: withdraw only on what the API says now.
             read_live(ctx, ns, name, &mut live).await?;
             continue;
+        }
+        if let Some(bytes) = plan.too_large {
+            tracing::warn!(member = %ctx.member, slice = %format!("{ns}/{name}"), bytes, limit = ctx.max_export_bytes, "EndpointSlice not exported: its export would be larger than --max-export-bytes");
         }
         if !plan.malformed.is_empty() {
             tracing::warn!(member = %ctx.member, slice = %format!("{ns}/{name}"), addresses = ?plan.malformed, "addresses that are not IPv4 left out of the export");

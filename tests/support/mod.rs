@@ -66,6 +66,8 @@ pub struct ExporterOptions {
     pub member_limits: Option<Limits>,
     /// Events through a client of their own with these limits (default: the member client).
     pub events_limits: Option<Limits>,
+    /// The member's quotas (default: the flags' defaults).
+    pub quotas: fleetnet_hub::export::Quotas,
 }
 
 /// Starts an exporter for `member` of `fleet`, with counting clients, and waits for its sync.
@@ -111,6 +113,7 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
             member: member.to_string(),
             traffic_manager: opts.traffic_manager,
             default_resource_group: "rg-default".into(),
+            quotas: opts.quotas,
         },
         public_ips: opts.public_ips.clone(),
         leader,
@@ -497,6 +500,7 @@ pub fn app_config(fleet: &Fleet, dir: &std::path::Path) -> fleetnet_hub::app::Ap
             instance: "test".into(),
             trust: Default::default(),
             controllers: Default::default(),
+            quotas: Default::default(),
         },
         leader_election: None,
         metrics_bind_address: "127.0.0.1:0".into(),

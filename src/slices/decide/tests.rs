@@ -99,6 +99,17 @@ fn run(
     named: Option<&EndpointSliceExport>,
     referring: &[&EndpointSliceExport],
 ) -> Plan {
+    let max_bytes = crate::export::Quotas::default().max_export_bytes;
+    run_limited(slice, export, named, referring, max_bytes)
+}
+
+fn run_limited(
+    slice: &EndpointSlice,
+    export: Option<&ServiceExport>,
+    named: Option<&EndpointSliceExport>,
+    referring: &[&EndpointSliceExport],
+    max_bytes: u32,
+) -> Plan {
     let slice = SliceView::from(slice.clone());
     let export = export.cloned().map(ExportVerdict::from);
     let named = named.cloned().map(ExportView::from);
@@ -115,6 +126,7 @@ fn run(
         referring: &referring,
         now: now(),
         suffix: "1a2b3",
+        max_bytes,
     })
 }
 
@@ -351,4 +363,43 @@ fn unique_names_are_dns_subdomains_even_for_long_inputs() {
     let odd = new_unique_name("Member_One", &SliceView::from(slice()), "1a2b3");
     assert_eq!(odd.len(), 25);
     assert!(is_dns1123_subdomain(&odd));
+}
+
+/// A slice with `n` ready endpoints.
+fn large(n: u32) -> EndpointSlice {
+    let mut s = slice();
+    s.endpoints = Some(
+        (0..n)
+            .map(|i| endpoint(&[&format!("10.1.{}.{}", i / 250, i % 250)], Some(true)))
+            .collect(),
+    );
+    s
+}
+
+#[test]
+fn a_slice_whose_export_is_too_large_is_not_written() {
+    let se = export("True", "False");
+    let plan = run_limited(&large(200), Some(&se), None, &[], 4096);
+    assert_eq!(plan.hub, None, "{plan:?}");
+    assert_eq!(plan.outcome, Outcome::TooLarge);
+    assert!(plan.too_large.is_some_and(|b| b > 4096), "{plan:?}");
+    // Within the limit it is.
+    let plan = run_limited(&slice(), Some(&se), None, &[], 4096);
+    assert!(matches!(plan.hub, Some(HubWrite::Create(_))), "{plan:?}");
+    assert_eq!(plan.too_large, None);
+}
+
+#[test]
+fn an_exported_slice_grown_too_large_keeps_its_export() {
+    let se = export("True", "False");
+    let small = named(slice(), "n-1");
+    let hub = hub_copy(&small, "n-1");
+    let grown = named(large(200), "n-1");
+    let plan = run_limited(&grown, Some(&se), Some(&hub), &[&hub], 4096);
+    assert_eq!(plan.hub, None, "not updated: {plan:?}");
+    assert!(
+        plan.delete.is_empty() && !plan.withdraws(),
+        "nor withdrawn: {plan:?}"
+    );
+    assert_eq!(plan.outcome, Outcome::TooLarge);
 }

@@ -19,6 +19,7 @@ fn settings() -> Settings {
         member: "member-1".into(),
         traffic_manager: false,
         default_resource_group: "rg-default".into(),
+        quotas: Quotas::default(),
     }
 }
 
@@ -133,16 +134,24 @@ fn run_pip(
     ise: Option<&InternalServiceExport>,
     pip: &PublicIpObservation,
 ) -> Plan {
-    decide(
-        settings,
-        &Observation {
-            export: se,
-            service: svc,
-            ise,
-            public_ip: pip,
-            now: now(),
-        },
-    )
+    decide(settings, &observation(se, svc, ise, pip))
+}
+
+/// What a decision reads, at [`now`], with a place left under the export quota.
+fn observation<'a>(
+    se: &'a ServiceExport,
+    svc: Option<&'a Service>,
+    ise: Option<&'a InternalServiceExport>,
+    pip: &'a PublicIpObservation,
+) -> Observation<'a> {
+    Observation {
+        export: se,
+        service: svc,
+        ise,
+        public_ip: pip,
+        now: now(),
+        standing: Standing::default(),
+    }
 }
 
 /// What the API would hold after `act` performed `plan` (the same rules, in memory).
@@ -347,6 +356,7 @@ fn the_export_view_decides_as_the_export_does() {
 }
 
 mod lifecycle;
+mod quotas;
 mod traffic_manager;
 
 /// The Services view keeps every field a decision reads: whatever else a Service carries
