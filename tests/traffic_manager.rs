@@ -407,3 +407,161 @@ async fn credentials_echoed_by_failing_azure_calls_are_never_emitted() {
         issued.len()
     );
 }
+
+/// Member east's Service names member west's resource group (both in one subscription, as a
+/// fleet often is) and carries west's public IP address: without the allowlist, east's export
+/// would carry west's public IP resource (a Traffic Manager endpoint east does not own). With
+/// it, ARM sees no LIST of west's group until west looks it up itself; east is exported without
+/// the public IP fields, its ServiceExport says why (condition and Event naming the group and
+/// the member), and a group the operator gave east (`azureResourceGroups`) is looked up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_naming_another_members_resource_group_gets_no_arm_call() {
+    let fleet = Fleet::builder()
+        .members(["east", "west"])
+        .start()
+        .await
+        .expect("fleet");
+    let hub = fleet.hub().client().await.expect("hub client");
+    let east = fleet.member("east").client().await.expect("east client");
+    let west = fleet.member("west").client().await.expect("west client");
+    let arm = FakeArm::start().await;
+    arm.set_ips(
+        SUB_EAST,
+        "mc_west",
+        vec![FakeIp::new("pip-west", "20.0.0.2")],
+    );
+    arm.set_ips(
+        SUB_EAST,
+        "mc_east_lb",
+        vec![FakeIp::new("pip-east-lb", "20.0.0.3")],
+    );
+    let config_path = fleet.scratch_dir().join("members.yaml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "members:\n  east:\n    azureSubscriptionId: {SUB_EAST}\n    azureResourceGroup: mc_east\n    azureResourceGroups: [mc_east_lb]\n  west:\n    azureSubscriptionId: {SUB_EAST}\n    azureResourceGroup: mc_west\n"
+        ),
+    )
+    .expect("member config");
+    let azure = AzureFleet::new(azure_config(&arm)).expect("azure client");
+    let members = AzureMembers::new(
+        azure,
+        Some(config_path.clone()),
+        MemberConfigFile::load(&config_path).expect("member config parses"),
+        "unused-default-rg".into(),
+    );
+    let running = app::start(
+        app_config(&fleet, &fleet.member_kubeconfig_dir()),
+        Extensions {
+            azure: Some(Arc::new(members)),
+            azure_counters: None,
+        },
+    )
+    .await
+    .expect("process starts");
+
+    // east: a LoadBalancer naming west's group, with west's address.
+    namespace(&east, "web").await;
+    let mut svc = service("web", "front", 80);
+    svc.spec.as_mut().expect("spec").type_ = Some("LoadBalancer".into());
+    svc.metadata.annotations = Some(
+        [(
+            "service.beta.kubernetes.io/azure-load-balancer-resource-group".to_string(),
+            "MC_WEST".to_string(),
+        )]
+        .into(),
+    );
+    create_service(&east, &svc).await;
+    create_export(&east, "web", "front", &[]).await;
+    assign_ingress(&east, "web", "front", "20.0.0.2").await;
+    let se = wait_condition(
+        &east,
+        "web",
+        "front",
+        "PublicIPResourceGroupAllowed",
+        "False",
+        "ResourceGroupNotAllowed",
+    )
+    .await;
+    let (_, _, message) = condition(&se, "PublicIPResourceGroupAllowed").expect("condition");
+    assert!(
+        message.contains("\"MC_WEST\"") && message.contains("not allowed for member east"),
+        "{message}"
+    );
+    let ise = wait_ise(&hub, &fleet.hub_namespace("east"), "web-front", |i| {
+        i.spec.type_.as_deref() == Some("LoadBalancer")
+    })
+    .await;
+    assert_eq!(
+        ise.spec.public_ip_resource_id, None,
+        "exported as one whose public IP is not found"
+    );
+    let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(east.clone(), "web");
+    let refused = eventually("the refusal's Event", || {
+        let events = events.clone();
+        async move {
+            let list = events.list(&Default::default()).await.ok()?;
+            list.items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("PublicIPResourceGroupNotAllowed"))
+        }
+    })
+    .await;
+    assert!(
+        refused
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("MC_WEST"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        arm.list_operations(SUB_EAST, "mc_west"),
+        0,
+        "no ARM request for west's group on east's behalf"
+    );
+    assert!(arm.lists().is_empty(), "no LIST at all: {:?}", arm.lists());
+
+    // east: a group the operator allowed it is looked up, in east's subscription.
+    let mut allowed = service("web", "back", 80);
+    allowed.spec.as_mut().expect("spec").type_ = Some("LoadBalancer".into());
+    allowed.metadata.annotations = Some(
+        [(
+            "service.beta.kubernetes.io/azure-load-balancer-resource-group".to_string(),
+            "mc_east_lb".to_string(),
+        )]
+        .into(),
+    );
+    create_service(&east, &allowed).await;
+    create_export(&east, "web", "back", &[]).await;
+    assign_ingress(&east, "web", "back", "20.0.0.3").await;
+    let ise = wait_ise(&hub, &fleet.hub_namespace("east"), "web-back", |i| {
+        i.spec.public_ip_resource_id.is_some()
+    })
+    .await;
+    assert!(public_ip_id(&ise).ends_with(
+        "/resourceGroups/mc_east_lb/providers/Microsoft.Network/publicIPAddresses/pip-east-lb"
+    ));
+
+    // west: its own group is looked up and found.
+    export_load_balancer(&west).await;
+    assign_ingress(&west, "web", "front", "20.0.0.2").await;
+    let ise = wait_ise(&hub, &fleet.hub_namespace("west"), "web-front", |i| {
+        i.spec.public_ip_resource_id.is_some()
+    })
+    .await;
+    assert_eq!(
+        public_ip_id(&ise),
+        format!(
+            "/subscriptions/{SUB_EAST}/resourceGroups/mc_west/providers/Microsoft.Network/publicIPAddresses/pip-west"
+        )
+    );
+    assert_eq!(arm.list_operations(SUB_EAST, "mc_west"), 1);
+    // east's export never got west's public IP.
+    let ise = ises(&hub, &fleet.hub_namespace("east"))
+        .get("web-front")
+        .await
+        .expect("east's ISE");
+    assert_eq!(ise.spec.public_ip_resource_id, None);
+    running.shutdown().await;
+}

@@ -42,6 +42,9 @@ pub struct Settings {
     pub traffic_manager: bool,
     /// Resource group of public IPs when the Service does not name one.
     pub default_resource_group: String,
+    /// Groups a Service's annotation may name besides the default (the operator's
+    /// `azureResourceGroups`); any other is not looked up ([`public_ip_query`]).
+    pub allowed_resource_groups: Vec<String>,
 }
 
 /// What the observe step found about the Service's public IP.
@@ -296,6 +299,7 @@ fn export(
         format!("Service {name} is valid for export"),
     );
     set_and_tell(&mut plan, se, valid, event);
+    resource_group::scope_condition(&mut plan, settings, subject, service);
     // An ISE being deleted is on its way out: its verdict is not this export's, and its name
     // cannot be written until it is gone (its deletion triggers the next reconcile).
     let leaving = subject.own_ise.is_some_and(terminating);
@@ -308,7 +312,10 @@ fn export(
     plan.pending = tm_pending;
     // Not listed yet (a new LoadBalancer's address is newer than the list): look again later.
     plan.recheck = matches!(obs.public_ip, PublicIpObservation::NotFound)
-        && public_ip_query(settings, service).is_some();
+        && matches!(
+            public_ip_query(settings, service),
+            Some(PublicIpQuery::Lookup { .. })
+        );
     let needs_write = match own_ise {
         None => !leaving,
         Some(ise) => !same_export(&ise.spec, &spec),
@@ -479,10 +486,12 @@ fn last_seen(se: &ServiceExport, now: Timestamp) -> Option<(String, Timestamp)> 
 }
 
 mod plan;
+mod resource_group;
 mod service;
 #[cfg(test)]
 mod tests;
 
 pub use plan::{EventKind, EventSpec, HubWrite, LastSeen, MetadataChange, Outcome, Plan};
+pub use resource_group::{CONDITION_PUBLIC_IP_ALLOWED, PublicIpQuery};
 pub use service::public_ip_query;
 use service::{annotation, build_spec, is_eligible, same_export, traffic_manager_fields};

@@ -66,6 +66,8 @@ pub struct ExporterOptions {
     pub member_limits: Option<Limits>,
     /// Events through a client of their own with these limits (default: the member client).
     pub events_limits: Option<Limits>,
+    /// Resource groups a Service may name besides `rg-default` (the member's allowlist).
+    pub allowed_resource_groups: Vec<String>,
 }
 
 /// Starts an exporter for `member` of `fleet`, with counting clients, and waits for its sync.
@@ -111,6 +113,7 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
             member: member.to_string(),
             traffic_manager: opts.traffic_manager,
             default_resource_group: "rg-default".into(),
+            allowed_resource_groups: opts.allowed_resource_groups.clone(),
         },
         public_ips: opts.public_ips.clone(),
         leader,

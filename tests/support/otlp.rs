@@ -488,6 +488,7 @@ pub async fn start_observed(
             member: member.to_string(),
             traffic_manager: false,
             default_resource_group: "rg-default".into(),
+            allowed_resource_groups: vec![],
         },
         public_ips: None,
         leader,

@@ -19,6 +19,7 @@ fn settings() -> Settings {
         member: "member-1".into(),
         traffic_manager: false,
         default_resource_group: "rg-default".into(),
+        allowed_resource_groups: vec!["rg-1".into()],
     }
 }
 
