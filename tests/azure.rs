@@ -858,16 +858,19 @@ JSON
 }
 
 /// Of `a_groups` LISTs member A started (A's own line when `a_scoped`, none otherwise), how
-/// many reached ARM after member B's single lookup was asked for and before B's LIST did.
-async fn a_lists_ahead_of_b(a_groups: usize, a_scoped: bool) -> usize {
+/// many reached ARM after member B's single lookup was asked for and before B's LIST did, with
+/// ARM tokens at `qps`, one at a time.
+async fn a_lists_ahead_of_b(a_groups: usize, a_scoped: bool, qps: f64) -> usize {
     let arm = FakeArm::start().await;
     arm.set_ips(SUB, "rg-b", vec![FakeIp::new("pip-b", "20.18.0.1")]);
     let mut cfg = config(&arm);
-    // A token every 5 ms, one at a time: A's backlog lasts a while.
-    cfg.arm_qps = 200.0;
+    cfg.arm_qps = qps;
     cfg.arm_burst = 1;
     let fleet = Arc::new(fleet(cfg));
     let a_allowed: Vec<String> = (0..a_groups).map(|g| format!("rg-a-{g}")).collect();
+    for group in a_allowed.iter().chain([&"rg-a".to_string()]) {
+        arm.set_ips(SUB, group, vec![]);
+    }
     let a: Arc<dyn PublicIpLookup> = match a_scoped {
         true => fleet.member("a", None, "rg-a", &a_allowed).unwrap(),
         false => fleet.for_member(None).unwrap(),
@@ -890,7 +893,9 @@ async fn a_lists_ahead_of_b(a_groups: usize, a_scoped: bool) -> usize {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let asked = arm.lists().len();
+    let b_started = Instant::now();
     assert!(found(&*b, "rg-b", "20.18.0.1").await);
+    let b_took = b_started.elapsed();
     let lists = arm.lists();
     let b_at = lists
         .iter()
@@ -904,7 +909,7 @@ async fn a_lists_ahead_of_b(a_groups: usize, a_scoped: bool) -> usize {
         task.abort();
     }
     eprintln!(
-        "member A: {a_groups} LISTs ({}), member B: 1; {ahead} of A's reached ARM between B's ask and B's LIST",
+        "member A: {a_groups} LISTs ({}), member B: 1; {ahead} of A's reached ARM between B's ask and B's LIST; B's lookup took {b_took:?} at {qps} qps",
         if a_scoped {
             "in A's own line"
         } else {
@@ -915,14 +920,15 @@ async fn a_lists_ahead_of_b(a_groups: usize, a_scoped: bool) -> usize {
 }
 
 /// One member's 1,000 lookups in 1,000 groups hold one place in the ARM budget's line: another
-/// member's single lookup waits for at most A's next token (one already waiting for it, and one
-/// that may be on the wire), not for A's backlog. Without a line of its own, the same backlog
-/// is served first.
+/// member's single lookup waits for at most A's next token (the one A's head waits for; one
+/// more may have been on the wire when B asked), not for A's backlog. Without a line of its
+/// own, the same backlog is served first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_members_backlog_does_not_delay_another_members_lookup() {
-    let ahead = a_lists_ahead_of_b(1000, true).await;
+    // A token every 20 ms: A's 1,000 LISTs would take 20 s; B's comes after at most two.
+    let ahead = a_lists_ahead_of_b(1000, true, 50.0).await;
     assert!(ahead <= 2, "{ahead} of A's LISTs went before B's");
-    let unscoped = a_lists_ahead_of_b(200, false).await;
+    let unscoped = a_lists_ahead_of_b(200, false, 200.0).await;
     assert!(
         unscoped >= 100,
         "without A's line, B waits behind A: {unscoped}"
@@ -936,6 +942,7 @@ async fn a_member_lookup_stays_in_its_groups() {
     let arm = FakeArm::start().await;
     arm.set_ips(SUB2, "rg-b", vec![FakeIp::new("pip-b", "20.19.0.1")]);
     arm.set_ips(SUB2, "rg-a", vec![FakeIp::new("pip-a", "20.19.0.2")]);
+    arm.set_ips(SUB2, "rg-a-extra", vec![]);
     let fleet = fleet(config(&arm));
     let a = fleet
         .member("a", Some(SUB2), "rg-a", &["rg-a-extra".to_string()])
