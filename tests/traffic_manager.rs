@@ -65,6 +65,51 @@ async fn export_load_balancer(member: &kube::Client) {
     create_export(member, "web", "front", &[]).await;
 }
 
+/// The whole process with the Traffic Manager feature, its members' Azure settings in a
+/// `--member-config` file holding `members_yaml`, against `arm`.
+async fn start_with_member_config(
+    fleet: &Fleet,
+    arm: &FakeArm,
+    members_yaml: &str,
+) -> (app::Running, std::path::PathBuf) {
+    let config_path = fleet.scratch_dir().join("members.yaml");
+    std::fs::write(&config_path, members_yaml).expect("member config");
+    let azure = AzureFleet::new(azure_config(arm)).expect("azure client");
+    let counters = azure.stats_handle();
+    let members = AzureMembers::new(
+        azure,
+        Some(config_path.clone()),
+        MemberConfigFile::load(&config_path).expect("member config parses"),
+        "unused-default-rg".into(),
+    );
+    let running = app::start(
+        app_config(fleet, &fleet.member_kubeconfig_dir()),
+        Extensions {
+            azure: Some(Arc::new(members)),
+            azure_counters: Some(Arc::new(move || counters.snapshot())),
+        },
+    )
+    .await
+    .expect("process starts");
+    (running, config_path)
+}
+
+/// An external LoadBalancer Service `web/name` naming `resource_group` in its annotation, with
+/// its ServiceExport; no ingress IP yet.
+async fn export_annotated_load_balancer(member: &kube::Client, name: &str, resource_group: &str) {
+    let mut svc = service("web", name, 80);
+    svc.spec.as_mut().expect("spec").type_ = Some("LoadBalancer".into());
+    svc.metadata.annotations = Some(
+        [(
+            "service.beta.kubernetes.io/azure-load-balancer-resource-group".to_string(),
+            resource_group.to_string(),
+        )]
+        .into(),
+    );
+    create_service(member, &svc).await;
+    create_export(member, "web", name, &[]).await;
+}
+
 fn public_ip_id(ise: &InternalServiceExport) -> String {
     ise.spec.public_ip_resource_id.clone().unwrap_or_default()
 }
@@ -107,25 +152,8 @@ async fn public_ips_per_member_subscription_failures_requeue_and_settings_reload
         vec![FakeIp::new("pip-west-moved", "20.0.0.2")],
     );
 
-    let config_path = fleet.scratch_dir().join("members.yaml");
-    std::fs::write(&config_path, member_config("mc_west")).expect("member config");
-    let azure = AzureFleet::new(azure_config(&arm)).expect("azure client");
-    let counters = azure.stats_handle();
-    let members = AzureMembers::new(
-        azure,
-        Some(config_path.clone()),
-        MemberConfigFile::load(&config_path).expect("member config parses"),
-        "unused-default-rg".into(),
-    );
-    let running = app::start(
-        app_config(&fleet, &fleet.member_kubeconfig_dir()),
-        Extensions {
-            azure: Some(Arc::new(members)),
-            azure_counters: Some(Arc::new(move || counters.snapshot())),
-        },
-    )
-    .await
-    .expect("process starts");
+    let (running, config_path) =
+        start_with_member_config(&fleet, &arm, &member_config("mc_west")).await;
 
     for member in [&east, &west] {
         export_load_balancer(member).await;
@@ -435,44 +463,14 @@ async fn a_service_naming_another_members_resource_group_gets_no_arm_call() {
         "mc_east_lb",
         vec![FakeIp::new("pip-east-lb", "20.0.0.3")],
     );
-    let config_path = fleet.scratch_dir().join("members.yaml");
-    std::fs::write(
-        &config_path,
-        format!(
-            "members:\n  east:\n    azureSubscriptionId: {SUB_EAST}\n    azureResourceGroup: mc_east\n    azureResourceGroups: [mc_east_lb]\n  west:\n    azureSubscriptionId: {SUB_EAST}\n    azureResourceGroup: mc_west\n"
-        ),
-    )
-    .expect("member config");
-    let azure = AzureFleet::new(azure_config(&arm)).expect("azure client");
-    let members = AzureMembers::new(
-        azure,
-        Some(config_path.clone()),
-        MemberConfigFile::load(&config_path).expect("member config parses"),
-        "unused-default-rg".into(),
+    let members = format!(
+        "members:\n  east:\n    azureSubscriptionId: {SUB_EAST}\n    azureResourceGroup: mc_east\n    azureResourceGroups: [mc_east_lb]\n  west:\n    azureSubscriptionId: {SUB_EAST}\n    azureResourceGroup: mc_west\n"
     );
-    let running = app::start(
-        app_config(&fleet, &fleet.member_kubeconfig_dir()),
-        Extensions {
-            azure: Some(Arc::new(members)),
-            azure_counters: None,
-        },
-    )
-    .await
-    .expect("process starts");
+    let (running, _) = start_with_member_config(&fleet, &arm, &members).await;
 
     // east: a LoadBalancer naming west's group, with west's address.
     namespace(&east, "web").await;
-    let mut svc = service("web", "front", 80);
-    svc.spec.as_mut().expect("spec").type_ = Some("LoadBalancer".into());
-    svc.metadata.annotations = Some(
-        [(
-            "service.beta.kubernetes.io/azure-load-balancer-resource-group".to_string(),
-            "MC_WEST".to_string(),
-        )]
-        .into(),
-    );
-    create_service(&east, &svc).await;
-    create_export(&east, "web", "front", &[]).await;
+    export_annotated_load_balancer(&east, "front", "MC_WEST").await;
     assign_ingress(&east, "web", "front", "20.0.0.2").await;
     let se = wait_condition(
         &east,
@@ -523,17 +521,7 @@ async fn a_service_naming_another_members_resource_group_gets_no_arm_call() {
     assert!(arm.lists().is_empty(), "no LIST at all: {:?}", arm.lists());
 
     // east: a group the operator allowed it is looked up, in east's subscription.
-    let mut allowed = service("web", "back", 80);
-    allowed.spec.as_mut().expect("spec").type_ = Some("LoadBalancer".into());
-    allowed.metadata.annotations = Some(
-        [(
-            "service.beta.kubernetes.io/azure-load-balancer-resource-group".to_string(),
-            "mc_east_lb".to_string(),
-        )]
-        .into(),
-    );
-    create_service(&east, &allowed).await;
-    create_export(&east, "web", "back", &[]).await;
+    export_annotated_load_balancer(&east, "back", "mc_east_lb").await;
     assign_ingress(&east, "web", "back", "20.0.0.3").await;
     let ise = wait_ise(&hub, &fleet.hub_namespace("east"), "web-back", |i| {
         i.spec.public_ip_resource_id.is_some()

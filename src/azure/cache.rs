@@ -542,6 +542,14 @@ mod tests {
         assert_eq!(lister.calls(), 1);
     }
 
+    /// Whether `cache` finds `ip` in `rg`; a failed lookup fails the test.
+    async fn found(cache: &GroupCache<FakeLister>, rg: &str, ip: &str) -> bool {
+        match cache.find(rg, ip, None).await {
+            Ok(found) => found.is_some(),
+            Err(e) => panic!("{ip} in {rg}: {e}"),
+        }
+    }
+
     /// A cache with these bounds over a fake holding `ips` from its first call.
     fn bounded(
         ips: &[&str],
@@ -567,33 +575,15 @@ mod tests {
     async fn unused_groups_are_evicted_after_the_ttl() {
         let (lister, cache) = bounded(&["10.0.0.1"], 1_000, 100, 100);
         for g in 0..10 {
-            assert!(
-                cache
-                    .find(&format!("rg-{g}"), "10.0.0.1", None)
-                    .await
-                    .unwrap()
-                    .is_some()
-            );
+            assert!(found(&cache, &format!("rg-{g}"), "10.0.0.1").await);
         }
         assert_eq!(cache.len(), 10);
         tokio::time::sleep(Duration::from_millis(600)).await;
         // rg-0 is used again; the others are not.
-        assert!(
-            cache
-                .find("rg-0", "10.0.0.1", None)
-                .await
-                .unwrap()
-                .is_some()
-        );
+        assert!(found(&cache, "rg-0", "10.0.0.1").await);
         tokio::time::sleep(Duration::from_millis(500)).await;
         // A TTL after the others' last use: the next lookup sweeps them out (no new group needed).
-        assert!(
-            cache
-                .find("rg-0", "10.0.0.1", None)
-                .await
-                .unwrap()
-                .is_some()
-        );
+        assert!(found(&cache, "rg-0", "10.0.0.1").await);
         assert_eq!(cache.len(), 1, "only the group used within the TTL is kept");
         assert_eq!(cache.stats.snapshot().groups_evicted, 9);
         assert_eq!(
@@ -602,13 +592,7 @@ mod tests {
             "rg-0 was re-listed once its list was stale"
         );
         tokio::time::sleep(Duration::from_millis(1_100)).await;
-        assert!(
-            cache
-                .find("rg-1", "10.0.0.1", None)
-                .await
-                .unwrap()
-                .is_some()
-        );
+        assert!(found(&cache, "rg-1", "10.0.0.1").await);
         assert_eq!(cache.len(), 1, "rg-0 went too");
     }
 
@@ -616,19 +600,19 @@ mod tests {
     async fn at_most_max_groups_are_kept_least_recently_used_first_out() {
         let (lister, cache) = bounded(&["10.0.0.1"], 60_000, 3, 100);
         for g in ["a", "b", "c"] {
-            assert!(cache.find(g, "10.0.0.1", None).await.unwrap().is_some());
+            assert!(found(&cache, g, "10.0.0.1").await);
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert!(cache.find("a", "10.0.0.1", None).await.unwrap().is_some()); // a: most recent
+        assert!(found(&cache, "a", "10.0.0.1").await); // a: most recent
         tokio::time::sleep(Duration::from_millis(10)).await;
-        assert!(cache.find("d", "10.0.0.1", None).await.unwrap().is_some()); // evicts b
+        assert!(found(&cache, "d", "10.0.0.1").await); // evicts b
         assert_eq!(cache.len(), 3);
         assert_eq!(lister.calls(), 4);
         for g in ["a", "c", "d"] {
-            assert!(cache.find(g, "10.0.0.1", None).await.unwrap().is_some());
+            assert!(found(&cache, g, "10.0.0.1").await);
         }
         assert_eq!(lister.calls(), 4, "a, c and d were kept");
-        assert!(cache.find("b", "10.0.0.1", None).await.unwrap().is_some());
+        assert!(found(&cache, "b", "10.0.0.1").await);
         assert_eq!(lister.calls(), 5, "b was evicted and is listed again");
         assert_eq!(cache.len(), 3);
         assert_eq!(cache.stats.snapshot().groups_evicted, 2);
@@ -639,16 +623,16 @@ mod tests {
         // 5 addresses, 3 kept (the fake keeps the lowest).
         let ips = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"];
         let (lister, cache) = bounded(&ips, 1_000, 10, 3);
-        assert!(cache.find("big", "10.0.0.1", None).await.unwrap().is_some());
+        assert!(found(&cache, "big", "10.0.0.1").await);
         assert_eq!(cache.stats.snapshot().truncated_lists, 1);
         // Past the cap: not found, and no re-list on every miss (it would be cut again).
         tokio::time::sleep(Duration::from_millis(600)).await;
         for _ in 0..5 {
-            assert!(cache.find("big", "10.0.0.5", None).await.unwrap().is_none());
+            assert!(!found(&cache, "big", "10.0.0.5").await);
         }
         assert_eq!(lister.calls(), 1);
         tokio::time::sleep(Duration::from_millis(500)).await;
-        assert!(cache.find("big", "10.0.0.5", None).await.unwrap().is_none());
+        assert!(!found(&cache, "big", "10.0.0.5").await);
         assert_eq!(lister.calls(), 2, "re-listed after the TTL");
     }
 }
