@@ -948,7 +948,7 @@ async fn a_member_lookup_stays_in_its_groups() {
         .member("a", Some(SUB2), "rg-a", &["rg-a-extra".to_string()])
         .unwrap();
     assert_eq!(a.subscription(), SUB2);
-    for group in ["rg-b", "RG-B", "rg-a/../rg-b", ""] {
+    for group in ["rg-b", "RG-B", "rg-a/../rg-b", "rg-a-extra2"] {
         match a.find_by_address(group, "20.19.0.1").await {
             Err(LookupError::NotAllowed {
                 member,
@@ -957,6 +957,14 @@ async fn a_member_lookup_stays_in_its_groups() {
             other => panic!("{group:?}: {other:?}"),
         }
     }
+    // A member given no group at all: the missing setting is named.
+    let none = fleet.member("none", Some(SUB2), "", &[]).unwrap();
+    let err = none.find_by_address("", "20.19.0.1").await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("member none has no Azure resource group"),
+        "{err}"
+    );
     assert!(arm.lists().is_empty(), "{:?}", arm.lists());
     assert!(found(&*a, "RG-A", "20.19.0.2").await);
     assert!(!found(&*a, "rg-a-extra", "20.19.0.2").await);

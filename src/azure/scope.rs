@@ -60,6 +60,16 @@ impl PublicIpLookup for MemberPublicIps {
         resource_group: &str,
         ip: &str,
     ) -> Result<Option<PublicIp>, LookupError> {
+        if resource_group.trim().is_empty() {
+            // A Service that names no group, of a member given none: a setting is missing.
+            return Err(LookupError::Failed {
+                resource_group: String::new(),
+                message: format!(
+                    "member {} has no Azure resource group: set azureResourceGroup in --member-config or --azure-resource-group",
+                    self.member
+                ),
+            });
+        }
         let allowed = resource_group_allowed(
             &self.default_resource_group,
             &self.allowed_resource_groups,
