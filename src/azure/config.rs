@@ -320,7 +320,7 @@ mod tests {
             "{err}: workload identity without tenant"
         );
         type Change = fn(&mut AzureConfig);
-        let cases: [(Change, &str); 6] = [
+        let cases: [(Change, &str); 8] = [
             (|c| c.client_secret = None, "client_secret"),
             (|c| c.arm_endpoint = "not a url".into(), "arm_endpoint"),
             (|c| c.arm_qps = 0.0, "arm_qps"),
@@ -332,6 +332,11 @@ mod tests {
             (
                 |c| c.default_subscription_id = Some("a/b".into()),
                 "default_subscription_id",
+            ),
+            (|c| c.max_cached_groups = 0, "max_cached_groups"),
+            (
+                |c| c.max_public_ips_per_group = 0,
+                "max_public_ips_per_group",
             ),
         ];
         for (change, field) in cases {
