@@ -441,7 +441,8 @@ async fn credentials_echoed_by_failing_azure_calls_are_never_emitted() {
 /// would carry west's public IP resource (a Traffic Manager endpoint east does not own). With
 /// it, ARM sees no LIST of west's group until west looks it up itself; east is exported without
 /// the public IP fields, its ServiceExport says why (condition and Event naming the group and
-/// the member), and a group the operator gave east (`azureResourceGroups`) is looked up.
+/// the member), and a group the operator gave east (`azureResourceGroups`) is looked up. The
+/// binary, with its `--member-config`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_naming_another_members_resource_group_gets_no_arm_call() {
     let fleet = Fleet::builder()
@@ -466,7 +467,37 @@ async fn a_service_naming_another_members_resource_group_gets_no_arm_call() {
     let members = format!(
         "members:\n  east:\n    azureSubscriptionId: {SUB_EAST}\n    azureResourceGroup: mc_east\n    azureResourceGroups: [mc_east_lb]\n  west:\n    azureSubscriptionId: {SUB_EAST}\n    azureResourceGroup: mc_west\n"
     );
-    let (running, _) = start_with_member_config(&fleet, &arm, &members).await;
+    let config_path = fleet.scratch_dir().join("members.yaml");
+    std::fs::write(&config_path, members).expect("member config");
+    // The binary, so the allowlist comes the way operators give it: `--member-config`.
+    let _hub = HubProcess::spawn(
+        std::process::Command::new(env!("CARGO_BIN_EXE_fleetnet-hub"))
+            .arg("run")
+            .arg("--hub-kubeconfig")
+            .arg(fleet.hub().kubeconfig_path())
+            .arg("--kubeconfig-dir")
+            .arg(fleet.member_kubeconfig_dir())
+            .arg("--member-config")
+            .arg(&config_path)
+            .args([
+                "--health-probe-bind-address",
+                &format!("127.0.0.1:{}", free_port()),
+                "--metrics-bind-address",
+                &format!("127.0.0.1:{}", free_port()),
+                "--enable-traffic-manager",
+                "--azure-credential",
+                "client-secret",
+                "--azure-arm-endpoint",
+                arm.base(),
+                "--azure-authority-host",
+                arm.base(),
+                "--azure-tenant-id",
+                arm::TENANT,
+                "--azure-client-id",
+                arm::CLIENT_ID,
+            ])
+            .env("AZURE_CLIENT_SECRET", arm::CLIENT_SECRET),
+    );
 
     // east: a LoadBalancer naming west's group, with west's address.
     namespace(&east, "web").await;
@@ -551,5 +582,26 @@ async fn a_service_naming_another_members_resource_group_gets_no_arm_call() {
         .await
         .expect("east's ISE");
     assert_eq!(ise.spec.public_ip_resource_id, None);
-    running.shutdown().await;
+}
+
+/// A `fleetnet-hub` child process, killed when dropped (also when the test fails).
+struct HubProcess(std::process::Child);
+
+impl HubProcess {
+    fn spawn(command: &mut std::process::Command) -> Self {
+        let child = command
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn fleetnet-hub");
+        Self(child)
+    }
+}
+
+impl Drop for HubProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
