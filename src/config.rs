@@ -15,6 +15,11 @@ pub struct MemberSettings {
     pub azure_subscription_id: Option<String>,
     pub azure_resource_group: Option<String>,
     pub trace_sampling_ratio: Option<f64>,
+    /// Resource groups (besides `azureResourceGroup`) whose public IPs a Service of this member
+    /// may name with its `azure-load-balancer-resource-group` annotation; any other is not
+    /// looked up.
+    #[serde(default)]
+    pub azure_resource_groups: Vec<String>,
 }
 
 /// The `--member-config` file: `members: { <name>: MemberSettings }`.

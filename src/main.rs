@@ -202,6 +202,17 @@ pub struct AzureArgs {
     /// How long a resource group's public IP list is reused.
     #[arg(long, env = "FLEETNET_PUBLIC_IP_CACHE_TTL", default_value = "30s", value_parser = positive_duration)]
     public_ip_cache_ttl: Duration,
+    /// Resource groups whose public IP lists are cached at once, per subscription (the least
+    /// recently used goes first).
+    #[arg(long, env = "FLEETNET_AZURE_MAX_CACHED_GROUPS", default_value_t = 256)]
+    azure_max_cached_groups: usize,
+    /// Public IPs kept per resource group; a group with more is cut there (and a warning says so).
+    #[arg(
+        long,
+        env = "FLEETNET_AZURE_MAX_PUBLIC_IPS_PER_GROUP",
+        default_value_t = 1000
+    )]
+    azure_max_public_ips_per_group: usize,
 }
 
 impl AzureArgs {
@@ -219,6 +230,8 @@ impl AzureArgs {
             arm_qps: self.azure_arm_qps,
             arm_burst: self.azure_arm_burst,
             cache_ttl: self.public_ip_cache_ttl,
+            max_cached_groups: self.azure_max_cached_groups,
+            max_public_ips_per_group: self.azure_max_public_ips_per_group,
             ..AzureConfig::default()
         };
         config

@@ -856,3 +856,147 @@ JSON
     );
     assert_eq!(arm.token_requests(), 0, "no HTTP token request");
 }
+
+/// Of `a_groups` LISTs member A started (A's own line when `a_scoped`, none otherwise), how
+/// many reached ARM after member B's single lookup was asked for and before B's LIST did, with
+/// ARM tokens at `qps`, one at a time.
+async fn a_lists_ahead_of_b(a_groups: usize, a_scoped: bool, qps: f64) -> usize {
+    let arm = FakeArm::start().await;
+    arm.set_ips(SUB, "rg-b", vec![FakeIp::new("pip-b", "20.18.0.1")]);
+    let mut cfg = config(&arm);
+    cfg.arm_qps = qps;
+    cfg.arm_burst = 1;
+    let fleet = Arc::new(fleet(cfg));
+    let a_allowed: Vec<String> = (0..a_groups).map(|g| format!("rg-a-{g}")).collect();
+    for group in a_allowed.iter().chain([&"rg-a".to_string()]) {
+        arm.set_ips(SUB, group, vec![]);
+    }
+    let a: Arc<dyn PublicIpLookup> = match a_scoped {
+        true => fleet.member("a", None, "rg-a", &a_allowed).unwrap(),
+        false => fleet.for_member(None).unwrap(),
+    };
+    let b = fleet.member("b", None, "rg-b", &[]).unwrap();
+    // The token first, so that no LIST waits for it.
+    assert!(!found(&*a, "rg-a", "20.18.9.9").await);
+    let before = arm.lists().len();
+    let backlog: Vec<_> = a_allowed
+        .iter()
+        .map(|group| {
+            let (a, group) = (Arc::clone(&a), group.clone());
+            tokio::spawn(async move { a.find_by_address(&group, "20.18.9.9").await })
+        })
+        .collect();
+    // A's LISTs are under way.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while arm.lists().len() < before + 3 {
+        assert!(Instant::now() < deadline, "A's LISTs did not start");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let asked = arm.lists().len();
+    let b_started = Instant::now();
+    assert!(found(&*b, "rg-b", "20.18.0.1").await);
+    let b_took = b_started.elapsed();
+    let lists = arm.lists();
+    let b_at = lists
+        .iter()
+        .position(|l| l.resource_group == "rg-b")
+        .expect("B's LIST reached ARM");
+    let ahead = lists[asked..b_at]
+        .iter()
+        .filter(|l| l.resource_group.starts_with("rg-a-"))
+        .count();
+    for task in backlog {
+        task.abort();
+    }
+    eprintln!(
+        "member A: {a_groups} LISTs ({}), member B: 1; {ahead} of A's reached ARM between B's ask and B's LIST; B's lookup took {b_took:?} at {qps} qps",
+        if a_scoped {
+            "in A's own line"
+        } else {
+            "no line of its own"
+        }
+    );
+    ahead
+}
+
+/// One member's 1,000 lookups in 1,000 groups hold one place in the ARM budget's line: another
+/// member's single lookup waits for at most A's next token (the one A's head waits for; one
+/// more may have been on the wire when B asked), not for A's backlog. Without a line of its
+/// own, the same backlog is served first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_members_backlog_does_not_delay_another_members_lookup() {
+    // A token every 20 ms: A's 1,000 LISTs would take 20 s; B's comes after at most two.
+    let ahead = a_lists_ahead_of_b(1000, true, 50.0).await;
+    assert!(ahead <= 2, "{ahead} of A's LISTs went before B's");
+    let unscoped = a_lists_ahead_of_b(200, false, 200.0).await;
+    assert!(
+        unscoped >= 100,
+        "without A's line, B waits behind A: {unscoped}"
+    );
+}
+
+/// A member's lookups stay in its configured subscription and groups: a group outside them is
+/// refused without a request; its own are listed in its subscription.
+#[tokio::test]
+async fn a_member_lookup_stays_in_its_groups() {
+    let arm = FakeArm::start().await;
+    arm.set_ips(SUB2, "rg-b", vec![FakeIp::new("pip-b", "20.19.0.1")]);
+    arm.set_ips(SUB2, "rg-a", vec![FakeIp::new("pip-a", "20.19.0.2")]);
+    arm.set_ips(SUB2, "rg-a-extra", vec![]);
+    let fleet = fleet(config(&arm));
+    let a = fleet
+        .member("a", Some(SUB2), "rg-a", &["rg-a-extra".to_string()])
+        .unwrap();
+    assert_eq!(a.subscription(), SUB2);
+    for group in ["rg-b", "RG-B", "rg-a/../rg-b", "rg-a-extra2"] {
+        match a.find_by_address(group, "20.19.0.1").await {
+            Err(LookupError::NotAllowed {
+                member,
+                resource_group,
+            }) => assert_eq!((member.as_str(), resource_group.as_str()), ("a", group)),
+            other => panic!("{group:?}: {other:?}"),
+        }
+    }
+    // A member given no group at all: the missing setting is named.
+    let none = fleet.member("none", Some(SUB2), "", &[]).unwrap();
+    let err = none.find_by_address("", "20.19.0.1").await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("member none has no Azure resource group"),
+        "{err}"
+    );
+    assert!(arm.lists().is_empty(), "{:?}", arm.lists());
+    assert!(found(&*a, "RG-A", "20.19.0.2").await);
+    assert!(!found(&*a, "rg-a-extra", "20.19.0.2").await);
+    assert_eq!(arm.list_operations(SUB2, "rg-a"), 1);
+    assert_eq!(arm.list_operations(SUB2, "rg-a-extra"), 1);
+    assert_eq!(arm.list_operations(SUB2, "rg-b"), 0);
+}
+
+/// A group with 100,000 public IPs: the LIST stops at the cap (1,000 kept: ten pages of 100,
+/// and the eleventh that shows there are more), a kept address is found, one past the cap is
+/// not found (and not re-listed for), and the cut is counted.
+#[tokio::test]
+async fn a_group_with_100000_public_ips_is_cut_at_the_cap() {
+    let arm = FakeArm::start().await;
+    let huge: Vec<FakeIp> = (0..100_000u32)
+        .map(|i| {
+            let [_, a, b, c] = i.to_be_bytes();
+            FakeIp::new(&format!("pip-{i}"), &format!("20.{a}.{b}.{c}"))
+        })
+        .collect();
+    arm.set_ips(SUB, "rg-huge", huge);
+    let mut cfg = config(&arm);
+    cfg.max_public_ips_per_group = 1000;
+    let fleet = fleet(cfg);
+    let lookup = fleet.member("m", None, "rg-huge", &[]).unwrap();
+    assert!(found(&*lookup, "rg-huge", "20.0.0.5").await);
+    assert!(
+        !found(&*lookup, "rg-huge", "20.1.134.159").await,
+        "past the cap"
+    );
+    assert_eq!(arm.requests(&path("rg-huge")), 11);
+    let stats = fleet.stats();
+    assert_eq!(stats.truncated_lists, 1);
+    assert_eq!(stats.list_calls, 1, "a miss past the cap does not re-list");
+}

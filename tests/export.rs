@@ -502,6 +502,7 @@ async fn traffic_manager_fields_follow_the_load_balancer() {
         ExporterOptions {
             traffic_manager: true,
             public_ips: Some(lookup.clone()),
+            allowed_resource_groups: vec!["rg-lb".into()],
             ..Default::default()
         },
     )

@@ -35,6 +35,7 @@ async fn metrics_of_two_exporting_members_and_removal() {
             retries: 1,
             throttled: 0,
         },
+        ..Default::default()
     }));
 
     let mut exporters = vec![];

@@ -65,6 +65,52 @@ async fn export_load_balancer(member: &kube::Client) {
     create_export(member, "web", "front", &[]).await;
 }
 
+/// The whole process with the Traffic Manager feature, its members' Azure settings in a
+/// `--member-config` file holding `members_yaml`, against `arm`.
+async fn start_with_member_config(
+    fleet: &Fleet,
+    arm: &FakeArm,
+    members_yaml: &str,
+) -> (app::Running, std::path::PathBuf) {
+    let config_path = fleet.scratch_dir().join("members.yaml");
+    std::fs::write(&config_path, members_yaml).expect("member config");
+    let azure = AzureFleet::new(azure_config(arm)).expect("azure client");
+    let counters = azure.stats_handle();
+    let members = AzureMembers::new(
+        azure,
+        Some(config_path.clone()),
+        MemberConfigFile::load(&config_path).expect("member config parses"),
+        "unused-default-rg".into(),
+    );
+    let running = app::start(
+        app_config(fleet, &fleet.member_kubeconfig_dir()),
+        Extensions {
+            azure: Some(Arc::new(members)),
+            azure_counters: Some(Arc::new(move || counters.snapshot())),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("process starts");
+    (running, config_path)
+}
+
+/// An external LoadBalancer Service `web/name` naming `resource_group` in its annotation, with
+/// its ServiceExport; no ingress IP yet.
+async fn export_annotated_load_balancer(member: &kube::Client, name: &str, resource_group: &str) {
+    let mut svc = service("web", name, 80);
+    svc.spec.as_mut().expect("spec").type_ = Some("LoadBalancer".into());
+    svc.metadata.annotations = Some(
+        [(
+            "service.beta.kubernetes.io/azure-load-balancer-resource-group".to_string(),
+            resource_group.to_string(),
+        )]
+        .into(),
+    );
+    create_service(member, &svc).await;
+    create_export(member, "web", name, &[]).await;
+}
+
 fn public_ip_id(ise: &InternalServiceExport) -> String {
     ise.spec.public_ip_resource_id.clone().unwrap_or_default()
 }
@@ -107,26 +153,8 @@ async fn public_ips_per_member_subscription_failures_requeue_and_settings_reload
         vec![FakeIp::new("pip-west-moved", "20.0.0.2")],
     );
 
-    let config_path = fleet.scratch_dir().join("members.yaml");
-    std::fs::write(&config_path, member_config("mc_west")).expect("member config");
-    let azure = AzureFleet::new(azure_config(&arm)).expect("azure client");
-    let counters = azure.stats_handle();
-    let members = AzureMembers::new(
-        azure,
-        Some(config_path.clone()),
-        MemberConfigFile::load(&config_path).expect("member config parses"),
-        "unused-default-rg".into(),
-    );
-    let running = app::start(
-        app_config(&fleet, &fleet.member_kubeconfig_dir()),
-        Extensions {
-            azure: Some(Arc::new(members)),
-            azure_counters: Some(Arc::new(move || counters.snapshot())),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("process starts");
+    let (running, config_path) =
+        start_with_member_config(&fleet, &arm, &member_config("mc_west")).await;
 
     for member in [&east, &west] {
         export_load_balancer(member).await;
@@ -407,4 +435,174 @@ async fn credentials_echoed_by_failing_azure_calls_are_never_emitted() {
         spans.len(),
         issued.len()
     );
+}
+
+/// Member east's Service names member west's resource group (both in one subscription, as a
+/// fleet often is) and carries west's public IP address: without the allowlist, east's export
+/// would carry west's public IP resource (a Traffic Manager endpoint east does not own). With
+/// it, ARM sees no LIST of west's group until west looks it up itself; east is exported without
+/// the public IP fields, its ServiceExport says why (condition and Event naming the group and
+/// the member), and a group the operator gave east (`azureResourceGroups`) is looked up. The
+/// binary, with its `--member-config`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_naming_another_members_resource_group_gets_no_arm_call() {
+    let fleet = Fleet::builder()
+        .members(["east", "west"])
+        .start()
+        .await
+        .expect("fleet");
+    let hub = fleet.hub().client().await.expect("hub client");
+    let east = fleet.member("east").client().await.expect("east client");
+    let west = fleet.member("west").client().await.expect("west client");
+    let arm = FakeArm::start().await;
+    arm.set_ips(
+        SUB_EAST,
+        "mc_west",
+        vec![FakeIp::new("pip-west", "20.0.0.2")],
+    );
+    arm.set_ips(
+        SUB_EAST,
+        "mc_east_lb",
+        vec![FakeIp::new("pip-east-lb", "20.0.0.3")],
+    );
+    let members = format!(
+        "members:\n  east:\n    azureSubscriptionId: {SUB_EAST}\n    azureResourceGroup: mc_east\n    azureResourceGroups: [mc_east_lb]\n  west:\n    azureSubscriptionId: {SUB_EAST}\n    azureResourceGroup: mc_west\n"
+    );
+    let config_path = fleet.scratch_dir().join("members.yaml");
+    std::fs::write(&config_path, members).expect("member config");
+    // The binary, so the allowlist comes the way operators give it: `--member-config`.
+    let _hub = HubProcess::spawn(
+        std::process::Command::new(env!("CARGO_BIN_EXE_fleetnet-hub"))
+            .arg("run")
+            .arg("--hub-kubeconfig")
+            .arg(fleet.hub().kubeconfig_path())
+            .arg("--kubeconfig-dir")
+            .arg(fleet.member_kubeconfig_dir())
+            .arg("--member-config")
+            .arg(&config_path)
+            .args([
+                "--health-probe-bind-address",
+                &format!("127.0.0.1:{}", free_port()),
+                "--metrics-bind-address",
+                &format!("127.0.0.1:{}", free_port()),
+                "--enable-traffic-manager",
+                "--azure-credential",
+                "client-secret",
+                "--azure-arm-endpoint",
+                arm.base(),
+                "--azure-authority-host",
+                arm.base(),
+                "--azure-tenant-id",
+                arm::TENANT,
+                "--azure-client-id",
+                arm::CLIENT_ID,
+            ])
+            .env("AZURE_CLIENT_SECRET", arm::CLIENT_SECRET),
+    );
+
+    // east: a LoadBalancer naming west's group, with west's address.
+    namespace(&east, "web").await;
+    export_annotated_load_balancer(&east, "front", "MC_WEST").await;
+    assign_ingress(&east, "web", "front", "20.0.0.2").await;
+    let se = wait_condition(
+        &east,
+        "web",
+        "front",
+        "PublicIPResourceGroupAllowed",
+        "False",
+        "ResourceGroupNotAllowed",
+    )
+    .await;
+    let (_, _, message) = condition(&se, "PublicIPResourceGroupAllowed").expect("condition");
+    assert!(
+        message.contains("\"MC_WEST\"") && message.contains("not allowed for member east"),
+        "{message}"
+    );
+    let ise = wait_ise(&hub, &fleet.hub_namespace("east"), "web-front", |i| {
+        i.spec.type_.as_deref() == Some("LoadBalancer")
+    })
+    .await;
+    assert_eq!(
+        ise.spec.public_ip_resource_id, None,
+        "exported as one whose public IP is not found"
+    );
+    let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(east.clone(), "web");
+    let refused = eventually("the refusal's Event", || {
+        let events = events.clone();
+        async move {
+            let list = events.list(&Default::default()).await.ok()?;
+            list.items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("PublicIPResourceGroupNotAllowed"))
+        }
+    })
+    .await;
+    assert!(
+        refused
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("MC_WEST"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        arm.list_operations(SUB_EAST, "mc_west"),
+        0,
+        "no ARM request for west's group on east's behalf"
+    );
+    assert!(arm.lists().is_empty(), "no LIST at all: {:?}", arm.lists());
+
+    // east: a group the operator allowed it is looked up, in east's subscription.
+    export_annotated_load_balancer(&east, "back", "mc_east_lb").await;
+    assign_ingress(&east, "web", "back", "20.0.0.3").await;
+    let ise = wait_ise(&hub, &fleet.hub_namespace("east"), "web-back", |i| {
+        i.spec.public_ip_resource_id.is_some()
+    })
+    .await;
+    assert!(public_ip_id(&ise).ends_with(
+        "/resourceGroups/mc_east_lb/providers/Microsoft.Network/publicIPAddresses/pip-east-lb"
+    ));
+
+    // west: its own group is looked up and found.
+    export_load_balancer(&west).await;
+    assign_ingress(&west, "web", "front", "20.0.0.2").await;
+    let ise = wait_ise(&hub, &fleet.hub_namespace("west"), "web-front", |i| {
+        i.spec.public_ip_resource_id.is_some()
+    })
+    .await;
+    assert_eq!(
+        public_ip_id(&ise),
+        format!(
+            "/subscriptions/{SUB_EAST}/resourceGroups/mc_west/providers/Microsoft.Network/publicIPAddresses/pip-west"
+        )
+    );
+    assert_eq!(arm.list_operations(SUB_EAST, "mc_west"), 1);
+    // east's export never got west's public IP.
+    let ise = ises(&hub, &fleet.hub_namespace("east"))
+        .get("web-front")
+        .await
+        .expect("east's ISE");
+    assert_eq!(ise.spec.public_ip_resource_id, None);
+}
+
+/// A `fleetnet-hub` child process, killed when dropped (also when the test fails).
+struct HubProcess(std::process::Child);
+
+impl HubProcess {
+    fn spawn(command: &mut std::process::Command) -> Self {
+        let child = command
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn fleetnet-hub");
+        Self(child)
+    }
+}
+
+impl Drop for HubProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -1,6 +1,10 @@
 //! Per-resource-group cache of listed public IPs: TTL, single-flight, rate-limited miss
 //! refresh, and a short hold-down of errors (so a failing ARM is not asked again by every
 //! reconcile of every member).
+//!
+//! Bounded: a group unused for a TTL is evicted (not kept and refreshed), at most `max_groups`
+//! groups are kept (the least recently used goes first), and a group's index holds at most
+//! `max_ips` public IPs (its LIST stops there and says so).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -14,15 +18,39 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::fleet::AzureStats;
+use super::http::ARM_TURN;
 use crate::export::{LookupError, PublicIp};
+use crate::policy::Turn;
 
 /// Public IPs of one resource group, keyed by normalised address.
 pub(crate) type IpIndex = HashMap<String, PublicIp>;
 
-/// Lists one resource group. The production one calls ARM; unit tests fake it.
+/// One resource group's public IPs as listed, at most the cap asked for.
+#[derive(Debug, Default)]
+pub(crate) struct Listed {
+    pub by_ip: IpIndex,
+    /// The group holds more public IPs than the cap: the LIST stopped at it.
+    pub truncated: bool,
+}
+
+/// Lists one resource group, keeping at most `max_ips` public IPs. The production one calls
+/// ARM; unit tests fake it.
 #[async_trait::async_trait]
 pub(crate) trait GroupLister: Send + Sync + 'static {
-    async fn list(&self, resource_group: &str) -> Result<IpIndex, LookupError>;
+    async fn list(&self, resource_group: &str, max_ips: usize) -> Result<Listed, LookupError>;
+}
+
+/// The bounds of one cache.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bounds {
+    /// How long a LIST is served, and how long an unused group is kept.
+    pub ttl: Duration,
+    /// A miss re-lists a group at most once per this.
+    pub miss_refresh_interval: Duration,
+    /// Groups kept at once; the least recently used is evicted to make room.
+    pub max_groups: usize,
+    /// Public IPs kept per group.
+    pub max_ips: usize,
 }
 
 /// `"10.0.0.1"`, `"2001:db8::1"` in canonical form, so ARM's and Kubernetes' spellings match.
@@ -37,12 +65,15 @@ pub(crate) fn normalize_ip(ip: &str) -> String {
 struct Snapshot {
     by_ip: IpIndex,
     fetched_at: Instant,
+    /// Only the first `max_ips` of the group: a miss is not worth a re-list before the TTL.
+    truncated: bool,
 }
 
 type Flight = Shared<BoxFuture<'static, Result<Arc<Snapshot>, LookupError>>>;
 
-#[derive(Default)]
 struct GroupState {
+    /// Last lookup of this group: the least recently used group is evicted first.
+    last_used: Instant,
     snapshot: Option<Arc<Snapshot>>,
     in_flight: Option<(u64, Flight)>,
     generation: u64,
@@ -52,6 +83,30 @@ struct GroupState {
 }
 
 impl GroupState {
+    fn new(now: Instant) -> Self {
+        Self {
+            last_used: now,
+            snapshot: None,
+            in_flight: None,
+            generation: 0,
+            last_started: None,
+            error_until: None,
+        }
+    }
+
+    /// Nothing in flight, unused for a TTL, its list stale and its error hold-down over:
+    /// keeping it would only hold memory.
+    fn expired(&self, now: Instant, ttl: Duration) -> bool {
+        let stale = |at: Instant| now.saturating_duration_since(at) >= ttl;
+        self.in_flight.is_none()
+            && stale(self.last_used)
+            && self.snapshot.as_ref().is_none_or(|s| stale(s.fetched_at))
+            && self
+                .error_until
+                .as_ref()
+                .is_none_or(|(until, _)| now >= *until)
+    }
+
     /// Forgets the LIST of `generation` once it is over (a newer one may be in flight).
     fn landed(&mut self, generation: u64) {
         if self
@@ -68,8 +123,16 @@ pub(crate) struct GroupCache<L> {
     lister: Arc<L>,
     ttl: Duration,
     miss_refresh_interval: Duration,
+    max_groups: usize,
+    max_ips: usize,
     stats: Arc<AzureStats>,
-    groups: Mutex<HashMap<String, Arc<Mutex<GroupState>>>>,
+    groups: Mutex<Groups>,
+}
+
+/// The groups kept, and when expired ones were last swept out.
+struct Groups {
+    by_name: HashMap<String, Arc<Mutex<GroupState>>>,
+    swept: Instant,
 }
 
 enum Plan {
@@ -79,39 +142,85 @@ enum Plan {
 }
 
 impl<L: GroupLister> GroupCache<L> {
-    pub(crate) fn new(
-        lister: Arc<L>,
-        ttl: Duration,
-        miss_refresh_interval: Duration,
-        stats: Arc<AzureStats>,
-    ) -> Self {
+    pub(crate) fn new(lister: Arc<L>, bounds: Bounds, stats: Arc<AzureStats>) -> Self {
         Self {
             lister,
-            ttl,
-            miss_refresh_interval,
+            ttl: bounds.ttl,
+            miss_refresh_interval: bounds.miss_refresh_interval,
+            // Zero would mean "keep nothing": at least the group being looked up is kept.
+            max_groups: bounds.max_groups.max(1),
+            max_ips: bounds.max_ips.max(1),
             stats,
-            groups: Mutex::new(HashMap::new()),
+            groups: Mutex::new(Groups {
+                by_name: HashMap::new(),
+                swept: Instant::now(),
+            }),
         }
     }
 
-    fn group(&self, key: &str) -> Arc<Mutex<GroupState>> {
-        self.groups
-            .lock()
-            .entry(key.to_owned())
-            .or_default()
-            .clone()
+    /// The group's state, marked used now; a new group makes room for itself first.
+    fn group(&self, key: &str, now: Instant) -> Arc<Mutex<GroupState>> {
+        let mut groups = self.groups.lock();
+        // Expired groups go at most once per TTL, whether or not new ones come.
+        if now.saturating_duration_since(groups.swept) >= self.ttl {
+            groups.swept = now;
+            self.evict(&mut groups.by_name, now, usize::MAX);
+        }
+        if let Some(group) = groups.by_name.get(key) {
+            let group = Arc::clone(group);
+            group.lock().last_used = now;
+            return group;
+        }
+        self.evict(&mut groups.by_name, now, self.max_groups - 1);
+        let group = Arc::new(Mutex::new(GroupState::new(now)));
+        groups.by_name.insert(key.to_owned(), Arc::clone(&group));
+        group
+    }
+
+    /// Drops the expired groups, then the least recently used ones until at most `keep` are
+    /// left. A group evicted with a LIST in flight still answers that LIST's waiters.
+    fn evict(
+        &self,
+        groups: &mut HashMap<String, Arc<Mutex<GroupState>>>,
+        now: Instant,
+        keep: usize,
+    ) {
+        let before = groups.len();
+        groups.retain(|_, group| !group.lock().expired(now, self.ttl));
+        if groups.len() > keep {
+            let mut by_use: Vec<(Instant, String)> = groups
+                .iter()
+                .map(|(name, group)| (group.lock().last_used, name.clone()))
+                .collect();
+            by_use.sort();
+            let excess = groups.len() - keep;
+            for (_, name) in by_use.into_iter().take(excess) {
+                groups.remove(&name);
+            }
+        }
+        let evicted = u64::try_from(before - groups.len()).unwrap_or(u64::MAX);
+        self.stats.groups_evicted.fetch_add(evicted, Relaxed);
+    }
+
+    /// Groups kept now.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.groups.lock().by_name.len()
     }
 
     /// The public IP with address `ip` in `resource_group`, from cache when the cache can answer.
+    /// A LIST this lookup starts waits for ARM tokens in `turn`'s line (its member's), so one
+    /// member's many LISTs hold one place in the shared budget's line.
     pub(crate) async fn find(
         &self,
         resource_group: &str,
         ip: &str,
+        turn: Option<&Turn>,
     ) -> Result<Option<PublicIp>, LookupError> {
         // Resource group names are case-insensitive in ARM.
-        let group = self.group(&resource_group.to_ascii_lowercase());
+        let group = self.group(&resource_group.to_ascii_lowercase(), Instant::now());
         let ip = normalize_ip(ip);
-        let (generation, flight) = match self.plan(&group, resource_group, &ip) {
+        let (generation, flight) = match self.plan(&group, resource_group, &ip, turn) {
             Plan::Answer(answer) => {
                 self.stats.cache_hits.fetch_add(1, Relaxed);
                 tracing::Span::current().record("azure.cache", "hit");
@@ -130,7 +239,13 @@ impl<L: GroupLister> GroupCache<L> {
         result.map(|snapshot| snapshot.by_ip.get(&ip).cloned())
     }
 
-    fn plan(&self, group: &Arc<Mutex<GroupState>>, resource_group: &str, ip: &str) -> Plan {
+    fn plan(
+        &self,
+        group: &Arc<Mutex<GroupState>>,
+        resource_group: &str,
+        ip: &str,
+        turn: Option<&Turn>,
+    ) -> Plan {
         let now = Instant::now();
         let mut state = group.lock();
         let fresh = state
@@ -151,7 +266,9 @@ impl<L: GroupLister> GroupCache<L> {
             let recently = state
                 .last_started
                 .is_some_and(|t| now.duration_since(t) < self.miss_refresh_interval);
-            if recently {
+            // A list cut at the cap would most likely miss again: wait for the TTL.
+            let truncated = fresh.as_ref().is_some_and(|s| s.truncated);
+            if recently || truncated {
                 return Plan::Answer(None);
             }
         } else if let Some((until, error)) = &state.error_until
@@ -159,7 +276,7 @@ impl<L: GroupLister> GroupCache<L> {
         {
             return Plan::Fail(error.clone());
         }
-        self.start(group, &mut state, resource_group, now)
+        self.start(group, &mut state, resource_group, now, turn)
     }
 
     fn start(
@@ -168,6 +285,7 @@ impl<L: GroupLister> GroupCache<L> {
         state: &mut GroupState,
         resource_group: &str,
         now: Instant,
+        turn: Option<&Turn>,
     ) -> Plan {
         state.generation += 1;
         let generation = state.generation;
@@ -178,6 +296,8 @@ impl<L: GroupLister> GroupCache<L> {
         let task_group = Arc::clone(group);
         let rg = resource_group.to_owned();
         let hold = self.miss_refresh_interval;
+        let (max_ips, stats) = (self.max_ips, Arc::clone(&self.stats));
+        let turn = turn.cloned();
         // Spawned, so a reconcile that gives up waiting does not cancel the LIST for the rest.
         // The LIST is a child of the lookup that started it, whoever else waits for it.
         let span = tracing::info_span!(
@@ -187,14 +307,27 @@ impl<L: GroupLister> GroupCache<L> {
         );
         let task = tokio::spawn(tracing::Instrument::instrument(
             async move {
-                let result = lister.list(&rg).await;
+                // The ARM client reads the turn from the task (the SDK carries no extensions).
+                let result = match turn {
+                    Some(turn) => ARM_TURN.scope(turn, lister.list(&rg, max_ips)).await,
+                    None => lister.list(&rg, max_ips).await,
+                };
                 let done = Instant::now();
                 let mut state = task_group.lock();
                 let result = match result {
-                    Ok(by_ip) => {
+                    Ok(listed) => {
+                        if listed.truncated {
+                            stats.truncated_lists.fetch_add(1, Relaxed);
+                            tracing::warn!(
+                                azure.resource_group = ?rg,
+                                kept = listed.by_ip.len(),
+                                "resource group has more public IPs than are kept per group; lookups of the others find nothing until the next LIST"
+                            );
+                        }
                         let snapshot = Arc::new(Snapshot {
-                            by_ip,
+                            by_ip: listed.by_ip,
                             fetched_at: done,
+                            truncated: listed.truncated,
                         });
                         state.snapshot = Some(Arc::clone(&snapshot));
                         state.error_until = None;
@@ -250,13 +383,13 @@ mod tests {
 
     #[async_trait::async_trait]
     impl GroupLister for FakeLister {
-        async fn list(&self, resource_group: &str) -> Result<IpIndex, LookupError> {
+        async fn list(&self, resource_group: &str, max_ips: usize) -> Result<Listed, LookupError> {
             let call = self.calls.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(self.delay).await;
             if let Some(error) = self.fail.lock().clone() {
                 return Err(error);
             }
-            Ok(self
+            let by_ip: IpIndex = self
                 .appears_at_call
                 .iter()
                 .filter(|(_, from)| call >= **from)
@@ -269,7 +402,16 @@ mod tests {
                         },
                     )
                 })
-                .collect())
+                .collect();
+            let truncated = by_ip.len() > max_ips;
+            // Kept in address order, so which are cut is known.
+            let mut kept: Vec<_> = by_ip.into_iter().collect();
+            kept.sort_by(|a, b| a.0.cmp(&b.0));
+            kept.truncate(max_ips);
+            Ok(Listed {
+                by_ip: kept.into_iter().collect(),
+                truncated,
+            })
         }
     }
 
@@ -286,12 +428,13 @@ mod tests {
             appears_at_call: appears.iter().map(|(ip, n)| (ip.to_string(), *n)).collect(),
             ..FakeLister::default()
         });
-        let cache = GroupCache::new(
-            Arc::clone(&lister),
-            Duration::from_millis(ttl_ms),
-            Duration::from_millis(miss_ms),
-            Arc::new(AzureStats::default()),
-        );
+        let bounds = Bounds {
+            ttl: Duration::from_millis(ttl_ms),
+            miss_refresh_interval: Duration::from_millis(miss_ms),
+            max_groups: 1000,
+            max_ips: 1000,
+        };
+        let cache = GroupCache::new(Arc::clone(&lister), bounds, Arc::new(AzureStats::default()));
         (lister, cache)
     }
 
@@ -314,14 +457,14 @@ mod tests {
         let cache = Arc::new(cache);
         let lookups = (0..64).map(|_| {
             let cache = Arc::clone(&cache);
-            async move { cache.find("RG", "10.0.0.1").await }
+            async move { cache.find("RG", "10.0.0.1", None).await }
         });
         for result in futures::future::join_all(lookups).await {
             assert!(result.unwrap().is_some());
         }
         assert_eq!(lister.calls(), 1);
         // Case-insensitive group key, and now a cache hit.
-        assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
+        assert!(cache.find("rg", "10.0.0.1", None).await.unwrap().is_some());
         assert_eq!(lister.calls(), 1);
         let stats = cache.stats.snapshot();
         assert_eq!((stats.cache_misses, stats.cache_hits), (64, 1));
@@ -330,40 +473,40 @@ mod tests {
     #[tokio::test]
     async fn miss_refreshes_at_most_once_per_interval() {
         let (lister, cache) = cache(&[("10.0.0.1", 0), ("10.0.0.2", 2)], 0, 10_000, 200);
-        assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some()); // call 0
+        assert!(cache.find("rg", "10.0.0.1", None).await.unwrap().is_some()); // call 0
         // Within the interval: answered None from cache, no LIST.
         for _ in 0..20 {
-            assert!(cache.find("rg", "10.0.0.2").await.unwrap().is_none());
+            assert!(cache.find("rg", "10.0.0.2", None).await.unwrap().is_none());
         }
         assert_eq!(lister.calls(), 1);
         tokio::time::sleep(Duration::from_millis(220)).await;
-        assert!(cache.find("rg", "10.0.0.2").await.unwrap().is_none()); // call 1, still absent
-        assert!(cache.find("rg", "10.0.0.2").await.unwrap().is_none()); // from cache
+        assert!(cache.find("rg", "10.0.0.2", None).await.unwrap().is_none()); // call 1, still absent
+        assert!(cache.find("rg", "10.0.0.2", None).await.unwrap().is_none()); // from cache
         assert_eq!(lister.calls(), 2);
         tokio::time::sleep(Duration::from_millis(220)).await;
-        assert!(cache.find("rg", "10.0.0.2").await.unwrap().is_some()); // call 2
+        assert!(cache.find("rg", "10.0.0.2", None).await.unwrap().is_some()); // call 2
         assert_eq!(lister.calls(), 3);
     }
 
     #[tokio::test]
     async fn ttl_expiry_relists_and_errors_are_held_down() {
         let (lister, cache) = cache(&[("10.0.0.1", 0)], 0, 100, 100);
-        assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
-        assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
+        assert!(cache.find("rg", "10.0.0.1", None).await.unwrap().is_some());
+        assert!(cache.find("rg", "10.0.0.1", None).await.unwrap().is_some());
         assert_eq!(lister.calls(), 1);
         tokio::time::sleep(Duration::from_millis(120)).await;
         *lister.fail.lock() = Some(LookupError::Failed {
             resource_group: "rg".into(),
             message: "boom".into(),
         });
-        assert!(cache.find("rg", "10.0.0.1").await.is_err());
+        assert!(cache.find("rg", "10.0.0.1", None).await.is_err());
         assert_eq!(lister.calls(), 2);
         // Held down: the error is repeated without a LIST.
-        assert!(cache.find("rg", "10.0.0.1").await.is_err());
+        assert!(cache.find("rg", "10.0.0.1", None).await.is_err());
         assert_eq!(lister.calls(), 2);
         *lister.fail.lock() = None;
         tokio::time::sleep(Duration::from_millis(120)).await;
-        assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
+        assert!(cache.find("rg", "10.0.0.1", None).await.unwrap().is_some());
         assert_eq!(lister.calls(), 3);
     }
 
@@ -371,15 +514,15 @@ mod tests {
     async fn a_hit_does_not_wait_behind_a_miss_refresh() {
         let (lister, cache) = cache(&[("10.0.0.1", 0)], 300, 10_000, 10);
         let cache = Arc::new(cache);
-        assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
+        assert!(cache.find("rg", "10.0.0.1", None).await.unwrap().is_some());
         tokio::time::sleep(Duration::from_millis(20)).await;
         let miss = tokio::spawn({
             let cache = Arc::clone(&cache);
-            async move { cache.find("rg", "10.0.0.2").await }
+            async move { cache.find("rg", "10.0.0.2", None).await }
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
         let started = Instant::now();
-        assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
+        assert!(cache.find("rg", "10.0.0.1", None).await.unwrap().is_some());
         assert!(started.elapsed() < Duration::from_millis(100));
         assert_eq!(miss.await.unwrap().unwrap(), None);
         assert_eq!(lister.calls(), 2);
@@ -388,11 +531,108 @@ mod tests {
     #[tokio::test]
     async fn a_cancelled_waiter_does_not_cancel_the_list() {
         let (lister, cache) = cache(&[("10.0.0.1", 0)], 100, 10_000, 1_000);
-        let quick =
-            tokio::time::timeout(Duration::from_millis(10), cache.find("rg", "10.0.0.1")).await;
+        let quick = tokio::time::timeout(
+            Duration::from_millis(10),
+            cache.find("rg", "10.0.0.1", None),
+        )
+        .await;
         assert!(quick.is_err(), "gave up before the LIST finished");
         tokio::time::sleep(Duration::from_millis(150)).await;
-        assert!(cache.find("rg", "10.0.0.1").await.unwrap().is_some());
+        assert!(cache.find("rg", "10.0.0.1", None).await.unwrap().is_some());
         assert_eq!(lister.calls(), 1);
+    }
+
+    /// Whether `cache` finds `ip` in `rg`; a failed lookup fails the test.
+    async fn found(cache: &GroupCache<FakeLister>, rg: &str, ip: &str) -> bool {
+        match cache.find(rg, ip, None).await {
+            Ok(found) => found.is_some(),
+            Err(e) => panic!("{ip} in {rg}: {e}"),
+        }
+    }
+
+    /// A cache with these bounds over a fake holding `ips` from its first call.
+    fn bounded(
+        ips: &[&str],
+        ttl_ms: u64,
+        max_groups: usize,
+        max_ips: usize,
+    ) -> (Arc<FakeLister>, GroupCache<FakeLister>) {
+        let lister = Arc::new(FakeLister {
+            appears_at_call: ips.iter().map(|ip| (ip.to_string(), 0)).collect(),
+            ..FakeLister::default()
+        });
+        let bounds = Bounds {
+            ttl: Duration::from_millis(ttl_ms),
+            miss_refresh_interval: Duration::from_millis(ttl_ms / 2),
+            max_groups,
+            max_ips,
+        };
+        let cache = GroupCache::new(Arc::clone(&lister), bounds, Arc::new(AzureStats::default()));
+        (lister, cache)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unused_groups_are_evicted_after_the_ttl() {
+        let (lister, cache) = bounded(&["10.0.0.1"], 1_000, 100, 100);
+        for g in 0..10 {
+            assert!(found(&cache, &format!("rg-{g}"), "10.0.0.1").await);
+        }
+        assert_eq!(cache.len(), 10);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        // rg-0 is used again; the others are not.
+        assert!(found(&cache, "rg-0", "10.0.0.1").await);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // A TTL after the others' last use: the next lookup sweeps them out (no new group needed).
+        assert!(found(&cache, "rg-0", "10.0.0.1").await);
+        assert_eq!(cache.len(), 1, "only the group used within the TTL is kept");
+        assert_eq!(cache.stats.snapshot().groups_evicted, 9);
+        assert_eq!(
+            lister.calls(),
+            11,
+            "rg-0 was re-listed once its list was stale"
+        );
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        assert!(found(&cache, "rg-1", "10.0.0.1").await);
+        assert_eq!(cache.len(), 1, "rg-0 went too");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_most_max_groups_are_kept_least_recently_used_first_out() {
+        let (lister, cache) = bounded(&["10.0.0.1"], 60_000, 3, 100);
+        for g in ["a", "b", "c"] {
+            assert!(found(&cache, g, "10.0.0.1").await);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(found(&cache, "a", "10.0.0.1").await); // a: most recent
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(found(&cache, "d", "10.0.0.1").await); // evicts b
+        assert_eq!(cache.len(), 3);
+        assert_eq!(lister.calls(), 4);
+        for g in ["a", "c", "d"] {
+            assert!(found(&cache, g, "10.0.0.1").await);
+        }
+        assert_eq!(lister.calls(), 4, "a, c and d were kept");
+        assert!(found(&cache, "b", "10.0.0.1").await);
+        assert_eq!(lister.calls(), 5, "b was evicted and is listed again");
+        assert_eq!(cache.len(), 3);
+        assert_eq!(cache.stats.snapshot().groups_evicted, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_group_index_is_capped_and_a_miss_in_it_waits_for_the_ttl() {
+        // 5 addresses, 3 kept (the fake keeps the lowest).
+        let ips = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"];
+        let (lister, cache) = bounded(&ips, 1_000, 10, 3);
+        assert!(found(&cache, "big", "10.0.0.1").await);
+        assert_eq!(cache.stats.snapshot().truncated_lists, 1);
+        // Past the cap: not found, and no re-list on every miss (it would be cut again).
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        for _ in 0..5 {
+            assert!(!found(&cache, "big", "10.0.0.5").await);
+        }
+        assert_eq!(lister.calls(), 1);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!found(&cache, "big", "10.0.0.5").await);
+        assert_eq!(lister.calls(), 2, "re-listed after the TTL");
     }
 }

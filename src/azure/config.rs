@@ -123,6 +123,12 @@ pub struct AzureConfig {
     /// this is not slept on: the lookup fails with `Throttled { retry_after }` at once and the
     /// reconciler requeues.
     pub max_retry_wait: Duration,
+    /// Resource groups whose public IP lists are kept at once, per subscription; the least
+    /// recently used is dropped to make room (a group unused for `cache_ttl` is dropped anyway).
+    pub max_cached_groups: usize,
+    /// Public IPs kept per resource group. A group with more is listed up to this many (and a
+    /// warning says so); an address past them is not found until the next LIST.
+    pub max_public_ips_per_group: usize,
 }
 
 impl Default for AzureConfig {
@@ -147,6 +153,9 @@ impl Default for AzureConfig {
             max_retries: 3,
             retry_base_delay: Duration::from_millis(500),
             max_retry_wait: Duration::from_secs(10),
+            // 256 groups x 1,000 public IPs x ~250 bytes: ~64 MiB at worst per subscription.
+            max_cached_groups: 256,
+            max_public_ips_per_group: 1000,
         }
     }
 }
@@ -211,6 +220,11 @@ impl AzureConfig {
             ("cache_ttl", !self.cache_ttl.is_zero()),
             ("request_timeout", !self.request_timeout.is_zero()),
             ("retry_base_delay", !self.retry_base_delay.is_zero()),
+            ("max_cached_groups", self.max_cached_groups > 0),
+            (
+                "max_public_ips_per_group",
+                self.max_public_ips_per_group > 0,
+            ),
         ] {
             if !positive {
                 return Err(invalid(field, "must be greater than zero"));
@@ -306,7 +320,7 @@ mod tests {
             "{err}: workload identity without tenant"
         );
         type Change = fn(&mut AzureConfig);
-        let cases: [(Change, &str); 6] = [
+        let cases: [(Change, &str); 8] = [
             (|c| c.client_secret = None, "client_secret"),
             (|c| c.arm_endpoint = "not a url".into(), "arm_endpoint"),
             (|c| c.arm_qps = 0.0, "arm_qps"),
@@ -318,6 +332,11 @@ mod tests {
             (
                 |c| c.default_subscription_id = Some("a/b".into()),
                 "default_subscription_id",
+            ),
+            (|c| c.max_cached_groups = 0, "max_cached_groups"),
+            (
+                |c| c.max_public_ips_per_group = 0,
+                "max_public_ips_per_group",
             ),
         ];
         for (change, field) in cases {

@@ -12,11 +12,12 @@ use azure_mgmt_network::package_2024_03::Client as NetworkClient;
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
-use super::cache::GroupCache;
+use super::cache::{Bounds, GroupCache};
 use super::config::{AzureConfig, ConfigError, CredentialKind, invalid, parse_http_url};
 use super::credential;
 use super::http::{StackClient, classify, stack};
 use super::lookup::{ArmLister, SubscriptionPublicIps};
+use super::scope::MemberPublicIps;
 use crate::export::PublicIpLookup;
 use crate::policy::{ClientStats, Policy, RetryLimits};
 
@@ -52,6 +53,8 @@ pub struct AzureStats {
     pub(crate) list_calls: AtomicU64,
     pub(crate) cache_hits: AtomicU64,
     pub(crate) cache_misses: AtomicU64,
+    pub(crate) groups_evicted: AtomicU64,
+    pub(crate) truncated_lists: AtomicU64,
     /// The ARM stack.
     arm: Arc<ClientStats>,
     /// The token stack (credential requests to Entra ID / IMDS).
@@ -78,6 +81,11 @@ pub struct AzureStatsSnapshot {
     pub limiter_wait: Duration,
     /// The token stack's counters.
     pub token: TokenStatsSnapshot,
+    /// Resource groups dropped from the cache: unused for a TTL, or the least recently used
+    /// when `max_cached_groups` were kept.
+    pub groups_evicted: u64,
+    /// LISTs cut at `max_public_ips_per_group`.
+    pub truncated_lists: u64,
 }
 
 /// A copy of the token stack's counters at one instant.
@@ -108,6 +116,8 @@ impl AzureStats {
                 retries: self.token.retries(),
                 throttled: self.token.throttled(),
             },
+            groups_evicted: get(&self.groups_evicted),
+            truncated_lists: get(&self.truncated_lists),
         }
     }
 }
@@ -208,8 +218,29 @@ impl AzureFleet {
         })
     }
 
-    /// The lookup for a member in `subscription` (or the default subscription when `None`).
-    /// Members in the same subscription get the same instance (one cache per subscription).
+    /// A member's lookups: in its `subscription` (or the default subscription when `None`),
+    /// only in `default_resource_group` and `allowed_resource_groups`, each LIST it starts
+    /// waiting in the member's own line for the ARM budget. Members of one subscription share
+    /// its cache.
+    pub fn member(
+        &self,
+        member: &str,
+        subscription: Option<&str>,
+        default_resource_group: &str,
+        allowed_resource_groups: &[String],
+    ) -> Result<Arc<MemberPublicIps>, AzureError> {
+        let subscription = self.subscription(subscription)?;
+        Ok(Arc::new(MemberPublicIps::new(
+            member,
+            default_resource_group,
+            allowed_resource_groups,
+            subscription,
+        )))
+    }
+
+    /// Unscoped lookups in `subscription` (or the default subscription when `None`): any group,
+    /// no member's line. For tools and tests; members get [`Self::member`].
+    /// Callers in the same subscription get the same instance (one cache per subscription).
     pub fn for_member(
         &self,
         subscription: Option<&str>,
@@ -239,12 +270,13 @@ impl AzureFleet {
                 subscription: subscription.to_owned(),
                 credential: Arc::clone(&self.credential),
             };
-            let cache = GroupCache::new(
-                Arc::new(lister),
-                self.config.cache_ttl,
-                self.config.miss_refresh_interval,
-                Arc::clone(&self.stats),
-            );
+            let bounds = Bounds {
+                ttl: self.config.cache_ttl,
+                miss_refresh_interval: self.config.miss_refresh_interval,
+                max_groups: self.config.max_cached_groups,
+                max_ips: self.config.max_public_ips_per_group,
+            };
+            let cache = GroupCache::new(Arc::new(lister), bounds, Arc::clone(&self.stats));
             Arc::new(SubscriptionPublicIps {
                 subscription: subscription.to_owned(),
                 cache,

@@ -12,7 +12,14 @@ use bytes::Bytes;
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, ServiceExt};
 
-use crate::policy::{Attempts, Policy, Repeat, RequestKind, TimedOut, retry_after};
+use crate::policy::{Attempts, Policy, Repeat, RequestKind, TimedOut, Turn, retry_after};
+
+tokio::task_local! {
+    /// The line in the shared ARM budget of the member whose LIST this task runs
+    /// ([`crate::policy::Turn`]). The SDK builds the requests and has no place for
+    /// extensions, so the LIST's task carries it and [`StackClient`] puts it on each request.
+    pub(crate) static ARM_TURN: Turn;
+}
 
 /// A stack: cheap to clone per request (its limits are shared through `Arc`s).
 type HttpService = BoxCloneSyncService<http::Request<Bytes>, http::Response<Bytes>, BoxError>;
@@ -100,7 +107,11 @@ impl HttpClient for StackClient {
                 )
             }));
         }
-        let failure = match self.service.clone().oneshot(to_http(request)?).await {
+        let mut http_request = to_http(request)?;
+        if let Ok(turn) = ARM_TURN.try_with(Turn::clone) {
+            http_request.extensions_mut().insert(turn);
+        }
+        let failure = match self.service.clone().oneshot(http_request).await {
             Ok(response) if response.status().is_success() => return to_azure(response),
             Ok(response) => failure_of(&response),
             Err(error) => ArmFailure {

@@ -6,7 +6,7 @@ use azure_core::auth::TokenCredential;
 use azure_mgmt_network::package_2024_03::public_ip_addresses;
 use futures::StreamExt;
 
-use super::cache::{GroupCache, GroupLister, IpIndex, normalize_ip};
+use super::cache::{GroupCache, GroupLister, IpIndex, Listed, normalize_ip};
 use super::http::{ArmFailure, error_chain};
 use crate::export::{LookupError, PublicIp, PublicIpLookup};
 
@@ -22,14 +22,16 @@ pub(crate) struct ArmLister {
 
 #[async_trait::async_trait]
 impl GroupLister for ArmLister {
-    async fn list(&self, resource_group: &str) -> Result<IpIndex, LookupError> {
+    async fn list(&self, resource_group: &str, max_ips: usize) -> Result<Listed, LookupError> {
         let mut pages = self
             .client
             .list(resource_group, &self.subscription)
             .into_stream();
         let mut index = IpIndex::new();
         let mut count = 0usize;
-        while let Some(page) = pages.next().await {
+        let mut truncated = false;
+        // Dropping the stream stops the LIST: no page past the cap is asked for.
+        while !truncated && let Some(page) = pages.next().await {
             let page = match page {
                 Ok(page) => page,
                 Err(error) => {
@@ -61,6 +63,10 @@ impl GroupLister for ArmLister {
                 let (Some(address), Some(id)) = (properties.ip_address, ip.resource.id) else {
                     continue; // e.g. a dynamic IP not allocated yet
                 };
+                if index.len() >= max_ips {
+                    truncated = true;
+                    break;
+                }
                 let dns_label_configured = properties
                     .dns_settings
                     .and_then(|d| d.domain_name_label)
@@ -79,9 +85,13 @@ impl GroupLister for ArmLister {
             resource_group,
             pages = count,
             public_ips = index.len(),
+            truncated,
             "listed public IPs"
         );
-        Ok(index)
+        Ok(Listed {
+            by_ip: index,
+            truncated,
+        })
     }
 }
 
@@ -119,7 +129,7 @@ fn classify(error: &azure_core::Error, subscription: &str, resource_group: &str)
 }
 
 /// Resource group names: 1–90 characters, no path or query syntax (they go into the URL path).
-fn check_resource_group(resource_group: &str) -> Result<(), LookupError> {
+pub(crate) fn check_resource_group(resource_group: &str) -> Result<(), LookupError> {
     let bad = resource_group.is_empty()
         || resource_group.chars().count() > 90
         || resource_group.ends_with('.')
@@ -165,7 +175,7 @@ impl PublicIpLookup for SubscriptionPublicIps {
         ip: &str,
     ) -> Result<Option<PublicIp>, LookupError> {
         check_resource_group(resource_group)?;
-        self.cache.find(resource_group, ip).await
+        self.cache.find(resource_group, ip, None).await
     }
 }
 

@@ -1,5 +1,5 @@
-//! Azure per member: which subscription and default resource group each member's public IPs
-//! are looked up in (`--member-config`, else the process defaults).
+//! Azure per member: which subscription and resource groups each member's public IPs are
+//! looked up in (`--member-config`, else the process defaults).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 
 use super::AzureFleet;
 use crate::config::MemberConfigFile;
-use crate::export::{LookupError, PublicIp, PublicIpLookup};
+use crate::export::{LookupError, PublicIp, PublicIpAccess, PublicIpLookup};
 use crate::fleet::MemberAzure;
 
 /// Azure per member: subscription and default resource group from `--member-config`,
@@ -31,6 +31,9 @@ pub struct ResolvedAzure {
     /// `None`: the process's default subscription.
     pub subscription: Option<String>,
     pub resource_group: String,
+    /// Groups a Service may name besides `resource_group` (`azureResourceGroups`; none for a
+    /// member with no settings).
+    pub allowed_resource_groups: Vec<String>,
 }
 
 impl AzureMembers {
@@ -61,6 +64,12 @@ impl AzureMembers {
                 .azure_resource_group
                 .filter(|s| !s.trim().is_empty())
                 .unwrap_or_else(|| self.default_resource_group.clone()),
+            allowed_resource_groups: settings
+                .azure_resource_groups
+                .iter()
+                .map(|g| g.trim().to_owned())
+                .filter(|g| !g.is_empty())
+                .collect(),
         }
     }
 }
@@ -74,21 +83,32 @@ impl MemberAzure for AzureMembers {
         }
     }
 
-    fn for_member(&self, member: &str) -> (Arc<dyn PublicIpLookup>, String) {
+    fn for_member(&self, member: &str) -> PublicIpAccess {
         let resolved = self.resolve(member);
-        let lookup = match self.fleet.for_member(resolved.subscription.as_deref()) {
+        let lookup: Arc<dyn PublicIpLookup> = match self.fleet.member(
+            member,
+            resolved.subscription.as_deref(),
+            &resolved.resource_group,
+            &resolved.allowed_resource_groups,
+        ) {
             Ok(lookup) => lookup,
             Err(e) => Arc::new(Unavailable(format!("member {member}: {e}"))),
         };
-        (lookup, resolved.resource_group)
+        PublicIpAccess {
+            lookup,
+            default_resource_group: resolved.resource_group,
+            allowed_resource_groups: resolved.allowed_resource_groups,
+        }
     }
 
     fn settings_key(&self, member: &str) -> String {
         let resolved = self.resolve(member);
+        // A changed allowlist re-engages the member, like a changed group or subscription.
         format!(
-            "{}/{}",
+            "{}/{}/{}",
             resolved.subscription.unwrap_or_default(),
-            resolved.resource_group
+            resolved.resource_group,
+            resolved.allowed_resource_groups.join(",")
         )
     }
 }
@@ -147,6 +167,7 @@ mod tests {
             ResolvedAzure {
                 subscription: Some("00000000-0000-0000-0000-0000000000e1".into()),
                 resource_group: "mc_east".into(),
+                allowed_resource_groups: vec![],
             }
         );
         // Not in the file: the process defaults.
@@ -155,6 +176,7 @@ mod tests {
             ResolvedAzure {
                 subscription: None,
                 resource_group: "default-rg".into(),
+                allowed_resource_groups: vec![],
             }
         );
         let east_before = members.settings_key("east");
@@ -170,10 +192,10 @@ mod tests {
         assert_eq!(members.resolve("west").resource_group, "mc_west");
         assert_ne!(members.settings_key("east"), east_before);
         assert_ne!(members.settings_key("west"), west_before);
-        let (_, rg) = members.for_member("east");
+        let rg = members.for_member("east").default_resource_group;
         assert_eq!(rg, "mc_east_2");
         assert_eq!(members.fleet.subscription_count(), 1);
-        let (_, rg) = members.for_member("west");
+        let rg = members.for_member("west").default_resource_group;
         assert_eq!(rg, "mc_west");
         assert_eq!(
             members.fleet.subscription_count(),
@@ -188,5 +210,61 @@ mod tests {
         std::fs::remove_file(&path).expect("remove");
         members.reload();
         assert_eq!(members.resolve("east").resource_group, "mc_east_2");
+    }
+
+    /// A Service naming a group outside its member's allowlist gets an error from the member's
+    /// lookup without any request (the fleet's ARM endpoint is unreachable: a request would
+    /// fail differently); `azureResourceGroups` widens the allowlist, and re-engages the member.
+    #[tokio::test]
+    async fn a_member_lookup_refuses_groups_outside_its_allowlist() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("members.yaml");
+        std::fs::write(
+            &path,
+            "members:\n  east:\n    azureResourceGroup: mc_east\n    azureResourceGroups: [' mc_east_lb ', '']\n",
+        )
+        .expect("write");
+        let members = azure_members(&path);
+        let east = members.for_member("east");
+        assert_eq!(east.default_resource_group, "mc_east");
+        assert_eq!(east.allowed_resource_groups, vec!["mc_east_lb".to_string()]);
+        for (member, group) in [
+            ("east", "mc_west"),
+            ("east", "default-rg"),
+            ("west", "mc_east"),
+        ] {
+            let access = members.for_member(member);
+            match access.lookup.find_by_address(group, "20.0.0.1").await {
+                Err(LookupError::NotAllowed {
+                    member: m,
+                    resource_group,
+                }) => assert_eq!((m.as_str(), resource_group.as_str()), (member, group)),
+                other => panic!("{member} in {group}: {other:?}"),
+            }
+        }
+        // A member with no settings: the process default only.
+        assert!(
+            members
+                .for_member("west")
+                .allowed_resource_groups
+                .is_empty()
+        );
+        assert_eq!(
+            members.for_member("west").default_resource_group,
+            "default-rg"
+        );
+
+        let before = members.settings_key("east");
+        std::fs::write(
+            &path,
+            "members:\n  east:\n    azureResourceGroup: mc_east\n    azureResourceGroups: [mc_east_lb, mc_shared]\n",
+        )
+        .expect("write");
+        members.reload();
+        assert_ne!(members.settings_key("east"), before, "re-engaged");
+        assert_eq!(
+            members.for_member("east").allowed_resource_groups,
+            vec!["mc_east_lb".to_string(), "mc_shared".to_string()]
+        );
     }
 }

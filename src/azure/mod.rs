@@ -5,8 +5,9 @@
 //! under azure_core's `HttpClient` (`http`): ARM requests spend one process-wide budget (token
 //! bucket + concurrency limit), token requests have a small concurrency limit of their own.
 //! Members get a [`crate::export::PublicIpLookup`] for their subscription with
-//! [`AzureFleet::for_member`] (`lookup`); lookups are served from a per-(subscription,
-//! resource group) cache of the group's public IP LIST (`cache`).
+//! [`AzureFleet::member`] (`scope`): only in the resource groups the operator allowed them,
+//! each member's LISTs in its own line for the ARM budget. Lookups are served from a
+//! per-(subscription, resource group) cache of the group's public IP LIST (`cache`, `lookup`).
 
 mod cache;
 mod config;
@@ -16,6 +17,7 @@ mod http;
 mod lookup;
 mod members;
 mod redact;
+mod scope;
 
 pub use config::{
     AZURE_PUBLIC_CLOUD_ARM, AZURE_PUBLIC_CLOUD_AUTHORITY, AzureConfig, ConfigError, CredentialKind,
@@ -24,3 +26,4 @@ pub use config::{
 pub use fleet::{AzureError, AzureFleet, AzureStats, AzureStatsSnapshot, TokenStatsSnapshot};
 pub use lookup::SubscriptionPublicIps;
 pub use members::{AzureMembers, ResolvedAzure};
+pub use scope::MemberPublicIps;

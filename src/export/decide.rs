@@ -48,6 +48,9 @@ pub struct Settings {
     pub default_resource_group: String,
     /// What the member may write to the hub.
     pub quotas: Quotas,
+    /// Groups a Service's annotation may name besides the default (the operator's
+    /// `azureResourceGroups`); any other is not looked up ([`public_ip_query`]).
+    pub allowed_resource_groups: Vec<String>,
 }
 
 /// What the observe step found about the Service's public IP.
@@ -328,12 +331,16 @@ fn export(
         format!("Service {name} is valid for export"),
     );
     set_and_tell(&mut plan, se, valid, event);
+    resource_group::scope_condition(&mut plan, settings, subject, service);
     conflict_condition(&mut plan, subject, own_ise);
 
     plan.pending = tm_pending;
     // Not listed yet (a new LoadBalancer's address is newer than the list): look again later.
     plan.recheck = matches!(obs.public_ip, PublicIpObservation::NotFound)
-        && public_ip_query(settings, service).is_some();
+        && matches!(
+            public_ip_query(settings, service),
+            Some(PublicIpQuery::Lookup { .. })
+        );
     let metadata = hub_write(&mut plan, obs, subject, service, spec, own_ise, needs_write);
     if metadata != MetadataChange::default() {
         plan.metadata = Some(metadata);
@@ -570,11 +577,13 @@ fn last_seen(se: &ServiceExport, now: Timestamp) -> Option<(String, Timestamp)> 
 
 mod plan;
 pub mod quota;
+mod resource_group;
 mod service;
 #[cfg(test)]
 mod tests;
 
 pub use plan::{EventKind, EventSpec, HubWrite, LastSeen, MetadataChange, Outcome, Plan};
 pub use quota::{Quotas, Standing};
+pub use resource_group::{CONDITION_PUBLIC_IP_ALLOWED, PublicIpQuery};
 pub use service::public_ip_query;
 use service::{annotation, build_spec, is_eligible, same_export, traffic_manager_fields};

@@ -33,7 +33,9 @@ use tokio::sync::watch;
 
 pub use decide::{Outcome, Quotas, Settings};
 pub use error::{Error, Step};
-pub use public_ip::{LookupError, PublicIp, PublicIpLookup};
+pub use public_ip::{
+    LookupError, PublicIp, PublicIpAccess, PublicIpLookup, resource_group_allowed,
+};
 
 use crate::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
 use own_writes::OwnWrites;

@@ -14,7 +14,8 @@ use tracing::{Instrument, field};
 
 use super::decide::quota::{self, Age};
 use super::decide::{
-    self, Observation, Outcome, PublicIpObservation, Standing, decide, ise_name, public_ip_query,
+    self, Observation, Outcome, PublicIpObservation, PublicIpQuery, Standing, decide, ise_name,
+    public_ip_query,
 };
 use super::error::Conflict;
 use super::{Context, Error, LookupError, Reconciled, Step, act};
@@ -394,8 +395,14 @@ async fn observe_public_ip(
     let (Some(lookup), Some(service)) = (&ctx.public_ips, service) else {
         return (PublicIpObservation::NotNeeded, None);
     };
-    let Some((rg, ip)) = public_ip_query(&ctx.settings, service) else {
-        return (PublicIpObservation::NotNeeded, None);
+    let (rg, ip) = match public_ip_query(&ctx.settings, service) {
+        Some(PublicIpQuery::Lookup { resource_group, ip }) => (resource_group, ip),
+        Some(PublicIpQuery::NotAllowed { resource_group }) => {
+            // Decided, not observed: the plan says so on the export; ARM is not asked.
+            tracing::debug!(azure.resource_group = ?resource_group, "resource group not allowed for this member: no public IP lookup");
+            return (PublicIpObservation::NotNeeded, None);
+        }
+        None => return (PublicIpObservation::NotNeeded, None),
     };
     let span = tracing::info_span!("azure.public_ip.lookup", azure.resource_group = %rg, ip = %ip, found = field::Empty, azure.cache = field::Empty);
     let result = lookup
@@ -414,7 +421,7 @@ async fn observe_public_ip(
         Err(e) => {
             let retry_after = match &e {
                 LookupError::Throttled { retry_after, .. } => *retry_after,
-                LookupError::Failed { .. } => None,
+                LookupError::Failed { .. } | LookupError::NotAllowed { .. } => None,
             };
             (PublicIpObservation::Failed(e.to_string()), retry_after)
         }

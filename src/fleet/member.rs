@@ -213,12 +213,13 @@ fn exporter(
     exports: Subscription,
 ) -> MemberExporter {
     let cfg = &shared.config;
-    let (public_ips, default_resource_group) = match &shared.azure {
+    let (public_ips, default_resource_group, allowed_resource_groups) = match &shared.azure {
         Some(azure) if cfg.traffic_manager => {
-            let (lookup, rg) = azure.for_member(name);
-            (Some(lookup), rg)
+            let access = azure.for_member(name);
+            let groups = access.allowed_resource_groups;
+            (Some(access.lookup), access.default_resource_group, groups)
         }
-        _ => (None, String::new()),
+        _ => (None, String::new(), vec![]),
     };
     MemberExporter {
         member: name.to_string(),
@@ -232,6 +233,7 @@ fn exporter(
             traffic_manager: cfg.traffic_manager,
             default_resource_group,
             quotas: cfg.quotas,
+            allowed_resource_groups,
         },
         public_ips,
         leader: shared.leader.clone(),

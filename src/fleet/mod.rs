@@ -32,7 +32,7 @@ pub use state::{Event, FleetState, MemberStatus, Phase};
 pub use vet::TrustPolicy;
 
 use crate::client::{ClientStats, Limits};
-use crate::export::{PublicIpLookup, ReconcileObserver, Reconciled};
+use crate::export::{PublicIpAccess, ReconcileObserver, Reconciled};
 
 /// Settings of the runtime (validated by whoever builds it, e.g. the CLI).
 #[derive(Debug, Clone)]
@@ -80,12 +80,12 @@ impl MemberHooks for NoHooks {
     fn member_left(&self, _: &str) {}
 }
 
-/// Per-member Azure access: the lookup for the member's subscription and its default
-/// resource group.
+/// Per-member Azure access: the lookup for the member's subscription, its default resource
+/// group and the other groups it may read.
 pub trait MemberAzure: Send + Sync + 'static {
     /// Reads the members' settings again; called once per rescan, before any of the below.
     fn reload(&self);
-    fn for_member(&self, member: &str) -> (Arc<dyn PublicIpLookup>, String);
+    fn for_member(&self, member: &str) -> PublicIpAccess;
     /// Changes when the member's Azure settings change: the member is then re-engaged.
     fn settings_key(&self, member: &str) -> String;
 }

@@ -499,6 +499,7 @@ mod tests {
         m.set_azure_source(Arc::new(|| AzureCounters {
             list_calls: 3,
             cache_hits: 7,
+            truncated_lists: 1,
             ..Default::default()
         }));
         for member in ["a", "b"] {
@@ -535,6 +536,8 @@ mod tests {
             r#"fleetnet_api_retries_total{client="member",member="a"} 0"#,
             "fleetnet_azure_list_calls_total 3",
             "fleetnet_azure_cache_hits_total 7",
+            "fleetnet_azure_groups_evicted_total 0",
+            "fleetnet_azure_truncated_lists_total 1",
             "fleetnet_azure_limiter_wait_seconds_total 0",
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");

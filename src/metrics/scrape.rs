@@ -199,6 +199,16 @@ fn encode_azure(e: &mut DescriptorEncoder, c: &AzureCounters) -> fmt::Result {
             "429 responses received from the token endpoint.",
             c.token.throttled,
         ),
+        (
+            "fleetnet_azure_groups_evicted",
+            "Resource groups dropped from the public IP cache: unused for a TTL, or the least recently used when the cache was full.",
+            c.groups_evicted,
+        ),
+        (
+            "fleetnet_azure_truncated_lists",
+            "Public IP LISTs stopped at --azure-max-public-ips-per-group (the group holds more).",
+            c.truncated_lists,
+        ),
     ] {
         family(
             e,

@@ -68,6 +68,8 @@ pub struct ExporterOptions {
     pub events_limits: Option<Limits>,
     /// The member's quotas (default: the flags' defaults).
     pub quotas: fleetnet_hub::export::Quotas,
+    /// Resource groups a Service may name besides `rg-default` (the member's allowlist).
+    pub allowed_resource_groups: Vec<String>,
 }
 
 /// Starts an exporter for `member` of `fleet`, with counting clients, and waits for its sync.
@@ -114,6 +116,7 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
             traffic_manager: opts.traffic_manager,
             default_resource_group: "rg-default".into(),
             quotas: opts.quotas,
+            allowed_resource_groups: opts.allowed_resource_groups.clone(),
         },
         public_ips: opts.public_ips.clone(),
         leader,

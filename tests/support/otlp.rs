@@ -489,6 +489,7 @@ pub async fn start_observed(
             traffic_manager: false,
             default_resource_group: "rg-default".into(),
             quotas: Default::default(),
+            allowed_resource_groups: vec![],
         },
         public_ips: None,
         leader,

@@ -7,25 +7,47 @@ use k8s_openapi::api::core::v1::Service;
 
 use super::{
     AZURE_DNS_LABEL_ANNOTATION, AZURE_LB_INTERNAL_ANNOTATION, AZURE_LB_RESOURCE_GROUP_ANNOTATION,
-    PublicIpObservation, Settings,
+    PublicIpObservation, PublicIpQuery, Settings,
 };
 use crate::api::{ExportedObjectReference, InternalServiceExportSpec, ServicePort};
+use crate::export::public_ip::resource_group_allowed;
 
-/// Where to look up the Service's public IP, when the Traffic Manager fields need one:
-/// `(resource group, ingress IP)`.
-pub fn public_ip_query(settings: &Settings, service: &Service) -> Option<(String, String)> {
+/// Where to look up the Service's public IP, when the Traffic Manager fields need one: the
+/// resource group the Service names (annotation), else the member's default, and its ingress
+/// IP; or, when that group is not one the member may read ([`resource_group_allowed`]), that
+/// no lookup is made.
+pub fn public_ip_query(settings: &Settings, service: &Service) -> Option<PublicIpQuery> {
     if !settings.traffic_manager || !is_load_balancer(service) || is_internal_lb(service) {
         return None;
     }
     let ip = ingress_ip(service)?;
-    let rg = annotation(
+    let annotated = annotation(
         &service.metadata.annotations,
         AZURE_LB_RESOURCE_GROUP_ANNOTATION,
     )
     .map(str::trim)
-    .filter(|rg| !rg.is_empty())
-    .unwrap_or(&settings.default_resource_group);
-    Some((rg.to_string(), ip.to_string()))
+    .filter(|rg| !rg.is_empty());
+    let Some(rg) = annotated else {
+        // The operator's own choice for this member (an empty one fails the lookup, as before).
+        return Some(PublicIpQuery::Lookup {
+            resource_group: settings.default_resource_group.clone(),
+            ip: ip.to_string(),
+        });
+    };
+    let allowed = resource_group_allowed(
+        &settings.default_resource_group,
+        &settings.allowed_resource_groups,
+        rg,
+    );
+    Some(match allowed {
+        true => PublicIpQuery::Lookup {
+            resource_group: rg.to_string(),
+            ip: ip.to_string(),
+        },
+        false => PublicIpQuery::NotAllowed {
+            resource_group: rg.to_string(),
+        },
+    })
 }
 
 pub(super) fn build_spec(
@@ -123,6 +145,10 @@ pub(super) fn traffic_manager_fields(
     }
     if ingress_ip(service).is_none() {
         // The Service changes again when its LB gets an address; that triggers a reconcile.
+        return (None, fields);
+    }
+    if let Some(PublicIpQuery::NotAllowed { .. }) = public_ip_query(settings, service) {
+        // Whatever was observed: an IP of a group the member may not read is never exported.
         return (None, fields);
     }
     let pip = match public_ip {

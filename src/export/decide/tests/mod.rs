@@ -20,6 +20,7 @@ fn settings() -> Settings {
         traffic_manager: false,
         default_resource_group: "rg-default".into(),
         quotas: Quotas::default(),
+        allowed_resource_groups: vec!["rg-1".into()],
     }
 }
 
