@@ -33,8 +33,19 @@ pub const MEMBER_PERMISSIONS: &[(&str, &str, &str)] = &[
     ("discovery.k8s.io", "endpointslices", "patch"),
 ];
 
-/// One row of the report.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How `check` prints its report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// An aligned table.
+    #[default]
+    Text,
+    /// One JSON object: `{"members": [{member, server, ok, problem}], "unusable": N}`.
+    Json,
+}
+
+/// One row of the report. `server` is printable ([`crate::fleet::vet::printable_server`]) and
+/// `problem` never quotes the kubeconfig.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct MemberCheck {
     pub member: String,
     pub server: String,
@@ -130,8 +141,24 @@ async fn usable(member: MemberClient) -> Result<String, String> {
     Ok(format!("ok (ServiceExport {}){insecure}", version.as_str()))
 }
 
-/// Checks every member of `dir`, prints the table, fails if any member is unusable.
-pub async fn run(dir: &Path, trust: TrustPolicy) -> Result<(), String> {
+/// Checks every member of `dir`, prints the report as `output` asks, fails if any member is
+/// unusable.
+pub async fn run(dir: &Path, trust: TrustPolicy, output: Output) -> Result<(), String> {
+    let rows = check_dir(dir, trust).await?;
+    match output {
+        Output::Text => print!("{}", table(&rows)),
+        Output::Json => println!("{}", json(&rows)),
+    }
+    let bad = rows.iter().filter(|r| !r.ok).count();
+    if bad > 0 {
+        Err(format!("{bad} of {} members unusable", rows.len()))
+    } else {
+        Ok(())
+    }
+}
+
+/// The rows of the report for every member of `dir`.
+pub async fn check_dir(dir: &Path, trust: TrustPolicy) -> Result<Vec<MemberCheck>, String> {
     let members = registry::scan(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
     if members.is_empty() {
         return Err(format!("no member kubeconfigs in {}", dir.display()));
@@ -143,13 +170,13 @@ pub async fn run(dir: &Path, trust: TrustPolicy) -> Result<(), String> {
             Err(e) => MemberCheck::new(&name, "-", Err(e)),
         });
     }
-    print!("{}", table(&rows));
-    let bad = rows.iter().filter(|r| !r.ok).count();
-    if bad > 0 {
-        Err(format!("{bad} of {} members unusable", rows.len()))
-    } else {
-        Ok(())
-    }
+    Ok(rows)
+}
+
+/// The report as one JSON object (`--output json`).
+pub fn json(rows: &[MemberCheck]) -> String {
+    let unusable = rows.iter().filter(|r| !r.ok).count();
+    serde_json::json!({ "members": rows, "unusable": unusable }).to_string()
 }
 
 /// `member | server | status | problem`, aligned.

@@ -59,7 +59,15 @@ pub type AzureSource = Arc<dyn Fn() -> AzureCounters + Send + Sync>;
 type Labels = Vec<(&'static str, String)>;
 
 fn member_labels(name: &str) -> Labels {
-    vec![("member", name.to_string())]
+    vec![("member", label(name))]
+}
+
+/// A label value from outside data (a member name comes from a file name) with its control
+/// characters escaped: the exposition format escapes only `\\`, `"` and line feeds, and a
+/// carriage return or an escape sequence in a label would forge or hide lines of `/metrics`
+/// for whoever reads it.
+fn label(value: &str) -> String {
+    crate::telemetry::escape_control(value).into_owned()
 }
 
 /// Exemplar labels: the trace of the observation (only when it is sampled).
@@ -78,7 +86,7 @@ const EXPORT_DURATION_CAP_MS: u128 = 100_000;
 
 /// The label of fleet-networking's metric: the member.
 fn origin(member: &str) -> Labels {
-    vec![("origin_cluster_id", member.to_string())]
+    vec![("origin_cluster_id", label(member))]
 }
 
 /// The reference's rules: a duration that does not make sense (<= 0) counts as one second;
@@ -275,8 +283,10 @@ impl Metrics {
     pub fn remove_member(&self, member: &str) {
         let entry = self.shared.members.write().remove(member);
         for outcome in entry.map(|e| e.outcomes).unwrap_or_default() {
-            self.reconciles
-                .remove(&vec![("member", member.to_string()), ("outcome", outcome)]);
+            self.reconciles.remove(&vec![
+                ("member", label(member)),
+                ("outcome", label(&outcome)),
+            ]);
         }
         let labels = member_labels(member);
         self.durations.remove(&labels);
@@ -356,8 +366,8 @@ impl ReconcileObserver for Metrics {
         self.in_flight.get_or_create(&labels).dec();
         self.reconciles
             .get_or_create(&vec![
-                ("member", member.to_string()),
-                ("outcome", outcome.to_string()),
+                ("member", label(member)),
+                ("outcome", label(outcome)),
             ])
             .inc();
         self.durations
