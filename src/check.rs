@@ -179,21 +179,53 @@ pub fn json(rows: &[MemberCheck]) -> String {
     serde_json::json!({ "members": rows, "unusable": unusable }).to_string()
 }
 
-/// `member | server | status | problem`, aligned.
+/// `member | server | status | problem`, aligned; one line per member whatever its name or
+/// error holds (control characters escaped).
 pub fn table(rows: &[MemberCheck]) -> String {
-    let width = |len: fn(&MemberCheck) -> usize| rows.iter().map(len).max().unwrap_or(0).max(6);
-    let (w0, w1) = (width(|r| r.member.len()), width(|r| r.server.len()));
+    use crate::telemetry::escape_control;
+    let cells: Vec<[String; 3]> = rows
+        .iter()
+        .map(|r| {
+            let problem = if r.ok { "" } else { r.problem.as_str() };
+            [&r.member, &r.server, problem].map(|c| escape_control(c).into_owned())
+        })
+        .collect();
+    let width = |i: usize| cells.iter().map(|c| c[i].chars().count()).max().unwrap_or(0).max(6);
+    let (w0, w1) = (width(0), width(1));
     let mut out = format!(
         "{:<w0$} | {:<w1$} | {:<6} | problem\n",
         "member", "server", "status"
     );
-    for r in rows {
+    for (r, [member, server, problem]) in rows.iter().zip(&cells) {
         let status = if r.ok { "ok" } else { "FAIL" };
-        let problem = if r.ok { "" } else { r.problem.as_str() };
         out.push_str(&format!(
-            "{:<w0$} | {:<w1$} | {:<6} | {problem}\n",
-            r.member, r.server, status
+            "{member:<w0$} | {server:<w1$} | {status:<6} | {problem}\n"
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_per_member_whatever_its_name_holds() {
+        let rows = [
+            MemberCheck::new("good", "https://h/", Ok("ok".into())),
+            MemberCheck::new(
+                "evil\nforged | https://x/ | ok\r\x1b[2K",
+                "-",
+                Err("invalid member name \"evil\\n\": bad\nline".into()),
+            ),
+        ];
+        let text = table(&rows);
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
+        assert!(text.contains(r"evil\nforged | https://x/ | ok\r\x1b[2K | -"), "{text}");
+        let json: serde_json::Value = serde_json::from_str(&json(&rows)).expect("JSON");
+        assert_eq!(json["unusable"], 1);
+        assert_eq!(json["members"][1]["member"], rows[1].member);
+        assert_eq!(json["members"][0]["server"], "https://h/");
+    }
 }

@@ -569,6 +569,49 @@ mod tests {
     }
 
     #[test]
+    fn label_values_from_outside_cannot_forge_or_hide_lines() {
+        let m = Metrics::new();
+        // A member name comes from a file name: anything but '/' and NUL.
+        let evil = "m\r\nfleetnet_leader 1\x1b[2K\u{9b}31m\"";
+        m.register_member(evil, Arc::new(ClientStats::default()));
+        let fleet = Arc::new(FleetState::default());
+        fleet.engage(evil, "h");
+        m.set_fleet_state(fleet);
+        m.reconcile_started(evil);
+        m.reconciled(evil, EXPORTED, Duration::from_millis(20));
+        m.conflict_reflected(evil, Duration::from_secs(2));
+        for text in [m.encode(), m.encode_prometheus()] {
+            assert!(
+                !text.chars().any(|c| c.is_control() && c != '\n'),
+                "a control character in\n{text}"
+            );
+            assert!(
+                !text.lines().any(|l| l.starts_with("fleetnet_leader 1")),
+                "a forged line in\n{text}"
+            );
+            // Escaped by us, then its backslashes and quote by the exposition format.
+            let shown = r#"member="m\\r\\nfleetnet_leader 1\\x1b[2K\\u{9b}31m\"""#;
+            for series in [
+                "fleetnet_reconcile_total{",
+                "fleetnet_reconciles_in_flight{",
+                "fleetnet_member_state{",
+                "fleetnet_api_retries_total{client=\"member\",",
+            ] {
+                assert!(
+                    text.contains(&format!("{series}{shown}")),
+                    "{series}{shown} in\n{text}"
+                );
+            }
+            assert!(
+                text.contains(r#"origin_cluster_id="m\\r\\nfleetnet_leader 1\\x1b"#),
+                "{text}"
+            );
+        }
+        m.remove_member(evil);
+        assert!(!m.encode().contains("fleetnet_leader 1\\"), "removed");
+    }
+
+    #[test]
     fn export_duration_follows_fleet_networking_rules() {
         let m = Metrics::new();
         // 0 counts as one second; 300 s is capped at 100 s; 3 s falls in the 5000 bucket.
