@@ -190,7 +190,14 @@ pub fn table(rows: &[MemberCheck]) -> String {
             [&r.member, &r.server, problem].map(|c| escape_control(c).into_owned())
         })
         .collect();
-    let width = |i: usize| cells.iter().map(|c| c[i].chars().count()).max().unwrap_or(0).max(6);
+    let width = |i: usize| {
+        cells
+            .iter()
+            .map(|c| c[i].chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(6)
+    };
     let (w0, w1) = (width(0), width(1));
     let mut out = format!(
         "{:<w0$} | {:<w1$} | {:<6} | problem\n",
@@ -221,8 +228,14 @@ mod tests {
         ];
         let text = table(&rows);
         assert_eq!(text.lines().count(), 3, "{text}");
-        assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
-        assert!(text.contains(r"evil\nforged | https://x/ | ok\r\x1b[2K | -"), "{text}");
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        assert!(
+            text.contains(r"evil\nforged | https://x/ | ok\r\x1b[2K | -"),
+            "{text}"
+        );
         let json: serde_json::Value = serde_json::from_str(&json(&rows)).expect("JSON");
         assert_eq!(json["unusable"], 1);
         assert_eq!(json["members"][1]["member"], rows[1].member);

@@ -490,6 +490,10 @@ mod tests {
     fn a_typo_on_the_token_line_is_placed_by_line_column_and_path() {
         let text = "users:\n- name: u\n  user:\n    token SECRET-A\n    username: x\n";
         let e = serde_saphyr::from_multiple::<serde_json::Value>(text).expect_err("typo");
+        assert!(
+            e.to_string().contains("SECRET-A"),
+            "the parser's own message quotes the line: {e}"
+        );
         let message = yaml_error(text, &e, &kubeconfig_key);
         let place = yaml_place(text, &e, &kubeconfig_key);
         assert!((4..=5).contains(&place.line), "{place:?}");
