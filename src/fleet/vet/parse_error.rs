@@ -529,6 +529,35 @@ mod tests {
     }
 
     #[test]
+    fn member_config_errors_are_placed_never_quoted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("members.yaml");
+        for (text, place) in [
+            (
+                "members:\n  alpha:\n    azureResourceGroup SECRET-RG\n    traceSamplingRatio: 1\n",
+                "line 3, column 5 at members.alpha: ",
+            ),
+            (
+                "members:\n  alpha:\n    traceSamplingRatio: SECRET-RATIO\n",
+                "line 3, column 25 at members.alpha.traceSamplingRatio: a value of the wrong type",
+            ),
+            (
+                "members:\n  Not_A_Member_SECRET:\n    traceSamplingRatio: [SECRET-LIST\n",
+                "line 3, column 25 at members.?.traceSamplingRatio: ",
+            ),
+        ] {
+            std::fs::write(&path, text).expect("write");
+            let e = crate::config::MemberConfigFile::load(&path).expect_err("invalid");
+            assert!(
+                e.starts_with(&format!("invalid member config {}: ", path.display())),
+                "{e}"
+            );
+            assert!(e.contains(place), "{place} in {e}");
+            assert!(!e.contains("SECRET"), "{e}");
+        }
+    }
+
+    #[test]
     fn kube_messages_keep_their_fixed_heads_only() {
         assert_eq!(
             kube_message(
