@@ -243,6 +243,21 @@ fn known_key(key: &str) -> bool {
         )
 }
 
+/// A key as a refusal names it: a known one, or one that looks like a field name (a typo, a
+/// field of a later kube); anything else (a value pasted where a key goes, a long token-like
+/// string) is not written out.
+fn shown(key: &str) -> &str {
+    let field_like = key.len() <= 40
+        && key.starts_with(|c: char| c.is_ascii_alphabetic())
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    match known_key(key) || field_like {
+        true => key,
+        false => "<a key that does not look like a field name>",
+    }
+}
+
 /// What the walk over the documents found.
 #[derive(Debug, Default)]
 struct Findings {
@@ -302,7 +317,7 @@ impl Findings {
                     // Named as users have always seen them: `users[u].exec`.
                     k if k == inner => self.fields(value, &at, rule, policy),
                     _ => self.refuse(
-                        &format!("{at}.{key}"),
+                        &format!("{at}.{}", shown(key)),
                         &format!("{UNKNOWN}: an entry has only name and {inner}"),
                     ),
                 }
@@ -342,8 +357,8 @@ impl Findings {
             return;
         }
         let place = match at {
-            "" => key.to_string(),
-            _ => format!("{at}.{key}"),
+            "" => shown(key).to_string(),
+            _ => format!("{at}.{}", shown(key)),
         };
         match rule {
             None => self.refuse(&place, UNKNOWN),
@@ -674,6 +689,21 @@ mod tests {
             "contexts[d].note (not a kubeconfig field",
         ];
         names(&refused(&k), &places, &["SECRET"]);
+        // A value pasted where a key goes is not written out.
+        let k = text(
+            "    token: t\n    eyJhbGciOiJSUzI1NiIsImtpZCI6IlNFQ1JFVCJ9.SECRET: x\n    0123456789abcdef0123456789abcdef0123456789abcdefSECRET: y\n",
+            "",
+        );
+        let e = refused(&k);
+        assert_eq!(
+            e.matches(
+                "users[u].<a key that does not look like a field name> (not a kubeconfig field"
+            )
+            .count(),
+            2,
+            "{e}"
+        );
+        names(&e, &[], &["SECRET", "eyJ", "0123"]);
     }
 
     #[test]
