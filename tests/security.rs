@@ -785,6 +785,25 @@ async fn no_secret_of_any_refused_kubeconfig_shape_reaches_any_output() {
     );
     let check_text = fleetnet_hub::check::table(&rows);
     let check_json = fleetnet_hub::check::json(&rows);
+    // The binary itself, with its own log format, at debug: stdout and stderr.
+    let mut binary = String::new();
+    for output in ["text", "json"] {
+        let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleetnet-hub"))
+            .args(["check", "--output", output, "--kubeconfig-dir"])
+            .arg(&dir)
+            .env("RUST_LOG", "debug")
+            .output()
+            .await
+            .expect("check runs");
+        assert!(!run.status.success(), "check fails: members are unusable");
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        if output == "json" {
+            let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON report");
+            assert_eq!(report["unusable"], shapes.len() + 1, "{report}");
+        }
+        binary.push_str(&stdout);
+        binary.push_str(&String::from_utf8_lossy(&run.stderr));
+    }
     running.shutdown().await;
     assert_eq!(
         connections.load(Ordering::SeqCst),
@@ -806,6 +825,10 @@ async fn no_secret_of_any_refused_kubeconfig_shape_reaches_any_output() {
         ("/metrics", metrics.as_str()),
         ("check", check_text.as_str()),
         ("check --output json", check_json.as_str()),
+        (
+            "fleetnet-hub check (text and json, stdout and stderr)",
+            binary.as_str(),
+        ),
         ("member errors", errors.as_str()),
     ];
     let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
