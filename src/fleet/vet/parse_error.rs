@@ -13,8 +13,11 @@ use serde_saphyr::granit_parser::ErrorKind;
 /// the field at that line (`users[#0].user.token`), as far as it is known.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Place {
+    /// 1-based; 0 when the parser could not place the error.
     pub line: u64,
+    /// 1-based.
     pub column: u64,
+    /// Keys and list items down to the line (`users[#0].user.token`); empty when unknown.
     pub path: String,
 }
 
