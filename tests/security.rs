@@ -103,6 +103,34 @@ fn non_loopback_ip() -> std::net::IpAddr {
         .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into())
 }
 
+/// What a test starts from: the captured logs, a fleet with one real member, a decoy server
+/// that must see no connection, and a scratch directory.
+struct Scene {
+    logs: &'static Arc<Mutex<Vec<u8>>>,
+    fleet: Fleet,
+    decoy: SocketAddr,
+    connections: Arc<AtomicUsize>,
+    scratch: tempfile::TempDir,
+}
+
+async fn scene(member: &str) -> Scene {
+    let logs = captured();
+    let fleet = Fleet::builder()
+        .members([member])
+        .start()
+        .await
+        .expect("fleet starts");
+    let (decoy, connections) = decoy().await;
+    let scratch = tempfile::tempdir().expect("tempdir");
+    Scene {
+        logs,
+        fleet,
+        decoy,
+        connections,
+        scratch,
+    }
+}
+
 fn kubeconfig(server: &str, cluster_extra: &str, user: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {{cluster: k, user: u}}\nclusters:\n- name: k\n  cluster:\n    server: {server}\n{cluster_extra}users:\n- name: u\n  user:\n{user}"
@@ -120,18 +148,17 @@ fn config(fleet: &Fleet, dir: &Path, trust: TrustPolicy) -> AppConfig {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_kubeconfigs_never_connect_and_no_secret_is_emitted() {
-    let logs = captured();
-    let fleet = Fleet::builder()
-        .members(["good"])
-        .start()
-        .await
-        .expect("fleet starts");
-    let (decoy_addr, connections) = decoy().await;
+    let Scene {
+        logs,
+        fleet,
+        decoy: decoy_addr,
+        connections,
+        scratch,
+    } = scene("good").await;
     let decoy_url = format!("https://{decoy_addr}");
     // Plain http to this machine's own non-loopback address: reachable, so only the vetting
     // keeps the token off the wire.
     let (plain_addr, plain_connections) = decoy_on(non_loopback_ip()).await;
-    let scratch = tempfile::tempdir().expect("tempdir");
     let dir = scratch.path().join("kubeconfigs");
     std::fs::create_dir(&dir).expect("mkdir");
     let marker = scratch.path().join("exec-ran");
@@ -448,14 +475,13 @@ const PLUGIN_SECRETS: [&str; 4] = [
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_exec_plugin_is_named_without_its_command_env_or_output() {
-    let logs = captured();
-    let fleet = Fleet::builder()
-        .members(["unused"])
-        .start()
-        .await
-        .expect("fleet starts");
-    let (decoy_addr, connections) = decoy().await;
-    let scratch = tempfile::tempdir().expect("tempdir");
+    let Scene {
+        logs,
+        fleet,
+        decoy: decoy_addr,
+        connections,
+        scratch,
+    } = scene("unused").await;
     let [env, arg, stdout, stderr] = PLUGIN_SECRETS;
     let plugin = kubeconfig(
         &format!("https://{decoy_addr}"),
@@ -702,14 +728,13 @@ fn refused_shapes(server: &str, decoy: SocketAddr) -> Vec<Shape> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_secret_of_any_refused_kubeconfig_shape_reaches_any_output() {
-    let logs = captured();
-    let fleet = Fleet::builder()
-        .members(["good"])
-        .start()
-        .await
-        .expect("fleet starts");
-    let (decoy_addr, connections) = decoy().await;
-    let scratch = tempfile::tempdir().expect("tempdir");
+    let Scene {
+        logs,
+        fleet,
+        decoy: decoy_addr,
+        connections,
+        scratch,
+    } = scene("good").await;
     let dir = scratch.path().join("kubeconfigs");
     std::fs::create_dir(&dir).expect("mkdir");
     std::fs::copy(
