@@ -113,24 +113,26 @@ async fn hub_client(
     stats: Arc<ClientStats>,
     fence: client::Fence,
 ) -> Result<kube::Client, Error> {
-    // Parser errors quote the offending value, which may be a token or a key.
-    let failed = |e: &dyn std::fmt::Display| match path {
-        Some(path) => Error::Hub(format!(
-            "kubeconfig {}: {}",
-            path.display(),
-            crate::fleet::redact_quoted(&e.to_string())
-        )),
+    // Parser and kube errors quote the file, which may be a token or a key: by place only.
+    use crate::fleet::vet::parse_error;
+    let failed = |e: String| match path {
+        Some(path) => Error::Hub(format!("kubeconfig {}: {e}", path.display())),
         None => Error::Hub(format!(
             "in-cluster configuration (no --hub-kubeconfig given): {e}"
         )),
     };
     let kubeconfig = match path {
-        Some(path) => Some(kube::config::Kubeconfig::read_from(path).map_err(|e| failed(&e))?),
+        Some(path) => Some(kube::config::Kubeconfig::read_from(path).map_err(|e| {
+            let text = std::fs::read_to_string(path).ok();
+            failed(parse_error::kubeconfig_error(&e, text.as_deref()))
+        })?),
         None => None,
     };
     match client::from_kubeconfig(name, kubeconfig, lanes, limits, stats, fence).await {
         Ok((client, _)) => Ok(client),
-        Err(e @ client::Error::Config(_)) => Err(failed(&e)),
+        // The in-cluster configuration's errors name environment variables and files only.
+        Err(client::Error::Config(e)) if path.is_none() => Err(failed(e)),
+        Err(client::Error::Config(e)) => Err(failed(parse_error::kube_message(&e))),
         Err(e) => Err(Error::Hub(e.to_string())),
     }
 }

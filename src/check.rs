@@ -33,8 +33,19 @@ pub const MEMBER_PERMISSIONS: &[(&str, &str, &str)] = &[
     ("discovery.k8s.io", "endpointslices", "patch"),
 ];
 
-/// One row of the report.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How `check` prints its report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// An aligned table.
+    #[default]
+    Text,
+    /// One JSON object: `{"members": [{member, server, ok, problem}], "unusable": N}`.
+    Json,
+}
+
+/// One row of the report. `server` is printable ([`crate::fleet::vet::printable_server`]) and
+/// `problem` never quotes the kubeconfig.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct MemberCheck {
     pub member: String,
     pub server: String,
@@ -130,8 +141,24 @@ async fn usable(member: MemberClient) -> Result<String, String> {
     Ok(format!("ok (ServiceExport {}){insecure}", version.as_str()))
 }
 
-/// Checks every member of `dir`, prints the table, fails if any member is unusable.
-pub async fn run(dir: &Path, trust: TrustPolicy) -> Result<(), String> {
+/// Checks every member of `dir`, prints the report as `output` asks, fails if any member is
+/// unusable.
+pub async fn run(dir: &Path, trust: TrustPolicy, output: Output) -> Result<(), String> {
+    let rows = check_dir(dir, trust).await?;
+    match output {
+        Output::Text => print!("{}", table(&rows)),
+        Output::Json => println!("{}", json(&rows)),
+    }
+    let bad = rows.iter().filter(|r| !r.ok).count();
+    if bad > 0 {
+        Err(format!("{bad} of {} members unusable", rows.len()))
+    } else {
+        Ok(())
+    }
+}
+
+/// The rows of the report for every member of `dir`.
+pub async fn check_dir(dir: &Path, trust: TrustPolicy) -> Result<Vec<MemberCheck>, String> {
     let members = registry::scan(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
     if members.is_empty() {
         return Err(format!("no member kubeconfigs in {}", dir.display()));
@@ -143,30 +170,75 @@ pub async fn run(dir: &Path, trust: TrustPolicy) -> Result<(), String> {
             Err(e) => MemberCheck::new(&name, "-", Err(e)),
         });
     }
-    print!("{}", table(&rows));
-    let bad = rows.iter().filter(|r| !r.ok).count();
-    if bad > 0 {
-        Err(format!("{bad} of {} members unusable", rows.len()))
-    } else {
-        Ok(())
-    }
+    Ok(rows)
 }
 
-/// `member | server | status | problem`, aligned.
+/// The report as one JSON object (`--output json`).
+pub fn json(rows: &[MemberCheck]) -> String {
+    let unusable = rows.iter().filter(|r| !r.ok).count();
+    serde_json::json!({ "members": rows, "unusable": unusable }).to_string()
+}
+
+/// `member | server | status | problem`, aligned; one line per member whatever its name or
+/// error holds (control characters escaped).
 pub fn table(rows: &[MemberCheck]) -> String {
-    let width = |len: fn(&MemberCheck) -> usize| rows.iter().map(len).max().unwrap_or(0).max(6);
-    let (w0, w1) = (width(|r| r.member.len()), width(|r| r.server.len()));
+    use crate::telemetry::escape_control;
+    let cells: Vec<[String; 3]> = rows
+        .iter()
+        .map(|r| {
+            let problem = if r.ok { "" } else { r.problem.as_str() };
+            [&r.member, &r.server, problem].map(|c| escape_control(c).into_owned())
+        })
+        .collect();
+    let width = |i: usize| {
+        cells
+            .iter()
+            .map(|c| c[i].chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(6)
+    };
+    let (w0, w1) = (width(0), width(1));
     let mut out = format!(
         "{:<w0$} | {:<w1$} | {:<6} | problem\n",
         "member", "server", "status"
     );
-    for r in rows {
+    for (r, [member, server, problem]) in rows.iter().zip(&cells) {
         let status = if r.ok { "ok" } else { "FAIL" };
-        let problem = if r.ok { "" } else { r.problem.as_str() };
         out.push_str(&format!(
-            "{:<w0$} | {:<w1$} | {:<6} | {problem}\n",
-            r.member, r.server, status
+            "{member:<w0$} | {server:<w1$} | {status:<6} | {problem}\n"
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_per_member_whatever_its_name_holds() {
+        let rows = [
+            MemberCheck::new("good", "https://h/", Ok("ok".into())),
+            MemberCheck::new(
+                "evil\nforged | https://x/ | ok\r\x1b[2K",
+                "-",
+                Err("invalid member name \"evil\\n\": bad\nline".into()),
+            ),
+        ];
+        let text = table(&rows);
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        assert!(
+            text.contains(r"evil\nforged | https://x/ | ok\r\x1b[2K | -"),
+            "{text}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&json(&rows)).expect("JSON");
+        assert_eq!(json["unusable"], 1);
+        assert_eq!(json["members"][1]["member"], rows[1].member);
+        assert_eq!(json["members"][0]["server"], "https://h/");
+    }
 }

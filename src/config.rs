@@ -34,9 +34,25 @@ impl MemberConfigFile {
     pub fn load(path: &std::path::Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read member config {}: {e}", path.display()))?;
+        // By line, column and field path: the parser's message quotes the file.
         serde_saphyr::from_str::<Option<Self>>(&text)
             .map(Option::unwrap_or_default)
-            .map_err(|e| format!("invalid member config {}: {e}", path.display()))
+            .map_err(|e| {
+                let known = |key: &str| {
+                    matches!(
+                        key,
+                        "members"
+                            | "azureSubscriptionId"
+                            | "azureResourceGroup"
+                            | "traceSamplingRatio"
+                    ) || crate::fleet::registry::validate_member_name(key).is_ok()
+                };
+                format!(
+                    "invalid member config {}: {}",
+                    path.display(),
+                    crate::fleet::vet::parse_error::yaml_error(&text, &e, &known)
+                )
+            })
     }
 }
 

@@ -37,6 +37,9 @@ enum Command {
         kubeconfig_dir: PathBuf,
         #[command(flatten)]
         trust: TrustArgs,
+        /// `text` (a table) or `json`.
+        #[arg(long, value_enum, default_value_t)]
+        output: fleetnet_hub::check::Output,
     },
     /// Start a local hub and two members (real apiservers), run the controller against them.
     #[cfg(feature = "sandbox")]
@@ -151,6 +154,10 @@ pub struct TrustArgs {
     /// on /members, in `check` and in `fleetnet_member_tls_verify_disabled`.
     #[arg(long, env = "FLEETNET_ALLOW_INSECURE_MEMBER_TLS")]
     allow_insecure_member_tls: bool,
+    /// Allow a member `server` over plain `http://` to a loopback host (localhost, 127.0.0.0/8,
+    /// ::1): tests and local tunnels only; nothing on that connection is encrypted.
+    #[arg(long, env = "FLEETNET_ALLOW_PLAIN_HTTP_LOOPBACK_MEMBERS")]
+    allow_plain_http_loopback_members: bool,
 }
 
 impl TrustArgs {
@@ -166,9 +173,15 @@ impl TrustArgs {
                 "--allow-insecure-member-tls: member kubeconfigs may disable TLS verification"
             );
         }
+        if self.allow_plain_http_loopback_members {
+            tracing::warn!(
+                "--allow-plain-http-loopback-members: member servers may be plain http on loopback"
+            );
+        }
         TrustPolicy {
             allow_exec: self.allow_member_exec_plugins,
             allow_insecure_tls: self.allow_insecure_member_tls,
+            allow_plain_http_loopback: self.allow_plain_http_loopback_members,
         }
     }
 }
@@ -459,9 +472,10 @@ async fn async_main() -> std::process::ExitCode {
             Command::Check {
                 kubeconfig_dir,
                 trust,
+                output,
             },
             _,
-        ) => fleetnet_hub::check::run(&kubeconfig_dir, trust.policy())
+        ) => fleetnet_hub::check::run(&kubeconfig_dir, trust.policy(), output)
             .await
             .map_err(anyhow::Error::msg),
         #[cfg(feature = "sandbox")]

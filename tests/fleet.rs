@@ -581,7 +581,7 @@ async fn unreachable_member_fails_alone_and_check_reports_every_member() {
         "{table}"
     );
     assert!(
-        fleetnet_hub::check::run(&dir, Default::default())
+        fleetnet_hub::check::run(&dir, Default::default(), Default::default())
             .await
             .is_err(),
         "check fails when a member is unusable"

@@ -444,6 +444,8 @@ async fn dashboard_and_alerts_evaluate_against_a_real_prometheus_scraping_two_re
     // Two replicas with leader election, as the chart deploys them.
     let replica = |identity: &str| {
         let mut cfg = app_config(&fleet, &dir);
+        // The throttling member is a plain-http test server on loopback.
+        cfg.runtime.trust.allow_plain_http_loopback = true;
         cfg.leader_election = Some(LeaderElection {
             namespace: "fleetnet-system".into(),
             name: "fleetnet-hub".into(),

@@ -77,13 +77,12 @@ pub async fn member_client(
     fence: client::Fence,
 ) -> Result<MemberClient, String> {
     let vetted = vet::vet(kubeconfig, origin, trust)?;
-    let failed = |e: client::Error| match e {
-        client::Error::Config(e) => format!("unusable kubeconfig: {}", redact_quoted(&e)),
-        e => e.to_string(),
-    };
-    let clients = client::member_clients(name, vetted.kubeconfig, limits, stats, fence)
+    let mut clients = client::member_clients(name, vetted.kubeconfig, limits, stats, fence)
         .await
-        .map_err(failed)?;
+        .map_err(|e| redacted(origin, e))?;
+    // Shown on /members, in `check` and in logs: the vetting refuses credentials in the URL,
+    // and this keeps it so should a URL ever get past it.
+    clients.server = vet::printable_server(&clients.server);
     Ok(MemberClient {
         clients,
         tls_verify_disabled: vetted.tls_verify_disabled,
@@ -326,41 +325,59 @@ async fn probe(state: Arc<FleetState>, member: String, client: kube::Client) {
     }
 }
 
-/// Parser errors quote the offending value, which in a kubeconfig may be a token or a key:
-/// keep the message and position, drop what is quoted.
-pub(crate) fn redact_quoted(message: &str) -> String {
-    let mut out = String::with_capacity(message.len());
-    let mut quoted = false;
-    for c in message.chars() {
-        match (c, quoted) {
-            ('"' | '`', false) => {
-                quoted = true;
-                out.push_str("\"…");
-            }
-            ('"' | '`', true) => {
-                quoted = false;
-                out.push('"');
-            }
-            (_, true) => {}
-            (c, false) => out.push(c),
-        }
+/// A member client that could not be built from the kubeconfig of `origin`, told without
+/// kube's message past its fixed heads: nothing is sent yet at this point, so every failure is
+/// about the kubeconfig, and kube's messages quote it (a base64 symbol, a context name, a PEM
+/// line).
+fn redacted(origin: &str, e: client::Error) -> String {
+    use super::vet::parse_error::kube_message;
+    match e {
+        client::Error::Config(e) => format!("unusable kubeconfig ({origin}): {}", kube_message(&e)),
+        client::Error::Kube { client, source } => format!(
+            "unusable kubeconfig ({origin}): client {client}: {}",
+            kube_message(&source.to_string())
+        ),
+        // The limits, or an exec plugin's failure (told without its command, environment or
+        // output): nothing of the file.
+        e => e.to_string(),
     }
-    out
 }
 
 #[cfg(test)]
 mod tests {
-    use super::redact_quoted;
+    use super::redacted;
+    use crate::client;
 
     #[test]
-    fn quoted_values_never_reach_errors() {
-        let e = redact_quoted(
-            "invalid type: string \"sk-secret-token\", expected a map at line 3 column 5",
+    fn kube_errors_of_a_kubeconfig_never_reach_the_member_error() {
+        let e = redacted(
+            "/k/m.yaml",
+            client::Error::Config(
+                "failed to load client key: failed to decode base64 data: Invalid symbol 36, offset 12.".into(),
+            ),
         );
         assert_eq!(
             e,
-            "invalid type: string \"…\", expected a map at line 3 column 5"
+            "unusable kubeconfig (/k/m.yaml): failed to load client key: failed to decode base64 data (details withheld: they may quote the kubeconfig)"
         );
-        assert!(!e.contains("secret"));
+        let e = redacted(
+            "/k/m.yaml",
+            client::Error::Config("failed to load current context: SECRET-CONTEXT".into()),
+        );
+        assert!(
+            e.contains("failed to load current context") && !e.contains("SECRET"),
+            "{e}"
+        );
+        let e = redacted(
+            "/k/m.yaml",
+            client::Error::Kube {
+                client: "m".into(),
+                source: kube::Error::Service("invalid tls-server-name \"SECRET-SNI\"".into()),
+            },
+        );
+        assert!(
+            e.contains("client m: ServiceError: invalid tls-server-name") && !e.contains("SECRET"),
+            "{e}"
+        );
     }
 }

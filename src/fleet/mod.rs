@@ -26,7 +26,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use controllers::Controllers;
-pub(crate) use member::redact_quoted;
 pub use member::{MemberClient, member_client};
 pub use state::{Event, FleetState, MemberStatus, Phase};
 pub use vet::TrustPolicy;

@@ -89,12 +89,13 @@ pub fn hub_namespace(prefix: &str, member: &str) -> Result<String, String> {
 }
 
 /// Reads the directory. Errors of one file are that member's error; an unreadable directory
-/// is the caller's (it keeps the members it has). Two files naming one member (`a.yaml`,
-/// `a.yml`) refuse that member, naming both files. Nothing in the directory can block it:
-/// only regular files are opened, without blocking, and at most [`MAX_KUBECONFIG_BYTES`] read.
+/// is the caller's (it keeps the members it has). Two or more files naming one member
+/// (`a.yaml`, `a.yml`) refuse that member, naming them all. Nothing in the directory can block
+/// it: only regular files are opened, without blocking, and at most [`MAX_KUBECONFIG_BYTES`]
+/// read.
 pub fn scan(dir: &Path) -> std::io::Result<BTreeMap<String, MemberSource>> {
     let real_dir = std::fs::canonicalize(dir)?;
-    let mut members: BTreeMap<String, MemberSource> = BTreeMap::new();
+    let mut found: BTreeMap<String, Vec<MemberSource>> = BTreeMap::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let file_name = entry.file_name().to_string_lossy().into_owned();
@@ -122,39 +123,51 @@ pub fn scan(dir: &Path) -> std::io::Result<BTreeMap<String, MemberSource>> {
             Ok(text) => hex(&Sha256::digest(text.as_bytes())),
             Err(e) => hex(&Sha256::digest(e.as_bytes())),
         };
-        let source = MemberSource {
+        found.entry(name.clone()).or_default().push(MemberSource {
             path,
             kubeconfig,
             hash,
             unreadable,
-        };
-        match members.remove(&name) {
-            None => {
-                members.insert(name, source);
-            }
-            Some(first) => {
-                // Sorted, so the error (and its hash) is the same whatever order the directory lists.
-                let mut paths = [first.path, source.path];
-                paths.sort();
-                let e = format!(
-                    "files {} and {} both declare member {name:?}: remove or rename one",
-                    paths[0].display(),
-                    paths[1].display()
-                );
-                let [path, _] = paths;
-                members.insert(
-                    name,
-                    MemberSource {
-                        hash: hex(&Sha256::digest(e.as_bytes())),
-                        kubeconfig: Err(e),
-                        unreadable: false,
-                        path,
-                    },
-                );
-            }
-        }
+        });
     }
-    Ok(members)
+    Ok(found
+        .into_iter()
+        .map(|(name, sources)| {
+            let source = one_source(&name, sources);
+            (name, source)
+        })
+        .collect())
+}
+
+/// The source of member `name` from the files that declare it: the one file, or, for several,
+/// a refusal that names every one of them. The same whatever order the directory lists them
+/// in (sorted), so its hash is too, and the refused member is engaged once.
+fn one_source(name: &str, mut sources: Vec<MemberSource>) -> MemberSource {
+    if sources.len() == 1
+        && let Some(source) = sources.pop()
+    {
+        return source;
+    }
+    let mut paths: Vec<PathBuf> = sources.into_iter().map(|s| s.path).collect();
+    paths.sort();
+    let mut names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    let last = names.pop().unwrap_or_default();
+    let e = match names.len() {
+        1 => format!(
+            "files {} and {last} both declare member {name:?}: remove or rename one",
+            names[0]
+        ),
+        _ => format!(
+            "files {} and {last} all declare member {name:?}: keep one, remove or rename the others",
+            names.join(", ")
+        ),
+    };
+    MemberSource {
+        hash: hex(&Sha256::digest(e.as_bytes())),
+        kubeconfig: Err(e),
+        unreadable: false,
+        path: paths.into_iter().next().unwrap_or_default(),
+    }
 }
 
 /// Never the kubeconfig's content: it holds credentials.
@@ -277,6 +290,42 @@ mod tests {
             "others unaffected"
         );
         assert_eq!(scan(p).expect("scan")["alpha"].hash, members["alpha"].hash);
+    }
+
+    #[test]
+    fn many_files_for_one_member_refuse_it_naming_all_in_any_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path();
+        let files = ["alpha.yaml", "alpha.yml", "alpha.json", "alpha.conf"];
+        for f in files {
+            write(p, &[(f, f)]);
+        }
+        let members = scan(p).expect("scan");
+        assert_eq!(members.len(), 1);
+        let refused = &members["alpha"];
+        let e = refused.kubeconfig.as_ref().expect_err("refused");
+        for f in files {
+            assert!(e.contains(&p.join(f).display().to_string()), "{f} in {e}");
+        }
+        assert!(e.contains("all declare member \"alpha\""), "{e}");
+        // Whatever order the directory lists them in, the same refusal (and hash): the member
+        // is engaged once, not again at every scan.
+        let sources = |order: &[usize]| {
+            order
+                .iter()
+                .map(|&i| MemberSource {
+                    path: p.join(files[i]),
+                    kubeconfig: Ok(files[i].to_string()),
+                    hash: files[i].to_string(),
+                    unreadable: i == 0,
+                })
+                .collect::<Vec<_>>()
+        };
+        for order in [[0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2], [2, 0, 3, 1]] {
+            let source = one_source("alpha", sources(&order));
+            assert_eq!(&source, refused, "{order:?}");
+            assert!(!source.unreadable, "a refusal, not a passing read error");
+        }
     }
 
     #[test]

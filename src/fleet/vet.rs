@@ -14,6 +14,8 @@ use std::net::IpAddr;
 use kube::config::{ExecInteractiveMode, Kubeconfig};
 use serde_json::{Map, Value};
 
+pub mod parse_error;
+
 /// What member kubeconfigs may use beyond inline credentials; both off by default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TrustPolicy {
@@ -22,6 +24,9 @@ pub struct TrustPolicy {
     /// `insecure-skip-tls-verify: true`; such members are flagged on `/members`, in `check`
     /// and in `fleetnet_member_tls_verify_disabled`.
     pub allow_insecure_tls: bool,
+    /// A `server` over plain `http://` to a loopback host (tests, a local sandbox, a sidecar
+    /// tunnel): the credentials cross no network, but nothing is encrypted or authenticated.
+    pub allow_plain_http_loopback: bool,
 }
 
 /// A member kubeconfig that passed vetting, with what the operator allowed it to use.
@@ -45,7 +50,8 @@ impl std::fmt::Debug for Vetted {
 enum Rule {
     /// Inline data that kube sends only to the member's server, or keeps to itself.
     Safe,
-    /// `server`: https, or plain http to a loopback host.
+    /// `server`: https (plain http to a loopback host only with
+    /// [`TrustPolicy::allow_plain_http_loopback`]), nothing secret in the URL.
     Server,
     /// `insecure-skip-tls-verify`: `true` only with [`TrustPolicy::allow_insecure_tls`].
     InsecureTls,
@@ -125,17 +131,19 @@ const UNKNOWN: &str = "not a kubeconfig field fleetnet-hub knows to be safe";
 /// keeps to `policy`; otherwise names every refused field (entry and field, never a value) and
 /// `origin`.
 pub fn vet(text: &str, origin: &str, policy: TrustPolicy) -> Result<Vetted, String> {
-    let invalid = |e: &dyn std::fmt::Display| {
+    // Told by line, column and field path only: the parser's own message quotes the line,
+    // which may be the token's.
+    let documents: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| {
         format!(
             "invalid kubeconfig ({origin}): {}",
-            super::redact_quoted(&e.to_string())
+            parse_error::yaml_error(text, &e, &known_key)
         )
-    };
-    let documents: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| invalid(&e))?;
+    })?;
     let mut findings = Findings::default();
     for document in &documents {
         findings.document(document, policy);
     }
+    let documents_len = documents.len();
     if !findings.refused.is_empty() {
         return Err(format!(
             "kubeconfig refused ({origin}): {}",
@@ -143,9 +151,15 @@ pub fn vet(text: &str, origin: &str, policy: TrustPolicy) -> Result<Vetted, Stri
         ));
     }
     let mut kubeconfig = Kubeconfig::default();
-    for document in documents {
-        let next: Kubeconfig = serde_json::from_value(document).map_err(|e| invalid(&e))?;
-        kubeconfig = kubeconfig.merge(next).map_err(|e| invalid(&e))?;
+    for (i, document) in documents.into_iter().enumerate() {
+        let next = typed(document, i, documents_len, text)
+            .map_err(|e| format!("invalid kubeconfig ({origin}): {e}"))?;
+        kubeconfig = kubeconfig.merge(next).map_err(|e| {
+            format!(
+                "invalid kubeconfig ({origin}): {}",
+                parse_error::kube_message(&e.to_string())
+            )
+        })?;
     }
     // Nobody is at a terminal: an interactive plugin would share the process's stdin, and
     // write its stderr, whatever it holds, straight into the pod's log.
@@ -162,6 +176,86 @@ pub fn vet(text: &str, origin: &str, policy: TrustPolicy) -> Result<Vetted, Stri
         kubeconfig,
         tls_verify_disabled: findings.tls_verify_disabled,
     })
+}
+
+/// Document `index` (of `count`) of `text` as kube's type; a value kube cannot take is named
+/// by its field path (and its line in `text` when the parser can place it), never quoted.
+fn typed(document: Value, index: usize, count: usize, text: &str) -> Result<Kubeconfig, String> {
+    serde_path_to_error::deserialize(document).map_err(|e| {
+        let mut path = String::new();
+        for segment in e.path().iter() {
+            use serde_path_to_error::Segment;
+            match segment {
+                Segment::Seq { index } => path.push_str(&format!("[#{index}]")),
+                Segment::Map { key } | Segment::Enum { variant: key } => {
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(if known_key(key) { key } else { "?" });
+                }
+                Segment::Unknown => path.push_str(".?"),
+            }
+        }
+        if count > 1 {
+            path = format!("document {}: {path}", index + 1);
+        }
+        // The same text read as kube's type directly: the parser knows the line.
+        let line = serde_saphyr::from_multiple::<Kubeconfig>(text)
+            .err()
+            .and_then(|e| e.location())
+            .filter(|at| at.line() > 0)
+            .map(|at| format!("line {}, column {} ", at.line(), at.column()))
+            .unwrap_or_default();
+        format!(
+            "{line}at {path}: {}",
+            parse_error::describe_serde(e.inner())
+        )
+    })
+}
+
+/// Every key a kubeconfig may hold (refused ones too): safe to name in an error, unlike the
+/// keys and values of a file that holds other things.
+fn known_key(key: &str) -> bool {
+    cluster_rule(key).is_some()
+        || user_rule(key).is_some()
+        || context_rule(key).is_some()
+        || top_level_rule(key).is_some()
+        || preferences_rule(key).is_some()
+        || matches!(
+            key,
+            "clusters"
+                | "users"
+                | "contexts"
+                | "preferences"
+                | "name"
+                | "cluster"
+                | "user"
+                | "context"
+                // exec and auth-provider
+                | "command"
+                | "args"
+                | "env"
+                | "value"
+                | "installHint"
+                | "provideClusterInfo"
+                | "interactiveMode"
+                | "config"
+        )
+}
+
+/// A key as a refusal names it: a known one, or one that looks like a field name (a typo, a
+/// field of a later kube); anything else (a value pasted where a key goes, a long token-like
+/// string) is not written out.
+fn shown(key: &str) -> &str {
+    let field_like = key.len() <= 40
+        && key.starts_with(|c: char| c.is_ascii_alphabetic())
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    match known_key(key) || field_like {
+        true => key,
+        false => "<a key that does not look like a field name>",
+    }
 }
 
 /// What the walk over the documents found.
@@ -223,7 +317,7 @@ impl Findings {
                     // Named as users have always seen them: `users[u].exec`.
                     k if k == inner => self.fields(value, &at, rule, policy),
                     _ => self.refuse(
-                        &format!("{at}.{key}"),
+                        &format!("{at}.{}", shown(key)),
                         &format!("{UNKNOWN}: an entry has only name and {inner}"),
                     ),
                 }
@@ -263,15 +357,15 @@ impl Findings {
             return;
         }
         let place = match at {
-            "" => key.to_string(),
-            _ => format!("{at}.{key}"),
+            "" => shown(key).to_string(),
+            _ => format!("{at}.{}", shown(key)),
         };
         match rule {
             None => self.refuse(&place, UNKNOWN),
             Some(Rule::Safe) => {}
             Some(Rule::Refused(why)) => self.refuse(&place, why),
             Some(Rule::Server) => {
-                if let Err(why) = server_allowed(value) {
+                if let Err(why) = server_allowed(value, policy) {
                     self.refuse(&place, why);
                 }
             }
@@ -299,12 +393,18 @@ impl Findings {
     }
 }
 
-/// A member's `server`: https; plain http only to a loopback host (the credentials would
-/// otherwise cross the network in clear text); no credentials in the URL itself.
-fn server_allowed(server: &Value) -> Result<(), &'static str> {
+/// A member's `server`: https; plain http only to a loopback host and only when the operator
+/// allows it (the credentials would otherwise cross the network in clear text); nothing in
+/// the URL that may be a secret (user info, a query string, a fragment), since the URL is
+/// printed on `/members`, in `check` and in logs.
+fn server_allowed(server: &Value, policy: TrustPolicy) -> Result<(), &'static str> {
     let Value::String(server) = server else {
         return Err("a URL expected");
     };
+    // Checked on the text: the URI parser drops a fragment without a word.
+    if server.contains('#') {
+        return Err("a fragment (#...) in the server URL is not accepted: it may hold a secret");
+    }
     let uri: http::Uri = server.parse().map_err(|_| "not a URL")?;
     let Some(authority) = uri.authority() else {
         return Err("not an https:// URL");
@@ -312,14 +412,37 @@ fn server_allowed(server: &Value) -> Result<(), &'static str> {
     if authority.as_str().contains('@') {
         return Err("credentials in the URL are not accepted; use token");
     }
+    if uri.query().is_some() {
+        return Err(
+            "a query string (?...) in the server URL is not accepted: it may hold a secret; use token",
+        );
+    }
     match uri.scheme_str() {
         Some("https") => Ok(()),
-        Some("http") if is_loopback(authority.host()) => Ok(()),
+        Some("http") if is_loopback(authority.host()) && policy.allow_plain_http_loopback => Ok(()),
+        Some("http") if is_loopback(authority.host()) => Err(
+            "plain http, even to loopback, is not accepted without --allow-plain-http-loopback-members; use https",
+        ),
         Some("http") => Err(
             "plain http to a host that is not loopback would send the credentials in clear text; use https",
         ),
         _ => Err("not an https:// URL"),
     }
+}
+
+/// A member's server URL as it may be printed: scheme, host, port and path, without user info,
+/// query or fragment (where a secret could sit); `<not a URL>` when it cannot be read as one.
+pub fn printable_server(server: &str) -> String {
+    const NOT_A_URL: &str = "<not a URL>";
+    let before = server.split(['?', '#']).next().unwrap_or_default();
+    let Ok(uri) = before.parse::<http::Uri>() else {
+        return NOT_A_URL.into();
+    };
+    let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+        return NOT_A_URL.into();
+    };
+    let host = authority.as_str().rsplit('@').next().unwrap_or_default();
+    format!("{scheme}://{host}{}", uri.path())
 }
 
 /// `localhost`, 127.0.0.0/8 or ::1, as written: a name is not resolved (it could resolve
@@ -417,6 +540,7 @@ mod tests {
         let policy = TrustPolicy {
             allow_exec: true,
             allow_insecure_tls: true,
+            ..TrustPolicy::default()
         };
         let vetted = vet(&k, FILE, policy).expect("allowed by the operator");
         assert!(vetted.tls_verify_disabled);
@@ -451,20 +575,39 @@ mod tests {
             );
             assert!(!e.contains(server) && !e.contains("SECRET-TOKEN"), "{e}");
         }
+        let loopback = TrustPolicy {
+            allow_plain_http_loopback: true,
+            ..TrustPolicy::default()
+        };
         for server in [
             "http://127.0.0.1:8080",
             "http://127.1.2.3",
             "http://[::1]:8080",
             "http://localhost:8080",
-            "https://member.example.com",
         ] {
             let k = text_at(server, "    token: t\n", "");
-            assert!(vet(&k, FILE, TrustPolicy::default()).is_ok(), "{server}");
+            assert!(vet(&k, FILE, loopback).is_ok(), "{server}");
+            let e = vet(&k, FILE, TrustPolicy::default()).expect_err("not without the opt-in");
+            assert!(
+                e.contains("clusters[k].server (plain http, even to loopback")
+                    && e.contains("--allow-plain-http-loopback-members"),
+                "{server}: {e}"
+            );
         }
+        let k = text_at("https://member.example.com", "    token: t\n", "");
+        assert!(vet(&k, FILE, TrustPolicy::default()).is_ok());
         for (server, why) in [
             (
                 "https://user:SECRET-PW@member.example.com",
                 "credentials in the URL",
+            ),
+            (
+                "https://member.example.com/?token=SECRET-PW",
+                "a query string (?...) in the server URL",
+            ),
+            (
+                "https://member.example.com/#SECRET-PW",
+                "a fragment (#...) in the server URL",
             ),
             ("member.example.com:6443", "not an https:// URL"),
             ("ftp://member.example.com", "not an https:// URL"),
@@ -476,6 +619,24 @@ mod tests {
                 "{server}: {e}"
             );
             assert!(!e.contains("SECRET-PW"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_printed_server_has_no_user_info_query_or_fragment() {
+        for (server, printed) in [
+            ("https://10.0.0.1", "https://10.0.0.1/"),
+            ("https://10.0.0.1:6443/base", "https://10.0.0.1:6443/base"),
+            (
+                "https://u:SECRET@h.example.com:443/p?token=SECRET#SECRET",
+                "https://h.example.com:443/p",
+            ),
+            ("https://h/?token=SECRET", "https://h/"),
+            ("https://h#SECRET", "https://h/"),
+            ("not a url SECRET", "<not a URL>"),
+            ("SECRET", "<not a URL>"),
+        ] {
+            assert_eq!(printable_server(server), printed, "{server}");
         }
     }
 
@@ -528,6 +689,21 @@ mod tests {
             "contexts[d].note (not a kubeconfig field",
         ];
         names(&refused(&k), &places, &["SECRET"]);
+        // A value pasted where a key goes is not written out.
+        let k = text(
+            "    token: t\n    eyJhbGciOiJSUzI1NiIsImtpZCI6IlNFQ1JFVCJ9.SECRET: x\n    0123456789abcdef0123456789abcdef0123456789abcdefSECRET: y\n",
+            "",
+        );
+        let e = refused(&k);
+        assert_eq!(
+            e.matches(
+                "users[u].<a key that does not look like a field name> (not a kubeconfig field"
+            )
+            .count(),
+            2,
+            "{e}"
+        );
+        names(&e, &[], &["SECRET", "eyJ", "0123"]);
     }
 
     #[test]
@@ -554,6 +730,57 @@ mod tests {
             e.starts_with(&format!("invalid kubeconfig ({FILE})")) && !e.contains("SECRET"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn parse_errors_are_told_by_line_column_and_path_never_quoted() {
+        let good = text("    token: SECRET-OK\n", "");
+        let with_token_line = |line: &str| good.replace("    token: SECRET-OK", line);
+        for (case, k, place) in [
+            (
+                "typo on the token line",
+                with_token_line("    token SECRET-TYPO\n    username: u"),
+                "users[#0].user",
+            ),
+            (
+                "unclosed quote",
+                with_token_line("    token: \"SECRET-QUOTE"),
+                "line ",
+            ),
+            (
+                "duplicate key",
+                with_token_line("    token: SECRET-DUP-1\n    token: SECRET-DUP-2"),
+                "users[#0].user.token",
+            ),
+            ("tab", with_token_line("\ttoken: SECRET-TAB"), "line "),
+            (
+                "bad indentation",
+                with_token_line("      token: SECRET-INDENT\n    username: u"),
+                "line ",
+            ),
+            (
+                "flow typo",
+                with_token_line("    token: {SECRET-FLOW"),
+                "line ",
+            ),
+            (
+                "wrong type",
+                good.replace(
+                    "    server: https://10.0.0.1\n",
+                    "    server: https://10.0.0.1\n    disable-compression: SECRET-TYPE\n",
+                ),
+                "at clusters[#0].cluster.disable-compression: a value of the wrong type, expected a boolean",
+            ),
+        ] {
+            let e = vet(&k, FILE, TrustPolicy::default()).expect_err(case);
+            println!("{case}: {e}");
+            assert!(
+                e.starts_with(&format!("invalid kubeconfig ({FILE}): ")),
+                "{case}: {e}"
+            );
+            assert!(e.contains(place), "{case}: {place} in {e}");
+            assert!(!e.contains("SECRET"), "{case}: {e}");
+        }
     }
 
     #[test]

@@ -59,7 +59,15 @@ pub type AzureSource = Arc<dyn Fn() -> AzureCounters + Send + Sync>;
 type Labels = Vec<(&'static str, String)>;
 
 fn member_labels(name: &str) -> Labels {
-    vec![("member", name.to_string())]
+    vec![("member", label(name))]
+}
+
+/// A label value from outside data (a member name comes from a file name) with its control
+/// characters escaped: the exposition format escapes only `\\`, `"` and line feeds, and a
+/// carriage return or an escape sequence in a label would forge or hide lines of `/metrics`
+/// for whoever reads it.
+fn label(value: &str) -> String {
+    crate::telemetry::escape_control(value).into_owned()
 }
 
 /// Exemplar labels: the trace of the observation (only when it is sampled).
@@ -78,7 +86,7 @@ const EXPORT_DURATION_CAP_MS: u128 = 100_000;
 
 /// The label of fleet-networking's metric: the member.
 fn origin(member: &str) -> Labels {
-    vec![("origin_cluster_id", member.to_string())]
+    vec![("origin_cluster_id", label(member))]
 }
 
 /// The reference's rules: a duration that does not make sense (<= 0) counts as one second;
@@ -275,8 +283,10 @@ impl Metrics {
     pub fn remove_member(&self, member: &str) {
         let entry = self.shared.members.write().remove(member);
         for outcome in entry.map(|e| e.outcomes).unwrap_or_default() {
-            self.reconciles
-                .remove(&vec![("member", member.to_string()), ("outcome", outcome)]);
+            self.reconciles.remove(&vec![
+                ("member", label(member)),
+                ("outcome", label(&outcome)),
+            ]);
         }
         let labels = member_labels(member);
         self.durations.remove(&labels);
@@ -356,8 +366,8 @@ impl ReconcileObserver for Metrics {
         self.in_flight.get_or_create(&labels).dec();
         self.reconciles
             .get_or_create(&vec![
-                ("member", member.to_string()),
-                ("outcome", outcome.to_string()),
+                ("member", label(member)),
+                ("outcome", label(outcome)),
             ])
             .inc();
         self.durations
@@ -559,6 +569,49 @@ mod tests {
             m.encode_prometheus()
                 .contains(r#"fleetnet_reconcile_total{member="b",outcome="exported"} 1"#)
         );
+    }
+
+    #[test]
+    fn label_values_from_outside_cannot_forge_or_hide_lines() {
+        let m = Metrics::new();
+        // A member name comes from a file name: anything but '/' and NUL.
+        let evil = "m\r\nfleetnet_leader 1\x1b[2K\u{9b}31m\"";
+        m.register_member(evil, Arc::new(ClientStats::default()));
+        let fleet = Arc::new(FleetState::default());
+        fleet.engage(evil, "h");
+        m.set_fleet_state(fleet);
+        m.reconcile_started(evil);
+        m.reconciled(evil, EXPORTED, Duration::from_millis(20));
+        m.conflict_reflected(evil, Duration::from_secs(2));
+        for text in [m.encode(), m.encode_prometheus()] {
+            assert!(
+                !text.chars().any(|c| c.is_control() && c != '\n'),
+                "a control character in\n{text}"
+            );
+            assert!(
+                !text.lines().any(|l| l.starts_with("fleetnet_leader 1")),
+                "a forged line in\n{text}"
+            );
+            // Escaped by us, then its backslashes and quote by the exposition format.
+            let shown = r#"member="m\\r\\nfleetnet_leader 1\\x1b[2K\\u{9b}31m\"""#;
+            for series in [
+                "fleetnet_reconcile_total{",
+                "fleetnet_reconciles_in_flight{",
+                "fleetnet_member_state{",
+                "fleetnet_api_retries_total{client=\"member\",",
+            ] {
+                assert!(
+                    text.contains(&format!("{series}{shown}")),
+                    "{series}{shown} in\n{text}"
+                );
+            }
+            assert!(
+                text.contains(r#"origin_cluster_id="m\\r\\nfleetnet_leader 1\\x1b"#),
+                "{text}"
+            );
+        }
+        m.remove_member(evil);
+        assert!(!m.encode().contains("fleetnet_leader 1\\"), "removed");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
-use super::{AzureCounters, Labels, Shared, member_labels};
+use super::{AzureCounters, Labels, Shared, label, member_labels};
 use crate::client::{ClientStats, RequestCount};
 use crate::fleet::{MemberStatus, Phase};
 
@@ -62,7 +62,7 @@ impl Shared {
         });
         let per_member = members.iter().filter_map(|(name, entry)| {
             Some(ClientSeries {
-                labels: vec![("client", "member".into()), ("member", name.clone())],
+                labels: vec![("client", "member".into()), ("member", label(name))],
                 stats: entry.member_client.clone()?,
             })
         });
@@ -89,7 +89,7 @@ fn family<M: EncodeMetric>(
 fn encode_members(e: &mut DescriptorEncoder, states: &[(String, MemberStatus)]) -> fmt::Result {
     let phases = states.iter().flat_map(|(name, s)| {
         Phase::ALL.into_iter().map(move |p| {
-            let labels = vec![("member", name.clone()), ("state", p.as_str().to_string())];
+            let labels = vec![("member", label(name)), ("state", p.as_str().to_string())];
             (labels, ConstGauge::new(i64::from(s.phase == p)))
         })
     });
@@ -130,7 +130,7 @@ fn encode_clients(e: &mut DescriptorEncoder, clients: &[ClientSeries]) -> fmt::R
         client.stats.snapshot().into_iter().map(|r: RequestCount| {
             let mut labels = client.labels.clone();
             labels.push(("verb", r.verb.to_string()));
-            labels.push(("resource", r.resource));
+            labels.push(("resource", label(&r.resource)));
             let code = r.code.map_or_else(|| "none".to_string(), |c| c.to_string());
             labels.push(("code", code));
             (labels, ConstCounter::new(r.count))

@@ -23,6 +23,7 @@ use tracing_subscriber::prelude::*;
 use tracing_subscriber::{EnvFilter, Layer};
 
 pub(crate) use logs::current_sampled_trace_id;
+pub use logs::escape_control;
 pub use otlp::{OtlpConfig, TelemetryGuard, install_crypto_provider, tracer_provider};
 
 /// The span attribute the sampler reads on root spans.
