@@ -220,6 +220,10 @@ eq, eb = exp.get("events", ("10", "25"))
 check("--event-qps / --event-burst from values",
       (flags.get("--event-qps"), flags.get("--event-burst")) == ([eq], [eb]),
       (flags.get("--event-qps"), flags.get("--event-burst")))
+check("quotas from values",
+      (flags.get("--max-exports-per-member"), flags.get("--max-export-bytes"))
+      == ([exp.get("max_exports", "1000")], [exp.get("max_export_bytes", "65536")]),
+      (flags.get("--max-exports-per-member"), flags.get("--max-export-bytes")))
 check("--reconcile-concurrency from values",
       flags.get("--reconcile-concurrency") == [exp.get("concurrency", "16")], flags.get("--reconcile-concurrency"))
 
@@ -679,6 +683,7 @@ refused "an OTLP protocol other than grpc or http/protobuf" "otlp" --set otlp.pr
 refused "a plain http OTLP endpoint off loopback without otlp.allowHttp" "plain http off loopback" \
   --set otlp.endpoint=http://otel-collector.observability:4318
 refused "memberTrust flags that are not booleans" "memberTrust" --set-string memberTrust.allowExecPlugins=yes
+refused "a quota of 0 (0 would mean nothing is ever exported)" "maxExportsPerMember" --set quotas.maxExportsPerMember=0
 # cleanupOnRemove without leader election: the records' prefix (--leader-election-id) is still
 # passed, so the names the Role grants delete on are the ones the binary writes.
 if "$HELM" template --kube-version "$kube_version" "$release" "$hub_chart" --namespace "$release_ns" \

@@ -462,7 +462,7 @@ fn new_ise(ns: &str, name: &str, spec: InternalServiceExportSpec) -> InternalSer
 }
 
 /// The member has all the exports in the hub it may have: this one waits (looked at again
-/// with the rechecks' backoff, at least once a minute), nothing is written to the hub, and
+/// with the rechecks' backoff, at least every 5 minutes), nothing is written to the hub, and
 /// the user is told once.
 fn over_quota(settings: &Settings, subject: &Subject<'_>) -> Plan {
     let (ns, name, member) = (subject.ns, subject.name, &settings.member);
