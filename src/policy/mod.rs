@@ -38,7 +38,9 @@ use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 
 use crate::client::fence::{Fence, Gate};
 
+mod backoff;
 mod retry;
+pub use backoff::ResetByTime;
 pub use retry::{
     Attempts, MAX_RETRY_AFTER, Resend, RetryLimits, RetryPolicy, backoff, decide, retry_after,
 };

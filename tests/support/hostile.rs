@@ -50,9 +50,11 @@ pub struct HostileMember {
     pub addr: std::net::SocketAddr,
     /// The CA that signed the server's certificate (PEM).
     pub ca_pem: Vec<u8>,
-    /// Body bytes the misbehaving answers produced (what the client read, give or take the
-    /// transport's buffers).
+    /// Body bytes the misbehaving answers produced, all answers together.
     pub sent: Arc<AtomicU64>,
+    /// The most body bytes one misbehaving answer produced (what the client read of it, give
+    /// or take the transport's buffers).
+    pub largest: Arc<AtomicU64>,
     /// Requests received, as `METHOD path?query`.
     pub requests: Arc<parking_lot::Mutex<Vec<String>>>,
     _pki: tempfile::TempDir,
@@ -70,7 +72,7 @@ impl Drop for HostileMember {
 #[derive(Clone)]
 struct Hostile {
     mode: Mode,
-    sent: Arc<AtomicU64>,
+    sent: Counters,
     requests: Arc<parking_lot::Mutex<Vec<String>>>,
 }
 
@@ -85,10 +87,11 @@ impl HostileMember {
         let addr = tcp.local_addr().expect("addr");
         let state = Hostile {
             mode,
-            sent: Arc::default(),
+            sent: Counters::default(),
             requests: Arc::default(),
         };
-        let (sent, requests) = (state.sent.clone(), state.requests.clone());
+        let (sent, largest) = (state.sent.total.clone(), state.sent.largest.clone());
+        let requests = state.requests.clone();
         let app = axum::Router::new().fallback(answer).with_state(state);
         let listener = Tls {
             tcp,
@@ -106,6 +109,7 @@ impl HostileMember {
             addr,
             ca_pem,
             sent,
+            largest,
             requests,
             _pki: pki,
             stop: Some(stop),
@@ -309,14 +313,25 @@ fn filler(n: u64) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
     })
 }
 
-/// `body`, its bytes added to `sent` as they go.
+/// Bytes sent: in all, and in the largest answer.
+#[derive(Clone, Default)]
+struct Counters {
+    total: Arc<AtomicU64>,
+    largest: Arc<AtomicU64>,
+}
+
+/// `body`, its bytes counted in `sent` as they go.
 fn counted(
-    sent: Arc<AtomicU64>,
+    sent: Counters,
     body: impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
+    let mut this_answer = 0u64;
     body.inspect(move |b| {
         if let Ok(b) = b {
-            sent.fetch_add(b.len() as u64, Ordering::Relaxed);
+            let n = b.len() as u64;
+            this_answer += n;
+            sent.total.fetch_add(n, Ordering::Relaxed);
+            sent.largest.fetch_max(this_answer, Ordering::Relaxed);
         }
     })
 }
