@@ -525,7 +525,7 @@ mod tests {
     #[tokio::test]
     async fn a_body_over_its_cap_ends_with_an_error_naming_member_request_and_cap() {
         let b = bounded(body(vec![b"0123", b"4567", b"8"], false), whole(8));
-        let e = b.collect().await.err().expect("over the cap");
+        let e = b.collect().await.expect_err("over the cap");
         assert_eq!(exceeded(&e), Exceeded::ResponseBytes(8));
         assert_eq!(
             e.to_string(),
@@ -542,8 +542,7 @@ mod tests {
         let e = bounded(endless, whole(1000))
             .collect()
             .await
-            .err()
-            .expect("cut");
+            .expect_err("cut");
         assert_eq!(exceeded(&e), Exceeded::ResponseBytes(1000));
     }
 
@@ -552,8 +551,7 @@ mod tests {
         let e = bounded(body(vec![b"{"], true), whole(1000))
             .collect()
             .await
-            .err()
-            .expect("deadline");
+            .expect_err("deadline");
         assert_eq!(exceeded(&e), Exceeded::Deadline(Duration::from_secs(30)));
     }
 
@@ -571,8 +569,7 @@ mod tests {
         let e = bounded(trickle, whole(1000))
             .collect()
             .await
-            .err()
-            .expect("deadline");
+            .expect_err("deadline");
         assert_eq!(exceeded(&e), Exceeded::Deadline(Duration::from_secs(30)));
     }
 
@@ -588,11 +585,11 @@ mod tests {
         assert_eq!(bytes.len(), 15);
         // A line continued over two chunks past the cap.
         let long = bounded(body(vec![b"ab\ncde", b"fg"], false), stream(4));
-        let e = long.collect().await.err().expect("line over the cap");
+        let e = long.collect().await.expect_err("line over the cap");
         assert_eq!(exceeded(&e), Exceeded::EventBytes(4));
         // A long line in the middle of one chunk.
         let mid = bounded(body(vec![b"ab\nabcdefgh\ncd"], false), stream(4));
-        let e = mid.collect().await.err().expect("line over the cap");
+        let e = mid.collect().await.expect_err("line over the cap");
         assert_eq!(exceeded(&e), Exceeded::EventBytes(4));
     }
 
@@ -601,7 +598,7 @@ mod tests {
         let mut b = bounded(body(vec![b"{}\n"], true), stream(100));
         let first = b.frame().await.expect("a frame").expect("data");
         assert!(first.is_data());
-        let e = b.frame().await.expect("an end").err().expect("idle");
+        let e = b.frame().await.expect("an end").expect_err("idle");
         assert_eq!(exceeded(&e), Exceeded::Idle(Duration::from_secs(300)));
         assert!(b.frame().await.is_none(), "ended for good");
     }
@@ -620,8 +617,7 @@ mod tests {
         let e = bounded(trickle, stream(100))
             .collect()
             .await
-            .err()
-            .expect("lifetime");
+            .expect_err("lifetime");
         assert_eq!(exceeded(&e), Exceeded::Lifetime(Duration::from_secs(350)));
         assert_eq!(started.elapsed(), Duration::from_secs(350));
     }
@@ -634,8 +630,7 @@ mod tests {
         let e = bounded(failing, whole(10))
             .collect()
             .await
-            .err()
-            .expect("error");
+            .expect_err("error");
         assert_eq!(e.to_string(), "connection reset");
     }
 }
