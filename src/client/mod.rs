@@ -307,6 +307,9 @@ fn connections(
             // every request and watch of the lane rides on it.
             .http2_keep_alive_interval(HTTP2_PING)
             .http2_keep_alive_timeout(HTTP2_PING_TIMEOUT)
+            // An answer's headers are held whole before its body's bounds apply: h2's default
+            // allows 16 MiB of them per answer; a kube-apiserver's are a few hundred bytes.
+            .http2_max_header_list_size(MAX_HEADER_LIST)
             .timer(hyper_util::rt::TokioTimer::new())
             .build::<_, Body>(connector.clone())
     };
@@ -368,6 +371,10 @@ fn connections(
         .service(route);
     Ok(BoxCloneService::new(service))
 }
+
+/// The most header bytes of one HTTP/2 answer (HTTP/1.1's are bounded by hyper's read
+/// buffer, ~400 KiB).
+const MAX_HEADER_LIST: u32 = 256 << 10;
 
 /// TLS 1.3 session tickets kept per client: rustls keeps up to 8 per server, so this is one
 /// server's (a reconnect resumes instead of a full handshake).
