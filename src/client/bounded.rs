@@ -333,6 +333,12 @@ where
         let Some(inner) = this.inner.as_mut() else {
             return Poll::Ready(None);
         };
+        // An answer that says up front it is over the cap (`Content-Length`) is not read.
+        if let Bound::Whole { max_bytes, .. } = this.bound
+            && inner.size_hint().lower() > max_bytes
+        {
+            return Poll::Ready(Some(Err(this.fail(Exceeded::ResponseBytes(max_bytes)))));
+        }
         // A body that never stops sending is cut at its deadline too: checked before each read.
         if let Some(exceeded) = this.bound.poll_expired(cx) {
             return Poll::Ready(Some(Err(this.fail(exceeded))));
@@ -532,6 +538,16 @@ mod tests {
             "member m: LIST services response over 8 bytes"
         );
         assert!(!e.to_string().contains("0123"), "never the content");
+    }
+
+    #[tokio::test]
+    async fn a_body_whose_length_is_over_the_cap_is_not_read() {
+        let b = bounded(
+            http_body_util::Full::new(Bytes::from_static(b"0123456789")),
+            whole(8),
+        );
+        let e = b.collect().await.expect_err("over the cap");
+        assert_eq!(exceeded(&e), Exceeded::ResponseBytes(8));
     }
 
     #[tokio::test]
