@@ -334,8 +334,10 @@ where
             return Poll::Ready(None);
         };
         // An answer that says up front it is over the cap (`Content-Length`) is not read.
-        if let Bound::Whole { max_bytes, .. } = this.bound
-            && inner.size_hint().lower() > max_bytes
+        if let Bound::Whole {
+            max_bytes, read, ..
+        } = this.bound
+            && read.saturating_add(inner.size_hint().lower()) > max_bytes
         {
             return Poll::Ready(Some(Err(this.fail(Exceeded::ResponseBytes(max_bytes)))));
         }
