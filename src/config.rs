@@ -118,6 +118,26 @@ pub fn positive_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A size in bytes above 0: `1048576`, `512Ki`, `16Mi`, `1Gi` (0 would refuse every answer).
+pub fn positive_bytes(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, scale) = match s.find(|c: char| !c.is_ascii_digit()) {
+        None => (s, 1u64),
+        Some(i) => match &s[i..] {
+            "Ki" => (&s[..i], 1 << 10),
+            "Mi" => (&s[..i], 1 << 20),
+            "Gi" => (&s[..i], 1 << 30),
+            _ => return Err(format!("invalid size {s:?} (bytes, or with Ki, Mi or Gi)")),
+        },
+    };
+    let n: u64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
+    match n.checked_mul(scale) {
+        Some(0) => Err("must be at least 1 byte".into()),
+        Some(bytes) => Ok(bytes),
+        None => Err(format!("size {s:?} too large")),
+    }
+}
+
 /// The request budgets: the same flags for `fleetnet-hub run` and `fleetnet-bench`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct Budgets {
@@ -142,6 +162,15 @@ pub struct Budgets {
     /// Burst of requests to the hub.
     #[arg(long, env = "FLEETNET_HUB_API_BURST", default_value_t = 200, value_parser = positive_count::<u32>)]
     pub hub_api_burst: u32,
+    /// The most bytes one answer of a member's API server may carry, watches excepted (a LIST
+    /// page, a GET, discovery): past it the request fails and the member shows failing.
+    /// Bytes, or with a `Ki`, `Mi` or `Gi` suffix.
+    #[arg(long, env = "FLEETNET_MEMBER_MAX_RESPONSE_BYTES", default_value_t = crate::client::DEFAULT_MAX_RESPONSE_BYTES, value_parser = positive_bytes)]
+    pub member_max_response_bytes: u64,
+    /// The most bytes one event of a member's watch may carry: past it the watch ends and the
+    /// member shows failing. Bytes, or with a `Ki`, `Mi` or `Gi` suffix.
+    #[arg(long, env = "FLEETNET_MEMBER_MAX_EVENT_BYTES", default_value_t = crate::client::DEFAULT_MAX_EVENT_BYTES, value_parser = positive_bytes)]
+    pub member_max_event_bytes: u64,
 }
 
 impl Budgets {
@@ -162,6 +191,8 @@ impl Budgets {
             event_qps: self.event_qps,
             event_burst: self.event_burst,
             reconcile_concurrency: self.reconcile_concurrency,
+            max_response_bytes: self.member_max_response_bytes,
+            max_event_bytes: self.member_max_event_bytes,
             ..Limits::default()
         }
     }
@@ -179,6 +210,14 @@ impl Budgets {
             ),
             ("--hub-api-qps", self.hub_api_qps.to_string()),
             ("--hub-api-burst", self.hub_api_burst.to_string()),
+            (
+                "--member-max-response-bytes",
+                self.member_max_response_bytes.to_string(),
+            ),
+            (
+                "--member-max-event-bytes",
+                self.member_max_event_bytes.to_string(),
+            ),
         ]
         .into_iter()
         .flat_map(|(flag, value)| [flag.to_string(), value])
@@ -235,6 +274,17 @@ mod tests {
         assert_eq!(positive_duration("250ms"), Ok(Duration::from_millis(250)));
         for bad in ["0", "0s", "0ms", "0.0m", "soon"] {
             assert!(positive_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(positive_bytes("1048576"), Ok(1 << 20));
+        assert_eq!(positive_bytes("16Mi"), Ok(16 << 20));
+        assert_eq!(positive_bytes(" 512Ki "), Ok(512 << 10));
+        assert_eq!(positive_bytes("1Gi"), Ok(1 << 30));
+        for bad in ["0", "0Mi", "", "-1", "16MB", "1.5Mi", "99999999999999Gi"] {
+            assert!(positive_bytes(bad).is_err(), "{bad}");
         }
     }
 

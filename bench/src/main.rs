@@ -10,10 +10,12 @@
 //! cargo run --release -p fleetnet-bench -- --fairness --members 6 --exports 2000 --churn 5 --kube-api-qps 500 --kube-api-burst 500
 //! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --fleet-size --members 300 --member-servers 5 --exports 10 --replicas 3 --quiet 60
 //! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --soak --duration 1800 --members 30 --pool 40 --member-servers 3 --exports 10
+//! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --hostile --members 100 --member-servers 4 --exports 20
 //! ```
 
 mod failover;
 mod fleet_size;
+mod hostile;
 mod replicas;
 mod slices_bench;
 mod soak;
@@ -137,6 +139,12 @@ struct Cli {
     /// executable).
     #[arg(long)]
     binary: Option<PathBuf>,
+    /// What one hostile member costs the others instead: `--members` healthy names on
+    /// `--member-servers` apiservers in one replica, alone and then beside a member answering
+    /// 600 MB; peak RSS and the healthy members' export latency of `--exports` probe exports
+    /// (see `hostile.rs`).
+    #[arg(long, conflicts_with_all = ["failover", "fairness", "fleet_size", "sweep", "replay", "endpoint_slices", "soak", "table"])]
+    hostile: bool,
 }
 
 fn seconds(name: &str, v: f64) -> Result<Duration, String> {
@@ -230,6 +238,19 @@ async fn sweep(cli: &Cli) -> Result<Vec<Report>, String> {
 }
 
 async fn main_inner(cli: Cli) -> Result<(), String> {
+    if cli.hostile {
+        let config = hostile::Config {
+            members: cli.members,
+            member_servers: cli.member_servers,
+            probes: cli.exports,
+            budget_args: cli.budgets.to_args(),
+            binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
+            timeout: seconds("converge-timeout", cli.converge_timeout)?,
+        };
+        let report = hostile::run(&config).await.map_err(|e| format!("{e:#}"))?;
+        println!("{}", hostile::markdown(&report));
+        return write_json(cli.json.as_deref(), &report);
+    }
     if cli.failover {
         let config = failover::Config {
             members: cli.members,

@@ -9,6 +9,7 @@
 //! and its retry layer would sit below our limiter, retrying up to 15 times with waits growing
 //! to 1000 s, invisible to the client's counters.
 
+pub mod bounded;
 mod classify;
 pub mod exec;
 pub mod fence;
@@ -24,9 +25,9 @@ use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
 use crate::policy::Turn;
+use tower::BoxError;
 use tower::filter::FilterLayer;
 use tower::util::BoxCloneService;
-use tower::{BoxError, ServiceExt};
 
 /// What a client's layers go over, and what a member's clients share: their connections to
 /// its API server (cloneable: each request and each retry waits for its token on a clone).
@@ -56,6 +57,11 @@ pub struct Limits {
     /// Reconciles of one member running at once (`--reconcile-concurrency`); the others wait
     /// in the queue, not on the limiter.
     pub reconcile_concurrency: u16,
+    /// Bytes of one member answer that is not a watch (`--member-max-response-bytes`): a LIST
+    /// page, a GET, discovery. Member clients only ([`bounded`]).
+    pub max_response_bytes: u64,
+    /// Bytes of one event of a member's watch (`--member-max-event-bytes`). Member clients only.
+    pub max_event_bytes: u64,
 }
 
 impl Default for Limits {
@@ -69,6 +75,29 @@ impl Default for Limits {
             event_qps: 10.0,
             event_burst: 25,
             reconcile_concurrency: 16,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
+        }
+    }
+}
+
+/// 16 MiB: a LIST page of kube's watcher (500 objects) of Services or ServiceExports is well
+/// under 1 MiB in real fleets; etcd's limit for one object is 1.5 MiB.
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 16 << 20;
+
+/// 4 MiB: one watch event is one object (etcd refuses objects over 1.5 MiB) in JSON.
+pub const DEFAULT_MAX_EVENT_BYTES: u64 = 4 << 20;
+
+impl Limits {
+    /// What a member's answers may cost ([`bounded`]): the sizes above, the request timeout
+    /// over the whole body.
+    pub fn body_limits(&self) -> bounded::BodyLimits {
+        bounded::BodyLimits {
+            max_response_bytes: self.max_response_bytes,
+            max_event_bytes: self.max_event_bytes,
+            response_deadline: self.timeout,
+            watch_idle: bounded::WATCH_IDLE,
+            watch_margin: bounded::WATCH_MARGIN,
         }
     }
 }
@@ -119,11 +148,37 @@ pub async fn from_kubeconfig(
 
 async fn config_of(kubeconfig: Option<Kubeconfig>) -> Result<kube::Config, Error> {
     match kubeconfig {
-        Some(kc) => kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-            .await
-            .map_err(|e| Error::Config(e.to_string())),
+        Some(kc) => {
+            let (kc, placeholder) = without_env_proxy(kc);
+            let mut config =
+                kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                    .await
+                    .map_err(|e| Error::Config(e.to_string()))?;
+            if config.proxy_url.as_ref() == Some(&placeholder) {
+                config.proxy_url = None;
+            }
+            Ok(config)
+        }
         None => kube::Config::incluster().map_err(|e| Error::Config(e.to_string())),
     }
+}
+
+/// `kc` with every cluster that names no `proxy-url` given a placeholder one, and that
+/// placeholder: kube takes `HTTPS_PROXY` from the environment for a cluster that names none
+/// (ignoring `NO_PROXY`), and the environment's proxy is for Azure and OTLP only. With a proxy
+/// named, kube never reads the variable (not even to fail on a malformed one); the caller
+/// drops the placeholder from the config. A cluster's own `proxy-url` is kept (and refused
+/// by [`connections`]).
+fn without_env_proxy(mut kc: Kubeconfig) -> (Kubeconfig, http::Uri) {
+    const PLACEHOLDER: &str = "http://no-proxy.fleetnet-hub.invalid";
+    for named in &mut kc.clusters {
+        if let Some(cluster) = named.cluster.as_mut()
+            && cluster.proxy_url.as_deref().is_none_or(str::is_empty)
+        {
+            cluster.proxy_url = Some(PLACEHOLDER.to_string());
+        }
+    }
+    (kc, http::Uri::from_static(PLACEHOLDER))
 }
 
 /// A member's client: its requests and watches over one connection to its API server, its
@@ -164,8 +219,18 @@ fn member_client_of(
     // No kube retry layer to switch off here: `connections` builds the stack without one.
     let plugin = exec::plugin_of(config);
     let member = format!("member:{name}");
-    let transport =
-        connections(config, 1).map_err(|source| kube_error(&member, plugin.as_ref(), source))?;
+    if limits.max_response_bytes == 0 || limits.max_event_bytes == 0 {
+        return Err(Error::Limits {
+            client: member,
+            message: "response and event size caps must be at least 1 byte".into(),
+        });
+    }
+    let bounds = Bounds {
+        member: name.into(),
+        limits: limits.body_limits(),
+    };
+    let transport = connections(config, 1, Some(bounds))
+        .map_err(|source| kube_error(&member, plugin.as_ref(), source))?;
     let events =
         crate::policy::bucket(limits.event_qps, limits.event_burst).map_err(|e| Error::Limits {
             client: member.clone(),
@@ -182,18 +247,31 @@ fn member_client_of(
     )
 }
 
+/// A member's answers are read under these ([`bounded`]); the hub's are not (the operator's own
+/// cluster, whose lists of every member's objects may be large).
+#[derive(Clone)]
+struct Bounds {
+    member: Arc<str>,
+    limits: bounded::BodyLimits,
+}
+
 /// What kube's builder puts under its client (base URI, credentials, extra headers) over
 /// `lanes` pooled hyper clients whose TLS offers HTTP/2 and HTTP/1.1, cloneable so that
 /// several clients share their connections. A request goes out on the connection its [`Lane`]
 /// names (the first without one): with HTTP/2, one connection per lane carries all of its
-/// requests and watches.
-fn connections(config: &kube::Config, lanes: usize) -> Result<Transport, kube::Error> {
+/// requests and watches. With `bounds`, every answer's body is read under them.
+fn connections(
+    config: &kube::Config,
+    lanes: usize,
+    bounds: Option<Bounds>,
+) -> Result<Transport, kube::Error> {
     use kube::client::ConfigExt;
     if config.proxy_url.is_some() {
         // The vetting refuses proxy-url for members; this only keeps the rule in one place.
-        return Err(kube::Error::ProxyProtocolUnsupported {
-            proxy_url: Box::new(config.proxy_url.clone().unwrap_or_default()),
-        });
+        // Not kube's ProxyProtocolUnsupported: its message prints the URL, credentials and all.
+        return Err(kube::Error::Service(
+            "the kubeconfig names a proxy (proxy-url): not supported".into(),
+        ));
     }
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
@@ -229,6 +307,9 @@ fn connections(config: &kube::Config, lanes: usize) -> Result<Transport, kube::E
             // every request and watch of the lane rides on it.
             .http2_keep_alive_interval(HTTP2_PING)
             .http2_keep_alive_timeout(HTTP2_PING_TIMEOUT)
+            // An answer's headers are held whole before its body's bounds apply: h2's default
+            // allows 16 MiB of them per answer; a kube-apiserver's are a few hundred bytes.
+            .http2_max_header_list_size(MAX_HEADER_LIST)
             .timer(hyper_util::rt::TokioTimer::new())
             .build::<_, Body>(connector.clone())
     };
@@ -249,21 +330,51 @@ fn connections(config: &kube::Config, lanes: usize) -> Result<Transport, kube::E
                 .clone(),
             None => unlaned.clone(),
         };
-        client.request(req)
+        // What the answer's body is read under is known from the request, its deadline
+        // counted from now.
+        let bounded = bounds.as_ref().map(|b| {
+            let request = bounded::request_label(req.method(), req.uri());
+            let at = tokio::time::Instant::now();
+            (
+                b.clone(),
+                req.method().clone(),
+                req.uri().clone(),
+                request,
+                at,
+            )
+        });
+        let answer = client.request(req);
+        async move {
+            let response = answer.await?;
+            let Some((bounds, method, uri, request, sent)) = bounded else {
+                return Ok::<_, hyper_util::client::legacy::Error>(response.map(|body| {
+                    Box::new(http_body_util::BodyExt::map_err(body, BoxError::from)) as Box<DynBody>
+                }));
+            };
+            let shape = bounded::shape_of(&method, &uri, response.status(), &bounds.limits);
+            Ok(response.map(|body| {
+                Box::new(bounded::Bounded::new(
+                    body,
+                    bounds.member,
+                    request,
+                    shape,
+                    sent,
+                )) as Box<DynBody>
+            }))
+        }
     });
     let service = tower::ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
         .map_err(BoxError::from)
-        .service(route)
-        .map_response(|response: http::Response<_>| {
-            response.map(|body| {
-                Box::new(http_body_util::BodyExt::map_err(body, BoxError::from)) as Box<DynBody>
-            })
-        });
+        .service(route);
     Ok(BoxCloneService::new(service))
 }
+
+/// The most header bytes of one HTTP/2 answer (HTTP/1.1's are bounded by hyper's read
+/// buffer, ~400 KiB).
+const MAX_HEADER_LIST: u32 = 256 << 10;
 
 /// TLS 1.3 session tickets kept per client: rustls keeps up to 8 per server, so this is one
 /// server's (a reconnect resumes instead of a full handshake).
@@ -364,8 +475,8 @@ pub fn build_over(
 ) -> Result<kube::Client, Error> {
     let plugin = exec::plugin_of(&config);
     // kube runs an exec plugin once already here, for its first token.
-    let transport =
-        connections(&config, lanes).map_err(|source| kube_error(name, plugin.as_ref(), source))?;
+    let transport = connections(&config, lanes, None)
+        .map_err(|source| kube_error(name, plugin.as_ref(), source))?;
     let builder = ClientBuilder::new(transport, &config.default_namespace);
     layered(name, builder, plugin, limits, vec![], stats, fence)
 }

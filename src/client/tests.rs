@@ -355,3 +355,33 @@ fn a_request_path_names_the_namespace_it_addresses() {
         assert_eq!(namespace_of(path), ns, "{path}");
     }
 }
+
+/// Whatever the environment says, a kubeconfig that names no proxy gets none; one that names
+/// its own keeps it (for `connections` to refuse, without printing it).
+#[tokio::test]
+async fn a_kubeconfig_without_proxy_url_never_takes_one_from_the_environment() {
+    let kubeconfig = |proxy: &str| {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:6443\n{proxy}contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\nusers:\n- name: u\n  user:\n    token: t\ncurrent-context: c\n"
+        );
+        Kubeconfig::from_yaml(&text).expect("a kubeconfig")
+    };
+    let plain = config_of(Some(kubeconfig(""))).await.expect("config");
+    assert_eq!(plain.proxy_url, None);
+    let own = "    proxy-url: http://user:pw@proxy.example:3128\n";
+    let proxied = config_of(Some(kubeconfig(own))).await.expect("config");
+    assert_eq!(
+        proxied.proxy_url.map(|u| u.to_string()),
+        Some("http://user:pw@proxy.example:3128/".to_string())
+    );
+    let Err(refused) = connections(&proxied_config(), 1, None) else {
+        panic!("a proxy is refused");
+    };
+    assert!(!refused.to_string().contains("pw"), "{refused}");
+}
+
+fn proxied_config() -> kube::Config {
+    let mut config = kube::Config::new("https://127.0.0.1:6443".parse().expect("url"));
+    config.proxy_url = Some("http://user:pw@proxy.example:3128".parse().expect("url"));
+    config
+}

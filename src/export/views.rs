@@ -292,8 +292,9 @@ where
 
 /// Watch retry: quick enough that a member whose apiserver returns is current again within
 /// a few seconds (kube's default waits up to 30 s, plus jitter), slow enough not to spin.
-fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
-    ResetTimerBackoff::new(
+fn watch_backoff() -> crate::policy::ResetByTime<ResetTimerBackoff<ExponentialBackoff>> {
+    // Grown by failures in a row, reset by time only (see `ResetByTime`).
+    crate::policy::ResetByTime(ResetTimerBackoff::new(
         ExponentialBackoff::from(
             backon::ExponentialBuilder::default()
                 .with_min_delay(Duration::from_millis(250))
@@ -303,7 +304,7 @@ fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
                 .without_max_times(),
         ),
         Duration::from_secs(60),
-    )
+    ))
 }
 
 /// The ServiceExports whose hub name (`<namespace>-<name>`) is `hub_name`: every split at a

@@ -39,22 +39,84 @@ pub(super) async fn run(
     let mut failures = 0u32;
     while !cancel.is_cancelled() {
         shared.state.record(&name, Event::Connecting);
-        match run_once(&name, &file, &kubeconfig, &shared, &cancel).await {
-            Ok(()) => break,
-            Err(e) => {
-                failures = failures.saturating_add(1);
-                let delay = crate::export::backoff(failures, rand::random::<f64>())
-                    .min(Duration::from_secs(60));
-                tracing::warn!(member = %name, error = %e, retry_in = ?delay, "member failing");
-                shared.state.record(&name, Event::Failed(e));
-                tokio::select! {
-                    _ = cancel.cancelled() => break,
-                    _ = tokio::time::sleep(delay) => {}
-                }
-            }
+        // A panic in this member's attempt (outside data nothing else caught) costs this
+        // member an attempt, not its task: it is failing and tried again like any failure.
+        let ended =
+            std::panic::AssertUnwindSafe(run_once(&name, &file, &kubeconfig, &shared, &cancel))
+                .catch_unwind()
+                .await;
+        let Some(e) = settle(ended, cancel.is_cancelled()) else {
+            break;
+        };
+        failures = failures.saturating_add(1);
+        let delay =
+            crate::export::backoff(failures, rand::random::<f64>()).min(Duration::from_secs(60));
+        tracing::warn!(member = %name, error = %e, retry_in = ?delay, "member failing");
+        shared.state.record(&name, Event::Failed(e));
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep(delay) => {}
         }
     }
     tracing::info!(member = %name, "member stopped");
+}
+
+/// How one attempt at running a member ended (`Err` when it panicked), and whether it was
+/// asked to stop: `None` to stop, else why the member is failing until its next attempt. An
+/// attempt that returns while nobody asked it to stop ended unexpectedly: its watches and
+/// exporters are gone, so it is a failure too, never a member left showing its last phase.
+fn settle(
+    ended: Result<Result<(), String>, Box<dyn std::any::Any + Send>>,
+    cancelled: bool,
+) -> Option<String> {
+    match ended {
+        _ if cancelled => None,
+        Ok(Ok(())) => Some("member task ended unexpectedly; restarting".to_string()),
+        Ok(Err(e)) => Some(e),
+        // The panic's message is not repeated: it may quote what the member sent (the panic
+        // hook has logged it already).
+        Err(_) => Some("member task panicked; restarting".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod supervision_tests {
+    use super::settle;
+    use futures::FutureExt;
+
+    #[test]
+    fn an_attempt_that_ends_is_a_failure_unless_it_was_asked_to_stop() {
+        assert_eq!(settle(Ok(Ok(())), true), None);
+        assert_eq!(settle(Ok(Err("x".into())), true), None);
+        assert_eq!(
+            settle(Ok(Ok(())), false).as_deref(),
+            Some("member task ended unexpectedly; restarting")
+        );
+        assert_eq!(
+            settle(Ok(Err("no route".into())), false).as_deref(),
+            Some("no route")
+        );
+    }
+
+    /// A panicking attempt is caught and told without its message (which may quote a member's
+    /// data); the next attempt runs.
+    #[tokio::test]
+    async fn a_panicking_attempt_is_a_failure_and_the_next_attempt_runs() {
+        let attempt = |n: u32| async move {
+            if n == 0 {
+                panic!("secret-from-member");
+            }
+            Err::<(), String>(format!("attempt {n}"))
+        };
+        let mut reasons = Vec::new();
+        for n in 0..2 {
+            let ended = std::panic::AssertUnwindSafe(attempt(n))
+                .catch_unwind()
+                .await;
+            reasons.extend(settle(ended, false));
+        }
+        assert_eq!(reasons, ["member task panicked; restarting", "attempt 1"]);
+    }
 }
 
 /// A member's clients, built from its vetted kubeconfig.
@@ -198,9 +260,11 @@ async fn run_once(
     )));
     let _prober =
         AbortOnDropHandle::new(tokio::spawn(probe(state, name.to_string(), probe_client)));
-    run.await
-        .map(drop)
-        .map_err(|e| format!("member task ended abnormally: {e}"))
+    // A JoinError's text quotes the panic's message, which may quote what the member sent.
+    run.await.map(drop).map_err(|e| match e.is_panic() {
+        true => "member task panicked; restarting".to_string(),
+        false => "member task ended abnormally".to_string(),
+    })
 }
 
 fn exporter(

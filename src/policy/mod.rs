@@ -38,8 +38,12 @@ use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 
 use crate::client::fence::{Fence, Gate};
 
+mod backoff;
 mod retry;
-pub use retry::{Attempts, Resend, RetryLimits, RetryPolicy, backoff, decide, retry_after};
+pub use backoff::ResetByTime;
+pub use retry::{
+    Attempts, MAX_RETRY_AFTER, Resend, RetryLimits, RetryPolicy, backoff, decide, retry_after,
+};
 
 /// Which failed attempts of a request may be sent again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -52,40 +52,68 @@ pub fn decide(
         (Repeat::Always, _) if transient => {}
         _ => return None,
     }
-    let jitter = jitter.clamp(0.0, 1.0);
+    let jitter = unit(jitter);
     let wait = match retry_after {
-        Some(after) => after + after.mul_f64(0.2 * jitter),
+        // The server's wait comes from outside: a huge one saturates (and is then over
+        // `max_wait`) rather than overflow. `after / 5 * jitter` cannot overflow itself.
+        Some(after) => after.saturating_add((after / 5).mul_f64(jitter)),
         None => backoff(limits.base_delay, retries, limits.max_wait, jitter),
     };
     (wait <= limits.max_wait).then_some(wait)
+}
+
+/// `jitter` clamped to [0, 1]; not a number counts as 0 (`mul_f64` panics on NaN).
+fn unit(jitter: f64) -> f64 {
+    if jitter.is_nan() {
+        0.0
+    } else {
+        jitter.clamp(0.0, 1.0)
+    }
 }
 
 /// THE backoff of the process: exponential with "equal jitter", between half and all of
 /// `base * 2^retry`, capped at `max`. `jitter` in [0, 1).
 pub fn backoff(base: Duration, retry: u32, max: Duration, jitter: f64) -> Duration {
     let exp = base.saturating_mul(2u32.saturating_pow(retry.min(16)));
-    exp.min(max).mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
+    exp.min(max).mul_f64(0.5 + 0.5 * unit(jitter))
 }
 
+/// The longest `Retry-After` taken as given ([`retry_after`]): a server's answer is outside
+/// data, and callers add it to instants and durations (`Instant + Duration` panics on
+/// overflow). Nothing waits this long in-line anyway: the retry layer waits at most its
+/// `max_wait`, a reconcile requeues after at most 5 minutes.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
 /// The server's wait before a retry: `retry-after-ms` or `x-ms-retry-after-ms` (milliseconds,
-/// Azure), else `Retry-After` in seconds or as an HTTP date.
+/// Azure), else `Retry-After` in seconds or as an HTTP date; never over [`MAX_RETRY_AFTER`]
+/// (a number too large for `u64` counts as that too), a date in the past is no wait.
 pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    retry_after_at(headers, jiff::Timestamp::now())
+}
+
+/// [`retry_after`] as of `now`.
+fn retry_after_at(headers: &HeaderMap, now: jiff::Timestamp) -> Option<Duration> {
     let text = |name: &str| headers.get(name)?.to_str().ok().map(str::trim);
     for name in ["retry-after-ms", "x-ms-retry-after-ms"] {
-        if let Some(ms) = text(name).and_then(|v| v.parse().ok()) {
-            return Some(Duration::from_millis(ms));
+        if let Some(ms) = text(name).and_then(whole_number) {
+            return Some(Duration::from_millis(ms).min(MAX_RETRY_AFTER));
         }
     }
     let value = text("retry-after")?;
-    if let Ok(secs) = value.parse() {
-        return Some(Duration::from_secs(secs));
+    if let Some(secs) = whole_number(value) {
+        return Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER));
     }
     let at = jiff::fmt::rfc2822::parse(value).ok()?.timestamp();
-    Some(
-        at.duration_since(jiff::Timestamp::now())
-            .try_into()
-            .unwrap_or_default(),
-    )
+    let wait = Duration::try_from(at.duration_since(now)).unwrap_or_default();
+    Some(wait.min(MAX_RETRY_AFTER))
+}
+
+/// A run of ASCII digits as a number, `u64::MAX` when it is longer than that.
+fn whole_number(text: &str) -> Option<u64> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(text.parse().unwrap_or(u64::MAX))
 }
 
 /// Attempts made for an answer, in its extensions (1 when no retry layer stamped it).
@@ -270,5 +298,61 @@ mod tests {
 
         h.insert("retry-after", HeaderValue::from_static("soon"));
         assert_eq!(retry_after(&h), None);
+        for bad in ["-5", "+5", "1.5", ""] {
+            h.insert("retry-after", HeaderValue::from_static(bad));
+            assert_eq!(retry_after(&h), None, "{bad:?}");
+        }
+    }
+
+    /// Each header form with a value no clock can hold: capped, never a panic, and never
+    /// waited in-line (the answer goes back to the caller).
+    #[test]
+    fn huge_retry_after_in_every_form_is_capped_and_not_waited() {
+        let now = jiff::Timestamp::from_second(1_800_000_000).expect("now");
+        let huge = |name: &'static str, value: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(name, HeaderValue::from_static(value));
+            retry_after_at(&h, now)
+        };
+        let cases = [
+            ("retry-after", "18446744073709551615"),
+            ("retry-after", "99999999999999999999999999999"),
+            ("retry-after-ms", "18446744073709551615"),
+            ("x-ms-retry-after-ms", "99999999999999999999999999999"),
+            ("retry-after", "Thu, 30 Dec 9999 00:00:00 GMT"),
+        ];
+        for (name, value) in cases {
+            let after = huge(name, value);
+            assert_eq!(after, Some(MAX_RETRY_AFTER), "{name}: {value}");
+            for jitter in [0.0, 0.999, 1.0, f64::NAN] {
+                let wait = super::decide(Always, Some(429), after, 0, &limits(), jitter);
+                assert_eq!(wait, None, "{name}: {value} jitter {jitter}");
+            }
+        }
+        assert_eq!(
+            huge("retry-after", "Thu, 01 Jan 1970 00:00:00 GMT"),
+            Some(Duration::ZERO),
+            "a date in the past is no wait"
+        );
+    }
+
+    /// `decide` itself never overflows, whatever it is handed (callers may pass a Duration
+    /// they built themselves).
+    #[test]
+    fn decide_saturates_on_the_largest_duration() {
+        let wait = super::decide(Always, Some(429), Some(Duration::MAX), 0, &limits(), 1.0);
+        assert_eq!(wait, None);
+        let generous = RetryLimits {
+            max_wait: Duration::MAX,
+            ..limits()
+        };
+        let wait = super::decide(Always, Some(429), Some(Duration::MAX), 0, &generous, 1.0);
+        assert_eq!(wait, Some(Duration::MAX));
+        let max = Duration::from_secs(10);
+        assert_eq!(
+            backoff(Duration::MAX, u32::MAX, max, f64::NAN),
+            max / 2,
+            "no jitter when it is not a number"
+        );
     }
 }

@@ -1,0 +1,378 @@
+//! A member is not trusted: the real binary with real members and hostile ones
+//! (`support/hostile.rs`). Each hostile member costs only itself: it shows `failing` on
+//! `/members` with a reason that names what it exceeded and quotes nothing it sent, the real
+//! member's exports still reach the hub, the process's peak RSS stays far below the chart's
+//! 512 MiB limit, nothing panics and the process stays live. The environment's proxy (with
+//! credentials) is set for every run: members connect directly and its credentials appear
+//! nowhere.
+
+#[path = "support/hostile.rs"]
+mod hostile;
+mod support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use fleetnet_testenv::Fleet;
+use hostile::{HostileMember, Mode};
+use support::*;
+
+/// The environment's proxy: for Azure and OTLP only. Nothing listens on port 1, so a member
+/// connection through it would fail.
+const ENV_PROXY: &str = "http://proxyuser:proxy-secret-4711@127.0.0.1:1";
+/// The hostile members' bearer token.
+const TOKEN: &str = "hostile-token-secret-0815";
+/// Peak RSS the process must stay under, whatever a member sends (the chart's limit is 512 MiB).
+const RSS_LIMIT_KIB: u64 = 300 << 10;
+/// How long a hostile member may take to show failing (the trickle needs its 30 s deadline).
+const FAILS_WITHIN: Duration = Duration::from_secs(150);
+
+/// A `fleetnet-hub run` child; killed when dropped.
+struct Hub {
+    child: tokio::process::Child,
+    health: SocketAddr,
+    log: PathBuf,
+}
+
+impl Hub {
+    fn spawn(fleet: &Fleet, dir: &Path) -> Self {
+        let port = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+        };
+        let (health, metrics) = (port(), port());
+        let log = fleet.scratch_dir().join("fleetnet-hub-hostile.log");
+        let out = std::fs::File::create(&log).expect("log file");
+        let err = out.try_clone().expect("log file");
+        let args = [
+            "run".to_string(),
+            "--hub-kubeconfig".into(),
+            fleet.hub().kubeconfig_path().display().to_string(),
+            "--kubeconfig-dir".into(),
+            dir.display().to_string(),
+            "--metrics-bind-address".into(),
+            metrics.to_string(),
+            "--health-probe-bind-address".into(),
+            health.to_string(),
+            "--kube-api-qps".into(),
+            "200".into(),
+            "--kube-api-burst".into(),
+            "400".into(),
+        ];
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleetnet-hub"))
+            .args(args)
+            .env("RUST_LOG", "info")
+            .env("POD_NAME", "hostile-test")
+            .env("HTTPS_PROXY", ENV_PROXY)
+            .env("https_proxy", ENV_PROXY)
+            .env_remove("NO_PROXY")
+            .env_remove("no_proxy")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn fleetnet-hub");
+        Self { child, health, log }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn log_tail(&self) -> String {
+        let text = self.log_text();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    fn assert_live(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!(
+                "fleetnet-hub exited with {status}; log:\n{}",
+                self.log_tail()
+            );
+        }
+    }
+
+    /// `/members` as JSON (`Null` when it does not answer).
+    async fn members(&self) -> serde_json::Value {
+        let get = tokio::time::timeout(Duration::from_secs(5), http_get(self.health, "/members"));
+        match get.await {
+            Ok((200, body)) => serde_json::from_str(&body).unwrap_or_default(),
+            _ => serde_json::Value::Null,
+        }
+    }
+
+    /// Peak RSS (VmHWM) so far, KiB.
+    fn peak_rss_kib(&self) -> u64 {
+        let pid = self.child.id().expect("running");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM")
+    }
+
+    /// Waits until `member` shows `failing` with a last error containing `reason`; returns it.
+    async fn wait_failing(&mut self, member: &str, reason: &str) -> String {
+        let deadline = Instant::now() + FAILS_WITHIN;
+        loop {
+            self.assert_live();
+            let members = self.members().await;
+            let m = &members["members"][member];
+            let error = m["last_error"].as_str().unwrap_or_default().to_string();
+            if m["phase"] == "failing" && error.contains(reason) {
+                return error;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{member} not failing with {reason:?} within {FAILS_WITHIN:?}: {m}\nlog:\n{}",
+                self.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+/// A kubeconfig directory with the fleet's `real` members and the `hostile` ones.
+fn member_dir(fleet: &Fleet, real: &[&str], hostile: &[(&str, &HostileMember)]) -> PathBuf {
+    let dir = fleet.scratch_dir().join("kubeconfigs-hostile");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    for m in real {
+        let to = dir.join(format!("{m}.yaml"));
+        std::fs::copy(fleet.member(m).kubeconfig_path(), to).expect("copy kubeconfig");
+    }
+    for (name, member) in hostile {
+        let to = dir.join(format!("{name}.yaml"));
+        std::fs::write(to, member.kubeconfig(name, TOKEN)).expect("write kubeconfig");
+    }
+    dir
+}
+
+/// Creates `ns/name` Service + ServiceExport in `member` and waits for its ISE in the hub.
+async fn export_and_wait(fleet: &Fleet, hub: &kube::Client, member: &str, ns: &str, name: &str) {
+    let client = fleet.member(member).client().await.expect("member client");
+    namespace(&client, ns).await;
+    create_service(&client, &service(ns, name, 80)).await;
+    create_export(&client, ns, name, &[]).await;
+    let ise = format!("{ns}-{name}");
+    within(Duration::from_secs(90), &format!("ISE {ise}"), || async {
+        ises(hub, &fleet.hub_namespace(member))
+            .get_opt(&ise)
+            .await
+            .ok()
+            .flatten()
+            .filter(|i| i.spec.service_reference.cluster_id == member)
+    })
+    .await;
+}
+
+/// What must never be in any output: the proxy's and the members' credentials, and what the
+/// hostile members sent (their filler and padding).
+fn assert_nothing_leaked(what: &str, text: &str) {
+    for secret in [
+        "proxy-secret-4711",
+        "proxyuser",
+        TOKEN,
+        "aaaaaaaaaaaaaaaa",
+        "pppppppppppppppp",
+    ] {
+        assert!(
+            !text.contains(secret),
+            "{what} contains {secret:?}:\n{text}"
+        );
+    }
+}
+
+fn assert_no_panic(hub: &Hub) {
+    let log = hub.log_text();
+    assert!(
+        !log.contains("panicked"),
+        "a panic in the log:\n{}",
+        hub.log_tail()
+    );
+}
+
+/// Six ways one answer can be too much, each its own member beside a real one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_members_fail_alone_with_a_redacted_reason_and_memory_stays_bounded() {
+    let (fleet, hub_client) = quiet_fleet(["alpha"]).await;
+    let huge = HostileMember::start(Mode::Huge(600 << 20)).await;
+    let endless = HostileMember::start(Mode::Endless).await;
+    let trickle = HostileMember::start(Mode::Trickle).await;
+    let malformed = HostileMember::start(Mode::Malformed).await;
+    let throttling = HostileMember::start(Mode::RetryAfter("18446744073709551615")).await;
+    let flood = HostileMember::start(Mode::HugeEvent(64 << 20)).await;
+    let dir = member_dir(
+        &fleet,
+        &["alpha"],
+        &[
+            ("huge", &huge),
+            ("endless", &endless),
+            ("trickle", &trickle),
+            ("malformed", &malformed),
+            ("throttling", &throttling),
+            ("flood", &flood),
+        ],
+    );
+    let mut hub = Hub::spawn(&fleet, &dir);
+    let started = Instant::now();
+
+    // The real member connects directly (the environment's proxy would fail it) and exports.
+    export_and_wait(&fleet, &hub_client, "alpha", "ns1", "web").await;
+
+    let expected = [
+        ("huge", "member huge: LIST services response over 16 MiB"),
+        (
+            "endless",
+            "member endless: LIST services response over 16 MiB",
+        ),
+        ("malformed", "Error deserializing response"),
+        ("throttling", "TooManyRequests"),
+        ("flood", "member flood: WATCH services event over 4 MiB"),
+        (
+            "trickle",
+            "member trickle: LIST services response not complete within 30s",
+        ),
+    ];
+    for (member, reason) in expected {
+        let error = hub.wait_failing(member, reason).await;
+        assert_nothing_leaked(&format!("{member}'s reason"), &error);
+        println!("[hostile] {member}: {error}");
+    }
+
+    // Still exporting after all of that.
+    export_and_wait(&fleet, &hub_client, "alpha", "ns1", "api").await;
+    let members = hub.members().await;
+    assert_eq!(members["members"]["alpha"]["phase"], "ready", "{members}");
+    assert_nothing_leaked("/members", &members.to_string());
+
+    let peak = hub.peak_rss_kib();
+    let (lists, largest, total) = (
+        huge.requests_to("GET /api/v1/services?"),
+        huge.largest.load(std::sync::atomic::Ordering::Relaxed),
+        huge.sent.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    println!(
+        "[hostile] peak RSS {} MiB; huge: {lists} LISTs, {} MiB sent, {} MiB in the largest",
+        peak >> 10,
+        total >> 20,
+        largest >> 20
+    );
+    assert!(peak < RSS_LIMIT_KIB, "peak RSS {peak} KiB");
+    // Each answer read no further than the cap (plus what was in flight), and the failed LIST
+    // tried again.
+    assert!(
+        largest < 64 << 20,
+        "read {largest} bytes of one 600 MiB answer"
+    );
+    assert!(lists >= 2, "the failed LIST is tried again");
+    // With backoff: its wait grows to 2 s (and jitter), not the shortest after every Init.
+    let secs = started.elapsed().as_secs_f64();
+    println!("[hostile] huge: {lists} LISTs in {secs:.0} s");
+    assert!((lists as f64) < secs / 1.5, "{lists} LISTs in {secs:.0} s");
+    hub.assert_live();
+    assert_no_panic(&hub);
+    assert_nothing_leaked("the log", &hub.log_text());
+}
+
+/// 100,000 objects in one answer fail their member; in pages they are only what they cost;
+/// names with control characters break nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_objects_and_forged_names_cost_only_their_member() {
+    let (fleet, hub_client) = quiet_fleet(["alpha"]).await;
+    let unpaged = HostileMember::start(Mode::Objects {
+        count: 100_000,
+        paged: false,
+    })
+    .await;
+    let paged = HostileMember::start(Mode::Objects {
+        count: 100_000,
+        paged: true,
+    })
+    .await;
+    let forged = HostileMember::start(Mode::ControlNames).await;
+    let dir = member_dir(
+        &fleet,
+        &["alpha"],
+        &[
+            ("unpaged", &unpaged),
+            ("paged", &paged),
+            ("forged", &forged),
+        ],
+    );
+    let mut hub = Hub::spawn(&fleet, &dir);
+    export_and_wait(&fleet, &hub_client, "alpha", "ns1", "web").await;
+
+    let error = hub
+        .wait_failing(
+            "unpaged",
+            "member unpaged: LIST services response over 16 MiB",
+        )
+        .await;
+    assert_nothing_leaked("unpaged's reason", &error);
+    // kube's watcher asks pages of 500: the paged member's LISTs all pass the cap.
+    within(
+        Duration::from_secs(120),
+        "paged listed in pages",
+        || async { (paged.requests_to("GET /api/v1/services?") >= 200).then_some(()) },
+    )
+    .await;
+    assert!(
+        paged
+            .requests
+            .lock()
+            .iter()
+            .any(|r| r.starts_with("GET /api/v1/services?") && r.contains("limit=500")),
+        "LISTs are paged"
+    );
+
+    export_and_wait(&fleet, &hub_client, "alpha", "ns1", "api").await;
+    let peak = hub.peak_rss_kib();
+    println!("[hostile] peak RSS {} MiB", peak >> 10);
+    assert!(peak < RSS_LIMIT_KIB, "peak RSS {peak} KiB");
+    hub.assert_live();
+    assert_no_panic(&hub);
+    assert_nothing_leaked("the log", &hub.log_text());
+
+    // `check` with the same environment: the real member is reachable directly, and no
+    // output names the proxy's credentials, a token or what the members sent.
+    let check = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleetnet-hub"))
+        .args(["check", "--kubeconfig-dir"])
+        .arg(&dir)
+        .env("HTTPS_PROXY", ENV_PROXY)
+        .env("https_proxy", ENV_PROXY)
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .kill_on_drop(true)
+        .output();
+    let check = tokio::time::timeout(Duration::from_secs(120), check)
+        .await
+        .expect("check ends")
+        .expect("check runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let alpha_status = text
+        .lines()
+        .find(|l| l.starts_with("alpha "))
+        .and_then(|l| l.split('|').nth(2))
+        .map(str::trim);
+    assert_eq!(alpha_status, Some("ok"), "alpha usable directly:\n{text}");
+    assert!(!text.contains("panicked"), "{text}");
+    assert_nothing_leaked("check", &text);
+
+    let forged_lines = hub
+        .log_text()
+        .lines()
+        .filter(|l| l.starts_with("level=ERROR forged"))
+        .count();
+    println!("[hostile] log lines forged by a member's object name: {forged_lines}");
+}
