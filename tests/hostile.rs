@@ -369,10 +369,20 @@ async fn many_objects_and_forged_names_cost_only_their_member() {
     assert!(!text.contains("panicked"), "{text}");
     assert_nothing_leaked("check", &text);
 
-    let forged_lines = hub
-        .log_text()
+    // The forged name reached the log (escaped, inside its own line), and began no line.
+    let log = hub.log_text();
+    let forged_lines = log
         .lines()
         .filter(|l| l.starts_with("level=ERROR forged"))
         .count();
     println!("[hostile] log lines forged by a member's object name: {forged_lines}");
+    assert_eq!(forged_lines, 0, "a member's object name began a log line");
+    assert!(
+        log.contains(r"\nlevel=ERROR forged"),
+        "the forged name is logged, escaped (else this test proves nothing)"
+    );
+    assert!(
+        !log.contains('\u{1b}') && !log.contains('\r') && !log.contains('\u{7}'),
+        "no raw control character from a member's name in the log"
+    );
 }

@@ -45,8 +45,14 @@ kube_runtime=warn,opentelemetry=off,opentelemetry_sdk=off,opentelemetry_otlp=off
 h2=off,hyper=off,hyper_util=off,reqwest=off,tower=off";
 
 /// Log directives added to whatever the log filter is: azure_core logs every ARM request it
-/// sends, its `Authorization: Bearer` header included, at DEBUG.
-pub const CREDENTIAL_SAFE_DIRECTIVES: &[&str] = &["azure_core::policies::transport=info"];
+/// sends, its `Authorization: Bearer` header included, at DEBUG; kube-client logs the whole
+/// text of an answer or watch event it cannot decode at WARN (a member's malformed answer of up
+/// to `--member-max-response-bytes` in one line): the error itself still reaches the member's
+/// state, without the text.
+pub const CREDENTIAL_SAFE_DIRECTIVES: &[&str] = &[
+    "azure_core::policies::transport=info",
+    "kube_client::client=error",
+];
 
 /// Why telemetry could not start.
 #[derive(Debug, thiserror::Error)]
