@@ -58,9 +58,14 @@ impl ServiceExportFeed {
         let writer = reflector::store::Writer::<ServiceExportView>::new(version);
         let store = writer.as_reader();
         let health = Arc::new(WatchHealth::new(member, observer));
+        let size = {
+            let store = store.clone();
+            move || store.len()
+        };
         let events = view_watch(
             Api::<ServiceExportView>::all_with(client.clone(), &version),
             watcher::Config::default(),
+            size,
         )
         .reflect(writer)
         .inspect(health.inspector(View::ServiceExports))

@@ -54,8 +54,11 @@ impl Views {
         let config = watcher::Config::default;
         let service_events = reflector::reflector(
             services_writer,
-            view_watch(Api::<Service>::all(member.clone()), config())
-                .map_ok(project::<Service, ServiceView>),
+            view_watch(Api::<Service>::all(member.clone()), config(), {
+                let services = services.clone();
+                move || services.len()
+            })
+            .map_ok(project::<Service, ServiceView>),
         )
         .inspect(health.inspector(View::Services))
         .touched_objects()
@@ -69,7 +72,11 @@ impl Views {
         let listed = dangling.clone();
         let ise_events = reflector::reflector(
             ises_writer,
-            view_watch(hub.clone(), config()).map_ok(project::<InternalServiceExport, IseView>),
+            view_watch(hub.clone(), config(), {
+                let ises = ises.clone();
+                move || ises.len()
+            })
+            .map_ok(project::<InternalServiceExport, IseView>),
         )
         .inspect(health.inspector(View::InternalServiceExports))
         .inspect(move |event| {
@@ -277,17 +284,88 @@ impl WatchHealth {
     }
 }
 
-/// A view's watch of `api`: kube's watcher, retried after [`watch_backoff`], each poll
+/// A view's watch of `api`: kube's watcher, held to [`MAX_OBJECTS_PER_VIEW`] objects
+/// ([`capped`]; `size` is the view's store), retried after [`watch_backoff`], each poll
 /// allocating in the scratch arena ([`crate::memory`]: the lists and full objects it decodes
 /// are freed before the next poll; the store keeps its own copies).
 pub(crate) fn view_watch<K>(
     api: Api<K>,
     config: watcher::Config,
+    size: impl Fn() -> usize + Send + 'static,
 ) -> impl futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    crate::memory::scratch_stream(watch_of(api, config).backoff(watch_backoff()))
+    let kind = api
+        .resource_url()
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let open = move || watch_of(api.clone(), config.clone());
+    crate::memory::scratch_stream(
+        capped(open, size, MAX_OBJECTS_PER_VIEW, kind).backoff(watch_backoff()),
+    )
+}
+
+/// The most objects one view holds (a member's Services, ServiceExports or EndpointSlices):
+/// five times Kubernetes' scalability envelope of 10,000 Services per cluster. What a member
+/// sends beyond it is not kept: its view fails (`50000 or more services`) and lists again
+/// after the watch backoff, so a member of millions of objects costs ~0.5 KiB × this per view,
+/// not the process.
+pub(crate) const MAX_OBJECTS_PER_VIEW: usize = 50_000;
+
+/// A view that reached [`MAX_OBJECTS_PER_VIEW`].
+#[derive(Debug, thiserror::Error)]
+#[error("{kind}: {max} or more objects, the most one view of a member holds")]
+pub(crate) struct OverCap {
+    kind: String,
+    max: usize,
+}
+
+/// The watch `open` makes, as long as its view stays under `max` objects: a list that reaches
+/// `max` (counted as it arrives, before the store takes it whole), or a change while the view
+/// (`size`) holds `max`, ends that watch with [`OverCap`]; the next poll (after the backoff the
+/// error brings) opens a new one, which lists again from the start.
+fn capped<K, S>(
+    open: impl Fn() -> S + Send + 'static,
+    size: impl Fn() -> usize + Send + 'static,
+    max: usize,
+    kind: String,
+) -> impl futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static
+where
+    S: futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+    K: Send + 'static,
+{
+    let first = Box::pin(open());
+    futures::stream::unfold(
+        (first, 0usize, open, size, kind),
+        move |(mut inner, mut listed, open, size, kind)| async move {
+            let event = inner.next().await?;
+            let over = match &event {
+                Ok(watcher::Event::Init) => {
+                    listed = 0;
+                    false
+                }
+                Ok(watcher::Event::InitApply(_)) => {
+                    listed += 1;
+                    listed > max
+                }
+                Ok(watcher::Event::Apply(_)) => size() >= max,
+                _ => false,
+            };
+            if !over {
+                return Some((event, (inner, listed, open, size, kind)));
+            }
+            drop(inner);
+            let error = OverCap {
+                kind: kind.clone(),
+                max,
+            };
+            let error = watcher::Error::InitialListFailed(kube::Error::Service(Box::new(error)));
+            Some((Err(error), (Box::pin(open()), 0, open, size, kind)))
+        },
+    )
 }
 
 /// Watch retry: quick enough that a member whose apiserver returns is current again within
@@ -321,4 +399,83 @@ fn exports_sharing_hub_name(
         .map(|(ns, name)| ObjectRef::new_with(name, version).within(ns))
         .filter(|key| exports.get(key).is_some())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    type Events = Vec<watcher::Result<watcher::Event<u32>>>;
+
+    /// What `capped` lets through of `opened` watches (each open takes the next list of
+    /// events), for a view whose store holds `size` objects; `opens` counts the watches opened.
+    async fn through(
+        opened: Vec<Events>,
+        size: usize,
+        max: usize,
+        take: usize,
+    ) -> (Vec<String>, usize) {
+        let opens = Arc::new(AtomicUsize::new(0));
+        let lists = Arc::new(Mutex::new(opened.into_iter()));
+        let open = {
+            let opens = opens.clone();
+            move || {
+                opens.fetch_add(1, Ordering::SeqCst);
+                futures::stream::iter(lists.lock().next().unwrap_or_default())
+            }
+        };
+        let seen = capped(open, move || size, max, "services".into())
+            .take(take)
+            .map(|e| match e {
+                Ok(watcher::Event::Init) => "init".to_string(),
+                Ok(watcher::Event::InitApply(n)) => format!("list {n}"),
+                Ok(watcher::Event::InitDone) => "done".to_string(),
+                Ok(watcher::Event::Apply(n)) => format!("apply {n}"),
+                Ok(watcher::Event::Delete(n)) => format!("delete {n}"),
+                Err(e) => format!("error {e}"),
+            })
+            .collect()
+            .await;
+        (seen, opens.load(Ordering::SeqCst))
+    }
+
+    fn list(n: u32) -> Events {
+        let mut events = vec![Ok(watcher::Event::Init)];
+        events.extend((1..=n).map(|i| Ok(watcher::Event::InitApply(i))));
+        events.push(Ok(watcher::Event::InitDone));
+        events
+    }
+
+    #[tokio::test]
+    async fn a_list_over_the_cap_ends_its_watch_and_the_next_lists_again() {
+        let (seen, opens) = through(vec![list(3), list(2)], 0, 2, 9).await;
+        assert_eq!(
+            seen,
+            [
+                "init",
+                "list 1",
+                "list 2",
+                "error failed to perform initial object list: ServiceError: services: 2 or more objects, the most one view of a member holds",
+                "init",
+                "list 1",
+                "list 2",
+                "done",
+            ]
+        );
+        assert_eq!(opens, 2, "one watch opened again after the cap");
+    }
+
+    #[tokio::test]
+    async fn a_change_while_the_view_is_full_ends_the_watch_one_below_passes() {
+        let changes = || vec![Ok(watcher::Event::Apply(7)), Ok(watcher::Event::Delete(7))];
+        let (below, opens) = through(vec![changes()], 1, 2, 9).await;
+        assert_eq!(below, ["apply 7", "delete 7"]);
+        assert_eq!(opens, 1);
+        let (full, opens) = through(vec![changes(), vec![]], 2, 2, 9).await;
+        assert_eq!(full.len(), 1, "{full:?}");
+        assert!(full[0].starts_with("error "), "{full:?}");
+        assert_eq!(opens, 2);
+    }
 }

@@ -57,6 +57,10 @@ impl Views {
         let slice_events = view_watch(
             Api::<SliceView>::all(client.clone()),
             watcher::Config::default().labels(SERVICE_NAME_LABEL),
+            {
+                let slices = slices.clone();
+                move || slices.len()
+            },
         )
         .reflect(slices_writer)
         .inspect(health.inspector(View::EndpointSlices))
@@ -82,6 +86,10 @@ impl Views {
             view_watch(
                 hub.clone(),
                 watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S),
+                {
+                    let hub_view = hub_view.clone();
+                    move || hub_view.len()
+                },
             )
             .map_ok(project::<EndpointSliceExport, ExportView>),
         )
