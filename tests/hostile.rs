@@ -628,27 +628,41 @@ async fn a_member_proxy_is_used_only_when_allowed_and_its_password_never_shown()
     assert_no_password("the log", &log);
     drop(hub);
 
-    // `check`, with and without the opt-in.
+    // `check`, with and without the opt-in (its summary of a usable member is in the JSON).
     let before = proxy.connections();
-    let text = check_output(&dir, &["--allow-member-proxy"]).await;
+    let text = check_output(&dir, &["--allow-member-proxy", "--output", "json"]).await;
     assert!(
-        text.contains(&format!("via proxy http://{}", proxy.addr)),
+        text.contains(&format!("via proxy http://{}", proxy.addr)) && text.contains("\"ok\":true"),
         "{text}"
     );
     assert!(proxy.connections() > before, "check went through the proxy");
-    assert_no_password("check", &text);
-    let text = check_output(&dir, &["--output", "json"]).await;
-    assert!(
-        text.contains("proxy-url") && text.contains("--allow-member-proxy"),
-        "{text}"
-    );
     assert_no_password("check --output json", &text);
+    let text = check_output(&dir, &["--allow-member-proxy"]).await;
+    assert!(text.contains("| ok "), "{text}");
+    assert_no_password("check", &text);
+    let before = proxy.connections();
+    for output in ["text", "json"] {
+        let text = check_output(&dir, &["--output", output]).await;
+        assert!(
+            text.contains("proxy-url (proxies are not supported")
+                && text.contains("--allow-member-proxy"),
+            "{text}"
+        );
+        assert_no_password("check without the opt-in", &text);
+    }
+    assert_eq!(
+        proxy.connections(),
+        before,
+        "refused by check: no connection"
+    );
 
     // Not allowed: refused, and the proxy never hears from it.
     let unused = ConnectProxy::start().await;
     let (dir, _) = proxied_member_dir(&fleet, "alpha", "kubeconfigs-proxy-refused", &unused.url());
     let mut hub = Hub::spawn_with(&fleet, &dir, "fleetnet-hub-proxy-refused.log", &[]);
     let alpha = within(Duration::from_secs(90), "alpha refused", || async {
+        // Not before the server listens (`members` expects it to).
+        tokio::net::TcpStream::connect(hub.health).await.ok()?;
         let members = hub.members().await;
         let alpha = members["members"]["alpha"].clone();
         (alpha["refused"] == true).then_some(alpha)
