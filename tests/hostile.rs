@@ -404,14 +404,16 @@ const PROXY_PASSWORD: &str = "proxy-pass-9931";
 /// `Proxy-Authorization` for `user:proxy-pass-9931` (Basic, RFC 7617).
 const PROXY_BASIC: &str = "Basic dXNlcjpwcm94eS1wYXNzLTk5MzE=";
 
+/// `(request line, Proxy-Authorization)` of every request head a [`ConnectProxy`] read.
+type Heads = std::sync::Arc<parking_lot::Mutex<Vec<(String, Option<String>)>>>;
+
 /// A tiny HTTP CONNECT proxy: it records every connection and every request head (its first
 /// line and its `Proxy-Authorization`), answers a CONNECT with 200 and then copies bytes both
 /// ways. Stops when dropped.
 struct ConnectProxy {
     addr: SocketAddr,
     connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    /// `(request line, Proxy-Authorization)` of every request head.
-    heads: std::sync::Arc<parking_lot::Mutex<Vec<(String, Option<String>)>>>,
+    heads: Heads,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -438,10 +440,7 @@ impl ConnectProxy {
         }
     }
 
-    async fn serve(
-        mut client: tokio::net::TcpStream,
-        heads: std::sync::Arc<parking_lot::Mutex<Vec<(String, Option<String>)>>>,
-    ) {
+    async fn serve(mut client: tokio::net::TcpStream, heads: Heads) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut buf = Vec::new();
         let end = loop {
