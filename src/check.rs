@@ -138,7 +138,14 @@ async fn usable(member: MemberClient) -> Result<String, String> {
         true => "; TLS verification DISABLED",
         false => "",
     };
-    Ok(format!("ok (ServiceExport {}){insecure}", version.as_str()))
+    let proxied = match &member.clients.proxy {
+        Some(proxy) => format!("; via proxy {proxy}"),
+        None => String::new(),
+    };
+    Ok(format!(
+        "ok (ServiceExport {}){insecure}{proxied}",
+        version.as_str()
+    ))
 }
 
 /// Checks every member of `dir`, prints the report as `output` asks, fails if any member is

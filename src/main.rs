@@ -158,6 +158,12 @@ pub struct TrustArgs {
     /// ::1): tests and local tunnels only; nothing on that connection is encrypted.
     #[arg(long, env = "FLEETNET_ALLOW_PLAIN_HTTP_LOOPBACK_MEMBERS")]
     allow_plain_http_loopback_members: bool,
+    /// Allow a member kubeconfig's own `proxy-url` when it is `http://[user:pass@]host:port`
+    /// (HTTP CONNECT; TLS to the member stays end to end). Such members show their proxy,
+    /// without credentials, on /members, in `check` and in `fleetnet_member_proxied`. The
+    /// environment's proxy is never used for members.
+    #[arg(long, env = "FLEETNET_ALLOW_MEMBER_PROXY")]
+    allow_member_proxy: bool,
 }
 
 impl TrustArgs {
@@ -178,10 +184,16 @@ impl TrustArgs {
                 "--allow-plain-http-loopback-members: member servers may be plain http on loopback"
             );
         }
+        if self.allow_member_proxy {
+            tracing::warn!(
+                "--allow-member-proxy: member kubeconfigs may name an http:// proxy (proxy-url)"
+            );
+        }
         TrustPolicy {
             allow_exec: self.allow_member_exec_plugins,
             allow_insecure_tls: self.allow_insecure_member_tls,
             allow_plain_http_loopback: self.allow_plain_http_loopback_members,
+            allow_proxy: self.allow_member_proxy,
         }
     }
 }

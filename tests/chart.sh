@@ -214,7 +214,7 @@ else:
 
 # --- member trust and budgets
 trust = exp.get("trust", False)
-for flag in ("--allow-member-exec-plugins", "--allow-insecure-member-tls"):
+for flag in ("--allow-member-exec-plugins", "--allow-insecure-member-tls", "--allow-member-proxy"):
     check(f"{flag} {'on' if trust else 'off'}", flags.get(flag) == [None] if trust else flag not in flags)
 eq, eb = exp.get("events", ("10", "25"))
 check("--event-qps / --event-burst from values",

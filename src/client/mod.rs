@@ -167,8 +167,8 @@ async fn config_of(kubeconfig: Option<Kubeconfig>) -> Result<kube::Config, Error
 /// placeholder: kube takes `HTTPS_PROXY` from the environment for a cluster that names none
 /// (ignoring `NO_PROXY`), and the environment's proxy is for Azure and OTLP only. With a proxy
 /// named, kube never reads the variable (not even to fail on a malformed one); the caller
-/// drops the placeholder from the config. A cluster's own `proxy-url` is kept (and refused
-/// by [`connections`]).
+/// drops the placeholder from the config. A cluster's own `proxy-url` is kept: a member's
+/// vetting allows it only with `--allow-member-proxy` ([`connections`] tunnels through it).
 fn without_env_proxy(mut kc: Kubeconfig) -> (Kubeconfig, http::Uri) {
     const PLACEHOLDER: &str = "http://no-proxy.fleetnet-hub.invalid";
     for named in &mut kc.clusters {
@@ -187,6 +187,9 @@ pub struct MemberClients {
     pub client: kube::Client,
     /// The server URL.
     pub server: String,
+    /// The proxy its connection goes through (its kubeconfig's `proxy-url`), as it may be
+    /// printed: `http://host:port`, never its credentials.
+    pub proxy: Option<String>,
 }
 
 /// The client of member `name` from its vetted kubeconfig. It sends over one HTTP/2
@@ -202,8 +205,16 @@ pub async fn member_clients(
 ) -> Result<MemberClients, Error> {
     let config = config_of(Some(kubeconfig)).await?;
     let server = config.cluster_url.to_string();
+    let proxy = config
+        .proxy_url
+        .as_ref()
+        .map(|url| crate::fleet::vet::printable_proxy(&url.to_string()));
     let client = member_client_of(name, &config, limits, stats, fence)?;
-    Ok(MemberClients { client, server })
+    Ok(MemberClients {
+        client,
+        server,
+        proxy,
+    })
 }
 
 /// A member's client over `config`: one budget for its requests (`limits`), one of their own
@@ -229,7 +240,7 @@ fn member_client_of(
         member: name.into(),
         limits: limits.body_limits(),
     };
-    let transport = connections(config, 1, Some(bounds))
+    let transport = connections(config, 1, Some(bounds), Proxy::Member)
         .map_err(|source| kube_error(&member, plugin.as_ref(), source))?;
     let events =
         crate::policy::bucket(limits.event_qps, limits.event_burst).map_err(|e| Error::Limits {
@@ -255,6 +266,60 @@ struct Bounds {
     limits: bounded::BodyLimits,
 }
 
+/// Whether a client may go through the proxy its kubeconfig names ([`connections`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proxy {
+    /// A member's: its vetted kubeconfig names a proxy only when the operator allowed it
+    /// (`--allow-member-proxy`), and only `http://`.
+    Member,
+    /// The hub's: never through a proxy.
+    Never,
+}
+
+/// How a connection to the API server is opened: directly, or through a proxy's tunnel.
+type Connector = tower::util::BoxCloneSyncService<
+    http::Uri,
+    hyper_util::rt::TokioIo<tokio::net::TcpStream>,
+    BoxError,
+>;
+
+/// `http` opening its connections through an HTTP CONNECT tunnel of the proxy `url` (user info
+/// sent as `Proxy-Authorization: Basic`). TLS to the API server goes on inside the tunnel,
+/// end to end: the proxy sees the CONNECT only. Only `http://` (the vetting refuses the other
+/// schemes; this keeps the rule where the connection is made). No error quotes the URL: it
+/// may hold the proxy's password.
+fn tunnel(
+    url: &http::Uri,
+    http: hyper_util::client::legacy::connect::HttpConnector,
+) -> Result<
+    hyper_util::client::legacy::connect::proxy::Tunnel<
+        hyper_util::client::legacy::connect::HttpConnector,
+    >,
+    kube::Error,
+> {
+    use hyper_util::client::legacy::connect::proxy::Tunnel;
+    let unsupported =
+        |why: &str| kube::Error::Service(format!("the kubeconfig's proxy-url: {why}").into());
+    if url.scheme_str() != Some("http") {
+        return Err(unsupported(
+            "only an http:// proxy (HTTP CONNECT) is supported",
+        ));
+    }
+    // Builder::default(), not from_env(): nothing of the environment (its proxy, NO_PROXY,
+    // REQUEST_METHOD) has a say in a member's proxy.
+    let matcher = hyper_util::client::proxy::matcher::Matcher::builder()
+        .all(url.to_string())
+        .build();
+    let intercept = matcher
+        .intercept(&http::Uri::from_static("https://member.invalid"))
+        .ok_or_else(|| unsupported("not an http://host:port URL"))?;
+    let tunnel = Tunnel::new(intercept.uri().clone(), http);
+    Ok(match intercept.basic_auth() {
+        Some(auth) => tunnel.with_auth(auth.clone()),
+        None => tunnel,
+    })
+}
+
 /// What kube's builder puts under its client (base URI, credentials, extra headers) over
 /// `lanes` pooled hyper clients whose TLS offers HTTP/2 and HTTP/1.1, cloneable so that
 /// several clients share their connections. A request goes out on the connection its [`Lane`]
@@ -264,21 +329,28 @@ fn connections(
     config: &kube::Config,
     lanes: usize,
     bounds: Option<Bounds>,
+    proxy: Proxy,
 ) -> Result<Transport, kube::Error> {
     use kube::client::ConfigExt;
-    if config.proxy_url.is_some() {
-        // The vetting refuses proxy-url for members; this only keeps the rule in one place.
-        // Not kube's ProxyProtocolUnsupported: its message prints the URL, credentials and all.
-        return Err(kube::Error::Service(
-            "the kubeconfig names a proxy (proxy-url): not supported".into(),
-        ));
-    }
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(config.connect_timeout);
     // As Go does: many small HTTP/2 frames share a connection, and Nagle's algorithm would
     // hold a request's last frame for the previous one's delayed ACK (~40 ms).
     http.set_nodelay(true);
+    let http: Connector = match (&config.proxy_url, proxy) {
+        (None, _) => Connector::new(tower::ServiceExt::map_err(http, BoxError::from)),
+        (Some(url), Proxy::Member) => Connector::new(tower::ServiceExt::map_err(
+            tunnel(url, http)?,
+            BoxError::from,
+        )),
+        // Not kube's ProxyProtocolUnsupported: its message prints the URL, credentials and all.
+        (Some(_), Proxy::Never) => {
+            return Err(kube::Error::Service(
+                "the kubeconfig names a proxy (proxy-url): not supported for this client".into(),
+            ));
+        }
+    };
     let mut tls = config.rustls_client_config()?;
     // rustls's default remembers tickets for 32 servers, allocated up front (~14 KiB per
     // client); these connections all go to one server.
@@ -413,10 +485,7 @@ fn lane_for<T>(lanes: &mut [Weak<T>], per_lane: usize, open: impl FnOnce() -> Ar
     }
 }
 
-type Pooled = hyper_util::client::legacy::Client<
-    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
-    Body,
->;
+type Pooled = hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<Connector>, Body>;
 
 /// A lane's pooled client, dropped (its connection closed) with the last view of the lane.
 struct LaneConnection(Pooled);
@@ -475,7 +544,7 @@ pub fn build_over(
 ) -> Result<kube::Client, Error> {
     let plugin = exec::plugin_of(&config);
     // kube runs an exec plugin once already here, for its first token.
-    let transport = connections(&config, lanes, None)
+    let transport = connections(&config, lanes, None, Proxy::Never)
         .map_err(|source| kube_error(name, plugin.as_ref(), source))?;
     let builder = ClientBuilder::new(transport, &config.default_namespace);
     layered(name, builder, plugin, limits, vec![], stats, fence)

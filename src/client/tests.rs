@@ -357,7 +357,8 @@ fn a_request_path_names_the_namespace_it_addresses() {
 }
 
 /// Whatever the environment says, a kubeconfig that names no proxy gets none; one that names
-/// its own keeps it (for `connections` to refuse, without printing it).
+/// its own keeps it: a member's connections go through it, the hub's refuse it (never printing
+/// it).
 #[tokio::test]
 async fn a_kubeconfig_without_proxy_url_never_takes_one_from_the_environment() {
     let kubeconfig = |proxy: &str| {
@@ -374,14 +375,27 @@ async fn a_kubeconfig_without_proxy_url_never_takes_one_from_the_environment() {
         proxied.proxy_url.map(|u| u.to_string()),
         Some("http://user:pw@proxy.example:3128/".to_string())
     );
-    let Err(refused) = connections(&proxied_config(), 1, None) else {
-        panic!("a proxy is refused");
+    let Err(refused) = connections(&proxied_config("http"), 1, None, Proxy::Never) else {
+        panic!("the hub's client never goes through a proxy");
     };
     assert!(!refused.to_string().contains("pw"), "{refused}");
+    assert!(connections(&proxied_config("http"), 1, None, Proxy::Member).is_ok());
+    for scheme in ["https", "socks5"] {
+        let Err(refused) = connections(&proxied_config(scheme), 1, None, Proxy::Member) else {
+            panic!("{scheme}: only http:// proxies");
+        };
+        let refused = refused.to_string();
+        assert!(refused.contains("only an http:// proxy"), "{refused}");
+        assert!(
+            !refused.contains("pw") && !refused.contains("proxy.example"),
+            "{refused}"
+        );
+    }
 }
 
-fn proxied_config() -> kube::Config {
+fn proxied_config(scheme: &str) -> kube::Config {
     let mut config = kube::Config::new("https://127.0.0.1:6443".parse().expect("url"));
-    config.proxy_url = Some("http://user:pw@proxy.example:3128".parse().expect("url"));
+    let url = format!("{scheme}://user:pw@proxy.example:3128");
+    config.proxy_url = Some(url.parse().expect("url"));
     config
 }

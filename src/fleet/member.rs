@@ -166,7 +166,12 @@ async fn run_once(
     };
     let stats = Arc::new(ClientStats::default());
     let MemberClient {
-        clients: client::MemberClients { client, server },
+        clients:
+            client::MemberClients {
+                client,
+                server,
+                proxy,
+            },
         tls_verify_disabled,
     } = Box::pin(member_client(
         name,
@@ -182,6 +187,10 @@ async fn run_once(
         tracing::warn!(member = %name, server = %server, "TLS verification of this member is DISABLED (--allow-insecure-member-tls)");
     }
     shared.state.set_server(name, &server, tls_verify_disabled);
+    if let Some(proxy) = &proxy {
+        tracing::info!(member = %name, server = %server, proxy = %proxy, "connects through the proxy its kubeconfig names (--allow-member-proxy)");
+    }
+    shared.state.set_proxy(name, proxy);
     shared.hooks.member_engaged(name, stats);
     // Both boxed: the member's task waits most of its life at its end, and would otherwise
     // hold room for the requests of its start.

@@ -60,6 +60,9 @@ pub struct MemberStatus {
     pub refused: bool,
     /// TLS verification of the member's server is off (allowed by `--allow-insecure-member-tls`).
     pub tls_verify_disabled: bool,
+    /// The proxy the member's connection goes through (its kubeconfig's `proxy-url`, allowed
+    /// by `--allow-member-proxy`), as `http://host:port`: never its credentials.
+    pub proxy: Option<String>,
 }
 
 /// What happened to a member engagement, as the task that saw it reports it. Every phase change
@@ -93,6 +96,7 @@ impl MemberStatus {
             since: now,
             refused: false,
             tls_verify_disabled: false,
+            proxy: None,
         }
     }
 
@@ -210,6 +214,13 @@ impl FleetState {
         if let Some(s) = self.write().get_mut(name) {
             s.server = Some(server.to_string());
             s.tls_verify_disabled = tls_verify_disabled;
+        }
+    }
+
+    /// Records the proxy (printable, `http://host:port`) the member's connection goes through.
+    pub fn set_proxy(&self, name: &str, proxy: Option<String>) {
+        if let Some(s) = self.write().get_mut(name) {
+            s.proxy = proxy;
         }
     }
 

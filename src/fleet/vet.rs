@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 
 pub mod parse_error;
 
-/// What member kubeconfigs may use beyond inline credentials; both off by default.
+/// What member kubeconfigs may use beyond inline credentials; all off by default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TrustPolicy {
     /// `exec` credential plugins (e.g. kubelogin for Entra ID), run as fleetnet-hub's user.
@@ -27,6 +27,9 @@ pub struct TrustPolicy {
     /// A `server` over plain `http://` to a loopback host (tests, a local sandbox, a sidecar
     /// tunnel): the credentials cross no network, but nothing is encrypted or authenticated.
     pub allow_plain_http_loopback: bool,
+    /// A cluster's own `proxy-url` over `http://` (an HTTP CONNECT proxy; TLS to the member
+    /// stays end to end). Shown as `http://host:port`, never with its credentials.
+    pub allow_proxy: bool,
 }
 
 /// A member kubeconfig that passed vetting, with what the operator allowed it to use.
@@ -57,6 +60,8 @@ enum Rule {
     InsecureTls,
     /// `exec`: only with [`TrustPolicy::allow_exec`].
     Exec,
+    /// `proxy-url`: an `http://` proxy only with [`TrustPolicy::allow_proxy`].
+    Proxy,
     /// Never, and why (with what to use instead).
     Refused(&'static str),
 }
@@ -78,9 +83,7 @@ fn cluster_rule(field: &str) -> Option<Rule> {
         "certificate-authority" => {
             Rule::Refused("a file path: only certificate-authority-data is accepted")
         }
-        "proxy-url" => Rule::Refused(
-            "proxies are not supported: the member's server must be reachable directly",
-        ),
+        "proxy-url" => Rule::Proxy,
         _ => return None,
     })
 }
@@ -381,6 +384,11 @@ impl Findings {
                     }
                 }
             }
+            Some(Rule::Proxy) => {
+                if let Err(why) = proxy_allowed(value, policy) {
+                    self.refuse(&place, why);
+                }
+            }
             Some(Rule::Exec) => {
                 if !policy.allow_exec {
                     self.refuse(
@@ -427,6 +435,62 @@ fn server_allowed(server: &Value, policy: TrustPolicy) -> Result<(), &'static st
             "plain http to a host that is not loopback would send the credentials in clear text; use https",
         ),
         _ => Err("not an https:// URL"),
+    }
+}
+
+/// A cluster's `proxy-url`: only with [`TrustPolicy::allow_proxy`], and only `http://host:port`
+/// (an HTTP CONNECT proxy: the member's TLS goes through it end to end), user info allowed (sent
+/// as `Proxy-Authorization: Basic`), nothing else that would be dropped or misread (a path, a
+/// query, a fragment). Never quoted: it may hold the proxy's password.
+fn proxy_allowed(proxy: &Value, policy: TrustPolicy) -> Result<(), &'static str> {
+    if !policy.allow_proxy {
+        return Err(
+            "proxies are not supported without --allow-member-proxy: the member's server must be reachable directly",
+        );
+    }
+    let Value::String(proxy) = proxy else {
+        return Err("a URL expected");
+    };
+    if proxy.contains(['#', '?']) {
+        return Err("only http://host:port is accepted: no query or fragment");
+    }
+    let uri: http::Uri = proxy.parse().map_err(|_| "not a URL")?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https" | "socks5" | "socks5h" | "socks4" | "socks4a") => {
+            return Err(
+                "only an http:// proxy (HTTP CONNECT) is accepted; https:// and socks5:// proxies are not supported",
+            );
+        }
+        _ => return Err("not an http:// URL: only an http:// proxy (HTTP CONNECT) is accepted"),
+    }
+    let Some(authority) = uri.authority() else {
+        return Err("not an http:// URL: only an http:// proxy (HTTP CONNECT) is accepted");
+    };
+    if authority.host().is_empty() {
+        return Err("no proxy host: only http://host:port is accepted");
+    }
+    if !matches!(uri.path(), "" | "/") {
+        return Err("only http://host:port is accepted: no path");
+    }
+    Ok(())
+}
+
+/// A proxy URL as it may be printed: `http://host:port` (or `http://host`), without user info
+/// (the proxy's credentials), path, query or fragment; `<not a URL>` when it cannot be read as
+/// one.
+pub fn printable_proxy(proxy: &str) -> String {
+    const NOT_A_URL: &str = "<not a URL>";
+    let before = proxy.split(['?', '#']).next().unwrap_or_default();
+    let Ok(uri) = before.parse::<http::Uri>() else {
+        return NOT_A_URL.into();
+    };
+    let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+        return NOT_A_URL.into();
+    };
+    match authority.port_u16() {
+        Some(port) => format!("{scheme}://{}:{port}", authority.host()),
+        None => format!("{scheme}://{}", authority.host()),
     }
 }
 
@@ -649,13 +713,121 @@ mod tests {
         assert!(
             e.contains(&format!(
                 "kubeconfig refused ({FILE}): clusters[k].proxy-url (proxies are not supported"
-            )),
+            )) && e.contains("--allow-member-proxy"),
             "{e}"
         );
         assert!(
             !e.contains("proxy.example.com") && !e.contains("http-proxy"),
             "{e}"
         );
+    }
+
+    const PROXY_ALLOWED: TrustPolicy = TrustPolicy {
+        allow_exec: false,
+        allow_insecure_tls: false,
+        allow_plain_http_loopback: false,
+        allow_proxy: true,
+    };
+
+    #[test]
+    fn an_http_proxy_is_accepted_with_the_opt_in_and_its_credentials_never_shown() {
+        for proxy in [
+            "http://proxy.example.com:3128",
+            "http://proxy.example.com:3128/",
+            "http://user:SECRET-PROXY-PW@10.0.0.9:8080",
+            "http://[fd00::1]:3128",
+            "http://proxy.example.com",
+        ] {
+            let k = text("    token: t\n", &format!("    proxy-url: {proxy}\n"));
+            let vetted = vet(&k, FILE, PROXY_ALLOWED).expect(proxy);
+            let cluster = vetted.kubeconfig.clusters[0]
+                .cluster
+                .as_ref()
+                .expect("cluster");
+            // Used as written: the client takes its credentials from it.
+            assert_eq!(cluster.proxy_url.as_deref(), Some(proxy));
+            let debug = format!("{vetted:?}");
+            assert!(
+                !debug.contains("SECRET") && !debug.contains("proxy.example"),
+                "{debug}"
+            );
+            // Without the opt-in, refused as before, and not quoted.
+            let e = vet(&k, FILE, TrustPolicy::default()).expect_err(proxy);
+            assert!(
+                e.contains("clusters[k].proxy-url (proxies are not supported"),
+                "{e}"
+            );
+            assert!(!e.contains("SECRET") && !e.contains(proxy), "{e}");
+        }
+    }
+
+    #[test]
+    fn only_http_proxies_are_accepted_and_a_refused_one_is_never_quoted() {
+        for (proxy, why) in [
+            (
+                "https://user:SECRET-PROXY-PW@proxy.example.com:3128",
+                "only an http:// proxy (HTTP CONNECT) is accepted; https:// and socks5://",
+            ),
+            (
+                "socks5://user:SECRET-PROXY-PW@proxy.example.com:1080",
+                "only an http:// proxy (HTTP CONNECT) is accepted; https:// and socks5://",
+            ),
+            (
+                "socks5h://proxy.example.com:1080",
+                "only an http:// proxy (HTTP CONNECT) is accepted",
+            ),
+            (
+                "proxy.example.com:3128",
+                "only an http:// proxy (HTTP CONNECT) is accepted",
+            ),
+            ("ftp://proxy.example.com", "not an http:// URL"),
+            (
+                "http://user:SECRET-PROXY-PW@proxy.example.com:3128/path",
+                "no path",
+            ),
+            (
+                "http://proxy.example.com:3128/?SECRET-PROXY-PW",
+                "no query or fragment",
+            ),
+            (
+                "http://proxy.example.com:3128#SECRET-PROXY-PW",
+                "no query or fragment",
+            ),
+            ("not a url SECRET-PROXY-PW", "not a URL"),
+            ("[1, 2]", "a URL expected"),
+            ("\"\"", "not a URL"),
+        ] {
+            let k = text("    token: t\n", &format!("    proxy-url: {proxy}\n"));
+            let e = vet(&k, FILE, PROXY_ALLOWED).expect_err(proxy);
+            assert!(
+                e.contains("clusters[k].proxy-url (") && e.contains(why),
+                "{proxy}: {e}"
+            );
+            assert!(
+                !e.contains("SECRET") && !e.contains("proxy.example"),
+                "{proxy}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_printed_proxy_is_scheme_host_and_port_only() {
+        for (proxy, printed) in [
+            (
+                "http://proxy.example.com:3128",
+                "http://proxy.example.com:3128",
+            ),
+            (
+                "http://user:SECRET@proxy.example.com:3128/",
+                "http://proxy.example.com:3128",
+            ),
+            ("http://user:SECRET@10.0.0.9", "http://10.0.0.9"),
+            ("http://[fd00::1]:3128", "http://[fd00::1]:3128"),
+            ("http://h:1/p?SECRET#SECRET", "http://h:1"),
+            ("SECRET", "<not a URL>"),
+        ] {
+            assert_eq!(printable_proxy(proxy), printed, "{proxy}");
+        }
     }
 
     #[test]

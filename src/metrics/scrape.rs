@@ -112,6 +112,9 @@ fn encode_members(e: &mut DescriptorEncoder, states: &[(String, MemberStatus)]) 
         "1 when TLS verification of the member's API server is off (--allow-insecure-member-tls).";
     let tls = flag(|s| s.tls_verify_disabled);
     family(e, ("fleetnet_member_tls_verify_disabled", help, None), tls)?;
+    let help = "1 when the member's connection goes through the proxy its kubeconfig names (--allow-member-proxy).";
+    let proxied = flag(|s| s.proxy.is_some());
+    family(e, ("fleetnet_member_proxied", help, None), proxied)?;
     let synced = states.iter().filter_map(|(name, s)| {
         let seconds = s.last_sync?.as_millisecond() as f64 / 1000.0;
         Some((member_labels(name), ConstGauge::new(seconds)))
