@@ -326,7 +326,10 @@ pub(crate) struct OverCap {
 /// The watch `open` makes, as long as its view stays under `max` objects: a list that reaches
 /// `max` (counted as it arrives, before the store takes it whole), or a change while the view
 /// (`size`) holds `max`, ends that watch with [`OverCap`]; the next poll (after the backoff the
-/// error brings) opens a new one, which lists again from the start.
+/// error brings) opens a new one, which lists again from the start. After an error that cost a
+/// capped read ([`costly`]: an answer or event over its size cap, or [`OverCap`]), the next
+/// poll also waits [`penalty`]: a member that always sends too much is read every 10 s doubling
+/// to 5 min, not every 2 s (a completed list forgives it).
 fn capped<K, S>(
     open: impl Fn() -> S + Send + 'static,
     size: impl Fn() -> usize + Send + 'static,
@@ -337,35 +340,109 @@ where
     S: futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
     K: Send + 'static,
 {
-    let first = Box::pin(open());
+    let state = Capped {
+        inner: Box::pin(open()),
+        listed: 0,
+        strikes: 0,
+        pause: None,
+    };
     futures::stream::unfold(
-        (first, 0usize, open, size, kind),
-        move |(mut inner, mut listed, open, size, kind)| async move {
-            let event = inner.next().await?;
+        (state, open, size, kind),
+        move |(mut state, open, size, kind)| async move {
+            if let Some(pause) = state.pause.take() {
+                tokio::time::sleep(pause).await;
+            }
+            let event = state.inner.next().await?;
             let over = match &event {
                 Ok(watcher::Event::Init) => {
-                    listed = 0;
+                    state.listed = 0;
                     false
                 }
                 Ok(watcher::Event::InitApply(_)) => {
-                    listed += 1;
-                    listed > max
+                    state.listed += 1;
+                    state.listed > max
+                }
+                Ok(watcher::Event::InitDone) => {
+                    state.strikes = 0;
+                    false
                 }
                 Ok(watcher::Event::Apply(_)) => size() >= max,
-                _ => false,
+                Ok(watcher::Event::Delete(_)) => false,
+                Err(e) => {
+                    if costly(e) {
+                        state.strike();
+                    }
+                    false
+                }
             };
             if !over {
-                return Some((event, (inner, listed, open, size, kind)));
+                return Some((event, (state, open, size, kind)));
             }
-            drop(inner);
+            state.inner = Box::pin(open());
+            state.listed = 0;
+            state.strike();
             let error = OverCap {
                 kind: kind.clone(),
                 max,
             };
             let error = watcher::Error::InitialListFailed(kube::Error::Service(Box::new(error)));
-            Some((Err(error), (Box::pin(open()), 0, open, size, kind)))
+            Some((Err(error), (state, open, size, kind)))
         },
     )
+}
+
+/// What [`capped`] keeps between events.
+struct Capped<S> {
+    inner: std::pin::Pin<Box<S>>,
+    /// Objects of the list under way.
+    listed: usize,
+    /// Costly errors since the last completed list.
+    strikes: u32,
+    /// The wait before the next poll.
+    pause: Option<Duration>,
+}
+
+impl<S> Capped<S> {
+    fn strike(&mut self) {
+        self.strikes = self.strikes.saturating_add(1);
+        self.pause = Some(penalty(self.strikes));
+    }
+}
+
+/// The wait after the `strikes`-th costly error in a row: 10 s doubling, at most 5 minutes.
+fn penalty(strikes: u32) -> Duration {
+    Duration::from_secs(10)
+        .saturating_mul(2u32.saturating_pow(strikes.saturating_sub(1).min(16)))
+        .min(Duration::from_secs(300))
+}
+
+/// Whether `error` cost a capped read: an answer or watch event of the member over its size
+/// cap ([`crate::client::bounded`]), or a view over [`MAX_OBJECTS_PER_VIEW`]. Deadlines and
+/// ordinary failures are not: they cost waiting, not reading.
+fn costly(error: &(dyn std::error::Error + 'static)) -> bool {
+    use crate::client::bounded::{Exceeded, LimitExceeded};
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.downcast_ref::<OverCap>().is_some() {
+            return true;
+        }
+        if let Some(limit) = e.downcast_ref::<LimitExceeded>() {
+            return matches!(
+                limit.exceeded,
+                Exceeded::ResponseBytes(_) | Exceeded::EventBytes(_)
+            );
+        }
+        // io::Error's `source` skips the error it wraps.
+        if let Some(inner) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            && costly(inner)
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// Watch retry: quick enough that a member whose apiserver returns is current again within
@@ -448,7 +525,7 @@ mod tests {
         events
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_list_over_the_cap_ends_its_watch_and_the_next_lists_again() {
         let (seen, opens) = through(vec![list(3), list(2)], 0, 2, 9).await;
         assert_eq!(
@@ -465,6 +542,63 @@ mod tests {
             ]
         );
         assert_eq!(opens, 2, "one watch opened again after the cap");
+    }
+
+    #[test]
+    fn costly_errors_are_reads_over_a_cap_wherever_they_are_wrapped() {
+        use crate::client::bounded::{Exceeded, LimitExceeded};
+        let limit = |exceeded| LimitExceeded {
+            member: "m".into(),
+            request: "LIST services".into(),
+            exceeded,
+        };
+        let listed = |e: Box<dyn std::error::Error + Send + Sync>| {
+            watcher::Error::InitialListFailed(kube::Error::Service(e))
+        };
+        let over = OverCap {
+            kind: "services".into(),
+            max: 1,
+        };
+        assert!(costly(&listed(Box::new(over))));
+        assert!(costly(&listed(Box::new(limit(Exceeded::ResponseBytes(1))))));
+        let in_io = std::io::Error::other(limit(Exceeded::EventBytes(1)));
+        assert!(costly(&listed(Box::new(in_io))));
+        let slow = limit(Exceeded::Deadline(Duration::from_secs(30)));
+        assert!(!costly(&listed(Box::new(slow))));
+        assert!(!costly(&listed(Box::new(std::io::Error::other("reset")))));
+        assert_eq!(
+            (1..=7)
+                .map(penalty)
+                .map(|d| d.as_secs())
+                .collect::<Vec<_>>(),
+            [10, 20, 40, 80, 160, 300, 300]
+        );
+        assert_eq!(penalty(u32::MAX), Duration::from_secs(300));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_costly_error_the_next_poll_waits_the_penalty() {
+        let opens = Arc::new(AtomicUsize::new(0));
+        let lists = Arc::new(Mutex::new(vec![list(3), list(1), list(1)].into_iter()));
+        let open = {
+            let opens = opens.clone();
+            move || {
+                opens.fetch_add(1, Ordering::SeqCst);
+                futures::stream::iter(lists.lock().next().unwrap_or_default())
+            }
+        };
+        let mut events = Box::pin(capped(open, || 0, 2, "services".into()));
+        let start = tokio::time::Instant::now();
+        // init, 1, 2, then over the cap.
+        for _ in 0..3 {
+            assert!(events.next().await.is_some_and(|e| e.is_ok()));
+        }
+        assert!(events.next().await.is_some_and(|e| e.is_err()));
+        assert_eq!(start.elapsed(), Duration::ZERO, "the error is told at once");
+        // The next watch's first event waits the penalty.
+        assert!(events.next().await.is_some_and(|e| e.is_ok()));
+        assert_eq!(start.elapsed(), Duration::from_secs(10));
+        assert_eq!(opens.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]
