@@ -4,6 +4,9 @@
 //! Services, ServiceExports and EndpointSlices) and misbehaves in one [`Mode`].
 #![allow(dead_code)]
 
+#[path = "tls.rs"]
+mod tls;
+
 use std::convert::Infallible;
 use std::path::Path;
 use std::sync::Arc;
@@ -93,9 +96,9 @@ impl HostileMember {
         let (sent, largest) = (state.sent.total.clone(), state.sent.largest.clone());
         let requests = state.requests.clone();
         let app = axum::Router::new().fallback(answer).with_state(state);
-        let listener = Tls {
+        let listener = tls::Listener {
             tcp,
-            acceptor: acceptor(&cert_pem, &key_pem),
+            acceptor: tls::acceptor(&cert_pem, &key_pem),
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
@@ -414,54 +417,6 @@ fn slice_resources() -> serde_json::Value {
         "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "discovery.k8s.io/v1",
         "resources": [resource("endpointslices", "EndpointSlice")]
     })
-}
-
-/// TLS connections one after another; failed handshakes skipped.
-struct Tls {
-    tcp: tokio::net::TcpListener,
-    acceptor: tokio_rustls::TlsAcceptor,
-}
-
-impl axum::serve::Listener for Tls {
-    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
-    type Addr = std::net::SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let Ok((tcp, addr)) = self.tcp.accept().await else {
-                continue;
-            };
-            // Handshakes in the accept loop: one stalled client would hold up the others, which
-            // is fine for a test server with one client.
-            if let Ok(Ok(tls)) =
-                tokio::time::timeout(Duration::from_secs(10), self.acceptor.accept(tcp)).await
-            {
-                return (tls, addr);
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.tcp.local_addr()
-    }
-}
-
-fn acceptor(cert_pem: &[u8], key_pem: &[u8]) -> tokio_rustls::TlsAcceptor {
-    use tokio_rustls::rustls;
-    use tokio_rustls::rustls::pki_types::pem::PemObject;
-    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let certs = CertificateDer::pem_slice_iter(cert_pem)
-        .collect::<Result<Vec<_>, _>>()
-        .expect("certificate PEM");
-    let key = PrivateKeyDer::from_pem_slice(key_pem).expect("key PEM");
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("protocols")
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .expect("server certificate");
-    tokio_rustls::TlsAcceptor::from(Arc::new(config))
 }
 
 /// A CA and a certificate for 127.0.0.1 it signed (EC P-256, one day), made with the openssl

@@ -5,6 +5,9 @@
 //! Include with `mod support; #[path = "support/otlp.rs"] mod otlp;`.
 #![allow(dead_code)]
 
+#[path = "tls.rs"]
+mod tls;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -174,51 +177,6 @@ impl TestPki {
     }
 }
 
-/// TLS connections accepted one after another, handshakes that fail skipped.
-struct TlsListener {
-    tcp: tokio::net::TcpListener,
-    acceptor: tokio_rustls::TlsAcceptor,
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
-    type Addr = std::net::SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let Ok((stream, addr)) = self.tcp.accept().await else {
-                continue;
-            };
-            if let Ok(tls) = self.acceptor.accept(stream).await {
-                return (tls, addr);
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.tcp.local_addr()
-    }
-}
-
-fn tls_acceptor(pki: &TestPki) -> tokio_rustls::TlsAcceptor {
-    use tokio_rustls::rustls;
-    use tokio_rustls::rustls::pki_types::pem::PemObject;
-    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pki.cert_pem)
-        .collect::<Result<_, _>>()
-        .expect("certificate PEM");
-    let key = PrivateKeyDer::from_pem_slice(&pki.key_pem).expect("key PEM");
-    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("protocols")
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
-    .expect("server certificate");
-    tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config))
-}
-
 impl Receiver {
     /// A gRPC `opentelemetry.proto.collector.trace.v1.TraceService` server.
     pub async fn grpc() -> Self {
@@ -302,9 +260,9 @@ impl Receiver {
                     .expect("http receiver");
             }),
             Some(pki) => {
-                let listener = TlsListener {
+                let listener = tls::Listener {
                     tcp: listener,
-                    acceptor: tls_acceptor(pki),
+                    acceptor: tls::acceptor(&pki.cert_pem, &pki.key_pem),
                 };
                 tokio::spawn(async move {
                     axum::serve(listener, app)
