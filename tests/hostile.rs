@@ -364,24 +364,7 @@ async fn many_objects_and_forged_names_cost_only_their_member() {
 
     // `check` with the same environment: the real member is reachable directly, and no
     // output names the proxy's credentials, a token or what the members sent.
-    let check = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleetnet-hub"))
-        .args(["check", "--kubeconfig-dir"])
-        .arg(&dir)
-        .env("HTTPS_PROXY", ENV_PROXY)
-        .env("https_proxy", ENV_PROXY)
-        .env_remove("NO_PROXY")
-        .env_remove("no_proxy")
-        .kill_on_drop(true)
-        .output();
-    let check = tokio::time::timeout(Duration::from_secs(120), check)
-        .await
-        .expect("check ends")
-        .expect("check runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&check.stdout),
-        String::from_utf8_lossy(&check.stderr)
-    );
+    let text = check_output(&dir, &[]).await;
     let alpha_status = text
         .lines()
         .find(|l| l.starts_with("alpha "))
