@@ -2,7 +2,6 @@
 //! owns shutdown. Used by `fleetnet-hub run`, `sandbox` and the end-to-end tests alike.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,49 +11,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{self, ClientStats, Limits};
-use crate::fleet::{self, FleetState, MemberAzure, RuntimeConfig, lease::LeaseConfig};
+use crate::config::{Config, LeaderElection};
+use crate::fleet::{self, FleetState, MemberAzure, lease::LeaseConfig};
 use crate::http;
 use crate::metrics::Metrics;
-
-/// Leader election settings.
-#[derive(Debug, Clone)]
-pub struct LeaderElection {
-    pub namespace: String,
-    /// The Lease's name; with `shard_members`, the prefix of every lease name.
-    pub name: String,
-    pub identity: String,
-    /// Shard the members across the replicas (members hashed onto `shards` shard Leases,
-    /// rendezvous hashing over the replicas' announcements) instead of electing one leader.
-    pub shard_members: bool,
-    /// How many shard Leases (with `shard_members`).
-    pub shards: u16,
-}
-
-/// Everything the process needs, validated.
-#[derive(Clone)]
-pub struct AppConfig {
-    /// `None`: in-cluster configuration.
-    pub hub_kubeconfig: Option<PathBuf>,
-    pub hub_limits: Limits,
-    pub runtime: RuntimeConfig,
-    pub leader_election: Option<LeaderElection>,
-    pub metrics_bind_address: String,
-    pub health_probe_bind_address: String,
-}
-
-impl AppConfig {
-    /// What can only be checked where the process runs: the kubeconfig directory exists.
-    fn check(&self) -> Result<(), Error> {
-        let dir = &self.runtime.kubeconfig_dir;
-        match dir.is_dir() {
-            true => Ok(()),
-            false => Err(Error::Config(format!(
-                "--kubeconfig-dir {} is not a directory",
-                dir.display()
-            ))),
-        }
-    }
-}
 
 /// Optional parts supplied by the caller.
 #[derive(Clone, Default)]
@@ -73,6 +33,8 @@ pub struct Extensions {
 pub enum Error {
     #[error("configuration: {0}")]
     Config(String),
+    #[error("configuration: {0}")]
+    Invalid(#[from] crate::config::ConfigError),
     #[error("hub: {0}")]
     Hub(String),
     #[error(transparent)]
@@ -138,8 +100,8 @@ async fn hub_client(
 }
 
 /// Starts everything and returns at once; [`Running::shutdown`] stops it.
-pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error> {
-    config.check()?;
+pub async fn start(config: Config, ext: Extensions) -> Result<Running, Error> {
+    config.check_kubeconfig_dir()?;
     let sharded = config
         .leader_election
         .as_ref()
@@ -151,33 +113,20 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
     });
     let fence = client::Fence::new(hold_rx);
     let hub_stats = Arc::new(ClientStats::default());
-    let path = config.hub_kubeconfig.as_deref();
     let hub = hub_client(
         "hub",
-        path,
+        config.hub_kubeconfig.as_deref(),
         client::HUB_LANES,
         &config.hub_limits,
         hub_stats.clone(),
         fence.clone(),
-    );
-    let hub = hub.await?;
-    let shutdown = CancellationToken::new();
-    let state = Arc::new(FleetState::default());
-    let metrics = Arc::new(Metrics::new());
-    metrics.set_fleet_state(state.clone());
-    metrics.set_hub_client(hub_stats);
-    if let Some(source) = ext.azure_counters {
-        metrics.set_azure_source(source);
-    }
-    let (health_address, metrics_address) = serve_http(
-        &config,
-        &ext.http,
-        state.clone(),
-        metrics.clone(),
-        shutdown.clone(),
     )
     .await?;
-
+    let shutdown = CancellationToken::new();
+    let state = Arc::new(FleetState::default());
+    let metrics = metrics(state.clone(), hub_stats, ext.azure_counters);
+    let (health_address, metrics_address) =
+        serve_http(&config, &ext.http, &state, &metrics, &shutdown).await?;
     let (leader_tx, leader_rx) = watch::channel(config.leader_election.is_none() || sharded);
     metrics.set_leader(leader_rx.clone());
     // Coordination outlives the fleet's shutdown by a little: leases are released after the
@@ -197,7 +146,6 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
         stop: coordination_stop.clone(),
     };
     let coordinating = coordination.spawn().await?;
-
     let shared = Arc::new(fleet::Shared {
         config: config.runtime,
         hub_views: crate::client::HubViews::new(&hub),
@@ -212,14 +160,12 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
         cleanups: Default::default(),
         engaging: Arc::new(tokio::sync::Semaphore::new(fleet::ENGAGING_AT_ONCE)),
     });
-    let stop = shutdown.clone();
-    let task = tokio::spawn(async move {
-        // Also when this task is dropped with its runtime rather than shut down.
-        let _stop_coordination = coordination_stop.clone().drop_guard();
-        fleet::run(shared, stop).await;
-        coordination_stop.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(5), coordinating).await;
-    });
+    let task = tokio::spawn(run_fleet(
+        shared,
+        shutdown.clone(),
+        coordination_stop,
+        coordinating,
+    ));
     Ok(Running {
         health_address,
         metrics_address,
@@ -231,28 +177,59 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
     })
 }
 
+/// The process's metrics: the fleet's state, the hub client's counters and Azure's.
+fn metrics(
+    state: Arc<FleetState>,
+    hub_stats: Arc<ClientStats>,
+    azure_counters: Option<crate::metrics::AzureSource>,
+) -> Arc<Metrics> {
+    let metrics = Arc::new(Metrics::new());
+    metrics.set_fleet_state(state);
+    metrics.set_hub_client(hub_stats);
+    if let Some(source) = azure_counters {
+        metrics.set_azure_source(source);
+    }
+    metrics
+}
+
+/// Runs the fleet until `shutdown`, then stops coordination (its leases released after the
+/// members have stopped writing).
+async fn run_fleet(
+    shared: Arc<fleet::Shared>,
+    shutdown: CancellationToken,
+    coordination_stop: CancellationToken,
+    coordinating: tokio::sync::oneshot::Receiver<()>,
+) {
+    // Also when this task is dropped with its runtime rather than shut down.
+    let _stop_coordination = coordination_stop.clone().drop_guard();
+    fleet::run(shared, shutdown).await;
+    coordination_stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(5), coordinating).await;
+}
+
 /// The health (`/healthz`, `/readyz`, `/members`) and metrics servers; their addresses.
 async fn serve_http(
-    config: &AppConfig,
+    config: &Config,
     options: &http::HttpOptions,
-    state: Arc<FleetState>,
-    metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
+    state: &Arc<FleetState>,
+    metrics: &Arc<Metrics>,
+    shutdown: &CancellationToken,
 ) -> Result<(SocketAddr, SocketAddr), Error> {
+    let metrics = metrics.clone();
     let render: http::RenderMetrics = Arc::new(move || metrics.encode());
     let address = &config.health_probe_bind_address;
-    let health = http::serve_health(address, state, options.clone(), shutdown.clone());
+    let health = http::serve_health(address, state.clone(), options.clone(), shutdown.clone());
     let health = health.await?;
     let address = &config.metrics_bind_address;
     let limits = options.limits.clone();
-    let metrics = http::serve_metrics_with(address, render, limits, shutdown).await?;
+    let metrics = http::serve_metrics_with(address, render, limits, shutdown.clone()).await?;
     Ok((health, metrics))
 }
 
 /// Control traffic (Lease calls, the hub probe) has its own client and budget: members'
 /// writes never delay a renew, and the hub is never reported unreachable because of our own
 /// queue.
-async fn control_client(config: &AppConfig, sharded: bool) -> Result<kube::Client, Error> {
+async fn control_client(config: &Config, sharded: bool) -> Result<kube::Client, Error> {
     let limits = Limits {
         // Sharded: a list, an announcement and a renew per held shard per retry period.
         qps: if sharded { 50.0 } else { 5.0 },
@@ -281,7 +258,7 @@ fn lease_config(le: &LeaderElection) -> LeaseConfig {
 /// The election (one leader, or the shard Leases) and the hub probe, with the control
 /// client they use.
 struct Coordination {
-    config: AppConfig,
+    config: Config,
     state: Arc<FleetState>,
     leader_tx: watch::Sender<bool>,
     hold_tx: watch::Sender<client::Hold>,

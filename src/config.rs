@@ -1,5 +1,6 @@
-//! Values read from flags and files, parsed and validated once: the `--member-config` file,
-//! durations and rates as clap value parsers (shared by `fleetnet-hub` and `fleetnet-bench`).
+//! Values read from flags and files, parsed and validated once: the one [`Config`] of the
+//! process and its builder (`value`), the `--member-config` file, durations and rates as clap
+//! value parsers (shared by `fleetnet-hub` and `fleetnet-bench`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -7,6 +8,14 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::client::Limits;
+
+mod value;
+
+pub use value::{
+    Config, ConfigBuilder, ConfigError, DEFAULT_HEALTH_PROBE_BIND_ADDRESS, DEFAULT_HUB_API_BURST,
+    DEFAULT_HUB_API_QPS, DEFAULT_LEADER_ELECTION_ID, DEFAULT_MEMBER_SYNC_TIMEOUT,
+    DEFAULT_METRICS_BIND_ADDRESS, LeaderElection, RESCAN_INTERVAL, instance, release_namespace,
+};
 
 /// Per-member settings (`--member-config`).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -157,10 +166,10 @@ pub struct Budgets {
     #[arg(long, env = "FLEETNET_RECONCILE_CONCURRENCY", default_value_t = 16, value_parser = positive_count::<u16>)]
     pub reconcile_concurrency: u16,
     /// Sustained requests per second to the hub, shared by all members.
-    #[arg(long, env = "FLEETNET_HUB_API_QPS", default_value_t = 100.0, value_parser = positive_rate)]
+    #[arg(long, env = "FLEETNET_HUB_API_QPS", default_value_t = DEFAULT_HUB_API_QPS, value_parser = positive_rate)]
     pub hub_api_qps: f64,
     /// Burst of requests to the hub.
-    #[arg(long, env = "FLEETNET_HUB_API_BURST", default_value_t = 200, value_parser = positive_count::<u32>)]
+    #[arg(long, env = "FLEETNET_HUB_API_BURST", default_value_t = DEFAULT_HUB_API_BURST, value_parser = positive_count::<u32>)]
     pub hub_api_burst: u32,
     /// The most bytes one answer of a member's API server may carry, watches excepted (a LIST
     /// page, a GET, discovery): past it the request fails and the member shows failing.

@@ -4,17 +4,19 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use fleetnet_hub::app::{self, AppConfig, Extensions, LeaderElection};
+use fleetnet_hub::app::{self, Extensions};
 use fleetnet_hub::azure::{
     AZURE_PUBLIC_CLOUD_ARM, AZURE_PUBLIC_CLOUD_AUTHORITY, AzureConfig, AzureMembers,
     CredentialKind, Secret,
 };
 use fleetnet_hub::config::{
-    Budgets, MemberConfigFile, positive_count, positive_duration, positive_rate,
+    Budgets, Config, ConfigError, DEFAULT_HEALTH_PROBE_BIND_ADDRESS, DEFAULT_LEADER_ELECTION_ID,
+    DEFAULT_METRICS_BIND_ADDRESS, LeaderElection, instance, positive_count, positive_duration,
+    positive_rate, release_namespace,
 };
+use fleetnet_hub::fleet::Controllers;
 use fleetnet_hub::fleet::TrustPolicy;
 use fleetnet_hub::fleet::registry::DEFAULT_NAMESPACE_PREFIX;
-use fleetnet_hub::fleet::{Controllers, RuntimeConfig};
 
 #[derive(Parser)]
 #[command(
@@ -84,21 +86,21 @@ pub struct RunArgs {
     #[arg(
         long,
         env = "FLEETNET_LEADER_ELECTION_ID",
-        default_value = "fleetnet-hub"
+        default_value = DEFAULT_LEADER_ELECTION_ID
     )]
     leader_election_id: String,
     /// Prometheus metrics address.
     #[arg(
         long,
         env = "FLEETNET_METRICS_BIND_ADDRESS",
-        default_value = "0.0.0.0:8080"
+        default_value = DEFAULT_METRICS_BIND_ADDRESS
     )]
     metrics_bind_address: String,
     /// `/healthz`, `/readyz` and `/members` address.
     #[arg(
         long,
         env = "FLEETNET_HEALTH_PROBE_BIND_ADDRESS",
-        default_value = "0.0.0.0:8081"
+        default_value = DEFAULT_HEALTH_PROBE_BIND_ADDRESS
     )]
     health_probe_bind_address: String,
     #[command(flatten)]
@@ -267,21 +269,10 @@ impl AzureArgs {
 }
 
 impl RunArgs {
-    fn app_config(&self) -> Result<AppConfig, String> {
-        if !(0.0..=1.0).contains(&self.trace_sampling_ratio) {
-            return Err(format!(
-                "--trace-sampling-ratio must be in [0, 1], got {}",
-                self.trace_sampling_ratio
-            ));
-        }
-        fleetnet_hub::fleet::registry::validate_namespace_prefix(&self.hub_namespace_prefix)
-            .map_err(|e| format!("--hub-namespace-prefix: {e}"))?;
-        let instance = std::env::var("POD_NAME").unwrap_or_else(|_| hostname());
-        let release_namespace = self
-            .leader_election_namespace
-            .clone()
-            .or_else(|| std::env::var("POD_NAMESPACE").ok())
-            .unwrap_or_else(|| "default".into());
+    /// The one [`Config`], from the flags.
+    fn config(&self) -> Result<Config, ConfigError> {
+        let release_namespace = release_namespace(self.leader_election_namespace.clone());
+        let instance = instance();
         let leader_election = (self.leader_elect || self.shard_members).then(|| LeaderElection {
             namespace: release_namespace.clone(),
             name: self.leader_election_id.clone(),
@@ -289,71 +280,52 @@ impl RunArgs {
             shard_members: self.shard_members,
             shards: self.shards,
         });
-        Ok(AppConfig {
-            hub_kubeconfig: self.hub_kubeconfig.clone(),
-            hub_limits: self.budgets.hub(),
-            runtime: RuntimeConfig {
-                kubeconfig_dir: self.kubeconfig_dir.clone(),
-                namespace_prefix: self.hub_namespace_prefix.clone(),
-                member_limits: self.budgets.member(),
-                member_sync_timeout: self.member_sync_timeout,
-                cleanup_on_remove: self.cleanup_on_remove,
-                records_namespace: release_namespace,
-                records_prefix: self.leader_election_id.clone(),
-                traffic_manager: self.enable_traffic_manager,
-                rescan_interval: Duration::from_secs(30),
-                instance,
-                trust: self.trust.policy(),
-                controllers: self.controllers,
-                quotas: fleetnet_hub::export::Quotas {
-                    max_exports: self.max_exports_per_member,
-                    max_export_bytes: self.max_export_bytes,
-                },
-            },
-            leader_election,
-            metrics_bind_address: self.metrics_bind_address.clone(),
-            health_probe_bind_address: self.health_probe_bind_address.clone(),
-        })
+        Config::builder(self.hub_kubeconfig.clone(), &self.kubeconfig_dir)
+            .namespace_prefix(&self.hub_namespace_prefix)
+            .hub_limits(self.budgets.hub())
+            .member_limits(self.budgets.member())
+            .member_sync_timeout(self.member_sync_timeout)
+            .cleanup_on_remove(self.cleanup_on_remove)
+            .records(release_namespace, &self.leader_election_id)
+            .traffic_manager(self.enable_traffic_manager)
+            .instance(instance)
+            .trust(self.trust.policy())
+            .controllers(self.controllers)
+            .quotas(fleetnet_hub::export::Quotas {
+                max_exports: self.max_exports_per_member,
+                max_export_bytes: self.max_export_bytes,
+            })
+            .leader_election(leader_election)
+            .bind_addresses(&self.metrics_bind_address, &self.health_probe_bind_address)
+            .trace_sampling_ratio(self.trace_sampling_ratio)
+            .member_config(self.member_config.clone())
+            .build()
     }
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "fleetnet-hub".into())
 }
 
 /// `run`'s configuration: every flag validated and the member config file read, once.
 struct RunConfig {
-    app: AppConfig,
-    /// `--member-config`: where it is (re-read at every rescan) and what it held at start.
-    member_config: Option<(PathBuf, MemberConfigFile)>,
+    config: Config,
     /// With the Traffic Manager feature on.
     azure: Option<AzureConfig>,
     azure_resource_group: String,
     log_format: String,
-    trace_sampling_ratio: f64,
     /// `--members-allow-remote`.
     members_allow_remote: bool,
 }
 
 impl RunArgs {
     fn validate(&self) -> Result<RunConfig, String> {
-        let member_config = match &self.member_config {
-            Some(path) => Some((path.clone(), MemberConfigFile::load(path)?)),
-            None => None,
-        };
+        let config = self.config().map_err(|e| e.to_string())?;
         let azure = match self.enable_traffic_manager {
             true => Some(self.azure.azure_config()?),
             false => None,
         };
         Ok(RunConfig {
-            app: self.app_config()?,
-            member_config,
+            config,
             azure,
             azure_resource_group: self.azure.azure_resource_group.clone(),
             log_format: self.log_format.clone(),
-            trace_sampling_ratio: self.trace_sampling_ratio,
             members_allow_remote: self.members_allow_remote,
         })
     }
@@ -370,7 +342,7 @@ async fn run(config: RunConfig) -> anyhow::Result<()> {
         let fleet = fleetnet_hub::azure::AzureFleet::new(azure)?;
         let stats = fleet.stats_handle();
         ext.azure_counters = Some(std::sync::Arc::new(move || stats.snapshot()));
-        let (path, members) = config.member_config.unzip();
+        let (path, members) = config.config.member_config.clone().unzip();
         ext.azure = Some(std::sync::Arc::new(AzureMembers::new(
             fleet,
             path,
@@ -378,7 +350,7 @@ async fn run(config: RunConfig) -> anyhow::Result<()> {
             config.azure_resource_group,
         )));
     }
-    let running = app::start(config.app, ext).await?;
+    let running = app::start(config.config, ext).await?;
     app::wait_for_signal().await;
     tracing::info!("signal received: shutting down");
     running.shutdown().await;
@@ -402,8 +374,13 @@ fn init_telemetry(
     let mut config = TelemetryConfig::from_env()?;
     if let Some(run) = run {
         config.log_format = run.log_format.parse()?;
-        config.sampling.default_ratio = run.trace_sampling_ratio;
-        for (member, settings) in run.member_config.iter().flat_map(|(_, f)| &f.members) {
+        config.sampling.default_ratio = run.config.trace_sampling_ratio;
+        let members = run
+            .config
+            .member_config
+            .iter()
+            .flat_map(|(_, f)| &f.members);
+        for (member, settings) in members {
             if let Some(ratio) = settings.trace_sampling_ratio {
                 config.sampling.members.insert(member.clone(), ratio);
             }

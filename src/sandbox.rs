@@ -12,9 +12,8 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::api::{EndpointSliceExport, InternalServiceExport, ServiceExport, ServiceExportVersion};
-use crate::app::{self, AppConfig, Extensions};
-use crate::client::Limits;
-use crate::fleet::RuntimeConfig;
+use crate::app::{self, Extensions};
+use crate::config::Config;
 
 const MEMBERS: [&str; 2] = ["member-1", "member-2"];
 
@@ -31,7 +30,7 @@ pub async fn run() -> Result<(), String> {
         .start()
         .await
         .map_err(|e| format!("starting the local clusters: {e}"))?;
-    let running = app::start(app_config(&fleet), Extensions::default())
+    let running = app::start(config(&fleet)?, Extensions::default())
         .await
         .map_err(|e| e.to_string())?;
     let hub = fleet.hub().client().await.map_err(|e| e.to_string())?;
@@ -99,35 +98,17 @@ pub async fn run() -> Result<(), String> {
     Ok(())
 }
 
-/// The controller's configuration against the local clusters: generous hub budget, no Azure,
-/// no leader election, ephemeral ports.
-fn app_config(fleet: &fleetnet_testenv::Fleet) -> AppConfig {
-    AppConfig {
-        hub_kubeconfig: Some(fleet.hub().kubeconfig_path().to_path_buf()),
-        hub_limits: Limits {
-            qps: 100.0,
-            burst: 200,
-            ..Limits::default()
-        },
-        runtime: RuntimeConfig {
-            kubeconfig_dir: fleet.member_kubeconfig_dir(),
-            namespace_prefix: fleetnet_testenv::DEFAULT_HUB_NAMESPACE_PREFIX.into(),
-            member_limits: Limits::default(),
-            member_sync_timeout: Duration::from_secs(60),
-            cleanup_on_remove: false,
-            records_namespace: "default".into(),
-            records_prefix: "fleetnet-hub".into(),
-            traffic_manager: false,
-            rescan_interval: Duration::from_secs(30),
-            instance: "sandbox".into(),
-            trust: Default::default(),
-            controllers: Default::default(),
-            quotas: Default::default(),
-        },
-        leader_election: None,
-        metrics_bind_address: "127.0.0.1:0".into(),
-        health_probe_bind_address: "127.0.0.1:0".into(),
-    }
+/// The controller's configuration against the local clusters: the flags' defaults (no Azure,
+/// no leader election), ephemeral ports.
+fn config(fleet: &fleetnet_testenv::Fleet) -> Result<Config, String> {
+    let hub = fleet.hub().kubeconfig_path().to_path_buf();
+    Config::builder(Some(hub), fleet.member_kubeconfig_dir())
+        .namespace_prefix(fleetnet_testenv::DEFAULT_HUB_NAMESPACE_PREFIX)
+        .records("default", crate::config::DEFAULT_LEADER_ELECTION_ID)
+        .instance("sandbox")
+        .bind_addresses("127.0.0.1:0", "127.0.0.1:0")
+        .build()
+        .map_err(|e| e.to_string())
 }
 
 async fn create_sample(client: &kube::Client, member: &str) -> Result<(), String> {

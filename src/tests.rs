@@ -15,7 +15,7 @@ fn flags_parse_and_validate() {
     let Command::Run(args) = cli.command else {
         panic!("run")
     };
-    let cfg = args.app_config().expect("valid");
+    let cfg = args.config().expect("valid");
     assert_eq!(cfg.runtime.member_limits.qps, 5.0);
     assert!(cfg.leader_election.is_some());
     let refused = Cli::try_parse_from(["fleetnet-hub", "run", "--kube-api-qps", "0"])
@@ -81,7 +81,7 @@ fn quotas_reach_the_runtime_config() {
         let Command::Run(args) = Cli::try_parse_from(args).expect("parses").command else {
             panic!("run")
         };
-        args.app_config().expect("valid").runtime.quotas
+        args.config().expect("valid").runtime.quotas
     };
     assert_eq!(parse(&[]), fleetnet_hub::export::Quotas::default());
     let set = parse(&[
@@ -91,4 +91,17 @@ fn quotas_reach_the_runtime_config() {
         "4096",
     ]);
     assert_eq!((set.max_exports, set.max_export_bytes), (2, 4096));
+}
+
+/// The builder's defaults are the flags' defaults: `run` without flags and
+/// `Config::builder` without settings configure the same process.
+#[test]
+fn builder_defaults_are_the_flags_defaults() {
+    let cli = Cli::try_parse_from(["fleetnet-hub", "run"]).expect("parses");
+    let Command::Run(args) = cli.command else {
+        panic!("run")
+    };
+    let flags = args.config().expect("valid");
+    let built = Config::builder(None, "kubeconfigs").build().expect("valid");
+    assert_eq!(format!("{flags:?}"), format!("{built:?}"));
 }

@@ -13,9 +13,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fleetnet_hub::app::{self, AppConfig, Extensions, Running};
-use fleetnet_hub::client::Limits;
-use fleetnet_hub::fleet::{RuntimeConfig, registry};
+use fleetnet_hub::app::{self, Extensions, Running};
+use fleetnet_hub::config::Config;
+use fleetnet_hub::fleet::registry;
 use fleetnet_testenv::{Fleet, client_from_kubeconfig};
 use kube::api::DeleteParams;
 use support::*;
@@ -72,34 +72,16 @@ async fn controller(c: &Clusters) -> Option<Running> {
     if std::env::var("FLEETNET_E2E_EXTERNAL_CONTROLLER").is_ok_and(|v| v == "1") {
         return None;
     }
-    let config = AppConfig {
-        hub_kubeconfig: Some(c.hub.clone()),
-        hub_limits: Limits {
-            qps: 100.0,
-            burst: 200,
-            ..Limits::default()
-        },
-        runtime: RuntimeConfig {
-            kubeconfig_dir: c.member_dir.clone(),
-            namespace_prefix: c.prefix.clone(),
-            member_limits: Limits::default(),
-            // Far above the 30 s the test waits for readiness: a member must be Ready because
-            // its watches listed, never because this timeout woke a lost sync signal.
-            member_sync_timeout: Duration::from_secs(120),
-            cleanup_on_remove: false,
-            records_namespace: "default".into(),
-            records_prefix: "fleetnet-hub".into(),
-            traffic_manager: false,
-            rescan_interval: Duration::from_secs(30),
-            instance: "e2e".into(),
-            trust: Default::default(),
-            controllers: Default::default(),
-            quotas: Default::default(),
-        },
-        leader_election: None,
-        metrics_bind_address: "127.0.0.1:0".into(),
-        health_probe_bind_address: "127.0.0.1:0".into(),
-    };
+    let config = Config::builder(Some(c.hub.clone()), &c.member_dir)
+        .namespace_prefix(&c.prefix)
+        // Far above the 30 s the test waits for readiness: a member must be Ready because
+        // its watches listed, never because this timeout woke a lost sync signal.
+        .member_sync_timeout(Duration::from_secs(120))
+        .records("default", fleetnet_hub::config::DEFAULT_LEADER_ELECTION_ID)
+        .instance("e2e")
+        .bind_addresses("127.0.0.1:0", "127.0.0.1:0")
+        .build()
+        .expect("a valid configuration");
     let running = app::start(config, Extensions::default())
         .await
         .expect("controller starts");

@@ -6,7 +6,8 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use fleetnet_hub::app::{self, AppConfig, Extensions, LeaderElection, Running};
+use fleetnet_hub::app::{self, Extensions, Running};
+use fleetnet_hub::config::{Config, LeaderElection};
 use fleetnet_hub::fleet::Phase;
 use fleetnet_testenv::Fleet;
 use support::*;
@@ -15,7 +16,7 @@ async fn http_get_body(addr: std::net::SocketAddr, path: &str) -> String {
     http_get(addr, path).await.1
 }
 
-fn config(fleet: &Fleet, dir: &Path) -> AppConfig {
+fn config(fleet: &Fleet, dir: &Path) -> Config {
     app_config(fleet, dir)
 }
 

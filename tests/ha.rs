@@ -8,7 +8,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use fleetnet_hub::api::CLEANUP_FINALIZER;
-use fleetnet_hub::app::{self, AppConfig, Extensions, LeaderElection};
+use fleetnet_hub::app::{self, Extensions};
+use fleetnet_hub::config::{Config, LeaderElection};
 use fleetnet_hub::fleet::Phase;
 use fleetnet_testenv::Fleet;
 use support::*;
@@ -16,19 +17,20 @@ use support::*;
 /// The app's lease timing (client-go's defaults).
 const LEASE_DURATION: Duration = Duration::from_secs(15);
 
-fn config(fleet: &Fleet, dir: &Path, identity: &str) -> AppConfig {
-    let mut config = app_config(fleet, dir);
-    config.runtime.member_sync_timeout = Duration::from_secs(60);
-    config.runtime.rescan_interval = Duration::from_secs(5);
-    config.runtime.instance = identity.into();
-    config.leader_election = Some(LeaderElection {
-        namespace: "default".into(),
-        name: "fleetnet-hub".into(),
-        identity: identity.into(),
-        shard_members: false,
-        shards: fleetnet_hub::fleet::shard::DEFAULT_SHARDS,
-    });
-    config
+fn config(fleet: &Fleet, dir: &Path, identity: &str) -> Config {
+    config_builder(fleet, dir)
+        .member_sync_timeout(Duration::from_secs(60))
+        .rescan_interval(Duration::from_secs(5))
+        .instance(identity)
+        .leader_election(Some(LeaderElection {
+            namespace: "default".into(),
+            name: "fleetnet-hub".into(),
+            identity: identity.into(),
+            shard_members: false,
+            shards: fleetnet_hub::fleet::shard::DEFAULT_SHARDS,
+        }))
+        .build()
+        .expect("a valid configuration")
 }
 
 fn signal(pid: u32, sig: &str) {

@@ -18,7 +18,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fleetnet_hub::app::{self, Extensions, LeaderElection, Running};
+use fleetnet_hub::app::{self, Extensions, Running};
+use fleetnet_hub::config::LeaderElection;
 use fleetnet_hub::fleet::Phase;
 use fleetnet_testenv::Fleet;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

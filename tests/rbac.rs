@@ -21,9 +21,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use fleetnet_hub::api::{InternalServiceExport, WEIGHT_ANNOTATION};
-use fleetnet_hub::app::{self, AppConfig, Extensions, LeaderElection};
+use fleetnet_hub::app::{self, Extensions};
 use fleetnet_hub::client::Limits;
-use fleetnet_hub::fleet::RuntimeConfig;
+use fleetnet_hub::config::{Config, LeaderElection};
 use fleetnet_testenv::{Fleet, ScopedIdentity};
 use k8s_openapi::api::core::v1::{Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -233,42 +233,30 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
     }
 
     // --- the controller, in-process, as the chart runs it ---------------------------------------
-    let config = AppConfig {
-        hub_kubeconfig: Some(hub_kubeconfig),
-        hub_limits: Limits {
-            qps: 200.0,
-            burst: 400,
-            ..Limits::default()
-        },
-        runtime: RuntimeConfig {
-            kubeconfig_dir: dir.clone(),
-            namespace_prefix: prefix.clone(),
-            member_limits: Limits {
-                qps: 200.0,
-                burst: 400,
-                ..Limits::default()
-            },
-            member_sync_timeout: Duration::from_secs(20),
-            cleanup_on_remove: true,
-            records_namespace: lease_ns.clone(),
-            records_prefix: lease_name.clone(),
-            traffic_manager: false,
-            rescan_interval: Duration::from_secs(5),
-            instance: "rbac-test".into(),
-            trust: Default::default(),
-            controllers: Default::default(),
-            quotas: Default::default(),
-        },
-        leader_election: Some(LeaderElection {
+    let generous = Limits {
+        qps: 200.0,
+        burst: 400,
+        ..Limits::default()
+    };
+    let config = Config::builder(Some(hub_kubeconfig), &dir)
+        .namespace_prefix(&prefix)
+        .hub_limits(generous.clone())
+        .member_limits(generous)
+        .member_sync_timeout(Duration::from_secs(20))
+        .cleanup_on_remove(true)
+        .records(&lease_ns, &lease_name)
+        .rescan_interval(Duration::from_secs(5))
+        .instance("rbac-test")
+        .leader_election(Some(LeaderElection {
             namespace: lease_ns.clone(),
             name: lease_name.clone(),
             identity: "rbac-test".into(),
             shard_members: false,
             shards: fleetnet_hub::fleet::shard::DEFAULT_SHARDS,
-        }),
-        metrics_bind_address: "127.0.0.1:0".into(),
-        health_probe_bind_address: "127.0.0.1:0".into(),
-    };
+        }))
+        .bind_addresses("127.0.0.1:0", "127.0.0.1:0")
+        .build()
+        .expect("a valid configuration");
     let running = app::start(config, Extensions::default())
         .await
         .expect("controller starts");

@@ -24,10 +24,11 @@ use fleetnet_hub::api::{
     CONDITION_CONFLICT, CONDITION_VALID, ExportedObjectReference, InternalServiceExport,
     InternalServiceExportSpec, ServicePort as IsePort,
 };
-use fleetnet_hub::app::{self, AppConfig, Extensions, Running};
+use fleetnet_hub::app::{self, Extensions, Running};
 use fleetnet_hub::azure::AzureMembers;
 use fleetnet_hub::azure::{AzureConfig, AzureFleet};
 use fleetnet_hub::client::Limits;
+use fleetnet_hub::config::Config;
 use fleetnet_hub::config::MemberConfigFile;
 use fleetnet_hub::fleet::Phase;
 use fleetnet_testenv::{COUNTED_RESOURCES, Fleet, WRITE_VERBS};
@@ -49,21 +50,22 @@ const FAST_HUB: u32 = 500;
 // ---------------------------------------------------------------------------------------------
 
 /// The in-process product with raised budgets, so setup is fast.
-fn app_config(fleet: &Fleet, dir: &Path) -> AppConfig {
+fn app_config(fleet: &Fleet, dir: &Path) -> Config {
     init_test_logs();
-    let mut config = support::app_config(fleet, dir);
-    config.hub_limits = Limits {
-        qps: 500.0,
-        burst: 1000,
-        ..Limits::default()
-    };
-    config.runtime.member_limits = Limits {
-        qps: 200.0,
-        burst: 400,
-        ..Limits::default()
-    };
-    config.runtime.member_sync_timeout = Duration::from_secs(60);
-    config
+    support::config_builder(fleet, dir)
+        .hub_limits(Limits {
+            qps: 500.0,
+            burst: 1000,
+            ..Limits::default()
+        })
+        .member_limits(Limits {
+            qps: 200.0,
+            burst: 400,
+            ..Limits::default()
+        })
+        .member_sync_timeout(Duration::from_secs(60))
+        .build()
+        .expect("a valid configuration")
 }
 
 /// A kubeconfig directory of our own: `<member>.yaml`, a copy of each member's admin kubeconfig.

@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use fleetnet_hub::app::{self, AppConfig, Extensions};
+use fleetnet_hub::app::{self, Extensions};
+use fleetnet_hub::config::Config;
 use fleetnet_hub::fleet::{Phase, TrustPolicy};
 use fleetnet_testenv::Fleet;
 use support::*;
@@ -137,13 +138,14 @@ fn kubeconfig(server: &str, cluster_extra: &str, user: &str) -> String {
     )
 }
 
-fn config(fleet: &Fleet, dir: &Path, trust: TrustPolicy) -> AppConfig {
-    let mut config = app_config(fleet, dir);
-    config.runtime.member_sync_timeout = Duration::from_secs(60);
-    config.runtime.rescan_interval = Duration::from_secs(1);
-    config.runtime.instance = "security-test".into();
-    config.runtime.trust = trust;
-    config
+fn config(fleet: &Fleet, dir: &Path, trust: TrustPolicy) -> Config {
+    config_builder(fleet, dir)
+        .member_sync_timeout(Duration::from_secs(60))
+        .rescan_interval(Duration::from_secs(1))
+        .instance("security-test")
+        .trust(trust)
+        .build()
+        .expect("a valid configuration")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

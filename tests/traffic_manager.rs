@@ -20,10 +20,11 @@ use std::time::{Duration, Instant};
 
 use arm::{FakeArm, FakeIp, Fault};
 use fleetnet_hub::api::InternalServiceExport;
-use fleetnet_hub::app::{self, AppConfig, Extensions};
+use fleetnet_hub::app::{self, Extensions};
 use fleetnet_hub::azure::AzureMembers;
 use fleetnet_hub::azure::{AzureConfig, AzureFleet};
 use fleetnet_hub::client::Limits;
+use fleetnet_hub::config::Config;
 use fleetnet_hub::config::MemberConfigFile;
 use fleetnet_testenv::Fleet;
 use support::*;
@@ -47,13 +48,14 @@ fn azure_config(arm: &FakeArm) -> AzureConfig {
 }
 
 /// With the Traffic Manager feature on and a 1 s rescan.
-fn app_config(fleet: &Fleet, dir: &Path) -> AppConfig {
-    let mut config = support::app_config(fleet, dir);
-    config.hub_limits = Limits::default();
-    config.runtime.member_sync_timeout = Duration::from_secs(120);
-    config.runtime.traffic_manager = true;
-    config.runtime.rescan_interval = Duration::from_secs(1);
-    config
+fn app_config(fleet: &Fleet, dir: &Path) -> Config {
+    support::config_builder(fleet, dir)
+        .hub_limits(Limits::default())
+        .member_sync_timeout(Duration::from_secs(120))
+        .traffic_manager(true)
+        .rescan_interval(Duration::from_secs(1))
+        .build()
+        .expect("a valid configuration")
 }
 
 /// An external LoadBalancer Service `web/front` with its ServiceExport; no ingress IP yet.

@@ -76,7 +76,7 @@ pub async fn run_fairness(config: &FairnessConfig) -> anyhow::Result<FairnessRep
     };
     let t0 = Instant::now();
     let running = app::start(
-        app_config(&bench_config, &fleet, &fleet.member_kubeconfig_dir()),
+        app_config(&bench_config, &fleet, &fleet.member_kubeconfig_dir())?,
         Extensions::default(),
     )
     .await

@@ -54,9 +54,8 @@ pub use svg::svg;
 use fleetnet_hub::api::{
     CONDITION_VALID, InternalServiceExport, ServiceExport, ServiceExportVersion,
 };
-use fleetnet_hub::app::{self, AppConfig, Extensions};
+use fleetnet_hub::app::{self, Extensions};
 use fleetnet_hub::client::Limits;
-use fleetnet_hub::fleet::RuntimeConfig;
 
 /// The member namespace every benchmark Service and ServiceExport lives in.
 pub const NAMESPACE: &str = "bench";
@@ -370,7 +369,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
     let empty_dir = fleet.scratch_dir().join("bench-no-members");
     std::fs::create_dir_all(&empty_dir)?;
     let idle = app::start(
-        app_config(config, &fleet, &empty_dir),
+        app_config(config, &fleet, &empty_dir)?,
         Extensions::default(),
     )
     .await
@@ -406,7 +405,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
     let machine0 = machine_cpu_seconds();
     let t0 = Instant::now();
     let running = app::start(
-        app_config(config, &fleet, &fleet.member_kubeconfig_dir()),
+        app_config(config, &fleet, &fleet.member_kubeconfig_dir())?,
         Extensions::default(),
     )
     .await
@@ -590,29 +589,24 @@ pub async fn substrate(
     Ok((fleet, hub, members))
 }
 
-fn app_config(config: &Config, fleet: &fleetnet_testenv::Fleet, dir: &Path) -> AppConfig {
-    AppConfig {
-        hub_kubeconfig: Some(fleet.hub().kubeconfig_path().to_path_buf()),
-        hub_limits: config.hub_limits.clone(),
-        runtime: RuntimeConfig {
-            kubeconfig_dir: dir.to_path_buf(),
-            namespace_prefix: fleetnet_testenv::DEFAULT_HUB_NAMESPACE_PREFIX.into(),
-            member_limits: config.member_limits.clone(),
-            member_sync_timeout: Duration::from_secs(120),
-            cleanup_on_remove: false,
-            records_namespace: "default".into(),
-            records_prefix: "fleetnet-hub".into(),
-            traffic_manager: false,
-            rescan_interval: Duration::from_secs(30),
-            instance: "fleetnet-bench".into(),
-            trust: Default::default(),
-            controllers: Default::default(),
-            quotas: Default::default(),
-        },
-        leader_election: None,
-        metrics_bind_address: "127.0.0.1:0".into(),
-        health_probe_bind_address: "127.0.0.1:0".into(),
-    }
+/// The product's configuration for a run: the bench's budgets, members from `dir`, no leader
+/// election, ephemeral ports.
+fn app_config(
+    config: &Config,
+    fleet: &fleetnet_testenv::Fleet,
+    dir: &Path,
+) -> anyhow::Result<fleetnet_hub::config::Config> {
+    let hub = fleet.hub().kubeconfig_path().to_path_buf();
+    fleetnet_hub::config::Config::builder(Some(hub), dir)
+        .namespace_prefix(fleetnet_testenv::DEFAULT_HUB_NAMESPACE_PREFIX)
+        .hub_limits(config.hub_limits.clone())
+        .member_limits(config.member_limits.clone())
+        .member_sync_timeout(Duration::from_secs(120))
+        .records("default", fleetnet_hub::config::DEFAULT_LEADER_ELECTION_ID)
+        .instance("fleetnet-bench")
+        .bind_addresses("127.0.0.1:0", "127.0.0.1:0")
+        .build()
+        .context("the product's configuration")
 }
 
 /// Creates namespace [`NAMESPACE`] and `count` Service + ServiceExport pairs, 16 at a time.

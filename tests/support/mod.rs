@@ -481,34 +481,26 @@ pub async fn wait_phase(
 }
 
 /// The whole process's configuration for `fleet`, members from `dir`, generous hub budget,
-/// no leader election; tests change what they need.
-pub fn app_config(fleet: &Fleet, dir: &std::path::Path) -> fleetnet_hub::app::AppConfig {
-    fleetnet_hub::app::AppConfig {
-        hub_kubeconfig: Some(fleet.hub().kubeconfig_path().to_path_buf()),
-        hub_limits: Limits {
+/// no leader election, ephemeral ports; tests set what they need before it is built.
+pub fn config_builder(fleet: &Fleet, dir: &std::path::Path) -> fleetnet_hub::config::ConfigBuilder {
+    let hub = fleet.hub().kubeconfig_path().to_path_buf();
+    fleetnet_hub::config::Config::builder(Some(hub), dir)
+        .hub_limits(Limits {
             qps: 200.0,
             burst: 400,
             ..Limits::default()
-        },
-        runtime: fleetnet_hub::fleet::RuntimeConfig {
-            kubeconfig_dir: dir.to_path_buf(),
-            namespace_prefix: fleetnet_hub::fleet::registry::DEFAULT_NAMESPACE_PREFIX.into(),
-            member_limits: Limits::default(),
-            member_sync_timeout: Duration::from_secs(10),
-            cleanup_on_remove: false,
-            records_namespace: "default".into(),
-            records_prefix: "fleetnet-hub".into(),
-            traffic_manager: false,
-            rescan_interval: Duration::from_secs(30),
-            instance: "test".into(),
-            trust: Default::default(),
-            controllers: Default::default(),
-            quotas: Default::default(),
-        },
-        leader_election: None,
-        metrics_bind_address: "127.0.0.1:0".into(),
-        health_probe_bind_address: "127.0.0.1:0".into(),
-    }
+        })
+        .member_sync_timeout(Duration::from_secs(10))
+        .records("default", fleetnet_hub::config::DEFAULT_LEADER_ELECTION_ID)
+        .instance("test")
+        .bind_addresses("127.0.0.1:0", "127.0.0.1:0")
+}
+
+/// [`config_builder`], built.
+pub fn app_config(fleet: &Fleet, dir: &std::path::Path) -> fleetnet_hub::config::Config {
+    config_builder(fleet, dir)
+        .build()
+        .expect("a valid configuration")
 }
 
 /// `GET path` on a local HTTP endpoint: (status, body).
