@@ -120,7 +120,7 @@ pub async fn check_member(
             let server = member.clients.server.clone();
             MemberCheck::new(name, &server, usable(member).await)
         }
-        Err(problem) => MemberCheck::new(name, "-", Err(problem)),
+        Err(problem) => MemberCheck::new(name, "-", Err(problem.to_string())),
     }
 }
 

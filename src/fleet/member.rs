@@ -8,43 +8,56 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument;
 
-use super::Shared;
+use super::admission::{Candidate, Member};
 use super::state::{Event, FleetState, Phase};
-use super::vet::{self, TrustPolicy};
+use super::vet::{self, TrustPolicy, Vetted};
+use super::{Error, Shared};
 use crate::api::ServiceExportVersion;
 use crate::client::{self, ClientStats};
+use crate::export::PublicIpAccess;
 use crate::export::feed::{ServiceExportFeed, Subscription};
 use crate::export::{MemberExporter, Settings, Synced};
 use crate::slices::MemberSliceExporter;
 use futures::FutureExt;
 
-/// Runs the member until `cancel`: connect, discover, start the exporter, track its phase;
-/// any failure is retried with the member's own backoff, never affecting other members.
+/// Admits the member, then runs it until `cancel`: connect, discover, start the exporter,
+/// track its phase; any failure is retried with the member's own backoff, never affecting
+/// other members.
 pub(super) async fn run(
     name: String,
+    hub_namespace: String,
     file: String,
     kubeconfig: Arc<str>,
     shared: Arc<Shared>,
     cancel: CancellationToken,
 ) {
+    let candidate = Candidate {
+        name: &name,
+        hub_namespace: &hub_namespace,
+        origin: &file,
+        trust: shared.config.trust,
+        azure: azure_access(&shared, &name),
+    };
     // A refused kubeconfig stays refused until its content changes (a new engagement): no
     // retries, and never a connection to its server.
-    if let Err(e) = vet::vet(&kubeconfig, &file, shared.config.trust) {
-        tracing::error!(member = %name, error = %e, "member kubeconfig refused; not connecting");
-        shared.state.record(&name, Event::Refused(e));
-        shared.hooks.member_engaged(&name, Arc::default());
-        cancel.cancelled().await;
-        return;
-    }
+    let member = match Member::admit(candidate, &kubeconfig) {
+        Ok(member) => member,
+        Err(e) => {
+            tracing::error!(member = %name, error = %e, "member kubeconfig refused; not connecting");
+            shared.state.record(&name, Event::Refused(e.to_string()));
+            shared.hooks.member_engaged(&name, Arc::default());
+            cancel.cancelled().await;
+            return;
+        }
+    };
     let mut failures = 0u32;
     while !cancel.is_cancelled() {
         shared.state.record(&name, Event::Connecting);
         // A panic in this member's attempt (outside data nothing else caught) costs this
         // member an attempt, not its task: it is failing and tried again like any failure.
-        let ended =
-            std::panic::AssertUnwindSafe(run_once(&name, &file, &kubeconfig, &shared, &cancel))
-                .catch_unwind()
-                .await;
+        let ended = std::panic::AssertUnwindSafe(run_once(&member, &shared, &cancel))
+            .catch_unwind()
+            .await;
         let Some(e) = settle(ended, cancel.is_cancelled()) else {
             break;
         };
@@ -52,7 +65,7 @@ pub(super) async fn run(
         let delay =
             crate::export::backoff(failures, rand::random::<f64>()).min(Duration::from_secs(60));
         tracing::warn!(member = %name, error = %e, retry_in = ?delay, "member failing");
-        shared.state.record(&name, Event::Failed(e));
+        shared.state.record(&name, Event::Failed(e.to_string()));
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = tokio::time::sleep(delay) => {}
@@ -66,36 +79,44 @@ pub(super) async fn run(
 /// attempt that returns while nobody asked it to stop ended unexpectedly: its watches and
 /// exporters are gone, so it is a failure too, never a member left showing its last phase.
 fn settle(
-    ended: Result<Result<(), String>, Box<dyn std::any::Any + Send>>,
+    ended: Result<Result<(), Error>, Box<dyn std::any::Any + Send>>,
     cancelled: bool,
-) -> Option<String> {
+) -> Option<Error> {
     match ended {
         _ if cancelled => None,
-        Ok(Ok(())) => Some("member task ended unexpectedly; restarting".to_string()),
+        Ok(Ok(())) => Some(Error::Ended),
         Ok(Err(e)) => Some(e),
         // The panic's message is not repeated: it may quote what the member sent (the panic
         // hook has logged it already).
-        Err(_) => Some("member task panicked; restarting".to_string()),
+        Err(_) => Some(Error::Panicked),
     }
+}
+
+/// The member's Azure settings, with the Traffic Manager feature on.
+fn azure_access(shared: &Shared, name: &str) -> Option<PublicIpAccess> {
+    let azure = shared.azure.as_ref()?;
+    shared
+        .config
+        .traffic_manager
+        .then(|| azure.for_member(name))
 }
 
 #[cfg(test)]
 mod supervision_tests {
-    use super::settle;
+    use super::{Error, settle};
     use futures::FutureExt;
 
     #[test]
     fn an_attempt_that_ends_is_a_failure_unless_it_was_asked_to_stop() {
+        let told = |e: Option<Error>| e.map(|e| e.to_string());
         assert_eq!(settle(Ok(Ok(())), true), None);
-        assert_eq!(settle(Ok(Err("x".into())), true), None);
+        assert_eq!(settle(Ok(Err(Error::Discovery("x".into()))), true), None);
         assert_eq!(
-            settle(Ok(Ok(())), false).as_deref(),
+            told(settle(Ok(Ok(())), false)).as_deref(),
             Some("member task ended unexpectedly; restarting")
         );
-        assert_eq!(
-            settle(Ok(Err("no route".into())), false).as_deref(),
-            Some("no route")
-        );
+        let no_route = settle(Ok(Err(Error::Discovery("no route".into()))), false);
+        assert_eq!(told(no_route).as_deref(), Some("no route"));
     }
 
     /// A panicking attempt is caught and told without its message (which may quote a member's
@@ -106,14 +127,14 @@ mod supervision_tests {
             if n == 0 {
                 panic!("secret-from-member");
             }
-            Err::<(), String>(format!("attempt {n}"))
+            Err::<(), Error>(Error::Discovery(format!("attempt {n}")))
         };
         let mut reasons = Vec::new();
         for n in 0..2 {
             let ended = std::panic::AssertUnwindSafe(attempt(n))
                 .catch_unwind()
                 .await;
-            reasons.extend(settle(ended, false));
+            reasons.extend(settle(ended, false).map(|e| e.to_string()));
         }
         assert_eq!(reasons, ["member task panicked; restarting", "attempt 1"]);
     }
@@ -137,8 +158,20 @@ pub async fn member_client(
     limits: &client::Limits,
     stats: Arc<ClientStats>,
     fence: client::Fence,
-) -> Result<MemberClient, String> {
-    let vetted = vet::vet(kubeconfig, origin, trust)?;
+) -> Result<MemberClient, Error> {
+    let vetted = vet::vet(kubeconfig, origin, trust).map_err(Error::Refused)?;
+    connect(name, origin, vetted, limits, stats, fence).await
+}
+
+/// Clients for a member whose kubeconfig (from `origin`) was vetted.
+async fn connect(
+    name: &str,
+    origin: &str,
+    vetted: Vetted,
+    limits: &client::Limits,
+    stats: Arc<ClientStats>,
+    fence: client::Fence,
+) -> Result<MemberClient, Error> {
     let mut clients = client::member_clients(name, vetted.kubeconfig, limits, stats, fence)
         .await
         .map_err(|e| redacted(origin, e))?;
@@ -152,13 +185,11 @@ pub async fn member_client(
 }
 
 async fn run_once(
-    name: &str,
-    file: &str,
-    kubeconfig: &str,
+    member: &Member,
     shared: &Arc<Shared>,
     cancel: &CancellationToken,
-) -> Result<(), String> {
-    let cfg = &shared.config;
+) -> Result<(), Error> {
+    let (cfg, name) = (&shared.config, member.name.as_str());
     // Dropped (the slot freed) when this attempt ends, once the views have listed, or after
     // ENGAGING_SLOT, whichever comes first.
     let Some(engaging) = engaging_slot(shared, cancel).await else {
@@ -173,11 +204,10 @@ async fn run_once(
                 proxy,
             },
         tls_verify_disabled,
-    } = Box::pin(member_client(
+    } = Box::pin(connect(
         name,
-        file,
-        kubeconfig,
-        cfg.trust,
+        &member.origin,
+        member.connection.clone(),
         &cfg.member_limits,
         stats.clone(),
         shared.fence_of(name),
@@ -199,18 +229,14 @@ async fn run_once(
         Box::pin(ServiceExportVersion::discover(&client)),
     )
     .await
-    .map_err(|_| {
-        format!(
-            "API discovery did not answer within {:?}",
-            cfg.member_sync_timeout
-        )
-    })??;
+    .map_err(|_| Error::DiscoveryTimeout(cfg.member_sync_timeout))?
+    .map_err(Error::Discovery)?;
     shared.state.record(name, Event::Syncing);
     let probe_client = client.clone();
     // The member's view of the shared hub client, for both exporters: one line in the hub
     // budget, every write fenced by this member's hold; kept until its tasks are over.
-    let hub_namespace = format!("{}{name}", cfg.namespace_prefix);
-    let _hub_view = shared.hub_views.add(&hub_namespace, shared.fence_of(name));
+    let hub_namespace = &member.hub_namespace;
+    let _hub_view = shared.hub_views.add(hub_namespace, shared.fence_of(name));
     let hub = shared.hub_views.client();
     let mut runs = Vec::new();
     let mut synced = Synced::default();
@@ -219,7 +245,7 @@ async fn run_once(
     if cfg.controllers.service_exports {
         // The member's client serves its Events too, in their own budget.
         let exporter = exporter(
-            name,
+            member,
             shared,
             client.clone(),
             client.clone(),
@@ -271,23 +297,23 @@ async fn run_once(
         AbortOnDropHandle::new(tokio::spawn(probe(state, name.to_string(), probe_client)));
     // A JoinError's text quotes the panic's message, which may quote what the member sent.
     run.await.map(drop).map_err(|e| match e.is_panic() {
-        true => "member task panicked; restarting".to_string(),
-        false => "member task ended abnormally".to_string(),
+        true => Error::Panicked,
+        false => Error::Abnormal,
     })
 }
 
 fn exporter(
-    name: &str,
+    member: &Member,
     shared: &Arc<Shared>,
     client: kube::Client,
     events: kube::Client,
     hub_client: kube::Client,
     exports: Subscription,
 ) -> MemberExporter {
-    let cfg = &shared.config;
-    let (public_ips, default_resource_group, allowed_resource_groups) = match &shared.azure {
-        Some(azure) if cfg.traffic_manager => {
-            let access = azure.for_member(name);
+    let (cfg, name) = (&shared.config, member.name.as_str());
+    let (public_ips, default_resource_group, allowed_resource_groups) = match &member.azure {
+        Some(access) => {
+            let access = access.clone();
             let groups = access.allowed_resource_groups;
             (Some(access.lookup), access.default_resource_group, groups)
         }
@@ -298,7 +324,7 @@ fn exporter(
         member_client: client,
         events_client: events,
         hub_client,
-        hub_namespace: format!("{}{name}", cfg.namespace_prefix),
+        hub_namespace: member.hub_namespace.clone(),
         exports,
         settings: Settings {
             member: name.to_string(),
@@ -402,9 +428,9 @@ async fn probe(state: Arc<FleetState>, member: String, client: kube::Client) {
 /// kube's message past its fixed heads: nothing is sent yet at this point, so every failure is
 /// about the kubeconfig, and kube's messages quote it (a base64 symbol, a context name, a PEM
 /// line).
-fn redacted(origin: &str, e: client::Error) -> String {
+fn redacted(origin: &str, e: client::Error) -> Error {
     use super::vet::parse_error::kube_message;
-    match e {
+    Error::Unusable(match e {
         client::Error::Config(e) => format!("unusable kubeconfig ({origin}): {}", kube_message(&e)),
         client::Error::Kube { client, source } => format!(
             "unusable kubeconfig ({origin}): client {client}: {}",
@@ -413,7 +439,7 @@ fn redacted(origin: &str, e: client::Error) -> String {
         // The limits, or an exec plugin's failure (told without its command, environment or
         // output): nothing of the file.
         e => e.to_string(),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -428,7 +454,8 @@ mod tests {
             client::Error::Config(
                 "failed to load client key: failed to decode base64 data: Invalid symbol 36, offset 12.".into(),
             ),
-        );
+        )
+        .to_string();
         assert_eq!(
             e,
             "unusable kubeconfig (/k/m.yaml): failed to load client key: failed to decode base64 data (details withheld: they may quote the kubeconfig)"
@@ -436,7 +463,8 @@ mod tests {
         let e = redacted(
             "/k/m.yaml",
             client::Error::Config("failed to load current context: SECRET-CONTEXT".into()),
-        );
+        )
+        .to_string();
         assert!(
             e.contains("failed to load current context") && !e.contains("SECRET"),
             "{e}"
@@ -447,7 +475,8 @@ mod tests {
                 client: "m".into(),
                 source: kube::Error::Service("invalid tls-server-name \"SECRET-SNI\"".into()),
             },
-        );
+        )
+        .to_string();
         assert!(
             e.contains("client m: ServiceError: invalid tls-server-name") && !e.contains("SECRET"),
             "{e}"

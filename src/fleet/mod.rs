@@ -5,8 +5,10 @@
 //!
 //! `fleet` starts and stops members; it knows nothing of ServiceExport conditions.
 
+mod admission;
 mod cleanup;
 mod controllers;
+mod error;
 pub mod leader;
 pub mod lease;
 mod member;
@@ -25,7 +27,9 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use admission::Member;
 pub use controllers::Controllers;
+pub use error::Error;
 pub use member::{MemberClient, member_client};
 pub use state::{Event, FleetState, MemberStatus, Phase};
 pub use vet::TrustPolicy;
@@ -430,12 +434,19 @@ fn engage(
 ) -> Engagement {
     shared.state.engage(name, &source.hash[..12]);
     let cancel = CancellationToken::new();
-    let namespace = registry::hub_namespace(&shared.config.namespace_prefix, name);
-    let (task, kubeconfig) = match source.kubeconfig.and_then(|k| namespace.map(|_| k)) {
-        Ok(kubeconfig) => {
+    let admissible = source
+        .kubeconfig
+        .map_err(Error::Source)
+        .and_then(|kubeconfig| {
+            let namespace = registry::hub_namespace(&shared.config.namespace_prefix, name);
+            Ok((kubeconfig, namespace.map_err(Error::HubNamespace)?))
+        });
+    let (task, kubeconfig) = match admissible {
+        Ok((kubeconfig, hub_namespace)) => {
             let kubeconfig: Arc<str> = kubeconfig.into();
             let task = tokio::spawn(member::run(
                 name.to_string(),
+                hub_namespace,
                 source.path.display().to_string(),
                 kubeconfig.clone(),
                 shared.clone(),
@@ -445,7 +456,7 @@ fn engage(
         }
         Err(e) => {
             tracing::error!(member = %name, file = %source.path.display(), error = %e, "member not started");
-            shared.state.record(name, Event::Refused(e));
+            shared.state.record(name, Event::Refused(e.to_string()));
             // Its series show the refusal on /metrics too.
             shared.hooks.member_engaged(name, Arc::default());
             (None, None)
@@ -519,8 +530,9 @@ async fn clean_up(shared: &Arc<Shared>, pending: cleanup::Pending) {
         let api = shared.records(&name);
         result = cleanup::forget(&api, &shared.config.records_prefix, &name)
             .await
-            .map_err(|e| format!("cleanup done, its record not deleted: {e}"));
+            .map_err(|e| Error::RecordNotDeleted(e.to_string()));
     }
+    let result = result.map_err(|e| e.to_string());
     if let Err(e) = &result {
         tracing::warn!(member = %name, error = %e, "cleanup of a removed member not done; retried at the next rescan");
     }
@@ -533,12 +545,9 @@ async fn clean_up(shared: &Arc<Shared>, pending: cleanup::Pending) {
 }
 
 /// `--cleanup-on-remove`: withdraws a member that left the fleet (see `export::cleanup`).
-async fn withdraw(
-    shared: &Arc<Shared>,
-    name: &str,
-    kubeconfig: Option<&str>,
-) -> Result<(), String> {
-    let ns = format!("{}{name}", shared.config.namespace_prefix);
+async fn withdraw(shared: &Arc<Shared>, name: &str, kubeconfig: Option<&str>) -> Result<(), Error> {
+    // Not validated: a member refused for its namespace may still have left a record.
+    let ns = registry::namespace_of(&shared.config.namespace_prefix, name);
     // Fenced by the member's lease (sharded), which is kept until the cleanup is done.
     let fence = shared.fence_of(name);
     let hub = crate::client::member_view(&shared.hub_client, fence.clone());
@@ -554,9 +563,12 @@ async fn withdraw(
         )
         .await
         .map(|m| m.clients.client),
-        None => Err("no usable kubeconfig".to_string()),
+        None => Err(Error::NoKubeconfig),
     };
-    crate::export::cleanup::withdraw_member(name, hub, &ns, member).await
+    let member = member.map_err(|e| e.to_string());
+    crate::export::cleanup::withdraw_member(name, hub, &ns, member)
+        .await
+        .map_err(Error::Withdraw)
 }
 
 /// Whether `client`'s API server answers (`/version`) within `within`; else why not.

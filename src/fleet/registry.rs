@@ -75,10 +75,16 @@ pub fn validate_namespace_prefix(prefix: &str) -> Result<(), String> {
     ))
 }
 
+/// `<prefix><member>`, unvalidated: only for a member that was validated before
+/// ([`hub_namespace`]) or may not have been (its cleanup record).
+pub fn namespace_of(prefix: &str, member: &str) -> String {
+    format!("{prefix}{member}")
+}
+
 /// The hub namespace of `member`: `<prefix><member>`, which must be a valid namespace name
 /// (a DNS-1123 label of at most 63 characters).
 pub fn hub_namespace(prefix: &str, member: &str) -> Result<String, String> {
-    let ns = format!("{prefix}{member}");
+    let ns = namespace_of(prefix, member);
     if ns.len() > 63 {
         return Err(format!(
             "hub namespace {ns:?} of member {member:?} is longer than 63 characters: shorten the member name or --hub-namespace-prefix"

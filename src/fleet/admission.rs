@@ -1,0 +1,48 @@
+//! Admission: a member of the kubeconfig directory becomes a [`Member`] value once, when its
+//! engagement starts (its hub namespace checked, its kubeconfig vetted, its per-member
+//! settings looked up), and the engagement passes that value by reference from then on.
+
+use super::Error;
+use super::vet::{self, TrustPolicy, Vetted};
+use crate::export::PublicIpAccess;
+
+/// A member admitted to the fleet, for one engagement (a changed kubeconfig or changed
+/// settings is a new engagement, hence a new `Member`).
+#[derive(Debug)]
+pub struct Member {
+    /// The member's name (its file's name without the extension).
+    pub name: String,
+    /// Where its exports go in the hub: `<prefix><name>`.
+    pub hub_namespace: String,
+    /// Its kubeconfig's file, named in errors.
+    pub origin: String,
+    /// Its connection settings, vetted against the trust policy.
+    pub connection: Vetted,
+    /// Its Azure settings (`--member-config`), with the Traffic Manager feature on.
+    pub azure: Option<PublicIpAccess>,
+}
+
+/// What admission needs of a member besides its kubeconfig.
+pub struct Candidate<'a> {
+    pub name: &'a str,
+    pub hub_namespace: &'a str,
+    pub origin: &'a str,
+    pub trust: TrustPolicy,
+    pub azure: Option<PublicIpAccess>,
+}
+
+impl Member {
+    /// Admits `candidate` with `kubeconfig` if the kubeconfig keeps to the trust policy; a
+    /// refusal names every refused field (never a value) and the file.
+    pub fn admit(candidate: Candidate<'_>, kubeconfig: &str) -> Result<Self, Error> {
+        let connection =
+            vet::vet(kubeconfig, candidate.origin, candidate.trust).map_err(Error::Refused)?;
+        Ok(Self {
+            name: candidate.name.to_string(),
+            hub_namespace: candidate.hub_namespace.to_string(),
+            origin: candidate.origin.to_string(),
+            connection,
+            azure: candidate.azure,
+        })
+    }
+}
