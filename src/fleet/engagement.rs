@@ -1,0 +1,263 @@
+//! Engagement: the fleet's loop that reads the kubeconfig directory and engages, re-engages
+//! and stops members to match it, one [`Engagement`] per member (its task, its cancellation,
+//! what it was started from).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::{Error, Event, Shared, member, registry, removal};
+
+/// How long a stopping member's in-flight reconciles may take to finish.
+const DRAIN: Duration = Duration::from_secs(15);
+
+struct Engagement {
+    hash: String,
+    /// The member's Azure settings when it was engaged ([`MemberAzure::settings_key`]).
+    settings: String,
+    /// Shared with the member's task (one copy, not two, of each member's kubeconfig).
+    kubeconfig: Option<Arc<str>>,
+    cancel: CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Engagement {
+    async fn stop(mut self) {
+        self.cancel.cancel();
+        if let Some(mut task) = self.task.take() {
+            // In-flight reconciles finish; a stuck member (its requests waiting for tokens or
+            // for a server that does not answer) is aborted after the drain period, so it can
+            // neither hold the others' shutdown nor live on detached.
+            if tokio::time::timeout(DRAIN, &mut task).await.is_err() {
+                tracing::warn!(drain = ?DRAIN, "member did not stop within its drain period: aborted");
+                task.abort();
+                let _ = task.await;
+            }
+        }
+    }
+}
+
+/// Runs the fleet until `shutdown`: watches the kubeconfig directory and engages, re-engages
+/// and disengages members to match it. Returns once every member has stopped.
+pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
+    let state = shared.state.clone();
+    let _alive = state.runtime_started();
+    let dir = shared.config.kubeconfig_dir.clone();
+    let (tx, mut rx) = mpsc::channel::<()>(1);
+    let _watcher = watch_dir(&dir, tx.clone());
+    let mut engaged: BTreeMap<String, Engagement> = BTreeMap::new();
+    // Stops and cleanups run here, so one slow member never holds the loop (the others'
+    // engagements, rotations, shutdown).
+    let background = TaskTracker::new();
+    let mut ticker = tokio::time::interval(shared.config.rescan_interval);
+    let mut ownership = shared.shards.as_ref().map(|s| s.subscribe());
+    loop {
+        sync_members(&shared, &mut engaged, &background).await;
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = ticker.tick() => {}
+            true = ownership_changed(ownership.as_mut()) => {}
+            Some(()) = rx.recv() => {
+                // A burst of events (a Secret's symlink swap) becomes one rescan.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                while rx.try_recv().is_ok() {}
+            }
+        }
+    }
+    tracing::info!(members = engaged.len(), "shutting down: stopping members");
+    for engagement in std::mem::take(&mut engaged).into_values() {
+        background.spawn(engagement.stop());
+    }
+    background.close();
+    // Every stop is bounded (15 s) and cleanups too (30 s each side): this bounds shutdown
+    // within the pod's grace period.
+    if tokio::time::timeout(Duration::from_secs(20), background.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("members still stopping after 20 s; leaving them");
+    }
+}
+
+/// Resolves `true` when this replica's share of members changed; never without sharding.
+async fn ownership_changed(rx: Option<&mut tokio::sync::watch::Receiver<u64>>) -> bool {
+    match rx {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
+fn watch_dir(dir: &std::path::Path, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
+    use notify::Watcher;
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        // Opening a file is an event too (inotify IN_OPEN): without this, every rescan's
+        // own reads would start the next rescan, for ever.
+        if res.as_ref().is_ok_and(|e| e.kind.is_access()) {
+            return;
+        }
+        let _ = tx.try_send(());
+    })
+    .map_err(|e| tracing::warn!(error = %e, "cannot watch the kubeconfig directory; rescanning periodically"))
+    .ok()?;
+    if let Err(e) = watcher.watch(dir, notify::RecursiveMode::NonRecursive) {
+        tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the kubeconfig directory; rescanning periodically");
+        return None;
+    }
+    Some(watcher)
+}
+
+async fn sync_members(
+    shared: &Arc<Shared>,
+    engaged: &mut BTreeMap<String, Engagement>,
+    background: &TaskTracker,
+) {
+    let dir = &shared.config.kubeconfig_dir;
+    let desired = match registry::scan(dir) {
+        Ok(d) => {
+            shared.state.scanned();
+            d
+        }
+        Err(e) => {
+            // Keep what runs: a transiently unreadable directory must not stop the fleet.
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot read the kubeconfig directory");
+            return;
+        }
+    };
+    stop_departed(shared, engaged, &desired, background);
+    if shared.config.cleanup_on_remove {
+        removal::resume_cleanups(shared, &desired, background).await;
+    }
+    if let Some(shards) = &shared.shards {
+        let cleaning = shared.cleanups.lock().members();
+        shards.set_wanted(desired.keys().cloned().chain(cleaning));
+        shared.state.set_owners(shards.owners());
+    }
+    let azure = shared
+        .azure
+        .as_ref()
+        .filter(|_| shared.config.traffic_manager);
+    if let Some(azure) = azure {
+        azure.reload();
+    }
+    for (name, source) in desired {
+        if !shared.owns(&name) {
+            continue;
+        }
+        if source.unreadable && engaged.get(&name).is_some_and(|e| e.task.is_some()) {
+            tracing::warn!(member = %name, file = %source.path.display(), "kubeconfig unreadable this time; the member keeps running on the one it has");
+            continue;
+        }
+        let settings = azure.map(|a| a.settings_key(&name)).unwrap_or_default();
+        if engaged
+            .get(&name)
+            .is_some_and(|e| e.hash == source.hash && e.settings == settings)
+        {
+            continue;
+        }
+        if let Some(old) = engaged.remove(&name) {
+            if old.hash == source.hash {
+                tracing::info!(member = %name, azure = %settings, "member settings changed: re-engaging");
+            } else {
+                tracing::info!(member = %name, "member kubeconfig changed: re-engaging");
+            }
+            background.spawn(old.stop());
+        }
+        let engagement = engage(shared, &name, source, settings);
+        engaged.insert(name, engagement);
+    }
+}
+
+/// Stops the members that left the directory or are owned by another replica now; a member
+/// that left is cleaned up afterwards (`--cleanup-on-remove`), in the background.
+fn stop_departed(
+    shared: &Arc<Shared>,
+    engaged: &mut BTreeMap<String, Engagement>,
+    desired: &BTreeMap<String, registry::MemberSource>,
+    background: &TaskTracker,
+) {
+    let gone: Vec<String> = engaged
+        .keys()
+        .filter(|n| !desired.contains_key(*n) || !shared.owns(n))
+        .cloned()
+        .collect();
+    for name in gone {
+        let Some(e) = engaged.remove(&name) else {
+            continue;
+        };
+        let removed = !desired.contains_key(&name);
+        if removed {
+            tracing::info!(member = %name, "member removed");
+        } else {
+            tracing::info!(member = %name, "member now owned by another replica: stopping it here");
+        }
+        let kubeconfig = e.kubeconfig.as_deref().map(str::to_string);
+        shared.state.remove(&name);
+        // Only the lease holder cleans up (its clients' writes are fenced anyway), and only
+        // a member that left the fleet, not one that moved to another replica.
+        let clean = removed && shared.config.cleanup_on_remove && shared.writes_for(&name);
+        if clean {
+            shared.cleanups.lock().start(&name);
+        }
+        let shared = shared.clone();
+        background.spawn(async move {
+            e.stop().await;
+            // After the stop: a reconcile still running would record its series again.
+            shared
+                .state
+                .unless_engaged(&name, || shared.hooks.member_left(&name));
+            if clean {
+                removal::record_and_clean_up(&shared, name, kubeconfig).await;
+            }
+        });
+    }
+}
+
+/// Starts a member from its kubeconfig, or records why it cannot start.
+fn engage(
+    shared: &Arc<Shared>,
+    name: &str,
+    source: registry::MemberSource,
+    settings: String,
+) -> Engagement {
+    shared.state.engage(name, &source.hash[..12]);
+    let cancel = CancellationToken::new();
+    let admissible = source
+        .kubeconfig
+        .map_err(Error::Source)
+        .and_then(|kubeconfig| {
+            let namespace = registry::hub_namespace(&shared.config.namespace_prefix, name);
+            Ok((kubeconfig, namespace.map_err(Error::HubNamespace)?))
+        });
+    let (task, kubeconfig) = match admissible {
+        Ok((kubeconfig, hub_namespace)) => {
+            let kubeconfig: Arc<str> = kubeconfig.into();
+            let task = tokio::spawn(member::run(
+                name.to_string(),
+                hub_namespace,
+                source.path.display().to_string(),
+                kubeconfig.clone(),
+                shared.clone(),
+                cancel.clone(),
+            ));
+            (Some(task), Some(kubeconfig))
+        }
+        Err(e) => {
+            tracing::error!(member = %name, file = %source.path.display(), error = %e, "member not started");
+            shared.state.record(name, Event::Refused(e.to_string()));
+            // Its series show the refusal on /metrics too.
+            shared.hooks.member_engaged(name, Arc::default());
+            (None, None)
+        }
+    };
+    Engagement {
+        hash: source.hash,
+        settings,
+        kubeconfig,
+        cancel,
+        task,
+    }
+}
