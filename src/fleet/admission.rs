@@ -46,3 +46,47 @@ impl Member {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kubeconfig(user: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {{cluster: k, user: u}}\nclusters:\n- name: k\n  cluster:\n    server: https://10.0.0.1\nusers:\n- name: u\n  user:\n{user}"
+        )
+    }
+
+    fn candidate() -> Candidate<'static> {
+        Candidate {
+            name: "m1",
+            hub_namespace: "fleet-member-m1",
+            origin: "/k/m1.yaml",
+            trust: TrustPolicy::default(),
+            azure: None,
+        }
+    }
+
+    #[test]
+    fn a_member_is_admitted_once_with_its_namespace_and_vetted_connection() {
+        let member = Member::admit(candidate(), &kubeconfig("    token: t\n")).expect("admitted");
+        assert_eq!(
+            (member.name.as_str(), member.hub_namespace.as_str()),
+            ("m1", "fleet-member-m1")
+        );
+        assert_eq!(member.origin, "/k/m1.yaml");
+        assert!(!member.connection.tls_verify_disabled);
+    }
+
+    #[test]
+    fn a_refused_kubeconfig_is_a_refusal_naming_the_file_never_the_value() {
+        let text = kubeconfig("    token: t\n    tokenFile: /SECRET/path\n");
+        let refused = Member::admit(candidate(), &text).expect_err("refused");
+        assert!(matches!(refused, Error::Refused(_)), "{refused:?}");
+        let told = refused.to_string();
+        assert!(
+            told.contains("/k/m1.yaml") && !told.contains("SECRET"),
+            "{told}"
+        );
+    }
+}

@@ -25,6 +25,12 @@ pub enum Error {
     /// The member's API server does not serve what the jobs need.
     #[error("{0}")]
     Discovery(String),
+    /// The member's watches have not listed in time (it keeps trying).
+    #[error("initial sync did not finish within {0:?}; still trying")]
+    SyncTimeout(Duration),
+    /// The member's API server does not answer its probe.
+    #[error("API server not answering: {0}")]
+    NotAnswering(String),
     /// An attempt returned while nobody asked it to stop.
     #[error("member task ended unexpectedly; restarting")]
     Ended,

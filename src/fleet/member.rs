@@ -378,7 +378,7 @@ async fn track_sync(
     })
     .await;
     if listed.is_err() {
-        let e = format!("initial sync did not finish within {timeout:?}; still trying");
+        let e = Error::SyncTimeout(timeout).to_string();
         tracing::warn!(member = %member, "{e}");
         state.record(&member, Event::Failed(e));
         synced.wait().await;
@@ -408,7 +408,7 @@ async fn probe(state: Arc<FleetState>, member: String, client: kube::Client) {
                     .member(&member)
                     .is_some_and(|s| s.phase == Phase::Failing);
                 if !failing {
-                    let error = format!("API server not answering: {e}");
+                    let error = Error::NotAnswering(e).to_string();
                     tracing::warn!(member = %member, error = %error, "member failing");
                     state.record(&member, Event::Failed(error.clone()));
                     recorded = Some(error);
