@@ -41,8 +41,10 @@ pub use vet::TrustPolicy;
 use crate::client::{ClientStats, Limits};
 use crate::export::{PublicIpAccess, ReconcileObserver, Reconciled};
 
-/// Settings of the runtime (validated by whoever builds it, e.g. the CLI).
+/// The fleet's part of the process's one configuration, built only by its builder
+/// (`Config::builder`, one floor up).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RuntimeConfig {
     pub kubeconfig_dir: PathBuf,
     /// Hub namespace of member `m` is `<prefix><m>`.
