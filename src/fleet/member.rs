@@ -40,7 +40,7 @@ pub(super) async fn run(
     };
     // A refused kubeconfig stays refused until its content changes (a new engagement): no
     // retries, and never a connection to its server.
-    let member = match Member::admit(candidate, &kubeconfig) {
+    let member = match Member::admit(candidate, kubeconfig) {
         Ok(member) => member,
         Err(e) => {
             tracing::error!(member = %name, error = %e, "member kubeconfig refused; not connecting");
@@ -207,7 +207,7 @@ async fn run_once(
     } = Box::pin(connect(
         name,
         &member.origin,
-        member.connection.clone(),
+        member.connection.vetted(&member.origin)?,
         &cfg.member_limits,
         stats.clone(),
         shared.fence_of(name),

@@ -33,7 +33,6 @@ pub struct TrustPolicy {
 }
 
 /// A member kubeconfig that passed vetting, with what the operator allowed it to use.
-#[derive(Clone)]
 pub struct Vetted {
     pub kubeconfig: Kubeconfig,
     /// Some cluster entry disables TLS verification (allowed by the policy).
