@@ -17,7 +17,7 @@ const DRAIN: Duration = Duration::from_secs(15);
 
 struct Engagement {
     hash: String,
-    /// The member's Azure settings when it was engaged ([`MemberAzure::settings_key`]).
+    /// The member's Azure settings when it was engaged ([`super::MemberAzure::settings_key`]).
     settings: String,
     /// Shared with the member's task (one copy, not two, of each member's kubeconfig).
     kubeconfig: Option<Arc<str>>,

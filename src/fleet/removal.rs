@@ -13,7 +13,7 @@ use tokio_util::task::TaskTracker;
 
 use super::{Error, Shared, member, registry};
 
-/// What this replica knows of pending cleanups ([`records`]).
+/// What this replica knows of pending cleanups (`records`).
 #[derive(Debug, Default)]
 pub struct Cleanups {
     /// As last listed in the hub (or written here since).

@@ -13,7 +13,7 @@ pub const MAX_KUBECONFIG_BYTES: u64 = 1024 * 1024;
 pub(super) enum Unread {
     /// Not a file fleetnet-hub reads as a kubeconfig, until it changes.
     Refused(String),
-    /// Could not be read this time (see [`MemberSource::unreadable`]).
+    /// Could not be read this time (see [`super::MemberSource::unreadable`]).
     Unreadable(String),
 }
 
