@@ -17,7 +17,7 @@ use futures::future::{BoxFuture, Shared};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::fleet::AzureStats;
+use super::client::AzureStats;
 use super::http::ARM_TURN;
 use crate::export::{LookupError, PublicIp};
 use crate::policy::Turn;

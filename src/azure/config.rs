@@ -208,7 +208,7 @@ impl AzureConfig {
             return Err(invalid("tenant_id", reason));
         }
         if let Some(sub) = &self.default_subscription_id {
-            super::fleet::check_subscription(sub)
+            super::client::check_subscription(sub)
                 .map_err(|reason| invalid("default_subscription_id", reason))?;
         }
         crate::policy::bucket(self.arm_qps, self.arm_burst).map_err(|e| match e {

@@ -12,7 +12,7 @@
 mod cache;
 mod config;
 mod credential;
-mod fleet;
+mod client;
 mod http;
 mod lookup;
 mod members;
@@ -23,7 +23,7 @@ pub use config::{
     AZURE_PUBLIC_CLOUD_ARM, AZURE_PUBLIC_CLOUD_AUTHORITY, AzureConfig, ConfigError, CredentialKind,
     IMDS_TOKEN_ENDPOINT, Secret,
 };
-pub use fleet::{AzureError, AzureFleet, AzureStats, AzureStatsSnapshot, TokenStatsSnapshot};
+pub use client::{AzureError, AzureFleet, AzureStats, AzureStatsSnapshot, TokenStatsSnapshot};
 pub use lookup::SubscriptionPublicIps;
 pub use members::{AzureMembers, ResolvedAzure};
 pub use scope::MemberPublicIps;
