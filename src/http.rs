@@ -346,15 +346,7 @@ pub async fn serve_connection<I>(
             }))
         }
     });
-    let mut builder = auto::Builder::new(TokioExecutor::new()).http1_only();
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        // A request head of these endpoints is a few hundred bytes: hyper's smallest buffer
-        // (8 KiB is its floor) bounds what a connection holds at 16 KiB instead of ~400 KiB.
-        .max_buf_size(16 * 1024)
-        .keep_alive(true);
+    let builder = http1(limits);
     let io = Tracked {
         io,
         activity: activity.clone(),
@@ -391,6 +383,21 @@ pub async fn serve_connection<I>(
             () = started.notified() => {}
         }
     }
+}
+
+/// How a connection is spoken: HTTP/1.1 only, the header deadline of `limits`, a small
+/// buffer, keep-alive (the idle deadline is [`serve_connection`]'s).
+fn http1(limits: &ServerLimits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new()).http1_only();
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        // A request head of these endpoints is a few hundred bytes: hyper's smallest buffer
+        // (8 KiB is its floor) bounds what a connection holds at 16 KiB instead of ~400 KiB.
+        .max_buf_size(16 * 1024)
+        .keep_alive(true);
+    builder
 }
 
 /// Marks a request answered when its response body is dropped (see [`serve_connection`]).
