@@ -447,6 +447,183 @@ async fn ready_by_replica(replicas: &[Replica]) -> Vec<HashSet<String>> {
 
 /// Runs the fleet-size benchmark once.
 pub async fn run(config: &Config) -> anyhow::Result<Report> {
+    let setup = set_up(config).await?;
+    let (fleet, hub, names) = (&setup.fleet, &setup.hub, &setup.names);
+    let (server_clients, expected) = (&setup.server_clients, &setup.expected);
+
+    let replica_idle_kib = binary_idle(config, fleet).await;
+    let (seen, _watch) = watch_ises(hub);
+    wait_listed(&seen).await?;
+    let (base1, baseline) = baseline(hub, server_clients).await?;
+    let spec = spec_of(config, fleet, setup.kubeconfig_dir.clone());
+    let started = Instant::now();
+    let mut replicas = start_replicas(config, &spec)?;
+    let converged = converge(config, &mut replicas, &seen, expected, names, started).await?;
+    let (convergence, bound) = (converged.convergence, budget_bound(config));
+    let (q0, q1) = quiet_window(config, hub, server_clients, &mut replicas).await?;
+    let quiet = traffic(&q0, &q1);
+    let cold = traffic(&base1, &q0);
+    let replica_figures = replica_figures(&replicas, &converged.ready_sets, &q0, &q1);
+    let per_member = |rss: &[u64]| rss.iter().sum::<u64>() as f64 / names.len() as f64;
+
+    let churn = run_churn(config, &setup).await?;
+
+    let failover = if config.failover && replicas.len() > 1 {
+        Some(
+            failover(
+                config,
+                fleet,
+                &seen,
+                &mut replicas,
+                names,
+                server_clients,
+                &setup.servers,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+
+    let ise_deletes = ise_deletes(hub, &base1).await?;
+    drop(replicas);
+
+    Ok(Report {
+        members: config.members,
+        member_servers: config.member_servers,
+        exports_per_member: config.exports,
+        ises: expected.len(),
+        replicas: config.replicas,
+        sharded: spec.shard.is_some(),
+        hub_qps: config.hub_limits.qps,
+        hub_burst: config.hub_limits.burst,
+        kube_qps: config.member_limits.qps,
+        kube_burst: config.member_limits.burst,
+        substrate_s: setup.substrate_s.as_secs_f64(),
+        setup_s: setup.setup_s.as_secs_f64(),
+        convergence_s: convergence.as_secs_f64(),
+        members_ready_s: converged.members_ready.as_ref().map(Duration::as_secs_f64),
+        members_ready_max: converged.ready_max,
+        settled_s: converged.settled.as_ref().map(Duration::as_secs_f64),
+        budget_bound_s: bound.as_secs_f64(),
+        bound_ratio: (!bound.is_zero()).then(|| convergence.as_secs_f64() / bound.as_secs_f64()),
+        handoffs_before_quiet: q0.handoffs.iter().sum(),
+        handoffs_quiet: replica_figures.iter().map(|r| r.handoffs_quiet).sum(),
+        rss_per_member_converged_kib: per_member(&q0.rss),
+        rss_per_member_after_quiet_kib: per_member(&q1.rss),
+        replica_idle_kib,
+        rss_per_member_marginal_kib: replica_idle_kib
+            .map(|idle| marginal_per_member(&q1.rss, idle, names.len())),
+        replica: replica_figures,
+        baseline,
+        cold,
+        quiet,
+        failover,
+        churn,
+        ise_deletes,
+    })
+}
+
+/// The RSS of the shipped binary running no member, when it could be measured.
+async fn binary_idle(config: &Config, fleet: &Fleet) -> Option<u64> {
+    let replica_idle_kib = fleetnet_bench::binary_idle_rss(&config.binary, fleet).await;
+    say(format!(
+        "the binary running no member: RSS {}",
+        replica_idle_kib.map_or("unknown".into(), |k| mib(k as f64))
+    ));
+    replica_idle_kib
+}
+
+/// Waits until the ISE watch of [`watch_ises`] has listed (60 s at most).
+async fn wait_listed(seen: &Mutex<Seen>) -> anyhow::Result<()> {
+    let listed = Instant::now();
+    while !lock(seen).listed {
+        ensure!(
+            listed.elapsed() < Duration::from_secs(60),
+            "the ISE watch did not list within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// The substrate's own traffic over [`BASELINE`], before any replica; and the snapshot it
+/// ends with (where the cold start's counts begin).
+async fn baseline(
+    hub: &kube::Client,
+    server_clients: &[kube::Client],
+) -> anyhow::Result<(Snapshot, Traffic)> {
+    say(format!("baseline: the substrate alone for {BASELINE:?}"));
+    let base0 = snapshot(hub, server_clients, &[]).await?;
+    tokio::time::sleep(BASELINE).await;
+    let base1 = snapshot(hub, server_clients, &[]).await?;
+    let baseline = traffic(&base0, &base1);
+    Ok((base1, baseline))
+}
+
+/// How the replicas are run: the binary, the hub's and the members' kubeconfigs, sharded when
+/// there are several.
+fn spec_of(config: &Config, fleet: &Fleet, kubeconfig_dir: PathBuf) -> Spec {
+    Spec {
+        binary: config.binary.clone(),
+        hub_kubeconfig: fleet.hub().kubeconfig_path().to_path_buf(),
+        kubeconfig_dir,
+        log_dir: fleet.scratch_dir().to_path_buf(),
+        shard: (config.replicas > 1).then(|| Sharding {
+            lease_namespace: "default".into(),
+            lease_prefix: "fleetnet-hub".into(),
+        }),
+        args: config.budget_args.clone(),
+        rust_log: "warn,fleetnet_hub::fleet=info".into(),
+    }
+}
+
+/// The snapshots at the start and the end of the quiet window after convergence; fails if a
+/// replica died in it.
+async fn quiet_window(
+    config: &Config,
+    hub: &kube::Client,
+    server_clients: &[kube::Client],
+    replicas: &mut [Replica],
+) -> anyhow::Result<(Snapshot, Snapshot)> {
+    say(format!("quiet window: {:?}", config.quiet));
+    let q0 = snapshot(hub, server_clients, replicas).await?;
+    tokio::time::sleep(config.quiet).await;
+    for r in replicas.iter_mut() {
+        r.check_alive()?;
+    }
+    let q1 = snapshot(hub, server_clients, replicas).await?;
+    Ok((q0, q1))
+}
+
+/// ISE DELETEs the hub served since `since` (the end of the baseline).
+async fn ise_deletes(hub: &kube::Client, since: &Snapshot) -> anyhow::Result<u64> {
+    let end = scrape_every_resource(std::slice::from_ref(hub)).await?;
+    Ok(end
+        .requests_since(&since.hub)
+        .iter()
+        .filter(|w| w.resource == "internalserviceexports" && w.verb == "DELETE")
+        .map(|w| w.count)
+        .sum())
+}
+
+/// The substrate and what the replicas will find on it, built by [`set_up`].
+struct Setup {
+    servers: Vec<String>,
+    fleet: Fleet,
+    hub: kube::Client,
+    server_clients: Vec<kube::Client>,
+    substrate_s: Duration,
+    names: Vec<String>,
+    kubeconfig_dir: PathBuf,
+    setup_s: Duration,
+    /// (hub namespace, ISE name) of every export the replicas must write.
+    expected: Vec<(String, String)>,
+}
+
+/// Checks `config`, starts the substrate (hub and member apiservers) and creates the names'
+/// kubeconfigs, hub namespaces and exports.
+async fn set_up(config: &Config) -> anyhow::Result<Setup> {
     ensure!(
         config.members > 0 && config.exports > 0 && config.replicas > 0,
         "--fleet-size needs --members, --exports and --replicas above 0"
@@ -492,41 +669,21 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         })
         .collect();
 
-    let replica_idle_kib = fleetnet_bench::binary_idle_rss(&config.binary, &fleet).await;
-    say(format!(
-        "the binary running no member: RSS {}",
-        replica_idle_kib.map_or("unknown".into(), |k| mib(k as f64))
-    ));
-
-    let (seen, _watch) = watch_ises(&hub);
-    let listed = Instant::now();
-    while !lock(&seen).listed {
-        ensure!(
-            listed.elapsed() < Duration::from_secs(60),
-            "the ISE watch did not list within 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-
-    say(format!("baseline: the substrate alone for {BASELINE:?}"));
-    let base0 = snapshot(&hub, &server_clients, &[]).await?;
-    tokio::time::sleep(BASELINE).await;
-    let base1 = snapshot(&hub, &server_clients, &[]).await?;
-    let baseline = traffic(&base0, &base1);
-
-    let spec = Spec {
-        binary: config.binary.clone(),
-        hub_kubeconfig: fleet.hub().kubeconfig_path().to_path_buf(),
+    Ok(Setup {
+        servers,
+        fleet,
+        hub,
+        server_clients,
+        substrate_s,
+        names,
         kubeconfig_dir,
-        log_dir: fleet.scratch_dir().to_path_buf(),
-        shard: (config.replicas > 1).then(|| Sharding {
-            lease_namespace: "default".into(),
-            lease_prefix: "fleetnet-hub".into(),
-        }),
-        args: config.budget_args.clone(),
-        rust_log: "warn,fleetnet_hub::fleet=info".into(),
-    };
-    let started = Instant::now();
+        setup_s,
+        expected,
+    })
+}
+
+/// Starts `config.replicas` replicas of `spec`.
+fn start_replicas(config: &Config, spec: &Spec) -> anyhow::Result<Vec<Replica>> {
     let mut replicas = vec![];
     for i in 0..config.replicas {
         replicas.push(spec.start(&format!("replica-{i}"))?);
@@ -542,8 +699,54 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         },
         spec.log_dir.display()
     ));
+    Ok(replicas)
+}
 
-    // Convergence.
+/// How far the convergence is: ISEs on the hub, names ready, per replica.
+fn progress(
+    started: Instant,
+    seen: &Mutex<Seen>,
+    expected: &[(String, String)],
+    ready_sets: &[HashSet<String>],
+    names: &[String],
+) -> String {
+    let present = {
+        let s = lock(seen);
+        expected.iter().filter(|k| s.present.contains(*k)).count()
+    };
+    let ready: HashSet<&String> = ready_sets.iter().flatten().collect();
+    format!(
+        "{:.0?}: {present}/{} ISEs, {}/{} names ready (per replica {:?})",
+        started.elapsed(),
+        expected.len(),
+        ready.len(),
+        names.len(),
+        ready_sets.iter().map(HashSet::len).collect::<Vec<_>>()
+    )
+}
+
+/// What [`converge`] saw, from the replicas' start: when every ISE was on the hub, every name
+/// ready, the names settled; and the names each replica runs.
+struct Converged {
+    convergence: Duration,
+    members_ready: Option<Duration>,
+    settled: Option<Duration>,
+    ready_sets: Vec<HashSet<String>>,
+    /// The most names ready at once.
+    ready_max: usize,
+}
+
+/// Waits for the cold start to converge: every ISE on the hub and every name owned by
+/// exactly one replica for [`SETTLE`] (or [`READY_GRACE`] after the ISEs); fails when a
+/// replica dies or at `config.timeout` after `started`.
+async fn converge(
+    config: &Config,
+    replicas: &mut [Replica],
+    seen: &Mutex<Seen>,
+    expected: &[(String, String)],
+    names: &[String],
+    started: Instant,
+) -> anyhow::Result<Converged> {
     let deadline = started + config.timeout;
     let mut ises_at = None;
     let mut ready_at = None;
@@ -553,13 +756,13 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
     let mut settled_at = None;
     let mut last_say = Instant::now();
     loop {
-        for r in &mut replicas {
+        for r in replicas.iter_mut() {
             r.check_alive()?;
         }
         if ises_at.is_none() {
-            ises_at = lock(&seen).all_present(&expected);
+            ises_at = lock(seen).all_present(expected);
         }
-        let now_sets = ready_by_replica(&replicas).await;
+        let now_sets = ready_by_replica(replicas).await;
         if now_sets != ready_sets {
             changed_at = Instant::now();
             ready_sets = now_sets;
@@ -584,19 +787,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
             _ => {}
         }
         if last_say.elapsed() > Duration::from_secs(10) || Instant::now() > deadline {
-            let present = {
-                let s = lock(&seen);
-                expected.iter().filter(|k| s.present.contains(*k)).count()
-            };
-            let ready: HashSet<&String> = ready_sets.iter().flatten().collect();
-            let line = format!(
-                "{:.0?}: {present}/{} ISEs, {}/{} names ready (per replica {:?})",
-                started.elapsed(),
-                expected.len(),
-                ready.len(),
-                names.len(),
-                ready_sets.iter().map(HashSet::len).collect::<Vec<_>>()
-            );
+            let line = progress(started, seen, expected, &ready_sets, names);
             if Instant::now() > deadline {
                 bail!("not converged after {:?}: {line}", config.timeout);
             }
@@ -613,19 +804,24 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         "converged: all {} ISEs after {convergence:.1?} (bound {bound:.1?}), every name ready after {members_ready:.1?}, settled after {settled:.1?}",
         expected.len()
     ));
+    Ok(Converged {
+        convergence,
+        members_ready,
+        settled,
+        ready_sets,
+        ready_max,
+    })
+}
 
-    // The quiet window.
-    say(format!("quiet window: {:?}", config.quiet));
-    let q0 = snapshot(&hub, &server_clients, &replicas).await?;
-    tokio::time::sleep(config.quiet).await;
-    for r in &mut replicas {
-        r.check_alive()?;
-    }
-    let q1 = snapshot(&hub, &server_clients, &replicas).await?;
-    let quiet = traffic(&q0, &q1);
-    let cold = traffic(&base1, &q0);
+/// Each replica's figures over the quiet window from `q0` to `q1`.
+fn replica_figures(
+    replicas: &[Replica],
+    ready_sets: &[HashSet<String>],
+    q0: &Snapshot,
+    q1: &Snapshot,
+) -> Vec<ReplicaFigures> {
     let window = q1.at.duration_since(q0.at).as_secs_f64().max(1e-9);
-    let replica_figures: Vec<ReplicaFigures> = replicas
+    replicas
         .iter()
         .enumerate()
         .map(|(i, r)| ReplicaFigures {
@@ -639,107 +835,48 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
             allocated_after_quiet_kib: q1.allocator[i].0.map(|b| b / 1024),
             resident_after_quiet_kib: q1.allocator[i].1.map(|b| b / 1024),
         })
+        .collect()
+}
+
+/// The churn, when `config` asks for one: `churn.rate` Service port changes per second over
+/// every member apiserver.
+async fn run_churn(config: &Config, setup: &Setup) -> anyhow::Result<Option<ChurnReport>> {
+    let Some(churn) = config.churn else {
+        return Ok(None);
+    };
+    let (hub, fleet, names) = (&setup.hub, &setup.fleet, &setup.names);
+    say(format!(
+        "churn: {} Service port changes/s for {:?}",
+        churn.rate, churn.duration
+    ));
+    let k = config.member_servers;
+    let names_of: Vec<Vec<usize>> = (0..k)
+        .map(|server| {
+            (0..names.len())
+                .filter(|&i| server_of(i, k) == server)
+                .collect()
+        })
         .collect();
-    let per_member = |rss: &[u64]| rss.iter().sum::<u64>() as f64 / names.len() as f64;
-
-    let churn = match config.churn {
-        Some(churn) => {
-            say(format!(
-                "churn: {} Service port changes/s for {:?}",
-                churn.rate, churn.duration
-            ));
-            let k = config.member_servers;
-            let names_of: Vec<Vec<usize>> = (0..k)
-                .map(|server| {
-                    (0..names.len())
-                        .filter(|&i| server_of(i, k) == server)
-                        .collect()
-                })
-                .collect();
-            let services: Vec<String> = (0..config.exports).map(export_name).collect();
-            let report = churn_over_servers(
-                &hub,
-                &fleet,
-                &server_clients,
-                &names,
-                &names_of,
-                &services,
-                churn,
-            )
-            .await?;
-            say(format!(
-                "churn: {} changes, {} of {} (change, name) latencies seen, p50 / p99 {:?} / {:?} ms",
-                report.changes,
-                report.reflected,
-                report.awaited,
-                report.quantile_ms(0.5),
-                report.quantile_ms(0.99)
-            ));
-            Some(report)
-        }
-        None => None,
-    };
-
-    let failover = if config.failover && replicas.len() > 1 {
-        Some(
-            failover(
-                config,
-                &fleet,
-                &seen,
-                &mut replicas,
-                &names,
-                &server_clients,
-                &servers,
-            )
-            .await?,
-        )
-    } else {
-        None
-    };
-
-    let end = scrape_every_resource(std::slice::from_ref(&hub)).await?;
-    let ise_deletes = end
-        .requests_since(&base1.hub)
-        .iter()
-        .filter(|w| w.resource == "internalserviceexports" && w.verb == "DELETE")
-        .map(|w| w.count)
-        .sum();
-    drop(replicas);
-
-    Ok(Report {
-        members: config.members,
-        member_servers: config.member_servers,
-        exports_per_member: config.exports,
-        ises: expected.len(),
-        replicas: config.replicas,
-        sharded: spec.shard.is_some(),
-        hub_qps: config.hub_limits.qps,
-        hub_burst: config.hub_limits.burst,
-        kube_qps: config.member_limits.qps,
-        kube_burst: config.member_limits.burst,
-        substrate_s: substrate_s.as_secs_f64(),
-        setup_s: setup_s.as_secs_f64(),
-        convergence_s: convergence.as_secs_f64(),
-        members_ready_s: members_ready.as_ref().map(Duration::as_secs_f64),
-        members_ready_max: ready_max,
-        settled_s: settled.as_ref().map(Duration::as_secs_f64),
-        budget_bound_s: bound.as_secs_f64(),
-        bound_ratio: (!bound.is_zero()).then(|| convergence.as_secs_f64() / bound.as_secs_f64()),
-        handoffs_before_quiet: q0.handoffs.iter().sum(),
-        handoffs_quiet: replica_figures.iter().map(|r| r.handoffs_quiet).sum(),
-        rss_per_member_converged_kib: per_member(&q0.rss),
-        rss_per_member_after_quiet_kib: per_member(&q1.rss),
-        replica_idle_kib,
-        rss_per_member_marginal_kib: replica_idle_kib
-            .map(|idle| marginal_per_member(&q1.rss, idle, names.len())),
-        replica: replica_figures,
-        baseline,
-        cold,
-        quiet,
-        failover,
+    let services: Vec<String> = (0..config.exports).map(export_name).collect();
+    let report = churn_over_servers(
+        hub,
+        fleet,
+        &setup.server_clients,
+        names,
+        &names_of,
+        &services,
         churn,
-        ise_deletes,
-    })
+    )
+    .await?;
+    say(format!(
+        "churn: {} changes, {} of {} (change, name) latencies seen, p50 / p99 {:?} / {:?} ms",
+        report.changes,
+        report.reflected,
+        report.awaited,
+        report.quantile_ms(0.5),
+        report.quantile_ms(0.99)
+    ));
+    Ok(Some(report))
 }
 
 /// One kubeconfig file (a copy of its apiserver's) and one hub namespace per name; returns the
