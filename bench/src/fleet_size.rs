@@ -1086,7 +1086,17 @@ fn mib(kib: f64) -> String {
 
 /// The report as markdown tables.
 pub fn markdown(r: &Report) -> String {
-    let mut out = format!(
+    let mut out = figures(r);
+    churn_row(&mut out, r);
+    failover_rows(&mut out, r);
+    replica_table(&mut out, r);
+    traffic_tables(&mut out, r);
+    out
+}
+
+/// The run's figures: size, convergence, budget bound, memory per member, the quiet window.
+fn figures(r: &Report) -> String {
+    format!(
         "### Fleet size: {members} member names on {servers} apiservers, {exports} exports each ({ises} ISEs), {replicas} replica{s}{sharded}\n\n\
          | figure | value |\n|---|---|\n\
          | substrate up (hub + {servers} apiservers); setup (namespaces, kubeconfigs, exports) | {substrate} ; {setup} |\n\
@@ -1148,9 +1158,13 @@ pub fn markdown(r: &Report) -> String {
         } else {
             format!("{} ✗", r.ise_deletes)
         },
-    );
+    )
+}
+
+/// The churn's latencies, when there was churn.
+fn churn_row(out: &mut String, r: &Report) {
     if let Some(c) = &r.churn {
-        out += &format!(
+        *out += &format!(
             "| churn after the quiet window: {rate} Service changes/s for {duration}, each awaited in the ISE of every name of its apiserver: p50 / p99 / max ({seen} of {awaited} seen) | {p50} / {p99} / {max} |\n",
             rate = c.rate,
             duration = secs(Duration::from_secs_f64(c.duration_s)),
@@ -1161,8 +1175,12 @@ pub fn markdown(r: &Report) -> String {
             max = ms(c.quantile_ms(1.0)),
         );
     }
+}
+
+/// The failover's timings, when there was one.
+fn failover_rows(out: &mut String, r: &Report) {
     if let Some(f) = &r.failover {
-        out += &format!(
+        *out += &format!(
             "| failover: kill -9 of {killed}, running {orphaned} members | |\n\
              | kill → every shard Lease it held ({shards}) held by a survivor | {leases} |\n\
              | kill → every orphan ready on a surviving replica, p50 / max (orphans ready elsewhere{within}) | {takeover} ({taken}/{orphaned}) |\n\
@@ -1200,10 +1218,14 @@ pub fn markdown(r: &Report) -> String {
             control = p50_max(&durations(&f.probe_others_s)),
         );
     }
-    out += "\n| replica | members ready at convergence | RSS at convergence | RSS after quiet | allocator after quiet: live / held | CPU s start → convergence | CPU s/s in quiet | hand-offs in quiet |\n|---|---|---|---|---|---|---|---|\n";
+}
+
+/// One row per replica: members, memory, CPU, hand-offs.
+fn replica_table(out: &mut String, r: &Report) {
+    *out += "\n| replica | members ready at convergence | RSS at convergence | RSS after quiet | allocator after quiet: live / held | CPU s start → convergence | CPU s/s in quiet | hand-offs in quiet |\n|---|---|---|---|---|---|---|---|\n";
     for p in &r.replica {
         let kib = |k: Option<u64>| k.map_or("?".into(), |k| mib(k as f64));
-        out += &format!(
+        *out += &format!(
             "| {} | {} | {} | {} | {} / {} | {:.1} | {:.3} | {} |\n",
             p.name,
             p.members_ready,
@@ -1216,7 +1238,12 @@ pub fn markdown(r: &Report) -> String {
             p.handoffs_quiet
         );
     }
-    out += "\n| apiserver | resource | verb | requests/s in the quiet window | substrate alone |\n|---|---|---|---|---|\n";
+}
+
+/// The busiest requests in the quiet window (against the substrate alone) and in the cold
+/// start.
+fn traffic_tables(out: &mut String, r: &Report) {
+    *out += "\n| apiserver | resource | verb | requests/s in the quiet window | substrate alone |\n|---|---|---|---|---|\n";
     for (kind, quiet, base) in [
         ("hub", &r.quiet.hub, &r.baseline.hub),
         ("members (all)", &r.quiet.members, &r.baseline.members),
@@ -1226,25 +1253,24 @@ pub fn markdown(r: &Report) -> String {
                 .iter()
                 .find(|b| b.resource == q.resource && b.verb == q.verb)
                 .map_or(0.0, |b| b.per_s);
-            out += &format!(
+            *out += &format!(
                 "| {kind} | {} | {} | {:.2} | {:.2} |\n",
                 q.resource, q.verb, q.per_s, b
             );
         }
     }
-    out += &format!(
+    *out += &format!(
         "\n| apiserver | resource | verb | requests in the cold start (replicas start → quiet window, {}) | of which 409 |\n|---|---|---|---|---|\n",
         secs(Duration::from_secs_f64(r.cold.window_s))
     );
     for (kind, cold) in [("hub", &r.cold.hub), ("members (all)", &r.cold.members)] {
         for c in cold.iter().take(TOP) {
-            out += &format!(
+            *out += &format!(
                 "| {kind} | {} | {} | {} | {} |\n",
                 c.resource, c.verb, c.count, c.conflicts
             );
         }
     }
-    out
 }
 
 #[cfg(test)]
