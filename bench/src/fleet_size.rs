@@ -917,18 +917,7 @@ async fn failover(
     server_clients: &[kube::Client],
     servers: &[String],
 ) -> anyhow::Result<Failover> {
-    let running = futures::future::try_join_all(replicas.iter().map(Replica::members)).await?;
-    let victim = (0..replicas.len())
-        .max_by_key(|i| running[*i].len())
-        .unwrap_or(0);
-    let index: HashMap<&String, usize> = names.iter().enumerate().map(|(i, n)| (n, i)).collect();
-    let mut orphans: Vec<String> = running[victim].keys().cloned().collect();
-    orphans.sort_by_key(|n| index.get(n).copied().unwrap_or(usize::MAX));
-    let first = orphans
-        .first()
-        .cloned()
-        .context("the busiest replica runs no member")?;
-    let k = server_of(index[&first], servers.len());
+    let (victim, orphans, first, k) = busiest(replicas, names, servers.len()).await?;
     let killed_replica = replicas.remove(victim);
     let killed_name = killed_replica.name.clone();
     let hub = fleet.hub().client().await?;
@@ -949,61 +938,16 @@ async fn failover(
     ));
     let probe_ise = format!("{NAMESPACE}-{PROBE}");
     let key = |n: &str| (fleet.hub_namespace(n), probe_ise.clone());
-    let on_k: Vec<&String> = names
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| server_of(*i, servers.len()) == k)
-        .map(|(_, n)| n)
-        .collect();
-    let orphan_set: HashSet<&String> = orphans.iter().collect();
-    let (probe_orphans, probe_others): (Vec<&String>, Vec<&String>) =
-        on_k.into_iter().partition(|n| orphan_set.contains(n));
-
-    let mut taken: BTreeMap<String, Duration> = BTreeMap::new();
-    let mut leases_taken: Option<Duration> = None;
-    let complete = loop {
-        for r in replicas.iter_mut() {
-            r.check_alive()?;
-        }
-        if leases_taken.is_none() {
-            let now = shard_holders(&hub).await?;
-            let all = shards_held
-                .iter()
-                .all(|s| now.get(s).is_some_and(|h| !h.is_empty() && !its_own(h)));
-            if all {
-                leases_taken = Some(killed.elapsed());
-            }
-        }
-        let ready = ready_by_replica(replicas).await;
-        let elapsed = killed.elapsed();
-        for o in &orphans {
-            if !taken.contains_key(o) && ready.iter().any(|set| set.contains(o)) {
-                taken.insert(o.clone(), elapsed);
-            }
-        }
-        let exported = {
-            let s = lock(seen);
-            probe_orphans
-                .iter()
-                .filter(|n| s.present.contains(&key(n.as_str())))
-                .count()
-        };
-        if taken.len() == orphans.len() && exported == probe_orphans.len() && leases_taken.is_some()
-        {
-            break true;
-        }
-        if elapsed > config.failover_timeout {
-            say(format!(
-                "failover incomplete after {:?}: {}/{} orphans ready elsewhere, probe ISE for {exported}/{} orphans",
-                config.failover_timeout,
-                taken.len(),
-                orphans.len(),
-                probe_orphans.len()
-            ));
-            break false;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+    let (probe_orphans, probe_others) = probe_groups(names, servers.len(), k, &orphans);
+    let watched = Takeover {
+        killed,
+        killed_name: &killed_name,
+        shards_held: &shards_held,
+        orphans: &orphans,
+        probe_keys: probe_orphans.iter().map(|n| key(n)).collect(),
     };
+    let (taken, leases_taken, complete) =
+        await_takeover(config, replicas, &hub, seen, &watched).await?;
     // The control group had its owner all along: a moment more for the last of them.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let since_kill = |names: &[&String]| -> Vec<f64> {
@@ -1035,6 +979,125 @@ async fn failover(
         probe_others_s: since_kill(&probe_others),
         probe_others: probe_others.len(),
     })
+}
+
+/// The replica running the most members: its index, its members (in name order), the first
+/// of them and the apiserver serving it (of `servers`).
+async fn busiest(
+    replicas: &[Replica],
+    names: &[String],
+    servers: usize,
+) -> anyhow::Result<(usize, Vec<String>, String, usize)> {
+    let running = futures::future::try_join_all(replicas.iter().map(Replica::members)).await?;
+    let victim = (0..replicas.len())
+        .max_by_key(|i| running[*i].len())
+        .unwrap_or(0);
+    let index: HashMap<&String, usize> = names.iter().enumerate().map(|(i, n)| (n, i)).collect();
+    let mut orphans: Vec<String> = running[victim].keys().cloned().collect();
+    orphans.sort_by_key(|n| index.get(n).copied().unwrap_or(usize::MAX));
+    let first = orphans
+        .first()
+        .cloned()
+        .context("the busiest replica runs no member")?;
+    let k = server_of(index[&first], servers);
+    Ok((victim, orphans, first, k))
+}
+
+/// The names of apiserver `k` (of `servers`): those among `orphans`, and the others (the
+/// control group, which kept their replica).
+fn probe_groups<'a>(
+    names: &'a [String],
+    servers: usize,
+    k: usize,
+    orphans: &[String],
+) -> (Vec<&'a String>, Vec<&'a String>) {
+    let on_k: Vec<&String> = names
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| server_of(*i, servers) == k)
+        .map(|(_, n)| n)
+        .collect();
+    let orphan_set: HashSet<&String> = orphans.iter().collect();
+    on_k.into_iter().partition(|n| orphan_set.contains(n))
+}
+
+/// What the failover waits for after the kill: the killed replica's shard Leases held by a
+/// survivor, its members ready elsewhere, the probe's ISE for its members of the probe's
+/// apiserver.
+struct Takeover<'a> {
+    killed: Instant,
+    killed_name: &'a str,
+    shards_held: &'a [String],
+    orphans: &'a [String],
+    /// (hub namespace, probe ISE) of the orphans on the probe's apiserver.
+    probe_keys: Vec<(String, String)>,
+}
+
+impl Takeover<'_> {
+    /// A holder identity of the killed replica.
+    fn its_own(&self, holder: &str) -> bool {
+        holder.starts_with(&format!("{}_", self.killed_name))
+    }
+}
+
+/// Waits until `w` is done or `config.failover_timeout` is over: when each orphan was ready
+/// elsewhere, when the Leases were taken, and whether everything was done in time.
+async fn await_takeover(
+    config: &Config,
+    replicas: &mut [Replica],
+    hub: &kube::Client,
+    seen: &Mutex<Seen>,
+    w: &Takeover<'_>,
+) -> anyhow::Result<(BTreeMap<String, Duration>, Option<Duration>, bool)> {
+    let mut taken: BTreeMap<String, Duration> = BTreeMap::new();
+    let mut leases_taken: Option<Duration> = None;
+    let complete = loop {
+        for r in replicas.iter_mut() {
+            r.check_alive()?;
+        }
+        if leases_taken.is_none() {
+            let now = shard_holders(hub).await?;
+            let all = w
+                .shards_held
+                .iter()
+                .all(|s| now.get(s).is_some_and(|h| !h.is_empty() && !w.its_own(h)));
+            if all {
+                leases_taken = Some(w.killed.elapsed());
+            }
+        }
+        let ready = ready_by_replica(replicas).await;
+        let elapsed = w.killed.elapsed();
+        for o in w.orphans {
+            if !taken.contains_key(o) && ready.iter().any(|set| set.contains(o)) {
+                taken.insert(o.clone(), elapsed);
+            }
+        }
+        let exported = {
+            let s = lock(seen);
+            w.probe_keys
+                .iter()
+                .filter(|k| s.present.contains(*k))
+                .count()
+        };
+        if taken.len() == w.orphans.len()
+            && exported == w.probe_keys.len()
+            && leases_taken.is_some()
+        {
+            break true;
+        }
+        if elapsed > config.failover_timeout {
+            say(format!(
+                "failover incomplete after {:?}: {}/{} orphans ready elsewhere, probe ISE for {exported}/{} orphans",
+                config.failover_timeout,
+                taken.len(),
+                w.orphans.len(),
+                w.probe_keys.len()
+            ));
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    Ok((taken, leases_taken, complete))
 }
 
 /// Shard Lease name → its holder (empty when released), of the replicas' Leases.
