@@ -262,29 +262,7 @@ pub fn svg(reports: &[Report]) -> String {
     );
     let mut x = 0.0;
     if !churned.is_empty() {
-        let series: Vec<Series> = churned
-            .iter()
-            .map(|r| {
-                let c = r.churn.as_ref().expect("churned");
-                let n = c.latencies_ms.len() as f64;
-                Series {
-                    label: format!(
-                        "{} members, {}/s: p50 {:.0} ms, p99 {:.0} ms",
-                        r.members,
-                        c.rate,
-                        c.quantile_ms(0.5).unwrap_or(0.0),
-                        c.quantile_ms(0.99).unwrap_or(0.0)
-                    ),
-                    points: c
-                        .latencies_ms
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &v)| (v, (i + 1) as f64 / n))
-                        .collect(),
-                    step: true,
-                }
-            })
-            .collect();
+        let series = cdf_series(&churned);
         panel(
             &mut out,
             (x, 0.0, w, h),
@@ -297,57 +275,89 @@ pub fn svg(reports: &[Report]) -> String {
         x += w;
     }
     if sweep {
-        let mut by_members: Vec<&Report> = reports.iter().collect();
-        by_members.sort_by_key(|r| r.members);
-        let pts = |f: &dyn Fn(&Report) -> f64| -> Vec<(f64, f64)> {
-            by_members
-                .iter()
-                .map(|r| (r.members as f64, f(r)))
-                .collect()
-        };
-        let exports = by_members.first().map_or(0, |r| r.exports);
-        panel(
-            &mut out,
-            (x, 0.0, w, h),
-            &format!("Controller RSS ({exports} exports per member)"),
-            "members",
-            "MiB",
-            &[
-                Series {
-                    label: "after convergence (with the harness)".into(),
-                    points: pts(&|r| mib(r.rss.converged_kib)),
-                    step: false,
-                },
-                Series {
-                    label: "idle, no member (with the harness)".into(),
-                    points: pts(&|r| mib(r.rss.idle_kib)),
-                    step: false,
-                },
-            ],
-            None,
-        );
-        x += w;
-        panel(
-            &mut out,
-            (x, 0.0, w, h),
-            &format!("Cold convergence ({exports} exports per member)"),
-            "members",
-            "seconds",
-            &[
-                Series {
-                    label: "measured".into(),
-                    points: pts(&|r| r.convergence_s),
-                    step: false,
-                },
-                Series {
-                    label: "token-bucket bound (minimum requests)".into(),
-                    points: pts(&|r| r.ideal_bound_s),
-                    step: false,
-                },
-            ],
-            None,
-        );
+        sweep_panels(&mut out, reports, (x, w, h));
     }
     out.push_str("</svg>\n");
     out
+}
+
+/// One CDF series per run that churned: its latencies against the fraction of changes.
+fn cdf_series(churned: &[&Report]) -> Vec<Series> {
+    churned
+        .iter()
+        .map(|r| {
+            let c = r.churn.as_ref().expect("churned");
+            let n = c.latencies_ms.len() as f64;
+            Series {
+                label: format!(
+                    "{} members, {}/s: p50 {:.0} ms, p99 {:.0} ms",
+                    r.members,
+                    c.rate,
+                    c.quantile_ms(0.5).unwrap_or(0.0),
+                    c.quantile_ms(0.99).unwrap_or(0.0)
+                ),
+                points: c
+                    .latencies_ms
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| (v, (i + 1) as f64 / n))
+                    .collect(),
+                step: true,
+            }
+        })
+        .collect()
+}
+
+/// RSS and convergence against members, over runs of different member counts, from `x`.
+fn sweep_panels(out: &mut String, reports: &[Report], (mut x, w, h): (f64, f64, f64)) {
+    let mut by_members: Vec<&Report> = reports.iter().collect();
+    by_members.sort_by_key(|r| r.members);
+    let pts = |f: &dyn Fn(&Report) -> f64| -> Vec<(f64, f64)> {
+        by_members
+            .iter()
+            .map(|r| (r.members as f64, f(r)))
+            .collect()
+    };
+    let exports = by_members.first().map_or(0, |r| r.exports);
+    panel(
+        out,
+        (x, 0.0, w, h),
+        &format!("Controller RSS ({exports} exports per member)"),
+        "members",
+        "MiB",
+        &[
+            Series {
+                label: "after convergence (with the harness)".into(),
+                points: pts(&|r| mib(r.rss.converged_kib)),
+                step: false,
+            },
+            Series {
+                label: "idle, no member (with the harness)".into(),
+                points: pts(&|r| mib(r.rss.idle_kib)),
+                step: false,
+            },
+        ],
+        None,
+    );
+    x += w;
+    panel(
+        out,
+        (x, 0.0, w, h),
+        &format!("Cold convergence ({exports} exports per member)"),
+        "members",
+        "seconds",
+        &[
+            Series {
+                label: "measured".into(),
+                points: pts(&|r| r.convergence_s),
+                step: false,
+            },
+            Series {
+                label: "token-bucket bound (minimum requests)".into(),
+                points: pts(&|r| r.ideal_bound_s),
+                step: false,
+            },
+        ],
+        None,
+    );
 }
