@@ -15,6 +15,7 @@
 
 mod failover;
 mod fleet_size;
+mod fleet_size_report;
 mod hostile;
 mod replicas;
 mod slices_bench;
