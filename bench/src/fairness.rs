@@ -49,21 +49,7 @@ pub async fn run_fairness(config: &FairnessConfig) -> anyhow::Result<FairnessRep
     let p = config.progress;
     let names = member_names(config.light_members + 1);
     let (fleet, hub, members) = substrate(&names).await?;
-    create_pairs(
-        members[0].clone(),
-        (0..config.heavy_exports).map(service_name),
-    )
-    .await?;
-    for light in &members[1..] {
-        create_pairs(light.clone(), std::iter::once(service_name(0))).await?;
-    }
-    say(
-        p,
-        format!(
-            "created {} exports in {} and 1 in each of {} light members",
-            config.heavy_exports, names[0], config.light_members
-        ),
-    );
+    create_exports(config, &members, &names).await?;
 
     let observed = Observed::new(names.len(), config.heavy_exports + config.light_members);
     let watches = observed.spawn_watches(&hub, &members, &fleet, &names);
@@ -82,18 +68,7 @@ pub async fn run_fairness(config: &FairnessConfig) -> anyhow::Result<FairnessRep
     .await
     .context("starting the controller")?;
 
-    let lights_converged = || {
-        let state = observed.lock();
-        (1..names.len()).all(|m| state.member_converged(m, 1))
-    };
-    while !lights_converged() {
-        anyhow::ensure!(
-            t0.elapsed() < config.converge_timeout,
-            "the light members' exports did not converge within {:?}",
-            config.converge_timeout
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_lights(config, &observed, names.len(), t0).await?;
     let heavy_done = || observed.lock().member_converged(0, config.heavy_exports);
     anyhow::ensure!(
         !heavy_done(),
@@ -111,20 +86,7 @@ pub async fn run_fairness(config: &FairnessConfig) -> anyhow::Result<FairnessRep
     );
     let before = scrape(std::slice::from_ref(&hub), &mut scrape_cpu).await?;
     let window_start = Instant::now();
-    let targets: Vec<(usize, String)> = (1..names.len()).map(|m| (m, service_name(0))).collect();
-    let churn = Churn {
-        rate: config.rate,
-        duration: config.converge_timeout,
-    };
-    let churn = run_churn(
-        &observed,
-        &members,
-        &targets,
-        churn,
-        |m| vec![m],
-        heavy_done,
-    )
-    .await;
+    let churn = churn_lights(config, &observed, &members, heavy_done).await;
     let heavy_convergence = observed
         .wait_converged(t0, config.converge_timeout, p)
         .await?;
@@ -153,6 +115,69 @@ pub async fn run_fairness(config: &FairnessConfig) -> anyhow::Result<FairnessRep
         hub_creates_per_s: creates as f64 / window.as_secs_f64().max(1e-3),
         churn,
     })
+}
+
+/// The heavy member's exports and one export in each light member.
+async fn create_exports(
+    config: &FairnessConfig,
+    members: &[kube::Client],
+    names: &[String],
+) -> anyhow::Result<()> {
+    let p = config.progress;
+    create_pairs(
+        members[0].clone(),
+        (0..config.heavy_exports).map(service_name),
+    )
+    .await?;
+    for light in &members[1..] {
+        create_pairs(light.clone(), std::iter::once(service_name(0))).await?;
+    }
+    say(
+        p,
+        format!(
+            "created {} exports in {} and 1 in each of {} light members",
+            config.heavy_exports, names[0], config.light_members
+        ),
+    );
+    Ok(())
+}
+
+/// Waits until every light member's export is on the hub (`members` names, the heavy one
+/// first), `config.converge_timeout` after `t0` at most.
+async fn wait_lights(
+    config: &FairnessConfig,
+    observed: &Observed,
+    members: usize,
+    t0: Instant,
+) -> anyhow::Result<()> {
+    let lights_converged = || {
+        let state = observed.lock();
+        (1..members).all(|m| state.member_converged(m, 1))
+    };
+    while !lights_converged() {
+        anyhow::ensure!(
+            t0.elapsed() < config.converge_timeout,
+            "the light members' exports did not converge within {:?}",
+            config.converge_timeout
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// Changes the light members' Services at `config.rate` until `heavy_done`.
+async fn churn_lights(
+    config: &FairnessConfig,
+    observed: &Observed,
+    members: &[kube::Client],
+    heavy_done: impl Fn() -> bool,
+) -> ChurnReport {
+    let targets: Vec<(usize, String)> = (1..members.len()).map(|m| (m, service_name(0))).collect();
+    let churn = Churn {
+        rate: config.rate,
+        duration: config.converge_timeout,
+    };
+    run_churn(observed, members, &targets, churn, |m| vec![m], heavy_done).await
 }
 
 /// The run's figures as a markdown table.

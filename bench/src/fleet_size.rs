@@ -66,9 +66,10 @@ use futures::StreamExt as _;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt as _, watcher};
-use serde::Serialize;
 
-use crate::replicas::{Replica, Sharding, Spec, p50_max, secs};
+pub use crate::fleet_size_report::{Failover, Rate, ReplicaFigures, Report, Traffic, markdown, ms};
+use crate::fleet_size_report::{READY_GRACE, SETTLE, mib};
+use crate::replicas::{Replica, Sharding, Spec};
 
 /// The replica log line of a member leaving a replica because another one owns it now.
 pub const HANDOFF: &str = "member now owned by another replica";
@@ -76,17 +77,6 @@ pub const HANDOFF: &str = "member now owned by another replica";
 const PROBE: &str = "fleet-size-probe";
 /// The substrate alone, before the replicas start.
 const BASELINE: Duration = Duration::from_secs(10);
-/// Ownership is settled when every name is ready on exactly one replica and no replica's set
-/// of ready names has changed for this long (the replicas spread the members after the start:
-/// the quiet window is to show what happens after that).
-const SETTLE: Duration = Duration::from_secs(15);
-/// After every ISE is on the hub, how long to wait at most for settled ownership before the
-/// quiet window starts anyway (members that keep moving between replicas never settle; the
-/// quiet window then shows their hand-offs).
-const READY_GRACE: Duration = Duration::from_secs(120);
-/// Request rates listed in the table, per apiserver kind.
-const TOP: usize = 6;
-
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -110,129 +100,6 @@ pub struct Config {
     pub failover_timeout: Duration,
     /// Service port changes after the quiet window.
     pub churn: Option<Churn>,
-}
-
-/// Figures of one run; durations in seconds, memory in KiB.
-#[derive(Debug, Clone, Serialize)]
-pub struct Report {
-    pub members: usize,
-    pub member_servers: usize,
-    pub exports_per_member: usize,
-    pub ises: usize,
-    pub replicas: usize,
-    pub sharded: bool,
-    pub hub_qps: f64,
-    pub hub_burst: u32,
-    pub kube_qps: f64,
-    pub kube_burst: u32,
-    /// Substrate start (hub + K apiservers, CRDs).
-    pub substrate_s: f64,
-    /// Hub namespaces, kubeconfig files, exports.
-    pub setup_s: f64,
-    /// Replicas start → the last of the N × E ISEs first seen on the hub.
-    pub convergence_s: f64,
-    /// Replicas start → every name `ready` on a replica's `/members` (polled every 0.5 s);
-    /// `None` when not within [`READY_GRACE`] after the ISEs.
-    pub members_ready_s: Option<f64>,
-    /// The most names seen `ready` (on some replica) at once until the quiet window.
-    pub members_ready_max: usize,
-    /// Replicas start → the last change of the replicas' ready sets before ownership settled
-    /// ([`SETTLE`]); `None` when not within [`READY_GRACE`] after the ISEs.
-    pub settled_s: Option<f64>,
-    /// See the module doc; 0 when within the burst.
-    pub budget_bound_s: f64,
-    pub bound_ratio: Option<f64>,
-    /// Hand-offs from the start to the quiet window.
-    pub handoffs_before_quiet: usize,
-    pub handoffs_quiet: usize,
-    pub replica: Vec<ReplicaFigures>,
-    /// Sum of the replicas' RSS / N.
-    pub rss_per_member_converged_kib: f64,
-    pub rss_per_member_after_quiet_kib: f64,
-    /// The binary running no member (`fleetnet-hub run` on an empty kubeconfig directory,
-    /// after 3 s), when it could be read.
-    pub replica_idle_kib: Option<u64>,
-    /// (Sum of the replicas' RSS after the quiet window - R × idle) / N.
-    pub rss_per_member_marginal_kib: Option<f64>,
-    /// The substrate alone (no replica).
-    pub baseline: Traffic,
-    /// Replicas start → the quiet window (the cold start: where its requests went).
-    pub cold: Traffic,
-    pub quiet: Traffic,
-    pub failover: Option<Failover>,
-    /// After the quiet window, with `--churn`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub churn: Option<ChurnReport>,
-    /// The hub's ISE DELETEs from the replicas' start to the end (must be 0).
-    pub ise_deletes: u64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct ReplicaFigures {
-    pub name: String,
-    /// Members `ready` on its `/members` at convergence.
-    pub members_ready: usize,
-    pub rss_converged_kib: u64,
-    pub rss_after_quiet_kib: u64,
-    /// CPU seconds from its start to convergence.
-    pub cpu_to_converged_s: f64,
-    /// CPU seconds per second in the quiet window.
-    pub cpu_per_s_quiet: f64,
-    pub handoffs_quiet: usize,
-    /// jemalloc's live objects and the pages it holds, after the quiet window (KiB): what of
-    /// the RSS is live heap, and what the allocator keeps beside it (fragmentation, free pages).
-    pub allocated_after_quiet_kib: Option<u64>,
-    pub resident_after_quiet_kib: Option<u64>,
-}
-
-/// Requests the apiservers counted in a window.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Traffic {
-    pub window_s: f64,
-    pub hub_per_s: f64,
-    /// All member apiservers together.
-    pub members_per_s: f64,
-    /// By resource and verb, busiest first.
-    pub hub: Vec<Rate>,
-    pub members: Vec<Rate>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Rate {
-    pub resource: String,
-    pub verb: String,
-    pub count: u64,
-    /// Of those, answered 409.
-    pub conflicts: u64,
-    pub per_s: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Failover {
-    pub killed: String,
-    /// Members it ran.
-    pub orphaned: usize,
-    /// Shard Leases the killed replica held (sharded replicas).
-    pub shards_held: usize,
-    /// Kill → every one of them held by a surviving replica (None: not within the timeout).
-    pub leases_taken_s: Option<f64>,
-    /// Kill → ready on a surviving replica, per orphan (that was, within the failover timeout),
-    /// sorted.
-    pub takeover_s: Vec<f64>,
-    /// Every orphan ready elsewhere and every orphan's probe ISE seen within the timeout.
-    pub complete: bool,
-    pub timeout_s: f64,
-    /// The orphan on whose apiserver the probe export was created, and that apiserver.
-    pub probe_member: String,
-    pub probe_server: String,
-    /// Kill → the probe's ISE in the hub namespace of `probe_member`.
-    pub probe_ise_s: f64,
-    /// The same for every orphan of that apiserver (sorted; those seen within the timeout).
-    pub probe_orphans_s: Vec<f64>,
-    pub probe_orphans: usize,
-    /// The same for the names of that apiserver whose replica lived (seen by the end, sorted).
-    pub probe_others_s: Vec<f64>,
-    pub probe_others: usize,
 }
 
 /// The apiserver (0..k) serving member index `i`.
@@ -447,6 +314,183 @@ async fn ready_by_replica(replicas: &[Replica]) -> Vec<HashSet<String>> {
 
 /// Runs the fleet-size benchmark once.
 pub async fn run(config: &Config) -> anyhow::Result<Report> {
+    let setup = set_up(config).await?;
+    let (fleet, hub, names) = (&setup.fleet, &setup.hub, &setup.names);
+    let (server_clients, expected) = (&setup.server_clients, &setup.expected);
+
+    let replica_idle_kib = binary_idle(config, fleet).await;
+    let (seen, _watch) = watch_ises(hub);
+    wait_listed(&seen).await?;
+    let (base1, baseline) = baseline(hub, server_clients).await?;
+    let spec = spec_of(config, fleet, setup.kubeconfig_dir.clone());
+    let started = Instant::now();
+    let mut replicas = start_replicas(config, &spec)?;
+    let converged = converge(config, &mut replicas, &seen, expected, names, started).await?;
+    let (convergence, bound) = (converged.convergence, budget_bound(config));
+    let (q0, q1) = quiet_window(config, hub, server_clients, &mut replicas).await?;
+    let quiet = traffic(&q0, &q1);
+    let cold = traffic(&base1, &q0);
+    let replica_figures = replica_figures(&replicas, &converged.ready_sets, &q0, &q1);
+    let per_member = |rss: &[u64]| rss.iter().sum::<u64>() as f64 / names.len() as f64;
+
+    let churn = run_churn(config, &setup).await?;
+
+    let failover = if config.failover && replicas.len() > 1 {
+        Some(
+            failover(
+                config,
+                fleet,
+                &seen,
+                &mut replicas,
+                names,
+                server_clients,
+                &setup.servers,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+
+    let ise_deletes = ise_deletes(hub, &base1).await?;
+    drop(replicas);
+
+    Ok(Report {
+        members: config.members,
+        member_servers: config.member_servers,
+        exports_per_member: config.exports,
+        ises: expected.len(),
+        replicas: config.replicas,
+        sharded: spec.shard.is_some(),
+        hub_qps: config.hub_limits.qps,
+        hub_burst: config.hub_limits.burst,
+        kube_qps: config.member_limits.qps,
+        kube_burst: config.member_limits.burst,
+        substrate_s: setup.substrate_s.as_secs_f64(),
+        setup_s: setup.setup_s.as_secs_f64(),
+        convergence_s: convergence.as_secs_f64(),
+        members_ready_s: converged.members_ready.as_ref().map(Duration::as_secs_f64),
+        members_ready_max: converged.ready_max,
+        settled_s: converged.settled.as_ref().map(Duration::as_secs_f64),
+        budget_bound_s: bound.as_secs_f64(),
+        bound_ratio: (!bound.is_zero()).then(|| convergence.as_secs_f64() / bound.as_secs_f64()),
+        handoffs_before_quiet: q0.handoffs.iter().sum(),
+        handoffs_quiet: replica_figures.iter().map(|r| r.handoffs_quiet).sum(),
+        rss_per_member_converged_kib: per_member(&q0.rss),
+        rss_per_member_after_quiet_kib: per_member(&q1.rss),
+        replica_idle_kib,
+        rss_per_member_marginal_kib: replica_idle_kib
+            .map(|idle| marginal_per_member(&q1.rss, idle, names.len())),
+        replica: replica_figures,
+        baseline,
+        cold,
+        quiet,
+        failover,
+        churn,
+        ise_deletes,
+    })
+}
+
+/// The RSS of the shipped binary running no member, when it could be measured.
+async fn binary_idle(config: &Config, fleet: &Fleet) -> Option<u64> {
+    let replica_idle_kib = fleetnet_bench::binary_idle_rss(&config.binary, fleet).await;
+    say(format!(
+        "the binary running no member: RSS {}",
+        replica_idle_kib.map_or("unknown".into(), |k| mib(k as f64))
+    ));
+    replica_idle_kib
+}
+
+/// Waits until the ISE watch of [`watch_ises`] has listed (60 s at most).
+async fn wait_listed(seen: &Mutex<Seen>) -> anyhow::Result<()> {
+    let listed = Instant::now();
+    while !lock(seen).listed {
+        ensure!(
+            listed.elapsed() < Duration::from_secs(60),
+            "the ISE watch did not list within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// The substrate's own traffic over [`BASELINE`], before any replica; and the snapshot it
+/// ends with (where the cold start's counts begin).
+async fn baseline(
+    hub: &kube::Client,
+    server_clients: &[kube::Client],
+) -> anyhow::Result<(Snapshot, Traffic)> {
+    say(format!("baseline: the substrate alone for {BASELINE:?}"));
+    let base0 = snapshot(hub, server_clients, &[]).await?;
+    tokio::time::sleep(BASELINE).await;
+    let base1 = snapshot(hub, server_clients, &[]).await?;
+    let baseline = traffic(&base0, &base1);
+    Ok((base1, baseline))
+}
+
+/// How the replicas are run: the binary, the hub's and the members' kubeconfigs, sharded when
+/// there are several.
+fn spec_of(config: &Config, fleet: &Fleet, kubeconfig_dir: PathBuf) -> Spec {
+    Spec {
+        binary: config.binary.clone(),
+        hub_kubeconfig: fleet.hub().kubeconfig_path().to_path_buf(),
+        kubeconfig_dir,
+        log_dir: fleet.scratch_dir().to_path_buf(),
+        shard: (config.replicas > 1).then(|| Sharding {
+            lease_namespace: "default".into(),
+            lease_prefix: "fleetnet-hub".into(),
+        }),
+        args: config.budget_args.clone(),
+        rust_log: "warn,fleetnet_hub::fleet=info".into(),
+    }
+}
+
+/// The snapshots at the start and the end of the quiet window after convergence; fails if a
+/// replica died in it.
+async fn quiet_window(
+    config: &Config,
+    hub: &kube::Client,
+    server_clients: &[kube::Client],
+    replicas: &mut [Replica],
+) -> anyhow::Result<(Snapshot, Snapshot)> {
+    say(format!("quiet window: {:?}", config.quiet));
+    let q0 = snapshot(hub, server_clients, replicas).await?;
+    tokio::time::sleep(config.quiet).await;
+    for r in replicas.iter_mut() {
+        r.check_alive()?;
+    }
+    let q1 = snapshot(hub, server_clients, replicas).await?;
+    Ok((q0, q1))
+}
+
+/// ISE DELETEs the hub served since `since` (the end of the baseline).
+async fn ise_deletes(hub: &kube::Client, since: &Snapshot) -> anyhow::Result<u64> {
+    let end = scrape_every_resource(std::slice::from_ref(hub)).await?;
+    Ok(end
+        .requests_since(&since.hub)
+        .iter()
+        .filter(|w| w.resource == "internalserviceexports" && w.verb == "DELETE")
+        .map(|w| w.count)
+        .sum())
+}
+
+/// The substrate and what the replicas will find on it, built by [`set_up`].
+struct Setup {
+    servers: Vec<String>,
+    fleet: Fleet,
+    hub: kube::Client,
+    server_clients: Vec<kube::Client>,
+    substrate_s: Duration,
+    names: Vec<String>,
+    kubeconfig_dir: PathBuf,
+    setup_s: Duration,
+    /// (hub namespace, ISE name) of every export the replicas must write.
+    expected: Vec<(String, String)>,
+}
+
+/// Checks `config`, starts the substrate (hub and member apiservers) and creates the names'
+/// kubeconfigs, hub namespaces and exports.
+async fn set_up(config: &Config) -> anyhow::Result<Setup> {
     ensure!(
         config.members > 0 && config.exports > 0 && config.replicas > 0,
         "--fleet-size needs --members, --exports and --replicas above 0"
@@ -492,41 +536,21 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         })
         .collect();
 
-    let replica_idle_kib = fleetnet_bench::binary_idle_rss(&config.binary, &fleet).await;
-    say(format!(
-        "the binary running no member: RSS {}",
-        replica_idle_kib.map_or("unknown".into(), |k| mib(k as f64))
-    ));
-
-    let (seen, _watch) = watch_ises(&hub);
-    let listed = Instant::now();
-    while !lock(&seen).listed {
-        ensure!(
-            listed.elapsed() < Duration::from_secs(60),
-            "the ISE watch did not list within 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-
-    say(format!("baseline: the substrate alone for {BASELINE:?}"));
-    let base0 = snapshot(&hub, &server_clients, &[]).await?;
-    tokio::time::sleep(BASELINE).await;
-    let base1 = snapshot(&hub, &server_clients, &[]).await?;
-    let baseline = traffic(&base0, &base1);
-
-    let spec = Spec {
-        binary: config.binary.clone(),
-        hub_kubeconfig: fleet.hub().kubeconfig_path().to_path_buf(),
+    Ok(Setup {
+        servers,
+        fleet,
+        hub,
+        server_clients,
+        substrate_s,
+        names,
         kubeconfig_dir,
-        log_dir: fleet.scratch_dir().to_path_buf(),
-        shard: (config.replicas > 1).then(|| Sharding {
-            lease_namespace: "default".into(),
-            lease_prefix: "fleetnet-hub".into(),
-        }),
-        args: config.budget_args.clone(),
-        rust_log: "warn,fleetnet_hub::fleet=info".into(),
-    };
-    let started = Instant::now();
+        setup_s,
+        expected,
+    })
+}
+
+/// Starts `config.replicas` replicas of `spec`.
+fn start_replicas(config: &Config, spec: &Spec) -> anyhow::Result<Vec<Replica>> {
     let mut replicas = vec![];
     for i in 0..config.replicas {
         replicas.push(spec.start(&format!("replica-{i}"))?);
@@ -542,8 +566,54 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         },
         spec.log_dir.display()
     ));
+    Ok(replicas)
+}
 
-    // Convergence.
+/// How far the convergence is: ISEs on the hub, names ready, per replica.
+fn progress(
+    started: Instant,
+    seen: &Mutex<Seen>,
+    expected: &[(String, String)],
+    ready_sets: &[HashSet<String>],
+    names: &[String],
+) -> String {
+    let present = {
+        let s = lock(seen);
+        expected.iter().filter(|k| s.present.contains(*k)).count()
+    };
+    let ready: HashSet<&String> = ready_sets.iter().flatten().collect();
+    format!(
+        "{:.0?}: {present}/{} ISEs, {}/{} names ready (per replica {:?})",
+        started.elapsed(),
+        expected.len(),
+        ready.len(),
+        names.len(),
+        ready_sets.iter().map(HashSet::len).collect::<Vec<_>>()
+    )
+}
+
+/// What [`converge`] saw, from the replicas' start: when every ISE was on the hub, every name
+/// ready, the names settled; and the names each replica runs.
+struct Converged {
+    convergence: Duration,
+    members_ready: Option<Duration>,
+    settled: Option<Duration>,
+    ready_sets: Vec<HashSet<String>>,
+    /// The most names ready at once.
+    ready_max: usize,
+}
+
+/// Waits for the cold start to converge: every ISE on the hub and every name owned by
+/// exactly one replica for [`SETTLE`] (or [`READY_GRACE`] after the ISEs); fails when a
+/// replica dies or at `config.timeout` after `started`.
+async fn converge(
+    config: &Config,
+    replicas: &mut [Replica],
+    seen: &Mutex<Seen>,
+    expected: &[(String, String)],
+    names: &[String],
+    started: Instant,
+) -> anyhow::Result<Converged> {
     let deadline = started + config.timeout;
     let mut ises_at = None;
     let mut ready_at = None;
@@ -553,13 +623,13 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
     let mut settled_at = None;
     let mut last_say = Instant::now();
     loop {
-        for r in &mut replicas {
+        for r in replicas.iter_mut() {
             r.check_alive()?;
         }
         if ises_at.is_none() {
-            ises_at = lock(&seen).all_present(&expected);
+            ises_at = lock(seen).all_present(expected);
         }
-        let now_sets = ready_by_replica(&replicas).await;
+        let now_sets = ready_by_replica(replicas).await;
         if now_sets != ready_sets {
             changed_at = Instant::now();
             ready_sets = now_sets;
@@ -584,19 +654,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
             _ => {}
         }
         if last_say.elapsed() > Duration::from_secs(10) || Instant::now() > deadline {
-            let present = {
-                let s = lock(&seen);
-                expected.iter().filter(|k| s.present.contains(*k)).count()
-            };
-            let ready: HashSet<&String> = ready_sets.iter().flatten().collect();
-            let line = format!(
-                "{:.0?}: {present}/{} ISEs, {}/{} names ready (per replica {:?})",
-                started.elapsed(),
-                expected.len(),
-                ready.len(),
-                names.len(),
-                ready_sets.iter().map(HashSet::len).collect::<Vec<_>>()
-            );
+            let line = progress(started, seen, expected, &ready_sets, names);
             if Instant::now() > deadline {
                 bail!("not converged after {:?}: {line}", config.timeout);
             }
@@ -613,19 +671,24 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         "converged: all {} ISEs after {convergence:.1?} (bound {bound:.1?}), every name ready after {members_ready:.1?}, settled after {settled:.1?}",
         expected.len()
     ));
+    Ok(Converged {
+        convergence,
+        members_ready,
+        settled,
+        ready_sets,
+        ready_max,
+    })
+}
 
-    // The quiet window.
-    say(format!("quiet window: {:?}", config.quiet));
-    let q0 = snapshot(&hub, &server_clients, &replicas).await?;
-    tokio::time::sleep(config.quiet).await;
-    for r in &mut replicas {
-        r.check_alive()?;
-    }
-    let q1 = snapshot(&hub, &server_clients, &replicas).await?;
-    let quiet = traffic(&q0, &q1);
-    let cold = traffic(&base1, &q0);
+/// Each replica's figures over the quiet window from `q0` to `q1`.
+fn replica_figures(
+    replicas: &[Replica],
+    ready_sets: &[HashSet<String>],
+    q0: &Snapshot,
+    q1: &Snapshot,
+) -> Vec<ReplicaFigures> {
     let window = q1.at.duration_since(q0.at).as_secs_f64().max(1e-9);
-    let replica_figures: Vec<ReplicaFigures> = replicas
+    replicas
         .iter()
         .enumerate()
         .map(|(i, r)| ReplicaFigures {
@@ -639,107 +702,48 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
             allocated_after_quiet_kib: q1.allocator[i].0.map(|b| b / 1024),
             resident_after_quiet_kib: q1.allocator[i].1.map(|b| b / 1024),
         })
+        .collect()
+}
+
+/// The churn, when `config` asks for one: `churn.rate` Service port changes per second over
+/// every member apiserver.
+async fn run_churn(config: &Config, setup: &Setup) -> anyhow::Result<Option<ChurnReport>> {
+    let Some(churn) = config.churn else {
+        return Ok(None);
+    };
+    let (hub, fleet, names) = (&setup.hub, &setup.fleet, &setup.names);
+    say(format!(
+        "churn: {} Service port changes/s for {:?}",
+        churn.rate, churn.duration
+    ));
+    let k = config.member_servers;
+    let names_of: Vec<Vec<usize>> = (0..k)
+        .map(|server| {
+            (0..names.len())
+                .filter(|&i| server_of(i, k) == server)
+                .collect()
+        })
         .collect();
-    let per_member = |rss: &[u64]| rss.iter().sum::<u64>() as f64 / names.len() as f64;
-
-    let churn = match config.churn {
-        Some(churn) => {
-            say(format!(
-                "churn: {} Service port changes/s for {:?}",
-                churn.rate, churn.duration
-            ));
-            let k = config.member_servers;
-            let names_of: Vec<Vec<usize>> = (0..k)
-                .map(|server| {
-                    (0..names.len())
-                        .filter(|&i| server_of(i, k) == server)
-                        .collect()
-                })
-                .collect();
-            let services: Vec<String> = (0..config.exports).map(export_name).collect();
-            let report = churn_over_servers(
-                &hub,
-                &fleet,
-                &server_clients,
-                &names,
-                &names_of,
-                &services,
-                churn,
-            )
-            .await?;
-            say(format!(
-                "churn: {} changes, {} of {} (change, name) latencies seen, p50 / p99 {:?} / {:?} ms",
-                report.changes,
-                report.reflected,
-                report.awaited,
-                report.quantile_ms(0.5),
-                report.quantile_ms(0.99)
-            ));
-            Some(report)
-        }
-        None => None,
-    };
-
-    let failover = if config.failover && replicas.len() > 1 {
-        Some(
-            failover(
-                config,
-                &fleet,
-                &seen,
-                &mut replicas,
-                &names,
-                &server_clients,
-                &servers,
-            )
-            .await?,
-        )
-    } else {
-        None
-    };
-
-    let end = scrape_every_resource(std::slice::from_ref(&hub)).await?;
-    let ise_deletes = end
-        .requests_since(&base1.hub)
-        .iter()
-        .filter(|w| w.resource == "internalserviceexports" && w.verb == "DELETE")
-        .map(|w| w.count)
-        .sum();
-    drop(replicas);
-
-    Ok(Report {
-        members: config.members,
-        member_servers: config.member_servers,
-        exports_per_member: config.exports,
-        ises: expected.len(),
-        replicas: config.replicas,
-        sharded: spec.shard.is_some(),
-        hub_qps: config.hub_limits.qps,
-        hub_burst: config.hub_limits.burst,
-        kube_qps: config.member_limits.qps,
-        kube_burst: config.member_limits.burst,
-        substrate_s: substrate_s.as_secs_f64(),
-        setup_s: setup_s.as_secs_f64(),
-        convergence_s: convergence.as_secs_f64(),
-        members_ready_s: members_ready.as_ref().map(Duration::as_secs_f64),
-        members_ready_max: ready_max,
-        settled_s: settled.as_ref().map(Duration::as_secs_f64),
-        budget_bound_s: bound.as_secs_f64(),
-        bound_ratio: (!bound.is_zero()).then(|| convergence.as_secs_f64() / bound.as_secs_f64()),
-        handoffs_before_quiet: q0.handoffs.iter().sum(),
-        handoffs_quiet: replica_figures.iter().map(|r| r.handoffs_quiet).sum(),
-        rss_per_member_converged_kib: per_member(&q0.rss),
-        rss_per_member_after_quiet_kib: per_member(&q1.rss),
-        replica_idle_kib,
-        rss_per_member_marginal_kib: replica_idle_kib
-            .map(|idle| marginal_per_member(&q1.rss, idle, names.len())),
-        replica: replica_figures,
-        baseline,
-        cold,
-        quiet,
-        failover,
+    let services: Vec<String> = (0..config.exports).map(export_name).collect();
+    let report = churn_over_servers(
+        hub,
+        fleet,
+        &setup.server_clients,
+        names,
+        &names_of,
+        &services,
         churn,
-        ise_deletes,
-    })
+    )
+    .await?;
+    say(format!(
+        "churn: {} changes, {} of {} (change, name) latencies seen, p50 / p99 {:?} / {:?} ms",
+        report.changes,
+        report.reflected,
+        report.awaited,
+        report.quantile_ms(0.5),
+        report.quantile_ms(0.99)
+    ));
+    Ok(Some(report))
 }
 
 /// One kubeconfig file (a copy of its apiserver's) and one hub namespace per name; returns the
@@ -780,18 +784,7 @@ async fn failover(
     server_clients: &[kube::Client],
     servers: &[String],
 ) -> anyhow::Result<Failover> {
-    let running = futures::future::try_join_all(replicas.iter().map(Replica::members)).await?;
-    let victim = (0..replicas.len())
-        .max_by_key(|i| running[*i].len())
-        .unwrap_or(0);
-    let index: HashMap<&String, usize> = names.iter().enumerate().map(|(i, n)| (n, i)).collect();
-    let mut orphans: Vec<String> = running[victim].keys().cloned().collect();
-    orphans.sort_by_key(|n| index.get(n).copied().unwrap_or(usize::MAX));
-    let first = orphans
-        .first()
-        .cloned()
-        .context("the busiest replica runs no member")?;
-    let k = server_of(index[&first], servers.len());
+    let (victim, orphans, first, k) = busiest(replicas, names, servers.len()).await?;
     let killed_replica = replicas.remove(victim);
     let killed_name = killed_replica.name.clone();
     let hub = fleet.hub().client().await?;
@@ -812,61 +805,16 @@ async fn failover(
     ));
     let probe_ise = format!("{NAMESPACE}-{PROBE}");
     let key = |n: &str| (fleet.hub_namespace(n), probe_ise.clone());
-    let on_k: Vec<&String> = names
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| server_of(*i, servers.len()) == k)
-        .map(|(_, n)| n)
-        .collect();
-    let orphan_set: HashSet<&String> = orphans.iter().collect();
-    let (probe_orphans, probe_others): (Vec<&String>, Vec<&String>) =
-        on_k.into_iter().partition(|n| orphan_set.contains(n));
-
-    let mut taken: BTreeMap<String, Duration> = BTreeMap::new();
-    let mut leases_taken: Option<Duration> = None;
-    let complete = loop {
-        for r in replicas.iter_mut() {
-            r.check_alive()?;
-        }
-        if leases_taken.is_none() {
-            let now = shard_holders(&hub).await?;
-            let all = shards_held
-                .iter()
-                .all(|s| now.get(s).is_some_and(|h| !h.is_empty() && !its_own(h)));
-            if all {
-                leases_taken = Some(killed.elapsed());
-            }
-        }
-        let ready = ready_by_replica(replicas).await;
-        let elapsed = killed.elapsed();
-        for o in &orphans {
-            if !taken.contains_key(o) && ready.iter().any(|set| set.contains(o)) {
-                taken.insert(o.clone(), elapsed);
-            }
-        }
-        let exported = {
-            let s = lock(seen);
-            probe_orphans
-                .iter()
-                .filter(|n| s.present.contains(&key(n.as_str())))
-                .count()
-        };
-        if taken.len() == orphans.len() && exported == probe_orphans.len() && leases_taken.is_some()
-        {
-            break true;
-        }
-        if elapsed > config.failover_timeout {
-            say(format!(
-                "failover incomplete after {:?}: {}/{} orphans ready elsewhere, probe ISE for {exported}/{} orphans",
-                config.failover_timeout,
-                taken.len(),
-                orphans.len(),
-                probe_orphans.len()
-            ));
-            break false;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+    let (probe_orphans, probe_others) = probe_groups(names, servers.len(), k, &orphans);
+    let watched = Takeover {
+        killed,
+        killed_name: &killed_name,
+        shards_held: &shards_held,
+        orphans: &orphans,
+        probe_keys: probe_orphans.iter().map(|n| key(n)).collect(),
     };
+    let (taken, leases_taken, complete) =
+        await_takeover(config, replicas, &hub, seen, &watched).await?;
     // The control group had its owner all along: a moment more for the last of them.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let since_kill = |names: &[&String]| -> Vec<f64> {
@@ -898,6 +846,125 @@ async fn failover(
         probe_others_s: since_kill(&probe_others),
         probe_others: probe_others.len(),
     })
+}
+
+/// The replica running the most members: its index, its members (in name order), the first
+/// of them and the apiserver serving it (of `servers`).
+async fn busiest(
+    replicas: &[Replica],
+    names: &[String],
+    servers: usize,
+) -> anyhow::Result<(usize, Vec<String>, String, usize)> {
+    let running = futures::future::try_join_all(replicas.iter().map(Replica::members)).await?;
+    let victim = (0..replicas.len())
+        .max_by_key(|i| running[*i].len())
+        .unwrap_or(0);
+    let index: HashMap<&String, usize> = names.iter().enumerate().map(|(i, n)| (n, i)).collect();
+    let mut orphans: Vec<String> = running[victim].keys().cloned().collect();
+    orphans.sort_by_key(|n| index.get(n).copied().unwrap_or(usize::MAX));
+    let first = orphans
+        .first()
+        .cloned()
+        .context("the busiest replica runs no member")?;
+    let k = server_of(index[&first], servers);
+    Ok((victim, orphans, first, k))
+}
+
+/// The names of apiserver `k` (of `servers`): those among `orphans`, and the others (the
+/// control group, which kept their replica).
+fn probe_groups<'a>(
+    names: &'a [String],
+    servers: usize,
+    k: usize,
+    orphans: &[String],
+) -> (Vec<&'a String>, Vec<&'a String>) {
+    let on_k: Vec<&String> = names
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| server_of(*i, servers) == k)
+        .map(|(_, n)| n)
+        .collect();
+    let orphan_set: HashSet<&String> = orphans.iter().collect();
+    on_k.into_iter().partition(|n| orphan_set.contains(n))
+}
+
+/// What the failover waits for after the kill: the killed replica's shard Leases held by a
+/// survivor, its members ready elsewhere, the probe's ISE for its members of the probe's
+/// apiserver.
+struct Takeover<'a> {
+    killed: Instant,
+    killed_name: &'a str,
+    shards_held: &'a [String],
+    orphans: &'a [String],
+    /// (hub namespace, probe ISE) of the orphans on the probe's apiserver.
+    probe_keys: Vec<(String, String)>,
+}
+
+impl Takeover<'_> {
+    /// A holder identity of the killed replica.
+    fn its_own(&self, holder: &str) -> bool {
+        holder.starts_with(&format!("{}_", self.killed_name))
+    }
+}
+
+/// Waits until `w` is done or `config.failover_timeout` is over: when each orphan was ready
+/// elsewhere, when the Leases were taken, and whether everything was done in time.
+async fn await_takeover(
+    config: &Config,
+    replicas: &mut [Replica],
+    hub: &kube::Client,
+    seen: &Mutex<Seen>,
+    w: &Takeover<'_>,
+) -> anyhow::Result<(BTreeMap<String, Duration>, Option<Duration>, bool)> {
+    let mut taken: BTreeMap<String, Duration> = BTreeMap::new();
+    let mut leases_taken: Option<Duration> = None;
+    let complete = loop {
+        for r in replicas.iter_mut() {
+            r.check_alive()?;
+        }
+        if leases_taken.is_none() {
+            let now = shard_holders(hub).await?;
+            let all = w
+                .shards_held
+                .iter()
+                .all(|s| now.get(s).is_some_and(|h| !h.is_empty() && !w.its_own(h)));
+            if all {
+                leases_taken = Some(w.killed.elapsed());
+            }
+        }
+        let ready = ready_by_replica(replicas).await;
+        let elapsed = w.killed.elapsed();
+        for o in w.orphans {
+            if !taken.contains_key(o) && ready.iter().any(|set| set.contains(o)) {
+                taken.insert(o.clone(), elapsed);
+            }
+        }
+        let exported = {
+            let s = lock(seen);
+            w.probe_keys
+                .iter()
+                .filter(|k| s.present.contains(*k))
+                .count()
+        };
+        if taken.len() == w.orphans.len()
+            && exported == w.probe_keys.len()
+            && leases_taken.is_some()
+        {
+            break true;
+        }
+        if elapsed > config.failover_timeout {
+            say(format!(
+                "failover incomplete after {:?}: {}/{} orphans ready elsewhere, probe ISE for {exported}/{} orphans",
+                config.failover_timeout,
+                taken.len(),
+                w.orphans.len(),
+                w.probe_keys.len()
+            ));
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    Ok((taken, leases_taken, complete))
 }
 
 /// Shard Lease name → its holder (empty when released), of the replicas' Leases.
@@ -932,182 +999,6 @@ pub fn owned_once(sets: &[HashSet<String>], members: usize) -> bool {
 pub fn marginal_per_member(rss: &[u64], idle: u64, members: usize) -> f64 {
     let total = rss.iter().sum::<u64>() as f64;
     (total - (idle as f64) * rss.len() as f64) / members.max(1) as f64
-}
-
-fn durations(secs: &[f64]) -> Vec<Duration> {
-    secs.iter().map(|s| Duration::from_secs_f64(*s)).collect()
-}
-
-/// A latency in milliseconds, or `-` when there is none.
-pub fn ms(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.1} ms"))
-}
-
-fn mib(kib: f64) -> String {
-    format!("{:.1} MiB", kib / 1024.0)
-}
-
-/// The report as markdown tables.
-pub fn markdown(r: &Report) -> String {
-    let mut out = format!(
-        "### Fleet size: {members} member names on {servers} apiservers, {exports} exports each ({ises} ISEs), {replicas} replica{s}{sharded}\n\n\
-         | figure | value |\n|---|---|\n\
-         | substrate up (hub + {servers} apiservers); setup (namespaces, kubeconfigs, exports) | {substrate} ; {setup} |\n\
-         | replicas start → all {ises} ISEs on the hub | {convergence} |\n\
-         | replicas start → every name ready on a replica (`/members`) | {ready} |\n\
-         | replicas start → ownership settled (each name ready on exactly one replica; last change before {settle} without one) | {settled} |\n\
-         | budget bound ({share} members × ({exports} + 2) hub requests, {qps} qps / {burst} burst per replica) ; ratio | {bound} ; {ratio} |\n\
-         | RSS per member (Σ replicas / {members}): at convergence / after the quiet window | {rss0} / {rss1} |\n\
-         | RSS per member less the replicas' own ((Σ − {replicas} × {idle} idle) / {members}), after the quiet window | {marginal} |\n\
-         | quiet window | {window} |\n\
-         | hub requests/s in the quiet window (substrate alone) | {hub:.1} ({hub0:.1}) |\n\
-         | member apiserver requests/s, all {servers} (substrate alone) | {mem:.1} ({mem0:.1}) |\n\
-         | hand-offs in the quiet window (before it) | {handoffs} ({handoffs0}) |\n\
-         | ISE DELETEs on the hub, whole run | {deletes} |\n",
-        members = r.members,
-        servers = r.member_servers,
-        exports = r.exports_per_member,
-        ises = r.ises,
-        replicas = r.replicas,
-        s = if r.replicas == 1 { "" } else { "s" },
-        sharded = if r.sharded { " (--shard-members)" } else { "" },
-        substrate = secs(Duration::from_secs_f64(r.substrate_s)),
-        setup = secs(Duration::from_secs_f64(r.setup_s)),
-        convergence = secs(Duration::from_secs_f64(r.convergence_s)),
-        ready = match r.members_ready_s {
-            Some(t) => secs(Duration::from_secs_f64(t)),
-            None => format!(
-                "not within {} of the ISEs (at most {}/{} at once)",
-                secs(READY_GRACE),
-                r.members_ready_max,
-                r.members
-            ),
-        },
-        settle = secs(SETTLE),
-        settled = match r.settled_s {
-            Some(t) => secs(Duration::from_secs_f64(t)),
-            None => format!("not within {} of the ISEs", secs(READY_GRACE)),
-        },
-        share = r.members.div_ceil(r.replicas.max(1)),
-        qps = r.hub_qps,
-        burst = r.hub_burst,
-        bound = secs(Duration::from_secs_f64(r.budget_bound_s)),
-        ratio = r
-            .bound_ratio
-            .map_or("- (within the burst)".into(), |x| format!("{x:.2}")),
-        rss0 = mib(r.rss_per_member_converged_kib),
-        rss1 = mib(r.rss_per_member_after_quiet_kib),
-        idle = r.replica_idle_kib.map_or("?".into(), |k| mib(k as f64)),
-        marginal = r.rss_per_member_marginal_kib.map_or("-".into(), mib),
-        window = secs(Duration::from_secs_f64(r.quiet.window_s)),
-        hub = r.quiet.hub_per_s,
-        hub0 = r.baseline.hub_per_s,
-        mem = r.quiet.members_per_s,
-        mem0 = r.baseline.members_per_s,
-        handoffs = r.handoffs_quiet,
-        handoffs0 = r.handoffs_before_quiet,
-        deletes = if r.ise_deletes == 0 {
-            "0 ✓".to_string()
-        } else {
-            format!("{} ✗", r.ise_deletes)
-        },
-    );
-    if let Some(c) = &r.churn {
-        out += &format!(
-            "| churn after the quiet window: {rate} Service changes/s for {duration}, each awaited in the ISE of every name of its apiserver: p50 / p99 / max ({seen} of {awaited} seen) | {p50} / {p99} / {max} |\n",
-            rate = c.rate,
-            duration = secs(Duration::from_secs_f64(c.duration_s)),
-            seen = c.reflected,
-            awaited = c.awaited,
-            p50 = ms(c.quantile_ms(0.5)),
-            p99 = ms(c.quantile_ms(0.99)),
-            max = ms(c.quantile_ms(1.0)),
-        );
-    }
-    if let Some(f) = &r.failover {
-        out += &format!(
-            "| failover: kill -9 of {killed}, running {orphaned} members | |\n\
-             | kill → every shard Lease it held ({shards}) held by a survivor | {leases} |\n\
-             | kill → every orphan ready on a surviving replica, p50 / max (orphans ready elsewhere{within}) | {takeover} ({taken}/{orphaned}) |\n\
-             | kill → probe export's ISE for {member} (on {server}) | {probe} |\n\
-             | kill → probe ISE for the {n} orphans of {server}, p50 / max (seen) | {orphans} ({seen}/{n}) |\n\
-             | kill → probe ISE for the {others} names of {server} that kept their replica, p50 / max | {control} |\n",
-            killed = f.killed,
-            orphaned = f.orphaned,
-            shards = f.shards_held,
-            leases = match f.leases_taken_s {
-                Some(s) => secs(Duration::from_secs_f64(s)),
-                None => "not within the timeout".to_string(),
-            },
-            takeover = p50_max(&durations(&f.takeover_s)),
-            taken = f.takeover_s.len(),
-            within = if f.complete {
-                String::new()
-            } else {
-                format!(
-                    " within {}: INCOMPLETE",
-                    secs(Duration::from_secs_f64(f.timeout_s))
-                )
-            },
-            seen = f.probe_orphans_s.len(),
-            member = f.probe_member,
-            server = f.probe_server,
-            probe = if f.probe_ise_s.is_nan() {
-                "not seen".to_string()
-            } else {
-                secs(Duration::from_secs_f64(f.probe_ise_s))
-            },
-            n = f.probe_orphans,
-            orphans = p50_max(&durations(&f.probe_orphans_s)),
-            others = f.probe_others,
-            control = p50_max(&durations(&f.probe_others_s)),
-        );
-    }
-    out += "\n| replica | members ready at convergence | RSS at convergence | RSS after quiet | allocator after quiet: live / held | CPU s start → convergence | CPU s/s in quiet | hand-offs in quiet |\n|---|---|---|---|---|---|---|---|\n";
-    for p in &r.replica {
-        let kib = |k: Option<u64>| k.map_or("?".into(), |k| mib(k as f64));
-        out += &format!(
-            "| {} | {} | {} | {} | {} / {} | {:.1} | {:.3} | {} |\n",
-            p.name,
-            p.members_ready,
-            mib(p.rss_converged_kib as f64),
-            mib(p.rss_after_quiet_kib as f64),
-            kib(p.allocated_after_quiet_kib),
-            kib(p.resident_after_quiet_kib),
-            p.cpu_to_converged_s,
-            p.cpu_per_s_quiet,
-            p.handoffs_quiet
-        );
-    }
-    out += "\n| apiserver | resource | verb | requests/s in the quiet window | substrate alone |\n|---|---|---|---|---|\n";
-    for (kind, quiet, base) in [
-        ("hub", &r.quiet.hub, &r.baseline.hub),
-        ("members (all)", &r.quiet.members, &r.baseline.members),
-    ] {
-        for q in quiet.iter().take(TOP) {
-            let b = base
-                .iter()
-                .find(|b| b.resource == q.resource && b.verb == q.verb)
-                .map_or(0.0, |b| b.per_s);
-            out += &format!(
-                "| {kind} | {} | {} | {:.2} | {:.2} |\n",
-                q.resource, q.verb, q.per_s, b
-            );
-        }
-    }
-    out += &format!(
-        "\n| apiserver | resource | verb | requests in the cold start (replicas start → quiet window, {}) | of which 409 |\n|---|---|---|---|---|\n",
-        secs(Duration::from_secs_f64(r.cold.window_s))
-    );
-    for (kind, cold) in [("hub", &r.cold.hub), ("members (all)", &r.cold.members)] {
-        for c in cold.iter().take(TOP) {
-            out += &format!(
-                "| {kind} | {} | {} | {} | {} |\n",
-                c.resource, c.verb, c.count, c.conflicts
-            );
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -151,18 +151,7 @@ async fn one_run(
     seen: &Seen,
     label: &str,
 ) -> anyhow::Result<Run> {
-    let dir = fleet.scratch_dir().join(format!("kubeconfigs-{label}"));
-    std::fs::create_dir_all(&dir)?;
-    for (i, name) in names.iter().enumerate() {
-        let server = fleet.member(&servers[i % servers.len()]);
-        std::fs::copy(server.kubeconfig_path(), dir.join(format!("{name}.yaml")))?;
-    }
-    if let Some(h) = hostile {
-        std::fs::write(
-            dir.join("hostile.yaml"),
-            h.kubeconfig("hostile", "bench-token"),
-        )?;
-    }
+    let dir = kubeconfig_dir(fleet, servers, names, hostile, label)?;
     let spec = Spec {
         binary: config.binary.clone(),
         hub_kubeconfig: fleet.hub().kubeconfig_path().to_path_buf(),
@@ -196,30 +185,11 @@ async fn one_run(
             .filter(|(i, _)| i % servers.len() == k)
             .map(|(_, n)| (fleet.hub_namespace(n), ise.clone()))
             .collect();
-        let deadline = created + config.timeout;
-        loop {
-            replica.check_alive()?;
-            let done: Vec<Instant> = {
-                let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-                expected
-                    .iter()
-                    .filter_map(|key| seen.get(key).copied())
-                    .collect()
-            };
-            if done.len() == expected.len() {
-                if p > 0 {
-                    latencies.extend(done.iter().map(|t| t.saturating_duration_since(created)));
-                }
-                break;
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "{label}: probe {name}: {} of {} ISEs within {:?}",
-                done.len(),
-                expected.len(),
-                config.timeout
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let what = (label, name.as_str());
+        let done =
+            await_probe(&mut replica, seen, &expected, created, what, config.timeout).await?;
+        if p > 0 {
+            latencies.extend(done.iter().map(|t| t.saturating_duration_since(created)));
         }
         // One probe a second, whatever the last one took.
         tokio::time::sleep(Duration::from_secs(1).saturating_sub(created.elapsed())).await;
@@ -248,6 +218,64 @@ async fn one_run(
     };
     say(format!("{label}: {run:?}"));
     Ok(run)
+}
+
+/// The replica's kubeconfig directory for run `label`: a copy of its apiserver's kubeconfig
+/// per name, and the hostile member's when there is one.
+fn kubeconfig_dir(
+    fleet: &Fleet,
+    servers: &[String],
+    names: &[String],
+    hostile: Option<&kit::HostileMember>,
+    label: &str,
+) -> anyhow::Result<PathBuf> {
+    let dir = fleet.scratch_dir().join(format!("kubeconfigs-{label}"));
+    std::fs::create_dir_all(&dir)?;
+    for (i, name) in names.iter().enumerate() {
+        let server = fleet.member(&servers[i % servers.len()]);
+        std::fs::copy(server.kubeconfig_path(), dir.join(format!("{name}.yaml")))?;
+    }
+    if let Some(h) = hostile {
+        std::fs::write(
+            dir.join("hostile.yaml"),
+            h.kubeconfig("hostile", "bench-token"),
+        )?;
+    }
+    Ok(dir)
+}
+
+/// Waits until the hub has every ISE of `expected`, those of the probe `what` (run label,
+/// probe name) created at `created`; returns when each was first seen.
+async fn await_probe(
+    replica: &mut Replica,
+    seen: &Seen,
+    expected: &[(String, String)],
+    created: Instant,
+    (label, name): (&str, &str),
+    timeout: Duration,
+) -> anyhow::Result<Vec<Instant>> {
+    let deadline = created + timeout;
+    loop {
+        replica.check_alive()?;
+        let done: Vec<Instant> = {
+            let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+            expected
+                .iter()
+                .filter_map(|key| seen.get(key).copied())
+                .collect()
+        };
+        if done.len() == expected.len() {
+            return Ok(done);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{label}: probe {name}: {} of {} ISEs within {:?}",
+            done.len(),
+            expected.len(),
+            timeout
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Until every name in `names` shows `ready` on the replica's `/members`.

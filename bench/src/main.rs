@@ -15,6 +15,7 @@
 
 mod failover;
 mod fleet_size;
+mod fleet_size_report;
 mod hostile;
 mod replicas;
 mod slices_bench;
@@ -239,136 +240,25 @@ async fn sweep(cli: &Cli) -> Result<Vec<Report>, String> {
 
 async fn main_inner(cli: Cli) -> Result<(), String> {
     if cli.hostile {
-        let config = hostile::Config {
-            members: cli.members,
-            member_servers: cli.member_servers,
-            probes: cli.exports,
-            budget_args: cli.budgets.to_args(),
-            binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
-            timeout: seconds("converge-timeout", cli.converge_timeout)?,
-        };
-        let report = hostile::run(&config).await.map_err(|e| format!("{e:#}"))?;
-        println!("{}", hostile::markdown(&report));
-        return write_json(cli.json.as_deref(), &report);
+        return run_hostile(&cli).await;
     }
     if cli.failover {
-        let config = failover::Config {
-            members: cli.members,
-            replicas: cli.replicas,
-            exports: cli.exports,
-            binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
-            timeout: seconds("converge-timeout", cli.converge_timeout)?,
-        };
-        let report = failover::run(&config).await.map_err(|e| format!("{e:#}"))?;
-        println!("{}", failover::markdown(&report));
-        return Ok(());
+        return run_failover(&cli).await;
     }
     if cli.endpoint_slices {
-        let config = slices_bench::SlicesConfig {
-            members: cli.members,
-            services: cli.exports,
-            endpoints: cli.endpoints,
-            rate: cli.churn.unwrap_or(10.0),
-            duration: seconds("duration", cli.duration)?,
-            budget_args: cli.budgets.to_args(),
-            binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
-            timeout: seconds("converge-timeout", cli.converge_timeout)?,
-        };
-        let report = slices_bench::run_slices(&config)
-            .await
-            .map_err(|e| format!("{e:#}"))?;
-        println!("{}", slices_bench::slices_markdown(&report));
-        return write_json(cli.json.as_deref(), &report);
+        return run_endpoint_slices(&cli).await;
     }
     if cli.soak {
-        let config = soak::Config {
-            duration: seconds("duration", cli.duration)?,
-            member_servers: cli.member_servers,
-            base_members: cli.members,
-            pool: cli.pool,
-            exports: cli.exports,
-            member_every: seconds("member-every", cli.member_every)?,
-            export_every: seconds("export-every", cli.export_every)?,
-            restart_every: seconds("restart-every", cli.restart_every)?,
-            budget_args: cli.budgets.to_args(),
-            binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
-        };
-        let report = soak::run(&config).await.map_err(|e| format!("{e:#}"))?;
-        println!("{}", soak::markdown(&report));
-        write_json(cli.json.as_deref(), &report)?;
-        if !soak::returned(&report) {
-            return Err("the soak's end is not back at its start (see the last line)".into());
-        }
-        return Ok(());
+        return run_soak(&cli).await;
     }
     if cli.table {
-        let template = fleet_size::Config {
-            members: 0,
-            member_servers: 0,
-            exports: 0,
-            replicas: 1,
-            hub_limits: cli.budgets.hub(),
-            member_limits: cli.budgets.member(),
-            budget_args: cli.budgets.to_args(),
-            quiet: seconds("quiet", cli.quiet)?,
-            failover: false,
-            binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
-            timeout: seconds("converge-timeout", cli.converge_timeout)?,
-            failover_timeout: Duration::ZERO,
-            churn: None,
-        };
-        let rows = table::run(&template).await.map_err(|e| format!("{e:#}"))?;
-        for row in &rows {
-            println!("{}", fleet_size::markdown(&row.report));
-        }
-        println!("{}", table::markdown(&rows));
-        return write_json(cli.json.as_deref(), &rows);
+        return run_table(&cli).await;
     }
     if cli.fleet_size {
-        let config = fleet_size::Config {
-            members: cli.members,
-            member_servers: cli.member_servers,
-            exports: cli.exports,
-            replicas: cli.replicas,
-            hub_limits: cli.budgets.hub(),
-            member_limits: cli.budgets.member(),
-            budget_args: cli.budgets.to_args(),
-            quiet: seconds("quiet", cli.quiet)?,
-            failover: !cli.no_failover,
-            binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
-            timeout: seconds("converge-timeout", cli.converge_timeout)?,
-            failover_timeout: seconds("failover-timeout", cli.failover_timeout)?,
-            churn: cli
-                .churn
-                .map(|rate| {
-                    Ok::<_, String>(Churn {
-                        rate,
-                        duration: seconds("duration", cli.duration)?,
-                    })
-                })
-                .transpose()?,
-        };
-        let report = fleet_size::run(&config)
-            .await
-            .map_err(|e| format!("{e:#}"))?;
-        println!("{}", fleet_size::markdown(&report));
-        return write_json(cli.json.as_deref(), &report);
+        return run_fleet_size(&cli).await;
     }
     if cli.fairness {
-        let config = bench::FairnessConfig {
-            heavy_exports: cli.exports,
-            light_members: cli.members.saturating_sub(1),
-            rate: cli.churn.unwrap_or(5.0),
-            hub_limits: cli.budgets.hub(),
-            member_limits: cli.budgets.member(),
-            converge_timeout: seconds("converge-timeout", cli.converge_timeout)?,
-            progress: true,
-        };
-        let report = bench::run_fairness(&config)
-            .await
-            .map_err(|e| format!("{e:#}"))?;
-        println!("{}", bench::fairness_markdown(&report));
-        return write_json(cli.json.as_deref(), &report);
+        return run_fairness_mode(&cli).await;
     }
     let reports = if !cli.replay.is_empty() {
         let mut reports: Vec<Report> = vec![];
@@ -408,6 +298,152 @@ async fn main_inner(cli: Cli) -> Result<(), String> {
         eprintln!("[bench] wrote {}", path.display());
     }
     write_json(cli.json.as_deref(), &reports)
+}
+
+/// `--hostile`: the probes' latency with and without a hostile member.
+async fn run_hostile(cli: &Cli) -> Result<(), String> {
+    let config = hostile::Config {
+        members: cli.members,
+        member_servers: cli.member_servers,
+        probes: cli.exports,
+        budget_args: cli.budgets.to_args(),
+        binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
+        timeout: seconds("converge-timeout", cli.converge_timeout)?,
+    };
+    let report = hostile::run(&config).await.map_err(|e| format!("{e:#}"))?;
+    println!("{}", hostile::markdown(&report));
+    write_json(cli.json.as_deref(), &report)
+}
+
+/// `--failover`: how long a killed replica's members go without an owner.
+async fn run_failover(cli: &Cli) -> Result<(), String> {
+    let config = failover::Config {
+        members: cli.members,
+        replicas: cli.replicas,
+        exports: cli.exports,
+        binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
+        timeout: seconds("converge-timeout", cli.converge_timeout)?,
+    };
+    let report = failover::run(&config).await.map_err(|e| format!("{e:#}"))?;
+    println!("{}", failover::markdown(&report));
+    Ok(())
+}
+
+/// `--endpoint-slices`: the EndpointSlice exporter's cold start and churn.
+async fn run_endpoint_slices(cli: &Cli) -> Result<(), String> {
+    let config = slices_bench::SlicesConfig {
+        members: cli.members,
+        services: cli.exports,
+        endpoints: cli.endpoints,
+        rate: cli.churn.unwrap_or(10.0),
+        duration: seconds("duration", cli.duration)?,
+        budget_args: cli.budgets.to_args(),
+        binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
+        timeout: seconds("converge-timeout", cli.converge_timeout)?,
+    };
+    let report = slices_bench::run_slices(&config)
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    println!("{}", slices_bench::slices_markdown(&report));
+    write_json(cli.json.as_deref(), &report)
+}
+
+/// `--soak`: members and exports coming and going for a long time; fails when the end is not back at the start.
+async fn run_soak(cli: &Cli) -> Result<(), String> {
+    let config = soak::Config {
+        duration: seconds("duration", cli.duration)?,
+        member_servers: cli.member_servers,
+        base_members: cli.members,
+        pool: cli.pool,
+        exports: cli.exports,
+        member_every: seconds("member-every", cli.member_every)?,
+        export_every: seconds("export-every", cli.export_every)?,
+        restart_every: seconds("restart-every", cli.restart_every)?,
+        budget_args: cli.budgets.to_args(),
+        binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
+    };
+    let report = soak::run(&config).await.map_err(|e| format!("{e:#}"))?;
+    println!("{}", soak::markdown(&report));
+    write_json(cli.json.as_deref(), &report)?;
+    if !soak::returned(&report) {
+        return Err("the soak's end is not back at its start (see the last line)".into());
+    }
+    Ok(())
+}
+
+/// `--table`: the fleet-size runs of the side-by-side table.
+async fn run_table(cli: &Cli) -> Result<(), String> {
+    let template = fleet_size::Config {
+        members: 0,
+        member_servers: 0,
+        exports: 0,
+        replicas: 1,
+        hub_limits: cli.budgets.hub(),
+        member_limits: cli.budgets.member(),
+        budget_args: cli.budgets.to_args(),
+        quiet: seconds("quiet", cli.quiet)?,
+        failover: false,
+        binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
+        timeout: seconds("converge-timeout", cli.converge_timeout)?,
+        failover_timeout: Duration::ZERO,
+        churn: None,
+    };
+    let rows = table::run(&template).await.map_err(|e| format!("{e:#}"))?;
+    for row in &rows {
+        println!("{}", fleet_size::markdown(&row.report));
+    }
+    println!("{}", table::markdown(&rows));
+    write_json(cli.json.as_deref(), &rows)
+}
+
+/// `--fleet-size`: replicas of the shipped binary over a large fleet.
+async fn run_fleet_size(cli: &Cli) -> Result<(), String> {
+    let config = fleet_size::Config {
+        members: cli.members,
+        member_servers: cli.member_servers,
+        exports: cli.exports,
+        replicas: cli.replicas,
+        hub_limits: cli.budgets.hub(),
+        member_limits: cli.budgets.member(),
+        budget_args: cli.budgets.to_args(),
+        quiet: seconds("quiet", cli.quiet)?,
+        failover: !cli.no_failover,
+        binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
+        timeout: seconds("converge-timeout", cli.converge_timeout)?,
+        failover_timeout: seconds("failover-timeout", cli.failover_timeout)?,
+        churn: cli
+            .churn
+            .map(|rate| {
+                Ok::<_, String>(Churn {
+                    rate,
+                    duration: seconds("duration", cli.duration)?,
+                })
+            })
+            .transpose()?,
+    };
+    let report = fleet_size::run(&config)
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    println!("{}", fleet_size::markdown(&report));
+    write_json(cli.json.as_deref(), &report)
+}
+
+/// `--fairness`: the light members' changes during a heavy member's cold start.
+async fn run_fairness_mode(cli: &Cli) -> Result<(), String> {
+    let config = bench::FairnessConfig {
+        heavy_exports: cli.exports,
+        light_members: cli.members.saturating_sub(1),
+        rate: cli.churn.unwrap_or(5.0),
+        hub_limits: cli.budgets.hub(),
+        member_limits: cli.budgets.member(),
+        converge_timeout: seconds("converge-timeout", cli.converge_timeout)?,
+        progress: true,
+    };
+    let report = bench::run_fairness(&config)
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    println!("{}", bench::fairness_markdown(&report));
+    write_json(cli.json.as_deref(), &report)
 }
 
 /// `--json`: the report(s) written as pretty JSON, when a path was given.

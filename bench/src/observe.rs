@@ -276,6 +276,41 @@ pub(crate) fn churn_targets(clients: usize, services: &[String]) -> Vec<(usize, 
         .collect()
 }
 
+/// One churn change: Service `name`'s port set to `port`, awaited under `keys`.
+struct PortChange {
+    name: String,
+    port: i32,
+    keys: Vec<(usize, String)>,
+}
+
+impl PortChange {
+    /// Sends the change; one that fails is counted in `failed` and awaited no more.
+    async fn send(
+        self,
+        services: Api<Service>,
+        observed: Observed,
+        failed: Arc<std::sync::atomic::AtomicU64>,
+    ) {
+        let PortChange { name, port, keys } = self;
+        let body = serde_json::json!({"spec": {"ports": [
+            {"name": "http", "port": port, "protocol": "TCP"}
+        ]}});
+        if let Err(e) = services
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+        {
+            tracing::warn!(error = %e, service = %name, "churn patch failed");
+            failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut state = observed.lock();
+            for key in &keys {
+                if let Some(queue) = state.pending.get_mut(key) {
+                    queue.retain(|(p, _)| *p != port);
+                }
+            }
+        }
+    }
+}
+
 /// Changes the port of `targets[k % len]`'s Service (`(client, name)`) at `churn.rate` per
 /// second for `churn.duration`, or until `stop` says so; then gives the changes 30 s to reach the
 /// hub. A change is awaited in the ISE of every member `seen_by(client)` names (one member per
@@ -320,26 +355,12 @@ pub(crate) async fn run_churn(
         drop(state);
         awaited += keys.len() as u64;
         let services: Api<Service> = Api::namespaced(members[client].clone(), NAMESPACE);
-        let observed = observed.clone();
-        let failed = failed.clone();
-        patches.push(tokio::spawn(async move {
-            let body = serde_json::json!({"spec": {"ports": [
-                {"name": "http", "port": port, "protocol": "TCP"}
-            ]}});
-            if let Err(e) = services
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
-                .await
-            {
-                tracing::warn!(error = %e, service = %name, "churn patch failed");
-                failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let mut state = observed.lock();
-                for key in &keys {
-                    if let Some(queue) = state.pending.get_mut(key) {
-                        queue.retain(|(p, _)| *p != port);
-                    }
-                }
-            }
-        }));
+        let change = PortChange { name, port, keys };
+        patches.push(tokio::spawn(change.send(
+            services,
+            observed.clone(),
+            failed.clone(),
+        )));
     }
     futures::future::join_all(patches).await;
     // Every change is given 30 s to reach the hub.

@@ -16,6 +16,18 @@ pub(crate) fn check(ok: bool) -> &'static str {
 pub fn markdown(r: &Report) -> String {
     let fresh = (r.members * r.exports) as f64;
     let mut out = String::new();
+    heading(&mut out, r);
+    convergence_rows(&mut out, r);
+    write_rows(&mut out, r, fresh);
+    rss_rows(&mut out, r);
+    cpu_rows(&mut out, r);
+    churn_rows(&mut out, r);
+    tables(&mut out, r, fresh);
+    out
+}
+
+/// The heading: the run's size and budgets, what is measured where, the table's head.
+fn heading(out: &mut String, r: &Report) {
     let _ = writeln!(
         out,
         "### {} members × {} exports\n\nBudgets: hub {} qps / {} burst (shared); each member {} qps / {} burst, its Events {} qps / {} burst; {} reconciles at once per member.\n",
@@ -38,6 +50,10 @@ pub fn markdown(r: &Report) -> String {
     );
     let _ = writeln!(out, "| figure | value | target |");
     let _ = writeln!(out, "|---|---|---|");
+}
+
+/// How long the cold start took, against the token-bucket bounds.
+fn convergence_rows(out: &mut String, r: &Report) {
     let ratio = |bound: f64| {
         if bound > 0.0 {
             r.convergence_s / bound
@@ -91,6 +107,10 @@ pub fn markdown(r: &Report) -> String {
         "| convergence ÷ that bound | {:.2} | |",
         ratio(r.budget_bound_s)
     );
+}
+
+/// Writes and Events per fresh export, 409s, and writes in the quiet period.
+fn write_rows(out: &mut String, r: &Report, fresh: f64) {
     let writes = total_excluding_events(&r.cold_writes) as f64 / fresh;
     let _ = writeln!(
         out,
@@ -131,6 +151,10 @@ pub fn markdown(r: &Report) -> String {
             check(quiet == 0)
         );
     }
+}
+
+/// The process's memory: idle, per member, at the end.
+fn rss_rows(out: &mut String, r: &Report) {
     let per_member = mib(r.rss.per_member_kib(r.members) as u64);
     let _ = writeln!(
         out,
@@ -193,6 +217,10 @@ pub fn markdown(r: &Report) -> String {
             mib(live as u64)
         );
     }
+}
+
+/// CPU time of this process, and of the machine during the cold start.
+fn cpu_rows(out: &mut String, r: &Report) {
     let _ = writeln!(
         out,
         "| CPU s: cold start / quiet / churn / whole run (of which /metrics scraping) | {:.2} / {:.2} / {:.2} / {:.2} ({:.2}) | |",
@@ -209,6 +237,10 @@ pub fn markdown(r: &Report) -> String {
             (busy - r.cpu.cold_s).max(0.0),
         );
     }
+}
+
+/// The churn's latencies and writes, when there was churn.
+fn churn_rows(out: &mut String, r: &Report) {
     if let Some(c) = &r.churn {
         let q = |x| c.quantile_ms(x).map_or("-".into(), |v| format!("{v:.0}"));
         let p99 = c.quantile_ms(0.99);
@@ -236,6 +268,10 @@ pub fn markdown(r: &Report) -> String {
             c.conflicts_409
         );
     }
+}
+
+/// The substrate's timings, then the writes by resource and verb and the controller's own requests.
+fn tables(out: &mut String, r: &Report, fresh: f64) {
     let _ = writeln!(
         out,
         "| substrate start / object creation | {:.1} s / {:.1} s | |",
@@ -281,7 +317,6 @@ pub fn markdown(r: &Report) -> String {
         "\n`verb` labels seen in the hub's apiserver_request_total: {}",
         r.verbs_seen.join(", ")
     );
-    out
 }
 
 pub(crate) fn writes_table(writes: &[WriteCount], per: f64, per_label: &str) -> String {

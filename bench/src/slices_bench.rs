@@ -30,7 +30,9 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::{Deserialize, Serialize};
 
-use crate::replicas::Spec;
+use fleetnet_testenv::Fleet;
+
+use crate::replicas::{Replica, Spec};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -135,7 +137,96 @@ pub async fn run_slices(config: &SlicesConfig) -> anyhow::Result<SlicesReport> {
     anyhow::ensure!(config.members > 0 && config.services > 0 && config.endpoints > 0);
     let names = member_names(config.members);
     let (fleet, hub, members) = substrate(&names).await?;
-    for member in &members {
+    create_exports(config, &members).await?;
+    let process = start_exporter(config, &fleet).await?;
+    settle_memory().await;
+    let rss_engaged_kib = process.rss_kib();
+
+    let ExportWatch {
+        pending,
+        latencies,
+        exported,
+        watch,
+    } = watch_exports(&hub);
+
+    let (member_before, hub_before) = slice_writes(&members, &hub).await?;
+    let created = Instant::now();
+    create_slices(config, &members).await?;
+    let total = config.members * config.services;
+    wait_exported(&exported, total, created, config.timeout).await?;
+    let cold_s = created.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (member_cold, hub_cold) = slice_writes(&members, &hub).await?;
+    // The harness created the slices: one member write each.
+    let cold_member_writes = member_cold - member_before - total as u64;
+    let cold_hub_writes = hub_cold - hub_before;
+    eprintln!("[bench] {total} slices exported in {cold_s:.2} s");
+    settle_memory().await;
+    let rss_exported_kib = process.rss_kib();
+
+    // Churn: one slice's addresses changed per tick.
+    let changes = churn(config, &fleet, &names, &members, &pending).await?;
+    let drain = Instant::now();
+    while !pending.lock().expect("lock").is_empty() && drain.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (member_churn, hub_churn) = slice_writes(&members, &hub).await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let quiet_writes = sum_writes(&members, "endpointslices").await?
+        + writes_of(&hub, "endpointsliceexports").await?
+        - member_churn
+        - hub_churn;
+    watch.abort();
+    process.kill().await?;
+    let mut latencies_ms = latencies.lock().expect("lock").clone();
+    latencies_ms.sort_by(f64::total_cmp);
+    Ok(SlicesReport {
+        members: config.members,
+        services: config.services,
+        endpoints: config.endpoints,
+        rss_engaged_kib,
+        rss_exported_kib,
+        cold_s,
+        cold_member_writes,
+        cold_hub_writes,
+        churn_rate: config.rate,
+        changes,
+        reflected: latencies_ms.len() as u64,
+        latencies_ms,
+        churn_hub_writes: hub_churn - hub_cold,
+        churn_member_writes: member_churn - member_cold - changes,
+        quiet_writes,
+    })
+}
+
+/// EndpointSlice writes the members' apiservers served and EndpointSliceExport writes the
+/// hub's served, so far.
+async fn slice_writes(members: &[kube::Client], hub: &kube::Client) -> anyhow::Result<(u64, u64)> {
+    Ok((
+        sum_writes(members, "endpointslices").await?,
+        writes_of(hub, "endpointsliceexports").await?,
+    ))
+}
+
+/// Waits until `total` slices are exported, `timeout` after `created` at most.
+async fn wait_exported(
+    exported: &Mutex<HashSet<(String, String)>>,
+    total: usize,
+    created: Instant,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    while exported.lock().expect("lock").len() < total {
+        anyhow::ensure!(created.elapsed() < timeout, "slices not all exported");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Each member's Services and their ServiceExports, every export already judged valid and
+/// without conflict (the hub's verdict the EndpointSlice exporter waits for).
+async fn create_exports(config: &SlicesConfig, members: &[kube::Client]) -> anyhow::Result<()> {
+    for member in members {
         create_pairs(member.clone(), (0..config.services).map(service_name)).await?;
         for s in 0..config.services {
             let verdict = serde_json::json!({"status": {"conditions": [
@@ -156,6 +247,12 @@ pub async fn run_slices(config: &SlicesConfig) -> anyhow::Result<SlicesReport> {
             .await?;
         }
     }
+    Ok(())
+}
+
+/// Starts the binary running the EndpointSlice exporter only, and waits until every member
+/// is ready in it.
+async fn start_exporter(config: &SlicesConfig, fleet: &Fleet) -> anyhow::Result<Replica> {
     eprintln!(
         "[bench] {} members × {} exported Services; starting the EndpointSlice exporter",
         config.members, config.services
@@ -185,10 +282,19 @@ pub async fn run_slices(config: &SlicesConfig) -> anyhow::Result<SlicesReport> {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    settle_memory().await;
-    let rss_engaged_kib = process.rss_kib();
+    Ok(process)
+}
 
-    // The harness's watch of every export on the hub.
+/// The harness's watch of every EndpointSliceExport on the hub: which slices are exported,
+/// and how long each pending change took to show.
+struct ExportWatch {
+    pending: Pending,
+    latencies: Arc<Mutex<Vec<f64>>>,
+    exported: Arc<Mutex<HashSet<(String, String)>>>,
+    watch: tokio::task::JoinHandle<()>,
+}
+
+fn watch_exports(hub: &kube::Client) -> ExportWatch {
     let pending: Pending = Arc::default();
     let latencies = Arc::new(Mutex::new(Vec::<f64>::new()));
     let exported = Arc::new(Mutex::new(HashSet::<(String, String)>::new()));
@@ -224,12 +330,16 @@ pub async fn run_slices(config: &SlicesConfig) -> anyhow::Result<SlicesReport> {
             }
         })
     };
+    ExportWatch {
+        pending,
+        latencies,
+        exported,
+        watch,
+    }
+}
 
-    let (member_before, hub_before) = (
-        sum_writes(&members, "endpointslices").await?,
-        writes_of(&hub, "endpointsliceexports").await?,
-    );
-    let created = Instant::now();
+/// Every member's slices, one per Service, created 16 at a time per member.
+async fn create_slices(config: &SlicesConfig, members: &[kube::Client]) -> anyhow::Result<()> {
     for (m, member) in members.iter().enumerate() {
         let api = Api::<EndpointSlice>::namespaced(member.clone(), NAMESPACE);
         futures::stream::iter(0..config.services)
@@ -247,28 +357,18 @@ pub async fn run_slices(config: &SlicesConfig) -> anyhow::Result<SlicesReport> {
             .into_iter()
             .collect::<anyhow::Result<()>>()?;
     }
-    let total = config.members * config.services;
-    while exported.lock().expect("lock").len() < total {
-        anyhow::ensure!(
-            created.elapsed() < config.timeout,
-            "slices not all exported"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let cold_s = created.elapsed().as_secs_f64();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (member_cold, hub_cold) = (
-        sum_writes(&members, "endpointslices").await?,
-        writes_of(&hub, "endpointsliceexports").await?,
-    );
-    // The harness created the slices: one member write each.
-    let cold_member_writes = member_cold - member_before - total as u64;
-    let cold_hub_writes = hub_cold - hub_before;
-    eprintln!("[bench] {total} slices exported in {cold_s:.2} s");
-    settle_memory().await;
-    let rss_exported_kib = process.rss_kib();
+    Ok(())
+}
 
-    // Churn: one slice's addresses changed per tick.
+/// Changes one slice's addresses per tick for `config.duration`, each change pending until
+/// the watch sees it; returns how many changes were made.
+async fn churn(
+    config: &SlicesConfig,
+    fleet: &Fleet,
+    names: &[String],
+    members: &[kube::Client],
+    pending: &Pending,
+) -> anyhow::Result<u64> {
     let mut generation = vec![vec![0u32; config.services]; config.members];
     let mut changes = 0u64;
     let tick = Duration::from_secs_f64(1.0 / config.rate);
@@ -298,41 +398,7 @@ pub async fn run_slices(config: &SlicesConfig) -> anyhow::Result<SlicesReport> {
             .await?;
         changes += 1;
     }
-    let drain = Instant::now();
-    while !pending.lock().expect("lock").is_empty() && drain.elapsed() < Duration::from_secs(10) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let (member_churn, hub_churn) = (
-        sum_writes(&members, "endpointslices").await?,
-        writes_of(&hub, "endpointsliceexports").await?,
-    );
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let quiet_writes = sum_writes(&members, "endpointslices").await?
-        + writes_of(&hub, "endpointsliceexports").await?
-        - member_churn
-        - hub_churn;
-    watch.abort();
-    process.kill().await?;
-    let mut latencies_ms = latencies.lock().expect("lock").clone();
-    latencies_ms.sort_by(f64::total_cmp);
-    Ok(SlicesReport {
-        members: config.members,
-        services: config.services,
-        endpoints: config.endpoints,
-        rss_engaged_kib,
-        rss_exported_kib,
-        cold_s,
-        cold_member_writes,
-        cold_hub_writes,
-        churn_rate: config.rate,
-        changes,
-        reflected: latencies_ms.len() as u64,
-        latencies_ms,
-        churn_hub_writes: hub_churn - hub_cold,
-        churn_member_writes: member_churn - member_cold - changes,
-        quiet_writes,
-    })
+    Ok(changes)
 }
 
 /// Waits until the binary's allocator has given back what a burst freed (jemalloc's dirty

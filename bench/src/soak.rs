@@ -19,7 +19,6 @@ use fleetnet_hub::api::{InternalServiceExport, ServiceExport, ServiceExportVersi
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, ListParams};
-use rand::Rng as _;
 use rand::seq::IndexedRandom as _;
 use serde::Serialize;
 
@@ -365,11 +364,67 @@ async fn converged(
 }
 
 pub async fn run(config: &Config) -> anyhow::Result<Report> {
+    let begun = Instant::now();
+    // The substrate lives as long as this run.
+    let (_fleet, mut soak, spec) = set_up(config).await?;
+    let mut replicas = vec![spec.start("replica-0")?, spec.start("replica-1")?];
+    let mut starts = vec![1, 1];
+    say(format!(
+        "{} base names over {} apiservers, {} exports each; logs in {}",
+        config.base_members,
+        config.member_servers,
+        config.exports,
+        spec.log_dir.display()
+    ));
+    converged(&soak, &mut replicas, config.exports).await?;
+    tokio::time::sleep(QUIET).await;
+    let (start, _) = sample("start", begun, &soak, &replicas, &starts, config.exports).await?;
+
+    let mut rng = rand::rng();
+    let mut churned = Churned::default();
+    let churn_began = Instant::now();
+    let mut next_member = Instant::now();
+    let mut next_export = Instant::now();
+    let mut next_restart = Instant::now() + config.restart_every;
+    let mut middle = None;
+    while churn_began.elapsed() < config.duration {
+        replicas[0].check_alive()?;
+        if Instant::now() >= next_member {
+            next_member += config.member_every;
+            churn_member(config, &mut soak, &mut rng, &mut churned)?;
+        }
+        if Instant::now() >= next_export {
+            next_export += config.export_every;
+            churn_export(config, &mut soak, &mut rng, &mut churned).await?;
+        }
+        if Instant::now() >= next_restart {
+            next_restart += config.restart_every;
+            restart(&spec, &mut replicas, &mut starts, &mut churned).await?;
+        }
+        if middle.is_none() && churn_began.elapsed() >= config.duration / 2 {
+            middle = Some(
+                sample("middle", begun, &soak, &replicas, &starts, config.exports)
+                    .await?
+                    .0,
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    restore(config, &mut soak, &mut churned).await?;
+    converged(&soak, &mut replicas, config.exports).await?;
+    tokio::time::sleep(QUIET).await;
+    let (end, texts) = sample("end", begun, &soak, &replicas, &starts, config.exports).await?;
+    Ok(report(config, &soak, churned, start, middle, end, &texts))
+}
+
+/// The substrate (hub and member apiservers, every name's hub namespace, the exports), the
+/// base names present, and how the replicas are run.
+async fn set_up(config: &Config) -> anyhow::Result<(fleetnet_testenv::Fleet, Soak, Spec)> {
     ensure!(
         config.base_members > 0 && config.member_servers > 0 && config.exports > 0,
         "--soak needs --members, --member-servers and --exports above 0"
     );
-    let begun = Instant::now();
     let server_names: Vec<String> = (0..config.member_servers)
         .map(|k| format!("apiserver-{k:02}"))
         .collect();
@@ -421,86 +476,92 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         args: config.budget_args.clone(),
         rust_log: "warn,fleetnet_hub::fleet=info".into(),
     };
-    let mut replicas = vec![spec.start("replica-0")?, spec.start("replica-1")?];
-    let mut starts = vec![1, 1];
-    say(format!(
-        "{} base names over {} apiservers, {} exports each; logs in {}",
-        config.base_members,
-        config.member_servers,
-        config.exports,
-        spec.log_dir.display()
-    ));
-    converged(&soak, &mut replicas, config.exports).await?;
-    tokio::time::sleep(QUIET).await;
-    let (start, _) = sample("start", begun, &soak, &replicas, &starts, config.exports).await?;
+    Ok((fleet, soak, spec))
+}
 
-    let mut rng = rand::rng();
-    let (mut added, mut removed, mut created, mut deleted, mut restarts) = (0, 0, 0, 0, 0);
-    let churn_began = Instant::now();
-    let mut next_member = Instant::now();
-    let mut next_export = Instant::now();
-    let mut next_restart = Instant::now() + config.restart_every;
-    let mut middle = None;
-    while churn_began.elapsed() < config.duration {
-        replicas[0].check_alive()?;
-        if Instant::now() >= next_member {
-            next_member += config.member_every;
-            let absent: Vec<usize> = (config.base_members..all)
-                .filter(|i| !soak.present.contains(i))
-                .collect();
-            let coming: Vec<usize> = (config.base_members..all)
-                .filter(|i| soak.present.contains(i))
-                .collect();
-            // Towards half the pool present, at random.
-            if !absent.is_empty() && (coming.is_empty() || rng.random_bool(0.5)) {
-                soak.add(*absent.choose(&mut rng).expect("non-empty"))?;
-                added += 1;
-            } else if let Some(i) = coming.choose(&mut rng) {
-                soak.remove(*i)?;
-                removed += 1;
-            }
-        }
-        if Instant::now() >= next_export {
-            next_export += config.export_every;
-            let create = soak.extras.len() < 3 * config.member_servers && rng.random_bool(0.6);
-            if create || soak.extras.is_empty() {
-                let server = rng.random_range(0..soak.servers.len());
-                let export = extra_export(soak.next_export);
-                soak.next_export += 1;
-                create_pair(soak.servers[server].clone(), export.clone()).await?;
-                soak.extras.push((server, export));
-                created += 1;
-            } else {
-                let at = rng.random_range(0..soak.extras.len());
-                let (server, export) = soak.extras.swap_remove(at);
-                soak.delete_export(server, &export).await?;
-                deleted += 1;
-            }
-        }
-        if Instant::now() >= next_restart {
-            next_restart += config.restart_every;
-            let old = replicas.pop().expect("replica-1");
-            if restarts % 2 == 0 {
-                say("replica-1: SIGTERM, started again");
-                old.terminate().await?;
-            } else {
-                say("replica-1: SIGKILL, started again");
-                old.kill().await?;
-            }
-            restarts += 1;
-            replicas.push(spec.start("replica-1")?);
-            starts[1] += 1;
-        }
-        if middle.is_none() && churn_began.elapsed() >= config.duration / 2 {
-            middle = Some(
-                sample("middle", begun, &soak, &replicas, &starts, config.exports)
-                    .await?
-                    .0,
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+/// What the churn did, for the report.
+#[derive(Debug, Default)]
+struct Churned {
+    added: usize,
+    removed: usize,
+    created: usize,
+    deleted: usize,
+    restarts: usize,
+}
+
+/// One member step of the churn: a pool name comes or goes, at random, towards half the pool
+/// present.
+fn churn_member(
+    config: &Config,
+    soak: &mut Soak,
+    rng: &mut impl rand::Rng,
+    churned: &mut Churned,
+) -> anyhow::Result<()> {
+    let all = config.base_members + config.pool;
+    let absent: Vec<usize> = (config.base_members..all)
+        .filter(|i| !soak.present.contains(i))
+        .collect();
+    let coming: Vec<usize> = (config.base_members..all)
+        .filter(|i| soak.present.contains(i))
+        .collect();
+    // Towards half the pool present, at random.
+    if !absent.is_empty() && (coming.is_empty() || rng.random_bool(0.5)) {
+        soak.add(*absent.choose(rng).expect("non-empty"))?;
+        churned.added += 1;
+    } else if let Some(i) = coming.choose(rng) {
+        soak.remove(*i)?;
+        churned.removed += 1;
     }
+    Ok(())
+}
 
+/// One export step of the churn: an extra export created, or one deleted.
+async fn churn_export(
+    config: &Config,
+    soak: &mut Soak,
+    rng: &mut impl rand::Rng,
+    churned: &mut Churned,
+) -> anyhow::Result<()> {
+    let create = soak.extras.len() < 3 * config.member_servers && rng.random_bool(0.6);
+    if create || soak.extras.is_empty() {
+        let server = rng.random_range(0..soak.servers.len());
+        let export = extra_export(soak.next_export);
+        soak.next_export += 1;
+        create_pair(soak.servers[server].clone(), export.clone()).await?;
+        soak.extras.push((server, export));
+        churned.created += 1;
+    } else {
+        let at = rng.random_range(0..soak.extras.len());
+        let (server, export) = soak.extras.swap_remove(at);
+        soak.delete_export(server, &export).await?;
+        churned.deleted += 1;
+    }
+    Ok(())
+}
+
+/// replica-1 stopped (SIGTERM and SIGKILL in turn) and started again.
+async fn restart(
+    spec: &Spec,
+    replicas: &mut Vec<Replica>,
+    starts: &mut [usize],
+    churned: &mut Churned,
+) -> anyhow::Result<()> {
+    let old = replicas.pop().expect("replica-1");
+    if churned.restarts.is_multiple_of(2) {
+        say("replica-1: SIGTERM, started again");
+        old.terminate().await?;
+    } else {
+        say("replica-1: SIGKILL, started again");
+        old.kill().await?;
+    }
+    churned.restarts += 1;
+    replicas.push(spec.start("replica-1")?);
+    starts[1] += 1;
+    Ok(())
+}
+
+/// After the churn: the pool's names removed and the extra exports deleted, back to the base.
+async fn restore(config: &Config, soak: &mut Soak, churned: &mut Churned) -> anyhow::Result<()> {
     say("churn over: the base names and exports restored");
     let gone: Vec<usize> = soak
         .present
@@ -510,15 +571,25 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         .collect();
     for i in gone {
         soak.remove(i)?;
-        removed += 1;
+        churned.removed += 1;
     }
     for (server, export) in std::mem::take(&mut soak.extras) {
         soak.delete_export(server, &export).await?;
-        deleted += 1;
+        churned.deleted += 1;
     }
-    converged(&soak, &mut replicas, config.exports).await?;
-    tokio::time::sleep(QUIET).await;
-    let (end, texts) = sample("end", begun, &soak, &replicas, &starts, config.exports).await?;
+    Ok(())
+}
+
+/// The report of a run: its samples and how the end compares with the start.
+fn report(
+    config: &Config,
+    soak: &Soak,
+    churned: Churned,
+    start: Sample,
+    middle: Option<Sample>,
+    end: Sample,
+    texts: &[String],
+) -> Report {
     let present = soak.names();
     let departed_series = texts.iter().map(|t| departed_series(t, &present)).sum();
     let (s0, e0) = (&start.replicas[0], &end.replicas[0]);
@@ -538,17 +609,17 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
     let mut samples = vec![start];
     samples.extend(middle);
     samples.push(end);
-    Ok(Report {
+    Report {
         duration_s: config.duration.as_secs_f64(),
         member_servers: config.member_servers,
         base_members: config.base_members,
         pool: config.pool,
         exports_per_server: config.exports,
-        members_added: added,
-        members_removed: removed,
-        exports_created: created,
-        exports_deleted: deleted,
-        restarts,
+        members_added: churned.added,
+        members_removed: churned.removed,
+        exports_created: churned.created,
+        exports_deleted: churned.deleted,
+        restarts: churned.restarts,
         samples,
         departed_series,
         rss_growth_pct,
@@ -556,7 +627,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         task_growth,
         announcements_end,
         shard_leases_max,
-    })
+    }
 }
 
 pub fn markdown(r: &Report) -> String {

@@ -46,8 +46,82 @@ pub(crate) fn panel(
     let all = series.iter().flat_map(|s| s.points.iter());
     let xmax = nice_max(all.clone().map(|p| p.0).fold(0.0, f64::max));
     let ymax = y_max.unwrap_or_else(|| nice_max(all.map(|p| p.1).fold(0.0, f64::max)));
-    let px = |v: f64| ox + v / xmax * pw;
-    let py = |v: f64| oy - v / ymax * ph;
+    let f = Frame {
+        ox,
+        oy,
+        pw,
+        ph,
+        xmax,
+        ymax,
+    };
+    axes(out, &f, (x, y, left), title, x_label, y_label);
+    for (i, s) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let _ = writeln!(
+            out,
+            r#"<path d="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,
+            path(&f, s).trim_end()
+        );
+        if !s.step {
+            for &(vx, vy) in &s.points {
+                let _ = writeln!(
+                    out,
+                    r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#,
+                    f.px(vx),
+                    f.py(vy)
+                );
+            }
+        }
+        let (lx, ly) = legend_at(&f, series, i, y_max.is_some());
+        let _ = writeln!(
+            out,
+            r#"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="2"/><text x="{:.1}" y="{:.1}" font-size="11">{}</text>"#,
+            lx + 20.0,
+            lx + 25.0,
+            ly + 4.0,
+            escape(&s.label)
+        );
+    }
+}
+
+/// A chart's plot area: its origin (bottom left), size, and the values at its right and top.
+struct Frame {
+    ox: f64,
+    oy: f64,
+    pw: f64,
+    ph: f64,
+    xmax: f64,
+    ymax: f64,
+}
+
+impl Frame {
+    fn px(&self, v: f64) -> f64 {
+        self.ox + v / self.xmax * self.pw
+    }
+
+    fn py(&self, v: f64) -> f64 {
+        self.oy - v / self.ymax * self.ph
+    }
+}
+
+/// The chart's title, grid with its ticks, border and axis labels (`x`, `y`: the panel's
+/// corner; `left`: its margin).
+fn axes(
+    out: &mut String,
+    f: &Frame,
+    (x, y, left): (f64, f64, f64),
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+) {
+    let Frame {
+        ox,
+        oy,
+        pw,
+        ph,
+        xmax,
+        ymax,
+    } = *f;
     let _ = writeln!(
         out,
         r#"<text x="{:.1}" y="{:.1}" font-size="14" font-weight="bold">{}</text>"#,
@@ -95,78 +169,63 @@ pub(crate) fn panel(
         oy - ph / 2.0,
         escape(y_label)
     );
-    for (i, s) in series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let mut d = String::new();
-        let mut prev: Option<(f64, f64)> = None;
-        for &(vx, vy) in &s.points {
-            match prev {
-                None if s.step => {
-                    let _ = write!(
-                        d,
-                        "M{:.1},{:.1} L{:.1},{:.1} ",
-                        px(vx),
-                        py(0.0),
-                        px(vx),
-                        py(vy)
-                    );
-                }
-                None => {
-                    let _ = write!(d, "M{:.1},{:.1} ", px(vx), py(vy));
-                }
-                Some((_, py0)) if s.step => {
-                    let _ = write!(
-                        d,
-                        "L{:.1},{:.1} L{:.1},{:.1} ",
-                        px(vx),
-                        py(py0),
-                        px(vx),
-                        py(vy)
-                    );
-                }
-                Some(_) => {
-                    let _ = write!(d, "L{:.1},{:.1} ", px(vx), py(vy));
-                }
-            }
-            prev = Some((vx, vy));
-        }
-        let _ = writeln!(
-            out,
-            r#"<path d="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,
-            d.trim_end()
-        );
-        if !s.step {
-            for &(vx, vy) in &s.points {
-                let _ = writeln!(
-                    out,
-                    r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#,
+}
+
+/// The SVG path of one series: a line through its points, or steps up from the axis.
+fn path(f: &Frame, s: &Series) -> String {
+    let (px, py) = (|v| f.px(v), |v| f.py(v));
+    let mut d = String::new();
+    let mut prev: Option<(f64, f64)> = None;
+    for &(vx, vy) in &s.points {
+        match prev {
+            None if s.step => {
+                let _ = write!(
+                    d,
+                    "M{:.1},{:.1} L{:.1},{:.1} ",
+                    px(vx),
+                    py(0.0),
                     px(vx),
                     py(vy)
                 );
             }
+            None => {
+                let _ = write!(d, "M{:.1},{:.1} ", px(vx), py(vy));
+            }
+            Some((_, py0)) if s.step => {
+                let _ = write!(
+                    d,
+                    "L{:.1},{:.1} L{:.1},{:.1} ",
+                    px(vx),
+                    py(py0),
+                    px(vx),
+                    py(vy)
+                );
+            }
+            Some(_) => {
+                let _ = write!(d, "L{:.1},{:.1} ", px(vx), py(vy));
+            }
         }
-        // A CDF fills the top left: its legend goes to the bottom right.
-        let (lx, ly) = if y_max.is_some() {
-            let widest = series
-                .iter()
-                .map(|s| s.label.chars().count())
-                .max()
-                .unwrap_or(0) as f64;
-            (
-                ox + pw - 40.0 - 6.0 * widest,
-                oy - 12.0 - 16.0 * (series.len() - 1 - i) as f64,
-            )
-        } else {
-            (ox + 10.0, oy - ph + 15.0 + 16.0 * i as f64)
-        };
-        let _ = writeln!(
-            out,
-            r#"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="2"/><text x="{:.1}" y="{:.1}" font-size="11">{}</text>"#,
-            lx + 20.0,
-            lx + 25.0,
-            ly + 4.0,
-            escape(&s.label)
-        );
+        prev = Some((vx, vy));
+    }
+    d
+}
+
+/// Where series `i`'s legend goes. A CDF (`cdf`) fills the top left: its legend goes to the
+/// bottom right.
+fn legend_at(f: &Frame, series: &[Series], i: usize, cdf: bool) -> (f64, f64) {
+    let Frame { ox, oy, pw, ph, .. } = *f;
+    if cdf {
+        let widest = series
+            .iter()
+            .map(|s| s.label.chars().count())
+            .max()
+            .unwrap_or(0) as f64;
+        (
+            ox + pw - 40.0 - 6.0 * widest,
+            oy - 12.0 - 16.0 * (series.len() - 1 - i) as f64,
+        )
+    } else {
+        (ox + 10.0, oy - ph + 15.0 + 16.0 * i as f64)
     }
 }
 
@@ -203,29 +262,7 @@ pub fn svg(reports: &[Report]) -> String {
     );
     let mut x = 0.0;
     if !churned.is_empty() {
-        let series: Vec<Series> = churned
-            .iter()
-            .map(|r| {
-                let c = r.churn.as_ref().expect("churned");
-                let n = c.latencies_ms.len() as f64;
-                Series {
-                    label: format!(
-                        "{} members, {}/s: p50 {:.0} ms, p99 {:.0} ms",
-                        r.members,
-                        c.rate,
-                        c.quantile_ms(0.5).unwrap_or(0.0),
-                        c.quantile_ms(0.99).unwrap_or(0.0)
-                    ),
-                    points: c
-                        .latencies_ms
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &v)| (v, (i + 1) as f64 / n))
-                        .collect(),
-                    step: true,
-                }
-            })
-            .collect();
+        let series = cdf_series(&churned);
         panel(
             &mut out,
             (x, 0.0, w, h),
@@ -238,57 +275,89 @@ pub fn svg(reports: &[Report]) -> String {
         x += w;
     }
     if sweep {
-        let mut by_members: Vec<&Report> = reports.iter().collect();
-        by_members.sort_by_key(|r| r.members);
-        let pts = |f: &dyn Fn(&Report) -> f64| -> Vec<(f64, f64)> {
-            by_members
-                .iter()
-                .map(|r| (r.members as f64, f(r)))
-                .collect()
-        };
-        let exports = by_members.first().map_or(0, |r| r.exports);
-        panel(
-            &mut out,
-            (x, 0.0, w, h),
-            &format!("Controller RSS ({exports} exports per member)"),
-            "members",
-            "MiB",
-            &[
-                Series {
-                    label: "after convergence (with the harness)".into(),
-                    points: pts(&|r| mib(r.rss.converged_kib)),
-                    step: false,
-                },
-                Series {
-                    label: "idle, no member (with the harness)".into(),
-                    points: pts(&|r| mib(r.rss.idle_kib)),
-                    step: false,
-                },
-            ],
-            None,
-        );
-        x += w;
-        panel(
-            &mut out,
-            (x, 0.0, w, h),
-            &format!("Cold convergence ({exports} exports per member)"),
-            "members",
-            "seconds",
-            &[
-                Series {
-                    label: "measured".into(),
-                    points: pts(&|r| r.convergence_s),
-                    step: false,
-                },
-                Series {
-                    label: "token-bucket bound (minimum requests)".into(),
-                    points: pts(&|r| r.ideal_bound_s),
-                    step: false,
-                },
-            ],
-            None,
-        );
+        sweep_panels(&mut out, reports, (x, w, h));
     }
     out.push_str("</svg>\n");
     out
+}
+
+/// One CDF series per run that churned: its latencies against the fraction of changes.
+fn cdf_series(churned: &[&Report]) -> Vec<Series> {
+    churned
+        .iter()
+        .map(|r| {
+            let c = r.churn.as_ref().expect("churned");
+            let n = c.latencies_ms.len() as f64;
+            Series {
+                label: format!(
+                    "{} members, {}/s: p50 {:.0} ms, p99 {:.0} ms",
+                    r.members,
+                    c.rate,
+                    c.quantile_ms(0.5).unwrap_or(0.0),
+                    c.quantile_ms(0.99).unwrap_or(0.0)
+                ),
+                points: c
+                    .latencies_ms
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| (v, (i + 1) as f64 / n))
+                    .collect(),
+                step: true,
+            }
+        })
+        .collect()
+}
+
+/// RSS and convergence against members, over runs of different member counts, from `x`.
+fn sweep_panels(out: &mut String, reports: &[Report], (mut x, w, h): (f64, f64, f64)) {
+    let mut by_members: Vec<&Report> = reports.iter().collect();
+    by_members.sort_by_key(|r| r.members);
+    let pts = |f: &dyn Fn(&Report) -> f64| -> Vec<(f64, f64)> {
+        by_members
+            .iter()
+            .map(|r| (r.members as f64, f(r)))
+            .collect()
+    };
+    let exports = by_members.first().map_or(0, |r| r.exports);
+    panel(
+        out,
+        (x, 0.0, w, h),
+        &format!("Controller RSS ({exports} exports per member)"),
+        "members",
+        "MiB",
+        &[
+            Series {
+                label: "after convergence (with the harness)".into(),
+                points: pts(&|r| mib(r.rss.converged_kib)),
+                step: false,
+            },
+            Series {
+                label: "idle, no member (with the harness)".into(),
+                points: pts(&|r| mib(r.rss.idle_kib)),
+                step: false,
+            },
+        ],
+        None,
+    );
+    x += w;
+    panel(
+        out,
+        (x, 0.0, w, h),
+        &format!("Cold convergence ({exports} exports per member)"),
+        "members",
+        "seconds",
+        &[
+            Series {
+                label: "measured".into(),
+                points: pts(&|r| r.convergence_s),
+                step: false,
+            },
+            Series {
+                label: "token-bucket bound (minimum requests)".into(),
+                points: pts(&|r| r.ideal_bound_s),
+                step: false,
+            },
+        ],
+        None,
+    );
 }

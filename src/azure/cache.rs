@@ -17,8 +17,8 @@ use futures::future::{BoxFuture, Shared};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::fleet::AzureStats;
 use super::http::ARM_TURN;
+use super::stats::AzureStats;
 use crate::export::{LookupError, PublicIp};
 use crate::policy::Turn;
 

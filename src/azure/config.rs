@@ -192,6 +192,17 @@ fn require_https_off_loopback(field: &'static str, value: &str) -> Result<(), Co
     }
 }
 
+/// Subscription ids go into the ARM URL path: GUID-like characters only.
+pub(crate) fn check_subscription(subscription: &str) -> Result<(), String> {
+    match subscription {
+        "" => Err("must not be empty".to_owned()),
+        s if s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') => Ok(()),
+        s => Err(format!(
+            "{s:?} may contain only ASCII letters, digits and '-'"
+        )),
+    }
+}
+
 impl AzureConfig {
     /// Checks every field; the error names the offending field.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -208,8 +219,7 @@ impl AzureConfig {
             return Err(invalid("tenant_id", reason));
         }
         if let Some(sub) = &self.default_subscription_id {
-            super::fleet::check_subscription(sub)
-                .map_err(|reason| invalid("default_subscription_id", reason))?;
+            check_subscription(sub).map_err(|reason| invalid("default_subscription_id", reason))?;
         }
         crate::policy::bucket(self.arm_qps, self.arm_burst).map_err(|e| match e {
             "burst must be at least 1" => invalid("arm_burst", "must be greater than zero"),

@@ -22,7 +22,7 @@ use azure_identity::{AzureCliCredential, ClientSecretCredential, federated_crede
 use time::OffsetDateTime;
 
 use super::config::{AzureConfig, CredentialKind, parse_http_url};
-use super::fleet::AzureError;
+use super::error::AzureError;
 
 /// Tokens are renewed this long before they expire.
 const REFRESH_MARGIN: Duration = Duration::from_secs(5 * 60);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::AzureFleet;
+use super::client::AzureFleet;
 use crate::config::MemberConfigFile;
 use crate::export::{LookupError, PublicIp, PublicIpAccess, PublicIpLookup};
 use crate::fleet::MemberAzure;

@@ -88,59 +88,8 @@ pub(super) fn connections(
     proxy: Proxy,
 ) -> Result<Transport, kube::Error> {
     use kube::client::ConfigExt;
-    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(config.connect_timeout);
-    // As Go does: many small HTTP/2 frames share a connection, and Nagle's algorithm would
-    // hold a request's last frame for the previous one's delayed ACK (~40 ms).
-    http.set_nodelay(true);
-    let http: Connector = match (&config.proxy_url, proxy) {
-        (None, _) => Connector::new(tower::ServiceExt::map_err(http, BoxError::from)),
-        (Some(url), Proxy::Member) => Connector::new(tower::ServiceExt::map_err(
-            tunnel(url, http)?,
-            BoxError::from,
-        )),
-        // Not kube's ProxyProtocolUnsupported: its message prints the URL, credentials and all.
-        (Some(_), Proxy::Never) => {
-            return Err(kube::Error::Service(
-                "the kubeconfig names a proxy (proxy-url): not supported for this client".into(),
-            ));
-        }
-    };
-    let mut tls = config.rustls_client_config()?;
-    // rustls's default remembers tickets for 32 servers, allocated up front (~14 KiB per
-    // client); these connections all go to one server.
-    tls.resumption = rustls::client::Resumption::in_memory_sessions(SESSIONS_KEPT);
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http();
-    let https = match &config.tls_server_name {
-        Some(name) => https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(
-            name.clone().try_into().map_err(|_| {
-                kube::Error::Service(format!("invalid tls-server-name {name:?}").into())
-            })?,
-        )),
-        None => https,
-    };
-    let connector = https.enable_http1().enable_http2().wrap_connector(http);
-    let pooled = move || {
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            // A lane keeps its connection however long it goes without a new request (the
-            // pool would drop it after 90 s, and the lane's next request would open a second
-            // one beside the one its watches still ride on); it closes when the last member
-            // of the lane goes ([`Lane`]). A dead one is found by the ping and replaced at the
-            // next request.
-            .pool_idle_timeout(None)
-            // A dead connection is found by a ping, not by the next request's timeout:
-            // every request and watch of the lane rides on it.
-            .http2_keep_alive_interval(HTTP2_PING)
-            .http2_keep_alive_timeout(HTTP2_PING_TIMEOUT)
-            // An answer's headers are held whole before its body's bounds apply: h2's default
-            // allows 16 MiB of them per answer; a kube-apiserver's are a few hundred bytes.
-            .http2_max_header_list_size(MAX_HEADER_LIST)
-            .timer(hyper_util::rt::TokioTimer::new())
-            .build::<_, Body>(connector.clone())
-    };
+    let connector = tls(config, dial(config, proxy)?)?;
+    let pooled = move || pooled(connector.clone());
     // Requests of no lane (the replica's own); each lane's connection, while a member uses it.
     let unlaned = pooled();
     let lanes: Arc<Mutex<Vec<Weak<LaneConnection>>>> =
@@ -158,38 +107,7 @@ pub(super) fn connections(
                 .clone(),
             None => unlaned.clone(),
         };
-        // What the answer's body is read under is known from the request, its deadline
-        // counted from now.
-        let bounded = bounds.as_ref().map(|b| {
-            let request = bounded::request_label(req.method(), req.uri());
-            let at = tokio::time::Instant::now();
-            (
-                b.clone(),
-                req.method().clone(),
-                req.uri().clone(),
-                request,
-                at,
-            )
-        });
-        let answer = client.request(req);
-        async move {
-            let response = answer.await?;
-            let Some((bounds, method, uri, request, sent)) = bounded else {
-                return Ok::<_, hyper_util::client::legacy::Error>(response.map(|body| {
-                    Box::new(http_body_util::BodyExt::map_err(body, BoxError::from)) as Box<DynBody>
-                }));
-            };
-            let shape = bounded::shape_of(&method, &uri, response.status(), &bounds.limits);
-            Ok(response.map(|body| {
-                Box::new(bounded::Bounded::new(
-                    body,
-                    bounds.member,
-                    request,
-                    shape,
-                    sent,
-                )) as Box<DynBody>
-            }))
-        }
+        send(&client, req, bounds.as_ref())
     });
     let service = tower::ServiceBuilder::new()
         .layer(config.base_uri_layer())
@@ -198,6 +116,119 @@ pub(super) fn connections(
         .map_err(BoxError::from)
         .service(route);
     Ok(BoxCloneService::new(service))
+}
+
+/// How TCP connections to the API server are opened: directly, or through the kubeconfig's
+/// proxy when `proxy` allows it.
+fn dial(config: &kube::Config, proxy: Proxy) -> Result<Connector, kube::Error> {
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(config.connect_timeout);
+    // As Go does: many small HTTP/2 frames share a connection, and Nagle's algorithm would
+    // hold a request's last frame for the previous one's delayed ACK (~40 ms).
+    http.set_nodelay(true);
+    match (&config.proxy_url, proxy) {
+        (None, _) => Ok(Connector::new(tower::ServiceExt::map_err(
+            http,
+            BoxError::from,
+        ))),
+        (Some(url), Proxy::Member) => Ok(Connector::new(tower::ServiceExt::map_err(
+            tunnel(url, http)?,
+            BoxError::from,
+        ))),
+        // Not kube's ProxyProtocolUnsupported: its message prints the URL, credentials and all.
+        (Some(_), Proxy::Never) => Err(kube::Error::Service(
+            "the kubeconfig names a proxy (proxy-url): not supported for this client".into(),
+        )),
+    }
+}
+
+/// TLS over `http`'s connections, as the kubeconfig says (its CA, client certificate,
+/// `tls-server-name`), offering HTTP/2 and HTTP/1.1.
+fn tls(
+    config: &kube::Config,
+    http: Connector,
+) -> Result<hyper_rustls::HttpsConnector<Connector>, kube::Error> {
+    use kube::client::ConfigExt;
+    let mut tls = config.rustls_client_config()?;
+    // rustls's default remembers tickets for 32 servers, allocated up front (~14 KiB per
+    // client); these connections all go to one server.
+    tls.resumption = rustls::client::Resumption::in_memory_sessions(SESSIONS_KEPT);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    let https = match &config.tls_server_name {
+        Some(name) => https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(
+            name.clone().try_into().map_err(|_| {
+                kube::Error::Service(format!("invalid tls-server-name {name:?}").into())
+            })?,
+        )),
+        None => https,
+    };
+    Ok(https.enable_http1().enable_http2().wrap_connector(http))
+}
+
+/// One pooled hyper client over `connector`: the replica's own, or one lane's.
+fn pooled(connector: hyper_rustls::HttpsConnector<Connector>) -> Pooled {
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        // A lane keeps its connection however long it goes without a new request (the
+        // pool would drop it after 90 s, and the lane's next request would open a second
+        // one beside the one its watches still ride on); it closes when the last member
+        // of the lane goes ([`Lane`]). A dead one is found by the ping and replaced at the
+        // next request.
+        .pool_idle_timeout(None)
+        // A dead connection is found by a ping, not by the next request's timeout:
+        // every request and watch of the lane rides on it.
+        .http2_keep_alive_interval(HTTP2_PING)
+        .http2_keep_alive_timeout(HTTP2_PING_TIMEOUT)
+        // An answer's headers are held whole before its body's bounds apply: h2's default
+        // allows 16 MiB of them per answer; a kube-apiserver's are a few hundred bytes.
+        .http2_max_header_list_size(MAX_HEADER_LIST)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .build::<_, Body>(connector)
+}
+
+/// An answer of the API server, its body boxed (bounded or not).
+type Answer = Result<http::Response<Box<DynBody>>, hyper_util::client::legacy::Error>;
+
+/// `req` sent on `client`; with `bounds`, its answer's body is read under them.
+fn send(
+    client: &Pooled,
+    req: Request<Body>,
+    bounds: Option<&Bounds>,
+) -> impl Future<Output = Answer> + Send + use<> {
+    // What the answer's body is read under is known from the request, its deadline
+    // counted from now.
+    let bounded = bounds.map(|b| {
+        let request = bounded::request_label(req.method(), req.uri());
+        let at = tokio::time::Instant::now();
+        (
+            b.clone(),
+            req.method().clone(),
+            req.uri().clone(),
+            request,
+            at,
+        )
+    });
+    let answer = client.request(req);
+    async move {
+        let response = answer.await?;
+        let Some((bounds, method, uri, request, sent)) = bounded else {
+            return Ok(response.map(|body| {
+                Box::new(http_body_util::BodyExt::map_err(body, BoxError::from)) as Box<DynBody>
+            }));
+        };
+        let shape = bounded::shape_of(&method, &uri, response.status(), &bounds.limits);
+        Ok(response.map(|body| {
+            Box::new(bounded::Bounded::new(
+                body,
+                bounds.member,
+                request,
+                shape,
+                sent,
+            )) as Box<DynBody>
+        }))
+    }
 }
 
 /// The most header bytes of one HTTP/2 answer (HTTP/1.1's are bounded by hyper's read

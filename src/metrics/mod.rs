@@ -177,72 +177,97 @@ impl Metrics {
                 Histogram::new(EXPORT_DURATION_BUCKETS_MS)
             }),
         };
-        let registry = &mut m.registry;
+        // Registered in this order: the order of the families in a scrape.
+        m.register_reconciles();
+        m.register_writes();
+        m.register_latencies();
+        m.registry
+            .register_collector(Box::new(ScrapeCollector(m.shared.clone())));
+        m
+    }
+
+    /// The reconciles: how many, how long, how many now, and the errors around them.
+    fn register_reconciles(&mut self) {
+        let registry = &mut self.registry;
         register!(
             registry,
             (
                 "fleetnet_reconcile",
                 "Reconciles of ServiceExports and EndpointSlices, by member and outcome (exported, unexported, skipped, invalid:<reason>, endpointslice:<outcome>, error:<step>)",
                 None,
-                m.reconciles.clone()
+                self.reconciles.clone()
             ),
             (
                 "fleetnet_reconcile_duration",
                 "Duration of one reconcile, by member",
                 Some(Unit::Seconds),
-                m.durations.clone()
+                self.durations.clone()
             ),
             (
                 "fleetnet_reconciles_in_flight",
                 "Reconciles running now, by member (the member's work-queue depth being processed)",
                 None,
-                m.in_flight.clone()
+                self.in_flight.clone()
             ),
             (
                 "fleetnet_controller_errors",
                 "Errors of a member's controller outside reconciles (watch failures), by member",
                 None,
-                m.controller_errors.clone()
+                self.controller_errors.clone()
             ),
+        );
+    }
+
+    /// The hub writes, by kind, and what bounded queues dropped.
+    fn register_writes(&mut self) {
+        let registry = &mut self.registry;
+        register!(
+            registry,
             (
                 "fleetnet_ise_writes",
                 "InternalServiceExport writes to the hub, by op (create, update, delete)",
                 None,
-                m.ise_writes.clone()
+                self.ise_writes.clone()
             ),
             (
                 "fleetnet_endpointsliceexport_writes",
                 "EndpointSliceExport writes to the hub, by op (create, update, delete)",
                 None,
-                m.slice_writes.clone()
+                self.slice_writes.clone()
             ),
             (
                 "fleetnet_queue_dropped",
                 "Items dropped because their bounded queue was full, by queue: events (a member's 4,096 or the process's 32,768 waiting Events), dangling_ises and absent_slices (names to check for a missing export; the 5-minute sweep finds them)",
                 None,
-                m.dropped.clone()
+                self.dropped.clone()
             ),
+        );
+    }
+
+    /// From a Service change to its export and to the conflict verdict reflected.
+    fn register_latencies(&mut self) {
+        let registry = &mut self.registry;
+        register!(
+            registry,
             (
                 "fleetnet_export_latency",
                 "Time from a Service change being first seen (exportedSince) to its InternalServiceExport written",
                 Some(Unit::Seconds),
-                m.export_latency.clone()
+                self.export_latency.clone()
             ),
             (
                 "fleetnet_conflict_reflected_latency",
                 "Time from an export to the hub's conflict verdict reflected on the ServiceExport",
                 Some(Unit::Seconds),
-                m.conflict_latency.clone()
+                self.conflict_latency.clone()
             ),
             (
                 EXPORT_DURATION_METRIC,
                 "Time from a Service export (exportedSince) to the hub's conflict verdict reflected on its ServiceExport, in milliseconds, by member (origin_cluster_id); fleet-networking's metric",
                 None,
-                m.export_duration.clone()
+                self.export_duration.clone()
             ),
         );
-        registry.register_collector(Box::new(ScrapeCollector(m.shared.clone())));
-        m
     }
 
     /// Starts tracking `member` with the counters of its client (again: a new engagement

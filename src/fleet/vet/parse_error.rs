@@ -105,6 +105,11 @@ pub fn describe(e: &serde_saphyr::Error) -> String {
     }
 }
 
+/// A flow collection (`[…]`, `{…}`) left open at the end of the file.
+const UNCLOSED_FLOW: &str = "a [ or { that is never closed";
+/// A flow collection closed by the other kind of bracket.
+const MISMATCHED_FLOW_END: &str = "a [ or { closed by the wrong bracket";
+
 /// A YAML syntax error by its kind. A kind without data (most) is described by the parser's
 /// own fixed text; one with data (an unexpected character, a custom message) only by what it
 /// is, since its data comes from the file.
@@ -115,8 +120,8 @@ fn syntax(kind: &ErrorKind) -> String {
     let text = kind.to_string();
     let what = match kind {
         ErrorKind::UnexpectedCharacter { .. } => "a character that cannot start a value here",
-        ErrorKind::UnclosedFlowCollection { .. } => "a [ or { that is never closed",
-        ErrorKind::MismatchedFlowCollectionEnd { .. } => "a [ or { closed by the wrong bracket",
+        ErrorKind::UnclosedFlowCollection { .. } => UNCLOSED_FLOW,
+        ErrorKind::MismatchedFlowCollectionEnd { .. } => MISMATCHED_FLOW_END,
         _ if unit && !text.is_empty() => return format!("YAML syntax error: {text}"),
         _ => "YAML syntax error",
     };
@@ -261,10 +266,14 @@ fn is_item(s: &str) -> bool {
     s == "-" || s.starts_with("- ")
 }
 
+/// What a line starting with one of these holds is not a plain key: a quoted key, a flow
+/// collection, an anchor, alias or tag, a block scalar, a complex key.
+const NOT_A_PLAIN_KEY: [char; 10] = ['"', '\'', '{', '[', '&', '*', '!', '|', '>', '?'];
+
 /// `key: value` or `key:` at the start of `s` (a plain key: not quoted, not a flow
 /// collection); the key and what follows its colon.
 fn key_of(s: &str) -> Option<(&str, &str)> {
-    if s.starts_with(['"', '\'', '{', '[', '&', '*', '!', '|', '>', '?']) {
+    if s.starts_with(NOT_A_PLAIN_KEY) {
         return None;
     }
     let colon = s

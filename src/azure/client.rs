@@ -1,9 +1,9 @@
 //! [`AzureFleet`]: the process-wide credential, ARM client and request budget, handing out
-//! per-subscription lookups to the member reconcilers, and the counters of it all.
+//! per-subscription lookups to the member reconcilers. The top of `azure/`: it assembles the
+//! credential, the request stacks, the caches and the member scopes below it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use azure_core::auth::TokenCredential;
@@ -13,125 +13,18 @@ use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
 use super::cache::{Bounds, GroupCache};
-use super::config::{AzureConfig, ConfigError, CredentialKind, invalid, parse_http_url};
+use super::config::{AzureConfig, check_subscription, invalid, parse_http_url};
 use super::credential;
+use super::error::AzureError;
 use super::http::{StackClient, classify, stack};
 use super::lookup::{ArmLister, SubscriptionPublicIps};
 use super::scope::MemberPublicIps;
+use super::stats::{AzureStats, AzureStatsSnapshot};
 use crate::export::PublicIpLookup;
 use crate::policy::{ClientStats, Policy, RetryLimits};
 
 /// Token requests in flight at once. Credentials cache their tokens, so a handful is plenty.
 const TOKEN_CONCURRENCY: usize = 4;
-
-/// Building the process-wide client, or binding a member to a subscription, failed.
-#[derive(Debug, thiserror::Error)]
-pub enum AzureError {
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error("building the HTTP transport for Azure: {0}")]
-    Transport(String),
-    #[error("building the {kind:?} Azure credential: {message}")]
-    Credential {
-        kind: CredentialKind,
-        message: String,
-    },
-    #[error(
-        "member has no Azure subscription and no default subscription is configured (default_subscription_id)"
-    )]
-    NoSubscription,
-    #[error("invalid Azure subscription id {subscription:?}: {reason}")]
-    InvalidSubscription {
-        subscription: String,
-        reason: String,
-    },
-}
-
-/// Process-wide counters of the Azure client, shared by every member. Monotonic.
-#[derive(Debug, Default)]
-pub struct AzureStats {
-    pub(crate) list_calls: AtomicU64,
-    pub(crate) cache_hits: AtomicU64,
-    pub(crate) cache_misses: AtomicU64,
-    pub(crate) groups_evicted: AtomicU64,
-    pub(crate) truncated_lists: AtomicU64,
-    /// The ARM stack.
-    arm: Arc<ClientStats>,
-    /// The token stack (credential requests to Entra ID / IMDS).
-    token: Arc<ClientStats>,
-}
-
-/// A copy of the counters at one instant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct AzureStatsSnapshot {
-    /// Public IP LIST operations started against ARM (one per cache refresh; all its pages and
-    /// retries count once).
-    pub list_calls: u64,
-    /// HTTP requests sent to ARM (every page, every retry).
-    pub arm_requests: u64,
-    /// Lookups answered from the cache without waiting for ARM (found or known-absent).
-    pub cache_hits: u64,
-    /// Lookups that had to wait for a LIST (started one or joined the one in flight).
-    pub cache_misses: u64,
-    /// ARM requests re-sent after 429 / 408 / 5xx / timeout / transport error.
-    pub retries: u64,
-    /// 429 responses received from ARM.
-    pub throttled: u64,
-    /// Total time ARM requests waited for the shared rate limiter (token and slot).
-    pub limiter_wait: Duration,
-    /// The token stack's counters.
-    pub token: TokenStatsSnapshot,
-    /// Resource groups dropped from the cache: unused for a TTL, or the least recently used
-    /// when `max_cached_groups` were kept.
-    pub groups_evicted: u64,
-    /// LISTs cut at `max_public_ips_per_group`.
-    pub truncated_lists: u64,
-}
-
-/// A copy of the token stack's counters at one instant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct TokenStatsSnapshot {
-    /// HTTP requests sent to the token endpoint (Entra ID or IMDS), every retry included.
-    pub requests: u64,
-    /// Token requests re-sent after 429 / 408 / 5xx / timeout / transport error.
-    pub retries: u64,
-    /// 429 responses received from the token endpoint.
-    pub throttled: u64,
-}
-
-impl AzureStats {
-    /// The counters now.
-    pub fn snapshot(&self) -> AzureStatsSnapshot {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        AzureStatsSnapshot {
-            list_calls: get(&self.list_calls),
-            arm_requests: self.arm.requests(),
-            cache_hits: get(&self.cache_hits),
-            cache_misses: get(&self.cache_misses),
-            retries: self.arm.retries(),
-            throttled: self.arm.throttled(),
-            limiter_wait: self.arm.waited(),
-            token: TokenStatsSnapshot {
-                requests: self.token.requests(),
-                retries: self.token.retries(),
-                throttled: self.token.throttled(),
-            },
-            groups_evicted: get(&self.groups_evicted),
-            truncated_lists: get(&self.truncated_lists),
-        }
-    }
-}
-
-/// Subscription ids go into the ARM URL path: GUID-like characters only.
-pub(crate) fn check_subscription(subscription: &str) -> Result<(), String> {
-    match subscription {
-        "" => Err("must not be empty".to_owned()),
-        s if s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') => Ok(()),
-        s => Err(format!(
-            "{s:?} may contain only ASCII letters, digits and '-'"
-        )),
-    }
-}
 
 /// One per process. Holds the ONE credential, the ONE ARM network client (the SDK client is
 /// per endpoint; the subscription is a per-call argument), the global request budget, and one
