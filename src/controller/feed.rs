@@ -1,14 +1,15 @@
-//! The member's one ServiceExport watch, shared by both exporters: the ServiceExport exporter
-//! reconciles what it touches, the EndpointSlice exporter the slices of the touched export's
-//! Service. One watch and one store per member instead of one of each per exporter (at 250
-//! exports, ~150 KiB per member).
+//! One watch of a member, shared by several jobs: each reconciles what the watch touches, or
+//! what it maps that to. One watch and one store per member instead of one of each per job
+//! (the member's ServiceExports: at 250 exports, ~150 KiB per member).
 //!
 //! Not kube's shared reflector (`reflect_shared`): it hands its subscribers applied objects
-//! only, and the slice exporter must hear of deletions to withdraw. Each subscriber here gets
-//! the names the watch touched (applied or deleted) in a [`Pace`] of its own: never more than
-//! one entry per export, and nothing the watch waits for.
+//! only, and a job may have to hear of deletions to withdraw. Each subscriber here gets the
+//! names the watch touched (applied or deleted) in a [`Pace`] of its own: never more than one
+//! entry per object, and nothing the watch waits for.
 
+use std::fmt::Debug;
 use std::future::Future;
+use std::hash::Hash;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -17,62 +18,71 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+use serde::de::DeserializeOwned;
 
 use super::ReconcileObserver;
 use super::pace::Pace;
-use super::projections::ServiceExportView;
 use super::views::{Synced, View, WatchHealth, view_watch};
-use crate::api::ServiceExportVersion;
 
-pub(crate) type ExportRef = ObjectRef<ServiceExportView>;
-
-/// The watch before it runs: subscribe each exporter ([`ServiceExportFeed::subscribe`]), then
-/// run it ([`ServiceExportFeed::run`]).
-pub struct ServiceExportFeed {
-    version: ServiceExportVersion,
-    events: BoxStream<'static, Result<watcher::Event<ServiceExportView>, watcher::Error>>,
-    store: Store<ServiceExportView>,
+/// The watch before it runs: subscribe each job ([`Feed::subscribe`]), then run it
+/// ([`Feed::run`]).
+pub struct Feed<K: kube::Resource + 'static>
+where
+    K::DynamicType: Hash + Eq,
+{
+    dyntype: K::DynamicType,
+    events: BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>,
+    store: Store<K>,
     synced: Synced,
-    subscribers: Vec<Arc<Pace<ServiceExportView>>>,
+    subscribers: Vec<Arc<Pace<K>>>,
 }
 
-/// What one exporter gets of the feed: the store, its first list, and the touched names.
-pub struct Subscription {
-    pub(crate) store: Store<ServiceExportView>,
-    pub(crate) version: ServiceExportVersion,
+/// What one job gets of the feed: the store, its first list, and the touched names.
+pub struct Subscription<K: kube::Resource + 'static>
+where
+    K::DynamicType: Hash + Eq,
+{
+    pub(crate) store: Store<K>,
+    pub(crate) dyntype: K::DynamicType,
     /// Resolves once the watch has listed.
     pub(crate) synced: Synced,
-    /// Where the names the watch touched wait to be handed to the exporter's controller.
-    pub(crate) pace: Arc<Pace<ServiceExportView>>,
+    /// Where the names the watch touched wait to be handed to the job's runner.
+    pub(crate) pace: Arc<Pace<K>>,
 }
 
-impl ServiceExportFeed {
-    /// The watch of `member`'s ServiceExports (of API `version`) through `client`; its
-    /// failures and first list are reported to `observer`.
-    pub fn watch(
-        client: &kube::Client,
-        version: ServiceExportVersion,
+impl<K> Feed<K>
+where
+    K: kube::Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Hash + Eq + Clone + Send + Sync + Unpin,
+{
+    /// The watch of `api` (every object of its kind, of type `dyntype`) for `member`, as its
+    /// `view`; its failures and first list are reported to `observer`. Its readiness handle
+    /// counts the objects the view holds ([`Synced::objects`]).
+    pub fn over(
+        api: Api<K>,
+        dyntype: K::DynamicType,
+        view: View,
         member: &str,
         observer: Arc<dyn ReconcileObserver>,
     ) -> Self {
-        let writer = reflector::store::Writer::<ServiceExportView>::new(version);
+        let writer = reflector::store::Writer::<K>::new(dyntype.clone());
         let store = writer.as_reader();
         let health = Arc::new(WatchHealth::new(member, observer));
         let size = {
             let store = store.clone();
             move || store.len()
         };
-        let events = view_watch(
-            Api::<ServiceExportView>::all_with(client.clone(), &version),
-            watcher::Config::default(),
-            size,
-        )
-        .reflect(writer)
-        .inspect(health.inspector(View::ServiceExports))
-        .boxed();
-        let synced = health.synced(Some(store.clone()), &[View::ServiceExports]);
+        let events = view_watch(api, watcher::Config::default(), size)
+            .reflect(writer)
+            .inspect(health.inspector(view))
+            .boxed();
+        let counted = {
+            let store = store.clone();
+            Arc::new(move || store.state().len())
+        };
+        let synced = health.synced(Some(counted), &[view]);
         Self {
-            version,
+            dyntype,
             events,
             store,
             synced,
@@ -82,12 +92,12 @@ impl ServiceExportFeed {
 
     /// A new subscriber: it hears of everything the watch touches from its first list on,
     /// handed `limit` names at a time ([`Pace`]; 0: all at once).
-    pub fn subscribe(&mut self, limit: u16) -> Subscription {
+    pub fn subscribe(&mut self, limit: u16) -> Subscription<K> {
         let pace = Arc::new(Pace::new(limit));
         self.subscribers.push(pace.clone());
         Subscription {
             store: self.store.clone(),
-            version: self.version,
+            dyntype: self.dyntype.clone(),
             synced: self.synced.clone(),
             pace,
         }
@@ -98,20 +108,23 @@ impl ServiceExportFeed {
     /// a list in whole, at its end.
     pub fn run(self, shutdown: impl Future<Output = ()> + Send) -> impl Future<Output = ()> + Send {
         let Self {
-            version,
+            dyntype,
             events,
             subscribers,
             ..
         } = self;
         let mut listing = Vec::new();
-        let key = move |se: &ServiceExportView| {
-            ObjectRef::new_with(&se.name_any(), version).within(&se.namespace().unwrap_or_default())
+        // The name alone: a version and UID in each key would be two more strings per name
+        // waiting, read by nobody.
+        let key = move |o: &K| {
+            ObjectRef::new_with(&o.name_any(), dyntype.clone())
+                .within(&o.namespace().unwrap_or_default())
         };
         let watch = events.for_each(move |event| {
             let touched = match &event {
-                Ok(watcher::Event::Apply(se) | watcher::Event::Delete(se)) => vec![key(se)],
-                Ok(watcher::Event::InitApply(se)) => {
-                    listing.push(key(se));
+                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => vec![key(o)],
+                Ok(watcher::Event::InitApply(o)) => {
+                    listing.push(key(o));
                     vec![]
                 }
                 Ok(watcher::Event::InitDone) => std::mem::take(&mut listing),

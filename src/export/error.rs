@@ -99,10 +99,12 @@ impl Error {
         }
     }
 
-    /// The wait a throttling server asked for, which the requeue must not undercut.
+    /// The wait a throttling server asked for (ARM, or an API server's refusal), which the
+    /// requeue must not undercut.
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         match self {
             Self::Pending { retry_after, .. } => *retry_after,
+            Self::Kube { source, .. } => crate::controller::retry_after(source),
             _ => None,
         }
     }
@@ -121,6 +123,12 @@ impl Error {
             }
             _ => None,
         }
+    }
+}
+
+impl crate::controller::Failure for Error {
+    fn retry_after(&self) -> Option<std::time::Duration> {
+        Error::retry_after(self)
     }
 }
 
@@ -170,5 +178,19 @@ mod tests {
                 .to_string()
                 .contains("member m1")
         );
+    }
+
+    #[test]
+    fn a_failure_is_requeued_no_sooner_than_the_server_asked() {
+        use crate::controller::reconcile_tests::{honours_retry_after, refusal};
+        let throttled = Error::kube("m1", "shop", "cart", Step::PatchStatus)(refusal(429, 20));
+        honours_retry_after(&throttled);
+        honours_retry_after(&Error::Pending {
+            member: "m1".into(),
+            namespace: "shop".into(),
+            name: "cart".into(),
+            message: "ARM throttled the lookup".into(),
+            retry_after: Some(std::time::Duration::from_secs(20)),
+        });
     }
 }

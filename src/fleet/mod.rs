@@ -6,7 +6,6 @@
 //! `fleet` starts and stops members; it knows nothing of ServiceExport conditions.
 
 mod cleanup;
-mod controllers;
 pub mod leader;
 pub mod lease;
 mod member;
@@ -25,13 +24,14 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use controllers::Controllers;
+pub use crate::jobs::Controllers;
 pub use member::{MemberClient, member_client};
 pub use state::{Event, FleetState, MemberStatus, Phase};
 pub use vet::TrustPolicy;
 
 use crate::client::{ClientStats, Limits};
-use crate::export::{PublicIpAccess, ReconcileObserver, Reconciled};
+use crate::controller::{ReconcileObserver, Reconciled};
+use crate::export::PublicIpAccess;
 
 /// Settings of the runtime (validated by whoever builds it, e.g. the CLI).
 #[derive(Debug, Clone)]

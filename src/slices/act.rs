@@ -12,7 +12,7 @@ use crate::api::{
     EndpointSliceExportSpec, GROUP, LAST_SEEN_GENERATION_ANNOTATION,
     LAST_SEEN_TIMESTAMP_ANNOTATION, UNIQUE_NAME_ANNOTATION,
 };
-use crate::export::only_uid;
+use crate::controller::only_uid;
 
 pub(super) async fn perform(
     ctx: &Context,

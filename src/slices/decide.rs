@@ -55,6 +55,15 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// How the reconcile ended, as the kit reports it: `endpointslice:<label>`.
+    pub fn reconciled(self) -> crate::controller::Reconciled {
+        crate::controller::Reconciled::Done {
+            job: Some(super::NAME),
+            outcome: self.label(),
+            reason: None,
+        }
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Self::Skipped => "skipped",

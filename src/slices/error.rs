@@ -66,6 +66,16 @@ impl std::fmt::Display for Step {
     }
 }
 
+impl crate::controller::Failure for Error {
+    /// The wait an API server asked for in its refusal.
+    fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Self::Kube { source, .. } => crate::controller::retry_after(source),
+            _ => None,
+        }
+    }
+}
+
 impl Error {
     /// Maps a failed API call of `step` for the slice `namespace/name` of `member`.
     pub fn kube(
@@ -148,5 +158,13 @@ mod tests {
             Some(false)
         );
         assert_eq!(failed(Step::AnnotateEndpointSlice, 500).stale_view(), None);
+    }
+
+    #[test]
+    fn a_failure_is_requeued_no_sooner_than_the_server_asked() {
+        use crate::controller::reconcile_tests::{honours_retry_after, refusal};
+        let throttled =
+            Error::kube("m1", "work", "web-1", Step::CreateEndpointSliceExport)(refusal(429, 20));
+        honours_retry_after(&throttled);
     }
 }

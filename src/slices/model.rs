@@ -85,7 +85,7 @@ impl From<EndpointSlice> for SliceView {
 /// An EndpointSliceExport as decisions read it: its identity, the slice it refers to and a
 /// digest of its spec (see [`digest`]). No `ObjectMeta` (360 bytes, most of them empty): it is
 /// read as an `EndpointSliceExport` and reduced at once ([`From`]), and kept in a reflector
-/// store by its name ([`crate::export::keyed_by_name`]), which is all a store needs.
+/// store by its name ([`crate::controller::projection::keyed_by_name`]), which is all a store needs.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ExportView {
     pub name: String,
@@ -123,7 +123,7 @@ impl From<EndpointSliceExport> for ExportView {
     }
 }
 
-crate::export::keyed_by_name!(
+crate::controller::projection::keyed_by_name!(
     ExportView,
     "EndpointSliceExport",
     crate::api::GROUP,
@@ -226,7 +226,7 @@ resource!(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::projections::ServiceExportView;
+    use crate::service_exports::ServiceExportView;
     use kube::runtime::reflector::{Lookup, ObjectRef};
 
     #[test]

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::export::runner::Action;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
@@ -17,7 +16,8 @@ use super::decide::{Observation, Outcome, Plan, decide, decide_gone, is_dns1123_
 use super::model::{ExportVerdict, ExportView, SliceView};
 use super::views::{Absent, referred};
 use super::{Context, Error, Step, act};
-use crate::export::Reconciled;
+use crate::controller::Reconciled;
+use crate::controller::runner::Action;
 
 /// Reconciles one slice of the view: one trace per call, a root span `reconcile_endpointslice`.
 pub(super) async fn reconcile(slice: Arc<SliceView>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -48,13 +48,13 @@ async fn traced(
         .await;
     let key = ObjectRef::new(name).within(ns);
     let reconciled = match &result {
-        Ok((outcome, _)) => Reconciled::Slice(*outcome),
+        Ok((outcome, _)) => outcome.reconciled(),
         Err(e) => Reconciled::Failed(e.category()),
     };
     if result.is_ok() {
         ctx.failures.clear(&key);
     }
-    crate::export::report(
+    crate::controller::report(
         &span,
         ctx.observer.as_ref(),
         &ctx.member,
@@ -309,17 +309,14 @@ async fn look_at(ctx: &Context, ns: &str, name: &str) {
     let _ = Box::pin(traced(ctx, ns, name, None)).await;
 }
 
-/// Exponential (1 s doubling to 5 min), jittered, per slice; reset by a success.
+/// Exponential (1 s doubling to 5 min), jittered, per slice, never sooner than a server
+/// asked; reset by a success ([`crate::controller::failed`]).
 pub(super) fn error_policy(slice: Arc<SliceView>, error: &Error, ctx: Arc<Context>) -> Action {
     if matches!(error, Error::NotLeader { .. }) {
         return Action::await_change();
     }
-    if crate::client::fence::refused(error) {
-        return Action::requeue(Duration::from_secs(2));
-    }
     let key = ObjectRef::from_obj(slice.as_ref());
-    let failures = ctx.failures.bump(key);
-    Action::requeue(crate::export::backoff(failures, rand::random::<f64>()))
+    crate::controller::failed(error, &ctx.failures, key)
 }
 
 #[cfg(test)]

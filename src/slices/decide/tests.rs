@@ -99,7 +99,8 @@ fn run(
     named: Option<&EndpointSliceExport>,
     referring: &[&EndpointSliceExport],
 ) -> Plan {
-    let max_bytes = crate::export::Quotas::default().max_export_bytes;
+    // The default `--max-export-bytes`.
+    let max_bytes = 64 * 1024;
     run_limited(slice, export, named, referring, max_bytes)
 }
 

@@ -312,7 +312,7 @@ fn the_ise_view_decides_as_the_ise_does() {
 /// finalizer or deletion.
 #[test]
 fn the_export_view_decides_as_the_export_does() {
-    use crate::export::projections::ServiceExportView;
+    use crate::service_exports::ServiceExportView;
     let svc = service();
     let fresh = with_finalizer(export());
     let plan = run(&settings(), &fresh, Some(&svc), None);
