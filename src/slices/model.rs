@@ -11,11 +11,14 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::Deserialize;
 
-use super::decide::SERVICE_NAME_LABEL;
 use crate::api::{
-    EndpointPort, EndpointSliceExport, EndpointSliceExportSpec, LAST_SEEN_GENERATION_ANNOTATION,
-    LAST_SEEN_TIMESTAMP_ANNOTATION, ServiceExport, ServiceExportVersion, UNIQUE_NAME_ANNOTATION,
+    CONDITION_CONFLICT, CONDITION_VALID, EndpointPort, EndpointSliceExport,
+    EndpointSliceExportSpec, LAST_SEEN_GENERATION_ANNOTATION, LAST_SEEN_TIMESTAMP_ANNOTATION,
+    ServiceExport, ServiceExportVersion, UNIQUE_NAME_ANNOTATION, find_condition,
 };
+
+/// The label that names the Service an EndpointSlice belongs to.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// An EndpointSlice as decisions read it.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -143,7 +146,7 @@ pub struct ExportVerdict {
 impl From<ServiceExport> for ExportVerdict {
     fn from(se: ServiceExport) -> Self {
         Self {
-            valid_without_conflict: super::decide::export_is_valid_without_conflict(&se),
+            valid_without_conflict: export_is_valid_without_conflict(&se),
             metadata: identity(se.metadata),
         }
     }
@@ -222,6 +225,15 @@ resource!(
     "serviceexports",
     |v| v.as_str()
 );
+
+/// `Valid=True`, `Conflict=False` and not being deleted.
+pub fn export_is_valid_without_conflict(export: &ServiceExport) -> bool {
+    let conditions = export.conditions();
+    let status = |t: &str| find_condition(conditions, t).map(|c| c.status.as_str());
+    export.metadata.deletion_timestamp.is_none()
+        && status(CONDITION_VALID) == Some("True")
+        && status(CONDITION_CONFLICT) == Some("False")
+}
 
 #[cfg(test)]
 mod tests {

@@ -12,8 +12,7 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use super::decide::SERVICE_NAME_LABEL;
-use super::model::{ExportView, SliceView};
+use super::model::{ExportView, SERVICE_NAME_LABEL, SliceView};
 use crate::api::EndpointSliceExport;
 use crate::controller::pace::Pace;
 use crate::controller::projection::project;

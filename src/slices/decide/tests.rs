@@ -4,7 +4,9 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::*;
-use crate::api::{ServiceExportStatus, UNIQUE_NAME_ANNOTATION};
+use crate::api::{
+    CONDITION_CONFLICT, CONDITION_VALID, ServiceExport, ServiceExportStatus, UNIQUE_NAME_ANNOTATION,
+};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 const NOW: &str = "2026-12-05T10:00:00Z";
