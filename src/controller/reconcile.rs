@@ -2,15 +2,26 @@
 //! failed one is requeued (backoff per object, never sooner than a server asked, a fenced
 //! write retried soon and not counted).
 
+use std::future::Future;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
+
+use tracing::Instrument;
 
 use super::runner::Action;
 use super::streaks::Streaks;
 use super::{ReconcileObserver, Reconciled};
 
-/// A job's reconcile error, as the kit's requeue reads it.
+/// How a job's reconcile ended well, as the kit reports it.
+pub(crate) trait Outcome: Copy {
+    /// Its label, as metrics and spans carry it.
+    fn reconciled(self) -> Reconciled;
+}
+
+/// A job's reconcile error, as the kit reports and requeues it.
 pub(crate) trait Failure: std::error::Error + 'static {
+    /// Stable label for metrics (`error:<category>`): the failed step, for example.
+    fn category(&self) -> &'static str;
     /// The wait a throttling server asked for, which the requeue must not undercut.
     fn retry_after(&self) -> Option<Duration>;
 }
@@ -29,12 +40,45 @@ pub(crate) fn retry_after(error: &kube::Error) -> Option<Duration> {
     }
 }
 
+/// Runs one reconcile of `member` (`work`, of the object `key`) inside its root `span`, and
+/// reports it ([`report`]); a success ends the object's streak of `failures`. The span's
+/// `requeue` field, where it has one, tells what the reconcile asked for.
+pub(crate) async fn reported<O: Outcome, E: Failure, K: Hash + Eq>(
+    span: tracing::Span,
+    observer: &dyn ReconcileObserver,
+    member: &str,
+    failures: &Streaks<K>,
+    key: &K,
+    work: impl Future<Output = Result<(O, Action), E>>,
+) -> Result<Action, E> {
+    let started = Instant::now();
+    observer.reconcile_started(member);
+    let result = work.instrument(span.clone()).await;
+    let reconciled = match &result {
+        Ok((outcome, action)) => {
+            span.record("requeue", format!("{action:?}").as_str());
+            failures.clear(key);
+            outcome.reconciled()
+        }
+        Err(e) => Reconciled::Failed(e.category()),
+    };
+    report(
+        &span,
+        observer,
+        member,
+        reconciled,
+        result.as_ref().err(),
+        started,
+    );
+    result.map(|(_, action)| action)
+}
+
 /// Ends the root span of one reconcile (of any job) and reports it: the outcome on the span, a
 /// fenced refusal at debug level (the member is no longer ours: it moved, or the hold lapsed;
 /// its engagement is stopping, and a line per queued write would only hide that), any other
 /// error as the span's ERROR status and a warning; the duration is observed inside the span,
 /// so its sample can carry the trace id as an exemplar.
-pub(crate) fn report<E: std::error::Error + 'static>(
+fn report<E: std::error::Error + 'static>(
     span: &tracing::Span,
     observer: &dyn ReconcileObserver,
     member: &str,

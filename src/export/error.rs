@@ -127,6 +127,10 @@ impl Error {
 }
 
 impl crate::controller::Failure for Error {
+    fn category(&self) -> &'static str {
+        Error::category(self)
+    }
+
     fn retry_after(&self) -> Option<std::time::Duration> {
         Error::retry_after(self)
     }

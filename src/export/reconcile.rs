@@ -2,7 +2,7 @@
 //! [`decide`] → [`act::perform`]; and how failures and rechecks are requeued.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Service;
@@ -20,7 +20,7 @@ use super::error::Conflict;
 use super::{Context, Error, LookupError, Step, act};
 use crate::api::{InternalServiceExport, ServiceExport};
 use crate::controller::runner::Action;
-use crate::controller::{Reconciled, backoff, report};
+use crate::controller::{backoff, reported};
 use crate::service_exports::ServiceExportView;
 
 /// Reconciles one ServiceExport: one trace per call, a root span `reconcile`.
@@ -37,27 +37,10 @@ pub(super) async fn reconcile(se: Arc<ServiceExport>, ctx: Arc<Context>) -> Resu
         requeue = field::Empty,
         otel.status_code = field::Empty,
     );
-    let started = Instant::now();
-    ctx.observer.reconcile_started(&ctx.member);
-    let result = reconcile_inner(&se, &ctx).instrument(span.clone()).await;
     let key = ObjectRef::from_obj_with(se.as_ref(), ctx.se_version);
-    let reconciled = match &result {
-        Ok((outcome, _)) => outcome.reconciled(),
-        Err(e) => Reconciled::Failed(e.category()),
-    };
-    if let Ok((_, action)) = &result {
-        span.record("requeue", format!("{action:?}").as_str());
-        ctx.failures.clear(&key);
-    }
-    report(
-        &span,
-        ctx.observer.as_ref(),
-        &ctx.member,
-        reconciled,
-        result.as_ref().err(),
-        started,
-    );
-    result.map(|(_, action)| action)
+    let work = reconcile_inner(&se, &ctx);
+    let observer = ctx.observer.as_ref();
+    reported(span, observer, &ctx.member, &ctx.failures, &key, work).await
 }
 
 /// Observe → decide → act. Nothing is decided before every view has listed; a plan that

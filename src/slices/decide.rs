@@ -52,15 +52,6 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// How the reconcile ended, as the kit reports it: `endpointslice:<label>`.
-    pub fn reconciled(self) -> crate::controller::Reconciled {
-        crate::controller::Reconciled::Done {
-            job: Some(super::NAME),
-            outcome: self.label(),
-            reason: None,
-        }
-    }
-
     pub fn label(self) -> &'static str {
         match self {
             Self::Skipped => "skipped",
@@ -71,6 +62,17 @@ impl Outcome {
             Self::Unexported => "unexported",
             Self::Waiting => "waiting",
             Self::Gone => "gone",
+        }
+    }
+}
+
+impl crate::controller::Outcome for Outcome {
+    /// `endpointslice:<label>`.
+    fn reconciled(self) -> crate::controller::Reconciled {
+        crate::controller::Reconciled::Done {
+            job: Some(super::NAME),
+            outcome: self.label(),
+            reason: None,
         }
     }
 }

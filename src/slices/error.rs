@@ -67,6 +67,10 @@ impl std::fmt::Display for Step {
 }
 
 impl crate::controller::Failure for Error {
+    fn category(&self) -> &'static str {
+        Error::category(self)
+    }
+
     /// The wait an API server asked for in its refusal.
     fn retry_after(&self) -> Option<std::time::Duration> {
         match self {

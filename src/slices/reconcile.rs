@@ -3,20 +3,19 @@
 //! failures are requeued.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::mpsc;
-use tracing::{Instrument, field};
+use tracing::field;
 
 use super::decide::{Observation, Outcome, Plan, decide, decide_gone, is_dns1123_subdomain};
 use super::model::{ExportVerdict, ExportView, SliceView};
 use super::views::{Absent, referred};
 use super::{Context, Error, Step, act};
-use crate::controller::Reconciled;
 use crate::controller::runner::Action;
 
 /// Reconciles one slice of the view: one trace per call, a root span `reconcile_endpointslice`.
@@ -41,28 +40,10 @@ async fn traced(
         outcome = field::Empty,
         otel.status_code = field::Empty,
     );
-    let started = Instant::now();
-    ctx.observer.reconcile_started(&ctx.member);
-    let result = observe_decide_act(ctx, ns, name, viewed)
-        .instrument(span.clone())
-        .await;
     let key = ObjectRef::new(name).within(ns);
-    let reconciled = match &result {
-        Ok((outcome, _)) => outcome.reconciled(),
-        Err(e) => Reconciled::Failed(e.category()),
-    };
-    if result.is_ok() {
-        ctx.failures.clear(&key);
-    }
-    crate::controller::report(
-        &span,
-        ctx.observer.as_ref(),
-        &ctx.member,
-        reconciled,
-        result.as_ref().err(),
-        started,
-    );
-    result.map(|(_, action)| action)
+    let work = observe_decide_act(ctx, ns, name, viewed);
+    let observer = ctx.observer.as_ref();
+    crate::controller::reported(span, observer, &ctx.member, &ctx.failures, &key, work).await
 }
 
 /// What was read live in this reconcile (`None` for a field: not read, use the view).

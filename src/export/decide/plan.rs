@@ -48,11 +48,12 @@ pub enum Outcome {
 impl Outcome {
     /// Stable label: `exported`, `unexported`, `skipped`, `invalid:<reason>`.
     pub fn label(&self) -> String {
-        self.reconciled().label()
+        crate::controller::Outcome::reconciled(*self).label()
     }
+}
 
-    /// How the reconcile ended, as the kit reports it.
-    pub fn reconciled(self) -> Reconciled {
+impl crate::controller::Outcome for Outcome {
+    fn reconciled(self) -> Reconciled {
         let (outcome, reason) = match self {
             Self::Skipped => ("skipped", None),
             Self::Exported => ("exported", None),
