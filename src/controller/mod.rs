@@ -23,7 +23,7 @@ use tokio::sync::watch;
 
 pub use job::{Job, MemberInputs, Running};
 pub use reconcile::backoff;
-pub(crate) use reconcile::{Failure, MAX_BACKOFF, Outcome, failed, reported, retry_after};
+pub(crate) use reconcile::{Failure, MAX_BACKOFF, Outcome, REREADS, failed, reported, retry_after};
 pub use views::Synced;
 
 #[cfg(test)]

@@ -124,6 +124,10 @@ fn requeue_delay(failures: u32, jitter: f64, retry_after: Option<Duration>) -> D
     backoff(failures, jitter).max(asked)
 }
 
+/// How often one reconcile reads its objects again after a write found its view behind (a
+/// 409: a stale view, a concurrent writer) before it fails and is requeued.
+pub(crate) const REREADS: u32 = 2;
+
 /// The longest backoff of an object.
 pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(300);
 

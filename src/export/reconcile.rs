@@ -84,7 +84,7 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
                 return performed(ctx, &pass, plan, &done, seen.view_rv, throttled_for, now);
             }
             Err(e) => match e.conflict() {
-                Some(conflict) if conflicts < 2 => {
+                Some(conflict) if conflicts < crate::controller::REREADS => {
                     conflicts += 1;
                     tracing::debug!(error = %e, "conflict; reading the objects again");
                     // The hub is implicated by its own 409, or by this plan's ISE delete that

@@ -72,41 +72,7 @@ async fn observe_decide_act(
     }
     let mut stale = 0;
     loop {
-        let slice = match &live.slice {
-            Some(slice) => slice.clone(),
-            None => viewed.as_ref().map(|v| {
-                ctx.own_slices
-                    .over(&key, v.metadata.resource_version.as_deref())
-                    .unwrap_or_else(|| v.as_ref().clone())
-            }),
-        };
-        let referring = referring(ctx, ns, name);
-        let referring: Vec<&ExportView> = referring.iter().map(Arc::as_ref).collect();
-        let plan = match &slice {
-            None => decide_gone(&referring),
-            Some(slice) => {
-                let export = match &live.export {
-                    Some(export) => export.clone().map(Arc::new),
-                    None => service_of(slice).and_then(|service| {
-                        ctx.exports
-                            .get(&ObjectRef::new_with(&service, ctx.se_version).within(ns))
-                            .map(|se| Arc::new(ExportVerdict::from(se.to_export())))
-                    }),
-                };
-                let named = named(ctx, slice, &live);
-                let suffix = format!("{:05x}", rand::random_range(0..0x100000u32));
-                decide(&Observation {
-                    member: &ctx.member,
-                    slice,
-                    export: export.as_deref(),
-                    named: named.as_deref(),
-                    referring: &referring,
-                    now: Timestamp::now(),
-                    suffix: &suffix,
-                    max_bytes: ctx.max_export_bytes,
-                })
-            }
-        };
+        let (slice, plan) = observe_decide(ctx, ns, name, &key, viewed.as_deref(), &live);
         tracing::debug!(
             writes = plan.writes(),
             outcome = plan.outcome.label(),
@@ -117,12 +83,7 @@ async fn observe_decide_act(
             read_live(ctx, ns, name, &mut live).await?;
             continue;
         }
-        if let Some(bytes) = plan.too_large {
-            tracing::warn!(member = %ctx.member, slice = %format!("{ns}/{name}"), bytes, limit = ctx.max_export_bytes, "EndpointSlice not exported: its export would be larger than --max-export-bytes");
-        }
-        if !plan.malformed.is_empty() {
-            tracing::warn!(member = %ctx.member, slice = %format!("{ns}/{name}"), addresses = ?plan.malformed, "addresses that are not IPv4 left out of the export");
-        }
+        warn_of(ctx, ns, name, &plan);
         match act::perform(ctx, ns, name, slice.as_ref(), &plan).await {
             Ok(()) => {
                 if slice.is_none() {
@@ -131,7 +92,7 @@ async fn observe_decide_act(
                 return Ok((plan.outcome, requeue(&plan)));
             }
             Err(e) => match e.stale_view() {
-                Some(_) if stale < 2 => {
+                Some(_) if stale < crate::controller::REREADS => {
                     stale += 1;
                     tracing::debug!(error = %e, "the view was behind; reading live");
                     read_live(ctx, ns, name, &mut live).await?;
@@ -139,6 +100,62 @@ async fn observe_decide_act(
                 _ => return Err(e),
             },
         }
+    }
+}
+
+/// The slice as this pass sees it (read live, our own write, or the view; `None`: gone) and
+/// what it needs.
+fn observe_decide(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    key: &ObjectRef<SliceView>,
+    viewed: Option<&SliceView>,
+    live: &Live,
+) -> (Option<SliceView>, Plan) {
+    let slice = match &live.slice {
+        Some(slice) => slice.clone(),
+        None => viewed.map(|v| {
+            ctx.own_slices
+                .over(key, v.metadata.resource_version.as_deref())
+                .unwrap_or_else(|| v.clone())
+        }),
+    };
+    let referring = referring(ctx, ns, name);
+    let referring: Vec<&ExportView> = referring.iter().map(Arc::as_ref).collect();
+    let Some(seen) = &slice else {
+        return (slice, decide_gone(&referring));
+    };
+    let export = match &live.export {
+        Some(export) => export.clone().map(Arc::new),
+        None => service_of(seen).and_then(|service| {
+            ctx.exports
+                .get(&ObjectRef::new_with(&service, ctx.se_version).within(ns))
+                .map(|se| Arc::new(ExportVerdict::from(se.to_export())))
+        }),
+    };
+    let named = named(ctx, seen, live);
+    let suffix = format!("{:05x}", rand::random_range(0..0x100000u32));
+    let plan = decide(&Observation {
+        member: &ctx.member,
+        slice: seen,
+        export: export.as_deref(),
+        named: named.as_deref(),
+        referring: &referring,
+        now: Timestamp::now(),
+        suffix: &suffix,
+        max_bytes: ctx.max_export_bytes,
+    });
+    (slice, plan)
+}
+
+/// Logs what the plan leaves out of the export: the whole of it (too large), or addresses.
+fn warn_of(ctx: &Context, ns: &str, name: &str, plan: &Plan) {
+    if let Some(bytes) = plan.too_large {
+        tracing::warn!(member = %ctx.member, slice = %format!("{ns}/{name}"), bytes, limit = ctx.max_export_bytes, "EndpointSlice not exported: its export would be larger than --max-export-bytes");
+    }
+    if !plan.malformed.is_empty() {
+        tracing::warn!(member = %ctx.member, slice = %format!("{ns}/{name}"), addresses = ?plan.malformed, "addresses that are not IPv4 left out of the export");
     }
 }
 
