@@ -17,7 +17,7 @@ use crate::api::{InternalServiceExport, ServiceExportVersion};
 use crate::controller::projection::project;
 use crate::controller::queue::Lossy;
 use crate::controller::views::{View, WatchHealth, view_watch};
-use crate::service_exports::{ServiceExportView, Subscription};
+use crate::service_exports::{ExportRef, ServiceExportView, Subscription};
 
 /// The member's Services.
 pub(super) const SERVICES: View = View::member(1, "Services");
@@ -48,59 +48,8 @@ impl Views {
         BoxStream<'static, ObjectRef<ServiceExportView>>,
         BoxFuture<'static, ()>,
     ) {
-        let version = exports.dyntype;
-        let (services, services_writer) = reflector::store::<ServiceView>();
-        let (ises, ises_writer) = reflector::store::<IseView>();
-        let config = watcher::Config::default;
-        let service_events = reflector::reflector(
-            services_writer,
-            view_watch(Api::<Service>::all(member.clone()), config(), {
-                let services = services.clone();
-                move || services.len()
-            })
-            .map_ok(project::<Service, ServiceView>),
-        )
-        .inspect(health.inspector(SERVICES))
-        .touched_objects()
-        .filter_map(move |svc| {
-            futures::future::ready(svc.ok().map(|svc: ServiceView| {
-                ObjectRef::new_with(&svc.name, version).within(&svc.namespace)
-            }))
-        })
-        .boxed();
-        let loser_index = exports.store.clone();
-        let listed = dangling.clone();
-        let ise_events = reflector::reflector(
-            ises_writer,
-            view_watch(hub.clone(), config(), {
-                let ises = ises.clone();
-                move || ises.len()
-            })
-            .map_ok(project::<InternalServiceExport, IseView>),
-        )
-        .inspect(health.inspector(INTERNAL_SERVICE_EXPORTS))
-        .inspect(move |event| {
-            if let Ok(watcher::Event::Apply(ise) | watcher::Event::InitApply(ise)) = event {
-                listed.push(ise.name.clone());
-            }
-        })
-        .touched_objects()
-        .filter_map(|ise| futures::future::ready(ise.ok()))
-        .flat_map(move |ise: IseView| {
-            // The export it carries, and any other export of the same hub name (the loser of
-            // a name collision takes over when the winner's ISE goes).
-            let owner = ise
-                .spec
-                .service_reference
-                .namespaced_name
-                .split_once('/')
-                .map(|(ns, name)| ObjectRef::new_with(name, version).within(ns));
-            let mut refs = exports_sharing_hub_name(&loser_index, version, &ise.name);
-            refs.extend(owner);
-            refs.dedup();
-            futures::stream::iter(refs)
-        })
-        .boxed();
+        let (services, service_events) = watch_services(member, exports.dyntype, health);
+        let (ises, ise_events) = watch_ises(hub, exports, health, dangling.clone());
         // Every trigger waits in the feed's pace, which hands the controller no more names
         // than it reconciles at once.
         let triggers = exports
@@ -129,6 +78,83 @@ impl Views {
         };
         (views, handed, triggers)
     }
+}
+
+/// The view of the member's Services, and the export (same namespace/name) each change
+/// touches.
+fn watch_services(
+    member: &kube::Client,
+    version: ServiceExportVersion,
+    health: &Arc<WatchHealth>,
+) -> (Store<ServiceView>, BoxStream<'static, ExportRef>) {
+    let (services, writer) = reflector::store::<ServiceView>();
+    let events =
+        reflector::reflector(
+            writer,
+            view_watch(
+                Api::<Service>::all(member.clone()),
+                watcher::Config::default(),
+                {
+                    let services = services.clone();
+                    move || services.len()
+                },
+            )
+            .map_ok(project::<Service, ServiceView>),
+        )
+        .inspect(health.inspector(SERVICES))
+        .touched_objects()
+        .filter_map(move |svc| {
+            futures::future::ready(svc.ok().map(|svc: ServiceView| {
+                ObjectRef::new_with(&svc.name, version).within(&svc.namespace)
+            }))
+        })
+        .boxed();
+    (services, events)
+}
+
+/// The view of the ISEs of the member's hub namespace, and the exports each change touches;
+/// every ISE seen (listed or changed) is sent to `dangling`.
+fn watch_ises(
+    hub: &Api<InternalServiceExport>,
+    exports: &Subscription,
+    health: &Arc<WatchHealth>,
+    dangling: Lossy<String>,
+) -> (Store<IseView>, BoxStream<'static, ExportRef>) {
+    let version = exports.dyntype;
+    let (ises, writer) = reflector::store::<IseView>();
+    let loser_index = exports.store.clone();
+    let events = reflector::reflector(
+        writer,
+        view_watch(hub.clone(), watcher::Config::default(), {
+            let ises = ises.clone();
+            move || ises.len()
+        })
+        .map_ok(project::<InternalServiceExport, IseView>),
+    )
+    .inspect(health.inspector(INTERNAL_SERVICE_EXPORTS))
+    .inspect(move |event| {
+        if let Ok(watcher::Event::Apply(ise) | watcher::Event::InitApply(ise)) = event {
+            dangling.push(ise.name.clone());
+        }
+    })
+    .touched_objects()
+    .filter_map(|ise| futures::future::ready(ise.ok()))
+    .flat_map(move |ise: IseView| {
+        // The export it carries, and any other export of the same hub name (the loser of
+        // a name collision takes over when the winner's ISE goes).
+        let owner = ise
+            .spec
+            .service_reference
+            .namespaced_name
+            .split_once('/')
+            .map(|(ns, name)| ObjectRef::new_with(name, version).within(ns));
+        let mut refs = exports_sharing_hub_name(&loser_index, version, &ise.name);
+        refs.extend(owner);
+        refs.dedup();
+        futures::stream::iter(refs)
+    })
+    .boxed();
+    (ises, events)
 }
 
 /// The ServiceExports whose hub name (`<namespace>-<name>`) is `hub_name`: every split at a
