@@ -1,7 +1,8 @@
 use super::*;
 use crate::api::{
-    CLEANUP_FINALIZER, InternalServiceExportStatus, ServiceExportStatus, ServiceExportVersion,
-    set_condition,
+    CLEANUP_FINALIZER, CONDITION_CONFLICT, InternalServiceExportSpec, InternalServiceExportStatus,
+    LAST_SEEN_RESOURCE_VERSION_ANNOTATION, LAST_SEEN_TIMESTAMP_ANNOTATION, ServiceExportStatus,
+    ServiceExportVersion, set_condition,
 };
 use k8s_openapi::api::core::v1::{
     LoadBalancerIngress, LoadBalancerStatus, ServicePort as CorePort, ServiceSpec, ServiceStatus,
