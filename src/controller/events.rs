@@ -25,7 +25,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
-use super::ReconcileObserver;
+use super::observer::ReconcileObserver;
 
 const CONTROLLER: &str = "fleetnet-hub";
 /// Events a member may have waiting for its Events budget; more are dropped (and logged), as

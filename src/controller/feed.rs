@@ -20,7 +20,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
 
-use super::ReconcileObserver;
+use super::observer::ReconcileObserver;
 use super::pace::Pace;
 use super::views::{Synced, View, WatchHealth, view_watch};
 

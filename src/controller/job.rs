@@ -6,7 +6,8 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::{ReconcileObserver, Synced};
+use super::observer::ReconcileObserver;
+use super::views::Synced;
 
 /// One job: what it watches, the pure decision, the act, for every member it runs for. It is
 /// listed once in the registry (`crate::jobs`), which `--controllers` reads.

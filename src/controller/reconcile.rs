@@ -8,9 +8,11 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
+use kube::api::{DeleteParams, Preconditions};
+
+use super::observer::{ReconcileObserver, Reconciled};
 use super::runner::Action;
 use super::streaks::Streaks;
-use super::{ReconcileObserver, Reconciled};
 
 /// How a job's reconcile ended well, as the kit reports it.
 pub(crate) trait Outcome: Copy {
@@ -127,6 +129,16 @@ fn requeue_delay(failures: u32, jitter: f64, retry_after: Option<Duration>) -> D
 /// How often one reconcile reads its objects again after a write found its view behind (a
 /// 409: a stale view, a concurrent writer) before it fails and is requeued.
 pub(crate) const REREADS: u32 = 2;
+
+/// A delete of exactly the object with `uid`: a name since taken by another object is refused
+/// with a 409.
+pub(crate) fn only_uid(uid: Option<String>) -> DeleteParams {
+    let resource_version = None;
+    DeleteParams::default().preconditions(Preconditions {
+        uid,
+        resource_version,
+    })
+}
 
 /// The longest backoff of an object.
 pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(300);

@@ -16,6 +16,7 @@ use std::time::Duration;
 use futures::stream::FuturesUnordered;
 use futures::{Future, Stream, StreamExt};
 use kube::runtime::reflector::{Lookup, ObjectRef, Store};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::pace::Pace;
@@ -130,6 +131,21 @@ where
             }
         }
     }
+}
+
+/// Yields `()` each time `leader` turns true.
+pub(crate) fn leadership_gained(
+    leader: watch::Receiver<bool>,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold(leader, |mut rx| async move {
+        loop {
+            rx.changed().await.ok()?;
+            if *rx.borrow_and_update() {
+                tracing::info!("leadership acquired: reconciling every object");
+                return Some(((), rx));
+            }
+        }
+    })
 }
 
 /// Resolves once `view` has its first list: names wait in the pace until then, since one looked

@@ -12,7 +12,7 @@ use kube::runtime::{WatchStreamExt, watcher as watch_of};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use super::ReconcileObserver;
+use super::observer::ReconcileObserver;
 
 /// One watch of a job, named by the job: at most eight per job ([`WatchHealth`] keeps one bit
 /// each), told apart by `bit`.
