@@ -5,6 +5,7 @@
 //! knows no job by name.
 
 pub(crate) mod events;
+mod failure;
 pub mod feed;
 mod job;
 mod observer;
@@ -17,12 +18,12 @@ pub(crate) mod runner;
 pub(crate) mod streaks;
 pub mod views;
 
+pub(crate) use failure::Failure;
+pub use failure::{ApiFailure, Step};
 pub use job::{Job, MemberInputs, Running};
 pub use observer::{NoObserver, ReconcileObserver, Reconciled};
 pub use reconcile::backoff;
-pub(crate) use reconcile::{
-    Failure, MAX_BACKOFF, Outcome, REREADS, failed, only_uid, reported, retry_after,
-};
+pub(crate) use reconcile::{MAX_BACKOFF, Outcome, REREADS, failed, only_uid, reported};
 pub(crate) use runner::leadership_gained;
 pub use views::Synced;
 

@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use kube::api::{DeleteParams, Preconditions};
 
+use super::failure::Failure;
 use super::observer::{ReconcileObserver, Reconciled};
 use super::runner::Action;
 use super::streaks::Streaks;
@@ -18,28 +19,6 @@ use super::streaks::Streaks;
 pub(crate) trait Outcome: Copy {
     /// Its label, as metrics and spans carry it.
     fn reconciled(self) -> Reconciled;
-}
-
-/// A job's reconcile error, as the kit reports and requeues it.
-pub(crate) trait Failure: std::error::Error + 'static {
-    /// Stable label for metrics (`error:<category>`): the failed step, for example.
-    fn category(&self) -> &'static str;
-    /// The wait a throttling server asked for, which the requeue must not undercut.
-    fn retry_after(&self) -> Option<Duration>;
-}
-
-/// The wait a Kubernetes API server asked for in its refusal (`Status.details.retryAfterSeconds`,
-/// sent with a 429 and with some 5xx), if any.
-pub(crate) fn retry_after(error: &kube::Error) -> Option<Duration> {
-    match error {
-        kube::Error::Api(status) => status
-            .details
-            .as_ref()
-            .map(|d| d.retry_after_seconds)
-            .filter(|s| *s > 0)
-            .map(|s| Duration::from_secs(s.into())),
-        _ => None,
-    }
 }
 
 /// Runs one reconcile of `member` (`work`, of the object `key`) inside its root `span`, and
@@ -213,6 +192,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_servers_retry_after_is_read_from_its_refusal() {
+        use crate::controller::failure::retry_after;
         assert_eq!(
             retry_after(&refusal(429, 20)),
             Some(Duration::from_secs(20))
