@@ -13,6 +13,7 @@ use crate::api::{
     LAST_SEEN_RESOURCE_VERSION_ANNOTATION, LAST_SEEN_TIMESTAMP_ANNOTATION, ServiceExport,
     set_condition,
 };
+use crate::controller::ApiFailure;
 use crate::controller::only_uid;
 
 /// What `perform` changed, for metrics.
@@ -93,7 +94,8 @@ impl<'a> Writes<'a> {
     }
 
     fn err(&self, step: Step) -> impl FnOnce(kube::Error) -> Error + use<> {
-        Error::kube(&self.ctx.member, self.ns, self.name, step)
+        let failed = ApiFailure::of(&self.ctx.member, self.ns, self.name, step);
+        move |e| failed(e).into()
     }
 
     async fn metadata(&mut self, change: &MetadataChange) -> Result<(), Error> {

@@ -39,7 +39,7 @@ impl crate::controller::Step for Step {
 pub enum Error {
     /// An API call failed.
     #[error("member {}: {} for {}/{}: {}", .0.member, .0.step.as_str(), .0.namespace, .0.name, .0.source)]
-    Kube(#[source] ApiFailure<Step>),
+    Kube(#[from] ApiFailure<Step>),
     /// The export cannot complete yet (Azure lookup failed, DNS label being added).
     #[error("member {member}: export of {namespace}/{name} is pending: {message}")]
     Pending {
@@ -60,17 +60,6 @@ pub enum Error {
 }
 
 impl Error {
-    /// Maps a failed API call of `step` on `namespace/name` of `member` to an [`Error`].
-    pub fn kube(
-        member: &str,
-        namespace: &str,
-        name: &str,
-        step: Step,
-    ) -> impl FnOnce(kube::Error) -> Self + use<> {
-        let failed = ApiFailure::of(member, namespace, name, step);
-        move |source| Self::Kube(failed(source))
-    }
-
     /// Stable label for metrics: the failed step, `pending` or `not_leader`.
     pub fn category(&self) -> &'static str {
         match self {
@@ -130,7 +119,7 @@ mod tests {
     use crate::controller::reconcile_tests::{honours_retry_after, refusal};
 
     fn failed(step: Step, code: u16) -> Error {
-        Error::kube("m1", "shop", "cart", step)(refusal(code, 0))
+        Error::from(ApiFailure::of("m1", "shop", "cart", step)(refusal(code, 0)))
     }
 
     #[test]
@@ -167,7 +156,9 @@ mod tests {
 
     #[test]
     fn a_failure_is_requeued_no_sooner_than_the_server_asked() {
-        let throttled = Error::kube("m1", "shop", "cart", Step::PatchStatus)(refusal(429, 20));
+        let throttled = Error::from(ApiFailure::of("m1", "shop", "cart", Step::PatchStatus)(
+            refusal(429, 20),
+        ));
         honours_retry_after(&throttled);
         honours_retry_after(&Error::Pending {
             member: "m1".into(),

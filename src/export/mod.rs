@@ -32,6 +32,7 @@ pub use public_ip::{
 };
 
 use crate::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
+use crate::controller::ApiFailure;
 use crate::controller::events::{Creator, Events};
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::queue::Lossy;
@@ -142,15 +143,13 @@ pub struct Context {
 impl Context {
     /// This export's ISE, read live from the hub.
     async fn read_ise(&self, ns: &str, name: &str) -> Result<Option<InternalServiceExport>, Error> {
-        self.hub
-            .get_opt(&decide::ise_name(ns, name))
-            .await
-            .map_err(Error::kube(
-                &self.member,
-                ns,
-                name,
-                Step::GetInternalServiceExport,
-            ))
+        let read = self.hub.get_opt(&decide::ise_name(ns, name)).await;
+        Ok(read.map_err(ApiFailure::of(
+            &self.member,
+            ns,
+            name,
+            Step::GetInternalServiceExport,
+        ))?)
     }
 
     fn ensure_leader(&self, ns: &str, name: &str) -> Result<(), Error> {

@@ -19,6 +19,7 @@ use super::decide::{
 use super::error::Conflict;
 use super::{Context, Error, LookupError, Step, act};
 use crate::api::{InternalServiceExport, ServiceExport};
+use crate::controller::ApiFailure;
 use crate::controller::runner::Action;
 use crate::controller::{backoff, reported};
 use crate::service_exports::ServiceExportView;
@@ -209,7 +210,7 @@ impl Pass {
 
     async fn read_live(&mut self, ctx: &Context) -> Result<(), Error> {
         let services: Api<Service> = Api::namespaced(ctx.member_client.clone(), &self.ns);
-        let service = services.get_opt(&self.name).await.map_err(Error::kube(
+        let service = services.get_opt(&self.name).await.map_err(ApiFailure::of(
             &ctx.member,
             &self.ns,
             &self.name,
@@ -226,7 +227,7 @@ impl Pass {
         let exports: Api<ServiceExport> =
             Api::namespaced_with(ctx.member_client.clone(), &self.ns, &ctx.se_version);
         let step = Step::GetServiceExport;
-        match exports.get_opt(&self.name).await.map_err(Error::kube(
+        match exports.get_opt(&self.name).await.map_err(ApiFailure::of(
             &ctx.member,
             &self.ns,
             &self.name,

@@ -12,6 +12,7 @@ use crate::api::{
     EndpointSliceExportSpec, GROUP, LAST_SEEN_GENERATION_ANNOTATION,
     LAST_SEEN_TIMESTAMP_ANNOTATION, UNIQUE_NAME_ANNOTATION,
 };
+use crate::controller::ApiFailure;
 use crate::controller::only_uid;
 
 /// Performs `plan` for the slice `ns/name` (`slice`: as decided on; `None`: gone).
@@ -50,12 +51,10 @@ async fn delete_doomed(ctx: &Context, ns: &str, name: &str, plan: &Plan) -> Resu
             // Gone already, or the name now holds another object: not ours to delete.
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
             Err(e) => {
-                return Err(Error::kube(
-                    &ctx.member,
-                    ns,
-                    name,
-                    Step::DeleteEndpointSliceExport,
-                )(e));
+                return Err(
+                    ApiFailure::of(&ctx.member, ns, name, Step::DeleteEndpointSliceExport)(e)
+                        .into(),
+                );
             }
         }
         ctx.own_exports.wrote(doomed.name.clone(), [view_rv], None);
@@ -85,7 +84,7 @@ async fn annotate(
     let after = slices
         .patch(name, &PatchParams::default(), &Patch::Merge(&body))
         .await
-        .map_err(Error::kube(
+        .map_err(ApiFailure::of(
             &ctx.member,
             ns,
             name,
@@ -109,7 +108,7 @@ async fn write_export(
     written_slice: Option<&SliceView>,
     slice: Option<&SliceView>,
 ) -> Result<(), Error> {
-    let err = |step| Error::kube(&ctx.member, ns, name, step);
+    let err = |step| ApiFailure::of(&ctx.member, ns, name, step);
     ctx.ensure_leader(ns, name)?;
     // What the view shows before this write: after it, the view may show the write itself,
     // and a write remembered over its own version would never be forgotten.

@@ -7,7 +7,7 @@ use crate::controller::{ApiFailure, Step as _};
 pub enum Error {
     /// An API call failed.
     #[error("member {}: {} for EndpointSlice {}/{}: {}", .0.member, .0.step.as_str(), .0.namespace, .0.name, .0.source)]
-    Kube(#[source] ApiFailure<Step>),
+    Kube(#[from] ApiFailure<Step>),
     /// Writes are not allowed (this replica does not hold the leader lease).
     #[error(
         "member {member}: not writing for EndpointSlice {namespace}/{name}: this replica is not the leader"
@@ -72,17 +72,6 @@ impl crate::controller::Failure for Error {
 }
 
 impl Error {
-    /// Maps a failed API call of `step` for the slice `namespace/name` of `member`.
-    pub fn kube(
-        member: &str,
-        namespace: &str,
-        name: &str,
-        step: Step,
-    ) -> impl FnOnce(kube::Error) -> Self + use<> {
-        let failed = ApiFailure::of(member, namespace, name, step);
-        move |source| Self::Kube(failed(source))
-    }
-
     /// Stable label for metrics: the failed step or `not_leader`.
     pub fn category(&self) -> &'static str {
         match self {
@@ -112,7 +101,9 @@ mod tests {
     use crate::controller::reconcile_tests::{honours_retry_after, refusal};
 
     fn failed(step: Step, code: u16) -> Error {
-        Error::kube("m1", "work", "web-1", step)(refusal(code, 0))
+        Error::from(ApiFailure::of("m1", "work", "web-1", step)(refusal(
+            code, 0,
+        )))
     }
 
     #[test]
@@ -144,8 +135,12 @@ mod tests {
 
     #[test]
     fn a_failure_is_requeued_no_sooner_than_the_server_asked() {
-        let throttled =
-            Error::kube("m1", "work", "web-1", Step::CreateEndpointSliceExport)(refusal(429, 20));
+        let throttled = Error::from(ApiFailure::of(
+            "m1",
+            "work",
+            "web-1",
+            Step::CreateEndpointSliceExport,
+        )(refusal(429, 20)));
         honours_retry_after(&throttled);
     }
 }

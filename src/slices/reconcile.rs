@@ -16,6 +16,7 @@ use super::decide::{Observation, Outcome, Plan, decide, decide_gone, is_dns1123_
 use super::model::{ExportVerdict, ExportView, SliceView};
 use super::views::{Absent, referred};
 use super::{Context, Error, Step, act};
+use crate::controller::ApiFailure;
 use crate::controller::runner::Action;
 
 /// Reconciles one slice of the view: one trace per call, a root span `reconcile_endpointslice`.
@@ -207,7 +208,7 @@ fn referring(ctx: &Context, ns: &str, name: &str) -> Vec<Arc<ExportView>> {
 
 async fn read_live(ctx: &Context, ns: &str, name: &str, live: &mut Live) -> Result<(), Error> {
     let slices: Api<SliceView> = Api::namespaced(ctx.member_client.clone(), ns);
-    let slice = slices.get_opt(name).await.map_err(Error::kube(
+    let slice = slices.get_opt(name).await.map_err(ApiFailure::of(
         &ctx.member,
         ns,
         name,
@@ -217,7 +218,7 @@ async fn read_live(ctx: &Context, ns: &str, name: &str, live: &mut Live) -> Resu
         Some(service) => {
             let exports: Api<ExportVerdict> =
                 Api::namespaced_with(ctx.member_client.clone(), ns, &ctx.se_version);
-            exports.get_opt(&service).await.map_err(Error::kube(
+            exports.get_opt(&service).await.map_err(ApiFailure::of(
                 &ctx.member,
                 ns,
                 name,
@@ -247,7 +248,7 @@ async fn read_named(ctx: &Context, ns: &str, name: &str, live: &mut Live) -> Res
         .get_opt(unique)
         .await
         .map(|e| e.map(ExportView::from))
-        .map_err(Error::kube(
+        .map_err(ApiFailure::of(
             &ctx.member,
             ns,
             name,
