@@ -37,7 +37,9 @@ pub(crate) async fn reported<O: Outcome, E: Failure, K: Hash + Eq>(
     let result = work.instrument(span.clone()).await;
     let reconciled = match &result {
         Ok((outcome, action)) => {
-            span.record("requeue", format!("{action:?}").as_str());
+            if span.has_field("requeue") {
+                span.record("requeue", format!("{action:?}").as_str());
+            }
             failures.clear(key);
             outcome.reconciled()
         }
