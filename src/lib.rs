@@ -1,6 +1,7 @@
 //! fleetnet-hub: one process in the Azure Kubernetes Fleet hub that exports every member
 //! cluster's Services (ServiceExport → InternalServiceExport) and their EndpointSlices
-//! (EndpointSlice → EndpointSliceExport), member-scoped reconcilers per member.
+//! (EndpointSlice → EndpointSliceExport), member-scoped reconcilers per member: each job one
+//! folder (`export/`, `slices/`) on one controller kit (`controller/`), listed in `jobs`.
 
 pub mod api;
 pub mod app;
@@ -8,13 +9,16 @@ pub mod azure;
 pub mod check;
 pub mod client;
 pub mod config;
+pub mod controller;
 pub mod export;
 pub mod fleet;
 pub mod http;
+pub mod jobs;
 pub mod memory;
 pub mod metrics;
 pub mod policy;
 #[cfg(feature = "sandbox")]
 pub mod sandbox;
+pub mod service_exports;
 pub mod slices;
 pub mod telemetry;

@@ -26,10 +26,7 @@ const M: &str = "m1";
 const NS: &str = "work";
 
 fn slices_only() -> Controllers {
-    Controllers {
-        service_exports: false,
-        endpoint_slices: true,
-    }
+    Controllers::parse("endpointslice").expect("a known job")
 }
 
 /// A kubeconfig directory holding `M`'s admin kubeconfig.

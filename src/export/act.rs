@@ -2,7 +2,7 @@
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use super::Context;
@@ -13,6 +13,8 @@ use crate::api::{
     LAST_SEEN_RESOURCE_VERSION_ANNOTATION, LAST_SEEN_TIMESTAMP_ANNOTATION, ServiceExport,
     set_condition,
 };
+use crate::controller::ApiFailure;
+use crate::controller::only_uid;
 
 /// What `perform` changed, for metrics.
 #[derive(Debug, Default, Clone)]
@@ -51,7 +53,10 @@ pub async fn perform(
     }
     if !plan.conditions.is_empty() {
         w.status(plan, now).await?;
-        ctx.events.publish(se, ctx.se_version, &plan.events);
+        ctx.events.publish(
+            kube::Resource::object_ref(se, &ctx.se_version),
+            &plan.events,
+        );
     }
     match &plan.hub {
         Some(HubWrite::Create(ise)) => w.create_ise(ise).await?,
@@ -89,7 +94,8 @@ impl<'a> Writes<'a> {
     }
 
     fn err(&self, step: Step) -> impl FnOnce(kube::Error) -> Error + use<> {
-        Error::kube(&self.ctx.member, self.ns, self.name, step)
+        let failed = ApiFailure::of(&self.ctx.member, self.ns, self.name, step);
+        move |e| failed(e).into()
     }
 
     async fn metadata(&mut self, change: &MetadataChange) -> Result<(), Error> {
@@ -208,20 +214,10 @@ impl<'a> Writes<'a> {
     }
 }
 
-/// A delete of exactly the object with `uid`: a name since taken by another object is refused
-/// with a 409.
-pub(crate) fn only_uid(uid: Option<String>) -> DeleteParams {
-    let resource_version = None;
-    DeleteParams::default().preconditions(Preconditions {
-        uid,
-        resource_version,
-    })
-}
-
 /// The UID of this export's ISE, read live: `None` when the name is free, already terminating,
 /// or held by another export (a name collision, or another member's object) — never ours to delete.
 async fn own_ise_uid(ctx: &Context, ns: &str, name: &str) -> Result<Option<String>, Error> {
-    let live = super::reconcile::read_ise(ctx, ns, name).await?;
+    let live = ctx.read_ise(ns, name).await?;
     Ok(live
         .filter(|ise| {
             ise.metadata.deletion_timestamp.is_none()

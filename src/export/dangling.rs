@@ -11,10 +11,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::mpsc;
 
 use super::Context;
-use super::act::only_uid;
 use super::decide::ise_name;
-use super::projections::ServiceExportView;
 use crate::api::{InternalServiceExport, ServiceExport};
+use crate::controller::only_uid;
+use crate::service_exports::ServiceExportView;
 
 /// ISE names waiting to be checked; beyond this many a name is dropped and found by the next
 /// sweep of all.

@@ -7,10 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::public_ip::PublicIp;
 use crate::api::{
-    CONDITION_CONFLICT, CONDITION_VALID, ConditionSpec, InternalServiceExport,
-    InternalServiceExportSpec, LAST_SEEN_RESOURCE_VERSION_ANNOTATION,
-    LAST_SEEN_TIMESTAMP_ANNOTATION, ServiceExport, WEIGHT_ANNOTATION, condition_matches,
-    find_condition,
+    CONDITION_VALID, ConditionSpec, InternalServiceExport, ServiceExport, WEIGHT_ANNOTATION,
 };
 
 /// Condition reasons, as fleet-networking spells them (its hub controllers and users read them).
@@ -348,119 +345,6 @@ fn export(
     plan
 }
 
-/// The `Conflict` condition: the hub's verdict copied, in the ServiceExport's own
-/// generation; or re-armed (pending) when there is no verdict for the current export.
-fn conflict_condition(
-    plan: &mut Plan,
-    subject: &Subject<'_>,
-    own_ise: Option<&InternalServiceExport>,
-) {
-    let (se, name) = (subject.se, subject.name);
-    let hub_conflict = own_ise.and_then(|ise| find_condition(ise.conditions(), CONDITION_CONFLICT));
-    let current_conflict = find_condition(se.conditions(), CONDITION_CONFLICT);
-    if let Some(hub) = hub_conflict {
-        let verdict = ConditionSpec {
-            type_: CONDITION_CONFLICT.into(),
-            status: hub.status.clone(),
-            reason: hub.reason.clone(),
-            message: hub.message.clone(),
-            observed_generation: subject.generation,
-        };
-        match verdict_event(name, &hub.status) {
-            Some(event) => set_and_tell(plan, se, verdict, event),
-            None => {
-                set_if_changed(plan, se, verdict);
-            }
-        }
-    } else if current_conflict.is_none() || own_ise.is_none() {
-        // No verdict yet, or a verdict about an export that no longer exists: re-arm.
-        let pending = ConditionSpec::new(
-            CONDITION_CONFLICT,
-            "Unknown",
-            reason::PENDING_CONFLICT_RESOLUTION,
-            format!(
-                "service {}/{name} is pending export conflict resolution",
-                subject.ns
-            ),
-            subject.generation,
-        );
-        let event = EventSpec::new(
-            EventKind::Normal,
-            "PendingExportConflictResolution",
-            format!("Service {name} is pending export conflict resolution"),
-        );
-        set_and_tell(plan, se, pending, event);
-    }
-}
-
-/// The ISE create or update (when `needs_write` and nothing is pending), stamped with the
-/// time its content was first seen; returns the ServiceExport metadata change that goes first.
-fn hub_write(
-    plan: &mut Plan,
-    obs: &Observation<'_>,
-    subject: &Subject<'_>,
-    service: &Service,
-    mut spec: InternalServiceExportSpec,
-    own_ise: Option<&InternalServiceExport>,
-    needs_write: bool,
-) -> MetadataChange {
-    let mut metadata = MetadataChange {
-        add_finalizer: !subject.has_finalizer,
-        last_seen: None,
-    };
-    let service_rv = service
-        .metadata
-        .resource_version
-        .clone()
-        .unwrap_or_default();
-    let stamp = last_seen(subject.se, obs.now);
-    let fresh_stamp = || LastSeen {
-        resource_version: service_rv.clone(),
-        timestamp: obs.now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-    };
-    if !needs_write || plan.pending.is_some() {
-        if stamp.is_none() {
-            metadata.last_seen = Some(fresh_stamp());
-        }
-        return metadata;
-    }
-    // exportedSince is when this content was first seen; a new Service resourceVersion
-    // starts a new measurement, an unchanged one keeps the stored time.
-    let since = match &stamp {
-        Some((rv, ts)) if *rv == service_rv => *ts,
-        _ => {
-            metadata.last_seen = Some(fresh_stamp());
-            obs.now
-        }
-    };
-    spec.service_reference.exported_since = Some(Time(since));
-    plan.exported_since = Some(since);
-    plan.hub = Some(match own_ise {
-        None => {
-            let mut ise = new_ise(subject.ns, subject.name, spec);
-            // `act` names it (and places it in the member's namespace).
-            ise.metadata = Default::default();
-            HubWrite::Create(Box::new(ise))
-        }
-        Some(_) => HubWrite::UpdateSpec(Box::new(spec)),
-    });
-    metadata
-}
-
-/// The ISE of export `<ns>/<name>` with `spec`, named as `act` creates it.
-fn new_ise(ns: &str, name: &str, spec: InternalServiceExportSpec) -> InternalServiceExport {
-    InternalServiceExport {
-        api_version: Some(format!("{}/v1alpha1", crate::api::GROUP)),
-        kind: Some("InternalServiceExport".into()),
-        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            name: Some(ise_name(ns, name)),
-            ..Default::default()
-        },
-        spec,
-        status: None,
-    }
-}
-
 /// The member has all the exports in the hub it may have: this one waits (looked at again
 /// with the rechecks' backoff, at least every 5 minutes), nothing is written to the hub, and
 /// the user is told once.
@@ -532,49 +416,8 @@ fn unexport(plan: &mut Plan, own_ise: Option<&InternalServiceExport>, has_finali
     plan.remove_finalizer = has_finalizer;
 }
 
-/// The event fleet-networking records when it copies the hub's verdict to the export.
-fn verdict_event(name: &str, status: &str) -> Option<EventSpec> {
-    match status {
-        "True" => Some(EventSpec::new(
-            EventKind::Warning,
-            "ServiceExportConflictFound",
-            format!("Service {name} is in conflict with other exported services"),
-        )),
-        "False" => Some(EventSpec::new(
-            EventKind::Normal,
-            "NoServiceExportConflictFound",
-            format!("Service {name} is exported without conflict"),
-        )),
-        _ => None,
-    }
-}
-
-/// Sets `want` and, only when that changes the export, records `event`.
-fn set_and_tell(plan: &mut Plan, se: &ServiceExport, want: ConditionSpec, event: EventSpec) {
-    if set_if_changed(plan, se, want) {
-        plan.events.push(event);
-    }
-}
-
-/// Adds `want` to the plan's conditions unless the export already carries it. True if added.
-fn set_if_changed(plan: &mut Plan, se: &ServiceExport, want: ConditionSpec) -> bool {
-    if condition_matches(find_condition(se.conditions(), &want.type_), &want) {
-        return false;
-    }
-    plan.conditions.push(want);
-    true
-}
-
-/// The stored last-seen annotations, when both are present, parse, and are not in the future.
-fn last_seen(se: &ServiceExport, now: Timestamp) -> Option<(String, Timestamp)> {
-    let annotations = &se.metadata.annotations;
-    let rv = annotation(annotations, LAST_SEEN_RESOURCE_VERSION_ANNOTATION)?;
-    let ts: Timestamp = annotation(annotations, LAST_SEEN_TIMESTAMP_ANNOTATION)?
-        .parse()
-        .ok()?;
-    (ts <= now).then(|| (rv.to_string(), ts))
-}
-
+mod conditions;
+mod hub;
 mod plan;
 pub mod quota;
 mod resource_group;
@@ -582,6 +425,8 @@ mod service;
 #[cfg(test)]
 mod tests;
 
+use conditions::{conflict_condition, set_and_tell};
+use hub::{hub_write, new_ise};
 pub use plan::{EventKind, EventSpec, HubWrite, LastSeen, MetadataChange, Outcome, Plan};
 pub use quota::{Quotas, Standing};
 pub use resource_group::{CONDITION_PUBLIC_IP_ALLOWED, PublicIpQuery};

@@ -1,4 +1,6 @@
-//! Errors of the reconciler: each names the member, the object and the step that failed.
+//! Errors of the ServiceExport job: each names the member, the object and the step that failed.
+
+use crate::controller::{ApiFailure, Step as _};
 
 /// The step of a reconcile that failed; also the stable `error` metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,9 +17,8 @@ pub enum Step {
     LookupPublicIp,
 }
 
-impl Step {
-    /// Stable snake_case name.
-    pub fn as_str(self) -> &'static str {
+impl crate::controller::Step for Step {
+    fn as_str(self) -> &'static str {
         match self {
             Self::GetServiceExport => "get_serviceexport",
             Self::GetService => "get_service",
@@ -33,25 +34,12 @@ impl Step {
     }
 }
 
-impl std::fmt::Display for Step {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// A failed reconcile of one ServiceExport.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// An API call failed.
-    #[error("member {member}: {step} for {namespace}/{name}: {source}")]
-    Kube {
-        member: String,
-        namespace: String,
-        name: String,
-        step: Step,
-        #[source]
-        source: Box<kube::Error>,
-    },
+    #[error("member {}: {} for {}/{}: {}", .0.member, .0.step.as_str(), .0.namespace, .0.name, .0.source)]
+    Kube(#[from] ApiFailure<Step>),
     /// The export cannot complete yet (Azure lookup failed, DNS label being added).
     #[error("member {member}: export of {namespace}/{name} is pending: {message}")]
     Pending {
@@ -72,37 +60,21 @@ pub enum Error {
 }
 
 impl Error {
-    /// Maps a failed API call of `step` on `namespace/name` of `member` to an [`Error`].
-    pub fn kube(
-        member: &str,
-        namespace: &str,
-        name: &str,
-        step: Step,
-    ) -> impl FnOnce(kube::Error) -> Self + use<> {
-        let (member, namespace, name) =
-            (member.to_string(), namespace.to_string(), name.to_string());
-        move |source| Self::Kube {
-            member,
-            namespace,
-            name,
-            step,
-            source: Box::new(source),
-        }
-    }
-
     /// Stable label for metrics: the failed step, `pending` or `not_leader`.
     pub fn category(&self) -> &'static str {
         match self {
-            Self::Kube { step, .. } => step.as_str(),
+            Self::Kube(failed) => failed.step.as_str(),
             Self::Pending { .. } => "pending",
             Self::NotLeader { .. } => "not_leader",
         }
     }
 
-    /// The wait a throttling server asked for, which the requeue must not undercut.
+    /// The wait a throttling server asked for (ARM, or an API server's refusal), which the
+    /// requeue must not undercut.
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         match self {
             Self::Pending { retry_after, .. } => *retry_after,
+            Self::Kube(failed) => failed.retry_after(),
             _ => None,
         }
     }
@@ -110,17 +82,25 @@ impl Error {
     /// A 409 the reconcile resolves by reading the object again: which cluster refused.
     pub(super) fn conflict(&self) -> Option<Conflict> {
         match self {
-            Self::Kube { source, step, .. } if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 409) => {
-                Some(match step {
-                    Step::CreateInternalServiceExport
-                    | Step::GetInternalServiceExport
-                    | Step::UpdateInternalServiceExport
-                    | Step::DeleteInternalServiceExport => Conflict::Hub,
-                    _ => Conflict::Member,
-                })
-            }
+            Self::Kube(failed) if failed.refused_with() == Some(409) => Some(match failed.step {
+                Step::CreateInternalServiceExport
+                | Step::GetInternalServiceExport
+                | Step::UpdateInternalServiceExport
+                | Step::DeleteInternalServiceExport => Conflict::Hub,
+                _ => Conflict::Member,
+            }),
             _ => None,
         }
+    }
+}
+
+impl crate::controller::Failure for Error {
+    fn category(&self) -> &'static str {
+        Error::category(self)
+    }
+
+    fn retry_after(&self) -> Option<std::time::Duration> {
+        Error::retry_after(self)
     }
 }
 
@@ -136,12 +116,10 @@ pub(super) enum Conflict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::reconcile_tests::{honours_retry_after, refusal};
 
     fn failed(step: Step, code: u16) -> Error {
-        let status: kube::core::Status =
-            serde_json::from_value(serde_json::json!({"code": code, "reason": "Conflict"}))
-                .expect("a Status");
-        Error::kube("m1", "shop", "cart", step)(kube::Error::Api(Box::new(status)))
+        Error::from(ApiFailure::of("m1", "shop", "cart", step)(refusal(code, 0)))
     }
 
     #[test]
@@ -154,7 +132,7 @@ mod tests {
             assert_eq!(
                 failed(step, 409).conflict(),
                 Some(Conflict::Member),
-                "{step}"
+                "{step:?}"
             );
         }
         for step in [
@@ -162,7 +140,11 @@ mod tests {
             Step::UpdateInternalServiceExport,
             Step::DeleteInternalServiceExport,
         ] {
-            assert_eq!(failed(step, 409).conflict(), Some(Conflict::Hub), "{step}");
+            assert_eq!(
+                failed(step, 409).conflict(),
+                Some(Conflict::Hub),
+                "{step:?}"
+            );
         }
         assert_eq!(failed(Step::PatchMetadata, 500).conflict(), None);
         assert!(
@@ -170,5 +152,20 @@ mod tests {
                 .to_string()
                 .contains("member m1")
         );
+    }
+
+    #[test]
+    fn a_failure_is_requeued_no_sooner_than_the_server_asked() {
+        let throttled = Error::from(ApiFailure::of("m1", "shop", "cart", Step::PatchStatus)(
+            refusal(429, 20),
+        ));
+        honours_retry_after(&throttled);
+        honours_retry_after(&Error::Pending {
+            member: "m1".into(),
+            namespace: "shop".into(),
+            name: "cart".into(),
+            message: "ARM throttled the lookup".into(),
+            retry_after: Some(std::time::Duration::from_secs(20)),
+        });
     }
 }

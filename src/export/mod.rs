@@ -1,35 +1,29 @@
-//! The member-scoped ServiceExport reconciler: observe → decide (pure) → act.
+//! The ServiceExport job (ServiceExport → InternalServiceExport), on the controller kit:
+//! observe → decide (pure) → act.
 //!
-//! One [`MemberExporter`] per member: a [`runner`] over the member's ServiceExports, also
-//! triggered by the member's Services (same namespace/name) and by the
-//! InternalServiceExports in the member's hub namespace (conflict feedback). Reads come from
-//! reflector stores; writes go to the member and to a hub API scoped to the member's namespace.
+//! One [`MemberExporter`] per member: a runner over the member's ServiceExports (the watch the
+//! jobs share, [`crate::service_exports`]), also triggered by the member's Services (same
+//! namespace/name) and by the InternalServiceExports in the member's hub namespace (conflict
+//! feedback). Reads come from reflector stores; writes go to the member and to a hub API scoped
+//! to the member's namespace.
 
 mod act;
-pub(crate) use act::only_uid;
 pub mod cleanup;
 mod dangling;
 pub mod decide;
 mod error;
-mod events;
-pub mod feed;
-pub(crate) mod own_writes;
-pub(crate) mod pace;
-pub(crate) mod projections;
+mod projections;
 pub mod public_ip;
-pub(crate) mod queue;
 mod reconcile;
-pub(crate) mod runner;
-pub(crate) mod streaks;
-mod views;
+mod watches;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures::Future;
+use futures::{Future, FutureExt};
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 pub use decide::{Outcome, Quotas, Settings};
 pub use error::{Error, Step};
@@ -38,68 +32,62 @@ pub use public_ip::{
 };
 
 use crate::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
-use own_writes::OwnWrites;
-pub(crate) use projections::{keyed_by_name, project};
-pub use reconcile::backoff;
-pub(crate) use reconcile::report;
-use streaks::Streaks;
-pub use views::Synced;
-use views::Views;
-pub(crate) use views::{View, WatchHealth, view_watch};
+use crate::controller::ApiFailure;
+use crate::controller::events::{Creator, Events};
+use crate::controller::own_writes::OwnWrites;
+use crate::controller::queue::Lossy;
+use crate::controller::runner::Runner;
+use crate::controller::streaks::Streaks;
+use crate::controller::views::WatchHealth;
+use crate::controller::{Job, MemberInputs, ReconcileObserver, Running, Synced, leadership_gained};
+use crate::service_exports::{ServiceExportFeed, ServiceExportView, Subscription};
+use watches::Views;
 
-/// How a reconcile ended: its [`Outcome`], or the category of the error it failed with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reconciled {
-    Done(Outcome),
-    /// A reconcile of an EndpointSlice.
-    Slice(crate::slices::Outcome),
-    Failed(&'static str),
+/// The job's name, as `--controllers` spells it.
+pub const NAME: &str = "serviceexport";
+
+/// The ServiceExport job, as the registry lists it.
+pub struct ServiceExportJob;
+
+/// What the ServiceExport job needs of a member beyond the kit's inputs.
+pub trait Needs {
+    /// The member's ServiceExport watch, shared by the jobs.
+    fn service_exports(&mut self) -> &mut ServiceExportFeed;
+    /// The member's settings for this job, and its public IP lookups (`None`: the feature is
+    /// off).
+    fn export_settings(&self) -> (Settings, Option<Arc<dyn PublicIpLookup>>);
 }
 
-impl Reconciled {
-    /// Stable label: an [`Outcome::label`], `endpointslice:<outcome>` or `error:<category>`.
-    pub fn label(&self) -> String {
-        match self {
-            Self::Done(outcome) => outcome.label(),
-            Self::Slice(outcome) => format!("endpointslice:{}", outcome.label()),
-            Self::Failed(category) => format!("error:{category}"),
+impl<S: Needs> Job<S> for ServiceExportJob {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn start(&self, inputs: &mut MemberInputs<S>, shutdown: CancellationToken) -> Running {
+        let (settings, public_ips) = inputs.shared.export_settings();
+        let exporter = MemberExporter {
+            member: inputs.member.clone(),
+            member_client: inputs.member_client.clone(),
+            events_client: inputs.events_client.clone(),
+            hub_client: inputs.hub_client.clone(),
+            hub_namespace: inputs.hub_namespace.clone(),
+            // The pace's limit is how many of the member's reconciles run at once.
+            exports: inputs
+                .shared
+                .service_exports()
+                .subscribe(inputs.concurrency),
+            settings,
+            public_ips,
+            leader: inputs.leader.clone(),
+            observer: inputs.observer.clone(),
+            instance: inputs.instance.clone(),
+        };
+        let (run, synced) = exporter.start(async move { shutdown.cancelled().await });
+        Running {
+            run: run.boxed(),
+            synced,
         }
     }
-}
-
-/// Receives what reconciles did, for metrics and the member's state.
-pub trait ReconcileObserver: Send + Sync + 'static {
-    /// A reconcile of `member` started (in-flight reconciles are the member's queue depth).
-    fn reconcile_started(&self, member: &str);
-    /// One reconcile ended.
-    fn reconciled(&self, member: &str, outcome: Reconciled, took: Duration);
-    /// An ISE was created, updated or deleted (`op`).
-    fn hub_write(&self, member: &str, op: &'static str);
-    /// An ISE was written `latency` after the Service change it carries was first seen.
-    fn export_latency(&self, member: &str, latency: Duration);
-    /// The hub's conflict verdict reached the ServiceExport `latency` after its export time.
-    fn conflict_reflected(&self, member: &str, latency: Duration);
-    /// The controller reported an error outside a reconcile (a watch failing, for example).
-    fn controller_error(&self, member: &str, error: &str);
-    /// Every watch that had failed has listed again: the member's views are current.
-    fn watches_recovered(&self, _member: &str) {}
-    /// An EndpointSliceExport was created, updated or deleted (`op`).
-    fn slice_write(&self, _member: &str, _op: &'static str) {}
-    /// An item was dropped from a bounded queue (`queue`) of `member` because it was full.
-    fn dropped(&self, _member: &str, _queue: &'static str) {}
-}
-
-/// An observer that records nothing.
-#[derive(Debug, Default)]
-pub struct NoObserver;
-
-impl ReconcileObserver for NoObserver {
-    fn reconcile_started(&self, _: &str) {}
-    fn controller_error(&self, _: &str, _: &str) {}
-    fn reconciled(&self, _: &str, _: Reconciled, _: Duration) {}
-    fn hub_write(&self, _: &str, _: &'static str) {}
-    fn export_latency(&self, _: &str, _: Duration) {}
-    fn conflict_reflected(&self, _: &str, _: Duration) {}
 }
 
 /// Everything one member's exporter needs; the runtime builds one per member.
@@ -114,7 +102,7 @@ pub struct MemberExporter {
     pub hub_namespace: String,
     /// The member's ServiceExports, from the watch it shares with the EndpointSlice exporter;
     /// its pace's limit is how many reconciles run at once.
-    pub exports: feed::Subscription,
+    pub exports: Subscription,
     pub settings: Settings,
     /// Traffic Manager lookups; `None` when the feature is off.
     pub public_ips: Option<Arc<dyn PublicIpLookup>>,
@@ -136,7 +124,7 @@ pub struct Context {
     pub hub_namespace: String,
     pub(crate) services: Store<projections::ServiceView>,
     pub(crate) ises: Store<projections::IseView>,
-    events: events::Events,
+    events: Events,
     pub public_ips: Option<Arc<dyn PublicIpLookup>>,
     pub leader: watch::Receiver<bool>,
     pub observer: Arc<dyn ReconcileObserver>,
@@ -149,10 +137,21 @@ pub struct Context {
     own_ises: OwnWrites<String, Option<InternalServiceExport>>,
     own_exports: OwnWrites<ObjectRef<ServiceExport>, ServiceExport>,
     /// The member's ServiceExports (the feed's store): the line for the export quota.
-    exports: Store<projections::ServiceExportView>,
+    exports: Store<ServiceExportView>,
 }
 
 impl Context {
+    /// This export's ISE, read live from the hub.
+    async fn read_ise(&self, ns: &str, name: &str) -> Result<Option<InternalServiceExport>, Error> {
+        let read = self.hub.get_opt(&decide::ise_name(ns, name)).await;
+        Ok(read.map_err(ApiFailure::of(
+            &self.member,
+            ns,
+            name,
+            Step::GetInternalServiceExport,
+        ))?)
+    }
+
     fn ensure_leader(&self, ns: &str, name: &str) -> Result<(), Error> {
         if *self.leader.borrow() {
             Ok(())
@@ -173,11 +172,10 @@ impl MemberExporter {
         self,
         shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     ) -> (impl Future<Output = ()> + Send, Synced) {
-        let version = self.exports.version;
         let hub_api: Api<InternalServiceExport> =
             Api::namespaced(self.hub_client.clone(), &self.hub_namespace);
         let health = Arc::new(WatchHealth::new(&self.member, self.observer.clone()));
-        let (dangling_tx, dangling_rx) = queue::Lossy::channel(
+        let (dangling_tx, dangling_rx) = Lossy::channel(
             dangling::QUEUE,
             &self.member,
             "dangling_ises",
@@ -191,42 +189,21 @@ impl MemberExporter {
             dangling_tx,
         );
         let synced = health
-            .synced(None, &[View::Services, View::InternalServiceExports])
+            .synced(
+                None,
+                &[watches::SERVICES, watches::INTERNAL_SERVICE_EXPORTS],
+            )
             .and(self.exports.synced.clone());
         let leadership = leadership_gained(self.leader.clone());
         let member = self.member.clone();
-        let (events, creator) = events::Events::new(
-            self.events_client,
-            self.instance,
-            member.clone(),
-            self.observer.clone(),
-        );
-        let ctx = Arc::new(Context {
-            member: self.member,
-            settings: self.settings,
-            member_client: self.member_client,
-            se_version: version,
-            hub: hub_api,
-            hub_namespace: self.hub_namespace,
-            services: views.services,
-            ises: views.ises,
-            events,
-            public_ips: self.public_ips,
-            leader: self.leader,
-            observer: self.observer,
-            views: synced.clone(),
-            failures: Streaks::default(),
-            rechecks: Streaks::default(),
-            own_ises: OwnWrites::default(),
-            own_exports: OwnWrites::default(),
-            exports: self.exports.store.clone(),
-        });
+        let pace = self.exports.pace.clone();
+        let (ctx, creator) = self.context(hub_api, views.services, views.ises, synced.clone());
         let sweeper = dangling::sweep(ctx.clone(), views.exports, dangling_rx);
-        let runner = runner::Runner {
-            pace: self.exports.pace,
-            store: self.exports.store.clone(),
-            dyntype: version,
-            ctx: ctx.clone(),
+        let runner = Runner {
+            pace,
+            store: ctx.exports.clone(),
+            dyntype: ctx.se_version,
+            ctx,
         };
         let run = async move {
             // Reconcile errors are handled (and logged) in `reconcile`, watch errors where the
@@ -256,19 +233,42 @@ impl MemberExporter {
         };
         (run, synced)
     }
-}
 
-/// Yields `()` each time `leader` turns true.
-pub(crate) fn leadership_gained(
-    leader: watch::Receiver<bool>,
-) -> impl futures::Stream<Item = ()> + Send + 'static {
-    futures::stream::unfold(leader, |mut rx| async move {
-        loop {
-            rx.changed().await.ok()?;
-            if *rx.borrow_and_update() {
-                tracing::info!("leadership acquired: reconciling every object");
-                return Some(((), rx));
-            }
-        }
-    })
+    /// The context every reconcile of the member shares, over the views, and the task that
+    /// creates its Events.
+    fn context(
+        self,
+        hub: Api<InternalServiceExport>,
+        services: Store<projections::ServiceView>,
+        ises: Store<projections::IseView>,
+        views: Synced,
+    ) -> (Arc<Context>, Creator) {
+        let (events, creator) = Events::new(
+            self.events_client,
+            self.instance,
+            self.member.clone(),
+            self.observer.clone(),
+        );
+        let ctx = Context {
+            member: self.member,
+            settings: self.settings,
+            member_client: self.member_client,
+            se_version: self.exports.dyntype,
+            hub,
+            hub_namespace: self.hub_namespace,
+            services,
+            ises,
+            events,
+            public_ips: self.public_ips,
+            leader: self.leader,
+            observer: self.observer,
+            views,
+            failures: Streaks::default(),
+            rechecks: Streaks::default(),
+            own_ises: OwnWrites::default(),
+            own_exports: OwnWrites::default(),
+            exports: self.exports.store,
+        };
+        (Arc::new(ctx), creator)
+    }
 }

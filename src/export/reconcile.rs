@@ -2,9 +2,8 @@
 //! [`decide`] → [`act::perform`]; and how failures and rechecks are requeued.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::export::runner::Action;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
@@ -18,8 +17,12 @@ use super::decide::{
     public_ip_query,
 };
 use super::error::Conflict;
-use super::{Context, Error, LookupError, Reconciled, Step, act};
+use super::{Context, Error, LookupError, Step, act};
 use crate::api::{InternalServiceExport, ServiceExport};
+use crate::controller::ApiFailure;
+use crate::controller::runner::Action;
+use crate::controller::{backoff, reported};
+use crate::service_exports::ServiceExportView;
 
 /// Reconciles one ServiceExport: one trace per call, a root span `reconcile`.
 pub(super) async fn reconcile(se: Arc<ServiceExport>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -35,54 +38,10 @@ pub(super) async fn reconcile(se: Arc<ServiceExport>, ctx: Arc<Context>) -> Resu
         requeue = field::Empty,
         otel.status_code = field::Empty,
     );
-    let started = Instant::now();
-    ctx.observer.reconcile_started(&ctx.member);
-    let result = reconcile_inner(&se, &ctx).instrument(span.clone()).await;
     let key = ObjectRef::from_obj_with(se.as_ref(), ctx.se_version);
-    let reconciled = match &result {
-        Ok((outcome, _)) => Reconciled::Done(*outcome),
-        Err(e) => Reconciled::Failed(e.category()),
-    };
-    if let Ok((_, action)) = &result {
-        span.record("requeue", format!("{action:?}").as_str());
-        ctx.failures.clear(&key);
-    }
-    report(
-        &span,
-        ctx.observer.as_ref(),
-        &ctx.member,
-        reconciled,
-        result.as_ref().err(),
-        started,
-    );
-    result.map(|(_, action)| action)
-}
-
-/// Ends the root span of one reconcile (of a ServiceExport or an EndpointSlice) and reports
-/// it: the outcome on the span, a fenced refusal at debug level (the member is no longer ours:
-/// it moved, or the hold lapsed; its engagement is stopping, and a line per queued write would
-/// only hide that), any other error as the span's ERROR status and a warning; the duration is
-/// observed inside the span, so its sample can carry the trace id as an exemplar.
-pub(crate) fn report<E: std::error::Error + 'static>(
-    span: &tracing::Span,
-    observer: &dyn super::ReconcileObserver,
-    member: &str,
-    reconciled: Reconciled,
-    error: Option<&E>,
-    started: Instant,
-) {
-    span.record("outcome", reconciled.label().as_str());
-    match error {
-        None => {}
-        Some(e) if crate::client::fence::refused(e) => {
-            span.in_scope(|| tracing::debug!(error = %e, "reconcile fenced"));
-        }
-        Some(e) => {
-            span.record("otel.status_code", "ERROR");
-            span.in_scope(|| tracing::warn!(error = %e, "reconcile failed"));
-        }
-    }
-    span.in_scope(|| observer.reconciled(member, reconciled, started.elapsed()));
+    let work = reconcile_inner(&se, &ctx);
+    let observer = ctx.observer.as_ref();
+    reported(span, observer, &ctx.member, &ctx.failures, &key, work).await
 }
 
 /// Observe → decide → act. Nothing is decided before every view has listed; a plan that
@@ -126,7 +85,7 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
                 return performed(ctx, &pass, plan, &done, seen.view_rv, throttled_for, now);
             }
             Err(e) => match e.conflict() {
-                Some(conflict) if conflicts < 2 => {
+                Some(conflict) if conflicts < crate::controller::REREADS => {
                     conflicts += 1;
                     tracing::debug!(error = %e, "conflict; reading the objects again");
                     // The hub is implicated by its own 409, or by this plan's ISE delete that
@@ -174,7 +133,7 @@ fn standing(ctx: &Context, pass: &Pass, ise: Option<&InternalServiceExport>) -> 
         // Cheapest test first: most exports of a long line are not ahead.
         let wants = age < me
             && meta.deletion_timestamp.is_none()
-            && !se.refused()
+            && !refused(se)
             && !ise_of(ns, name)
             && ctx.services.get(&ObjectRef::new(name).within(ns)).is_some();
         wants.then_some(age)
@@ -183,6 +142,13 @@ fn standing(ctx: &Context, pass: &Pass, ise: Option<&InternalServiceExport>) -> 
         ahead: quota::ahead(me, waiting),
         ..standing
     }
+}
+
+/// Its last decision found the export not exportable (`Valid=False` for a reason other than
+/// the export quota: no Service, ineligible, too large...): it waits for no place in the hub.
+fn refused(se: &ServiceExportView) -> bool {
+    crate::api::find_condition(se.conditions(), crate::api::CONDITION_VALID)
+        .is_some_and(|c| c.status == "False" && c.reason != decide::reason::QUOTA_EXCEEDED)
 }
 
 /// One reconcile's observations beyond the views: live reads (`Some(x)`: read this reconcile,
@@ -244,14 +210,14 @@ impl Pass {
 
     async fn read_live(&mut self, ctx: &Context) -> Result<(), Error> {
         let services: Api<Service> = Api::namespaced(ctx.member_client.clone(), &self.ns);
-        let service = services.get_opt(&self.name).await.map_err(Error::kube(
+        let service = services.get_opt(&self.name).await.map_err(ApiFailure::of(
             &ctx.member,
             &self.ns,
             &self.name,
             Step::GetService,
         ))?;
         self.live_service = Some(service.map(Arc::new));
-        self.live_ise = Some(read_ise(ctx, &self.ns, &self.name).await?.map(Arc::new));
+        self.live_ise = Some(ctx.read_ise(&self.ns, &self.name).await?.map(Arc::new));
         Ok(())
     }
 
@@ -261,7 +227,7 @@ impl Pass {
         let exports: Api<ServiceExport> =
             Api::namespaced_with(ctx.member_client.clone(), &self.ns, &ctx.se_version);
         let step = Step::GetServiceExport;
-        match exports.get_opt(&self.name).await.map_err(Error::kube(
+        match exports.get_opt(&self.name).await.map_err(ApiFailure::of(
             &ctx.member,
             &self.ns,
             &self.name,
@@ -271,7 +237,7 @@ impl Pass {
             None => return Ok(false),
         }
         if hub_changed {
-            self.live_ise = Some(read_ise(ctx, &self.ns, &self.name).await?.map(Arc::new));
+            self.live_ise = Some(ctx.read_ise(&self.ns, &self.name).await?.map(Arc::new));
         }
         Ok(true)
     }
@@ -333,22 +299,6 @@ fn performed(
         Action::await_change()
     };
     Ok((plan.outcome, action))
-}
-
-pub(super) async fn read_ise(
-    ctx: &Context,
-    ns: &str,
-    name: &str,
-) -> Result<Option<InternalServiceExport>, Error> {
-    ctx.hub
-        .get_opt(&ise_name(ns, name))
-        .await
-        .map_err(Error::kube(
-            &ctx.member,
-            ns,
-            name,
-            Step::GetInternalServiceExport,
-        ))
 }
 
 fn record_hub_writes(ctx: &Context, plan: &decide::Plan, done: &act::Performed) {
@@ -432,36 +382,15 @@ async fn observe_public_ip(
     }
 }
 
-/// Exponential (1 s doubling to 5 min), jittered, per object; reset by a success.
+/// Exponential (1 s doubling to 5 min), jittered, per object, never sooner than a server
+/// asked; reset by a success ([`crate::controller::failed`]).
 pub(super) fn error_policy(se: &ServiceExport, error: &Error, ctx: Arc<Context>) -> Action {
     if matches!(error, Error::NotLeader { .. }) {
         return Action::await_change();
     }
-    if crate::client::fence::refused(error) {
-        // Not a failure of the export: this replica's hold lapsed for a moment (a renew came
-        // late) or the member is moving away, which stops this engagement. Counting it would
-        // leave a member that stays here backing off for minutes once its hold is back.
-        return Action::requeue(FENCED_RETRY);
-    }
     let key = ObjectRef::from_obj_with(se, ctx.se_version);
-    let failures = ctx.failures.bump(key);
-    Action::requeue(requeue_delay(
-        failures,
-        rand::random::<f64>(),
-        error.retry_after(),
-    ))
+    crate::controller::failed(error, &ctx.failures, key)
 }
-
-/// The backoff, but never sooner than a server asked (`Retry-After`), capped at 5 minutes.
-fn requeue_delay(failures: u32, jitter: f64, retry_after: Option<Duration>) -> Duration {
-    let asked = retry_after.unwrap_or_default().min(MAX_BACKOFF);
-    backoff(failures, jitter).max(asked)
-}
-
-const MAX_BACKOFF: Duration = Duration::from_secs(300);
-
-/// When a write refused by the fence is tried again: a lease's retry period.
-const FENCED_RETRY: Duration = Duration::from_secs(2);
 
 /// Rechecks back off like failures, but an export waiting for a public IP is looked at
 /// at least once a minute.
@@ -470,49 +399,4 @@ const MAX_RECHECK: Duration = Duration::from_secs(60);
 /// An export waiting for a place in its member's quota is looked at again within 5 minutes:
 /// a member with 100,000 waiting exports then costs ~330 write-free reconciles a second, not
 /// the 1,600 a one-minute recheck would (each finds the quota full without walking the list).
-const MAX_QUOTA_RECHECK: Duration = MAX_BACKOFF;
-
-/// Delay after `failures` consecutive failures: 1 s doubling, capped at 5 minutes, jittered.
-pub fn backoff(failures: u32, jitter: f64) -> Duration {
-    crate::policy::backoff(
-        Duration::from_secs(1),
-        failures.saturating_sub(1),
-        MAX_BACKOFF,
-        jitter,
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{backoff, requeue_delay};
-    use std::time::Duration;
-
-    #[test]
-    fn backoff_doubles_caps_and_jitters() {
-        assert_eq!(backoff(1, 0.5), Duration::from_millis(750));
-        assert_eq!(backoff(2, 0.5), Duration::from_millis(1500));
-        assert_eq!(backoff(4, 0.5), Duration::from_secs(6));
-        assert_eq!(backoff(30, 0.5), Duration::from_secs(225));
-        assert_eq!(backoff(1, 0.0), Duration::from_millis(500));
-        assert!(backoff(1, 0.999) < Duration::from_secs(1));
-    }
-
-    #[test]
-    fn requeue_waits_at_least_what_the_server_asked() {
-        assert_eq!(requeue_delay(1, 0.5, None), Duration::from_millis(750));
-        assert_eq!(
-            requeue_delay(1, 0.5, Some(Duration::from_secs(20))),
-            Duration::from_secs(20)
-        );
-        // The backoff wins when it is longer already.
-        assert_eq!(
-            requeue_delay(6, 0.5, Some(Duration::from_secs(2))),
-            Duration::from_secs(24)
-        );
-        // A bogus Retry-After cannot park an object for longer than the backoff's cap.
-        assert_eq!(
-            requeue_delay(1, 0.5, Some(Duration::from_secs(86_400))),
-            Duration::from_secs(300)
-        );
-    }
-}
+const MAX_QUOTA_RECHECK: Duration = crate::controller::MAX_BACKOFF;

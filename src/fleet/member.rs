@@ -14,10 +14,10 @@ use super::vet::{self, TrustPolicy, Vetted};
 use super::{Error, Shared};
 use crate::api::ServiceExportVersion;
 use crate::client::{self, ClientStats};
-use crate::export::PublicIpAccess;
-use crate::export::feed::{ServiceExportFeed, Subscription};
-use crate::export::{MemberExporter, Settings, Synced};
-use crate::slices::MemberSliceExporter;
+use crate::controller::{MemberInputs, Running, Synced};
+use crate::export::{PublicIpAccess, Settings};
+use crate::jobs::{self, Inputs};
+use crate::service_exports::ServiceExportFeed;
 use futures::FutureExt;
 
 /// Admits the member, then runs it until `cancel`: connect, discover, start the exporter,
@@ -62,8 +62,8 @@ pub(super) async fn run(
             break;
         };
         failures = failures.saturating_add(1);
-        let delay =
-            crate::export::backoff(failures, rand::random::<f64>()).min(Duration::from_secs(60));
+        let delay = crate::controller::backoff(failures, rand::random::<f64>())
+            .min(Duration::from_secs(60));
         tracing::warn!(member = %name, error = %e, retry_in = ?delay, "member failing");
         shared.state.record(&name, Event::Failed(e.to_string()));
         tokio::select! {
@@ -238,44 +238,18 @@ async fn run_once(
     let hub_namespace = &member.hub_namespace;
     let _hub_view = shared.hub_views.add(hub_namespace, shared.fence_of(name));
     let hub = shared.hub_views.client();
+    // One ServiceExport watch for the jobs; the member's client serves its Events too, in
+    // their own budget.
+    let exports = ServiceExportFeed::watch(&client, version, name, shared.observer_for());
+    let mut inputs = inputs(member, shared, client, hub, exports);
     let mut runs = Vec::new();
     let mut synced = Synced::default();
-    // One ServiceExport watch for both exporters.
-    let mut exports = ServiceExportFeed::watch(&client, version, name, shared.observer_for());
-    if cfg.controllers.service_exports {
-        // The member's client serves its Events too, in their own budget.
-        let exporter = exporter(
-            member,
-            shared,
-            client.clone(),
-            client.clone(),
-            hub.clone(),
-            // The pace's limit is how many of the member's reconciles run at once.
-            exports.subscribe(cfg.member_limits.reconcile_concurrency),
-        );
-        let stop = cancel.clone();
-        let (run, s) = exporter.start(async move { stop.cancelled().await });
-        runs.push(run.boxed());
+    for job in cfg.controllers.selected() {
+        let Running { run, synced: s } = job.start(&mut inputs, cancel.clone());
+        runs.push(run);
         synced = synced.and(s);
     }
-    if cfg.controllers.endpoint_slices {
-        let slices = MemberSliceExporter {
-            member: name.to_string(),
-            member_client: client,
-            hub_client: hub,
-            hub_namespace: hub_namespace.clone(),
-            // Mapped to slices, which the slice exporter paces.
-            exports: exports.subscribe(0),
-            concurrency: cfg.member_limits.reconcile_concurrency,
-            leader: shared.leader.clone(),
-            observer: shared.observer_for(),
-            max_export_bytes: cfg.quotas.max_export_bytes,
-        };
-        let stop = cancel.clone();
-        let (run, s) = slices.start(async move { stop.cancelled().await });
-        runs.push(run.boxed());
-        synced = synced.and(s);
-    }
+    let exports = inputs.shared.service_exports;
     let stop = cancel.clone();
     runs.push(exports.run(async move { stop.cancelled().await }).boxed());
     let span = tracing::info_span!("member", fleet.member = %name);
@@ -302,14 +276,14 @@ async fn run_once(
     })
 }
 
-fn exporter(
+/// What the member gives every job it runs.
+fn inputs(
     member: &Member,
     shared: &Arc<Shared>,
     client: kube::Client,
-    events: kube::Client,
     hub_client: kube::Client,
-    exports: Subscription,
-) -> MemberExporter {
+    service_exports: ServiceExportFeed,
+) -> Inputs {
     let (cfg, name) = (&shared.config, member.name.as_str());
     let (public_ips, default_resource_group, allowed_resource_groups) = match &member.azure {
         Some(access) => {
@@ -319,24 +293,28 @@ fn exporter(
         }
         _ => (None, String::new(), vec![]),
     };
-    MemberExporter {
+    MemberInputs {
         member: name.to_string(),
-        member_client: client,
-        events_client: events,
-        hub_client,
         hub_namespace: member.hub_namespace.clone(),
-        exports,
-        settings: Settings {
-            member: name.to_string(),
-            traffic_manager: cfg.traffic_manager,
-            default_resource_group,
-            quotas: cfg.quotas,
-            allowed_resource_groups,
-        },
-        public_ips,
+        member_client: client.clone(),
+        events_client: client,
+        hub_client,
         leader: shared.leader.clone(),
         observer: shared.observer_for(),
         instance: cfg.instance.clone(),
+        concurrency: cfg.member_limits.reconcile_concurrency,
+        shared: jobs::Shared {
+            service_exports,
+            export_settings: Settings {
+                member: name.to_string(),
+                traffic_manager: cfg.traffic_manager,
+                default_resource_group,
+                quotas: cfg.quotas,
+                allowed_resource_groups,
+            },
+            public_ips,
+            max_export_bytes: cfg.quotas.max_export_bytes,
+        },
     }
 }
 
@@ -384,7 +362,7 @@ async fn track_sync(
         synced.wait().await;
     }
     state.record(&member, Event::Synced);
-    tracing::info!(member = %member, exports = synced.exports(), "member synced");
+    tracing::info!(member = %member, exports = synced.objects(), "member synced");
 }
 
 /// How often a running member's API server is asked whether it answers, and how long it may take.

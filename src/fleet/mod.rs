@@ -9,7 +9,6 @@
 //! `fleet` starts and stops members; it knows nothing of ServiceExport conditions.
 
 mod admission;
-mod controllers;
 mod engagement;
 mod error;
 pub mod leader;
@@ -29,8 +28,8 @@ use kube::api::Api;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::jobs::Controllers;
 pub use admission::Member;
-pub use controllers::Controllers;
 pub use engagement::run;
 pub use error::Error;
 pub use member::{MemberClient, member_client};
@@ -39,7 +38,8 @@ pub use state::{Event, FleetState, MemberStatus, Phase};
 pub use vet::TrustPolicy;
 
 use crate::client::{ClientStats, Limits};
-use crate::export::{PublicIpAccess, ReconcileObserver, Reconciled};
+use crate::controller::{ReconcileObserver, Reconciled};
+use crate::export::PublicIpAccess;
 
 /// The fleet's part of the process's one configuration, built only by its builder
 /// (`Config::builder`, one floor up).

@@ -26,7 +26,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::client::ClientStats;
-use crate::export::{ReconcileObserver, Reconciled};
+use crate::controller::{ReconcileObserver, Reconciled};
 use crate::fleet::{FleetState, MemberHooks};
 
 mod scrape;

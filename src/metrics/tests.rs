@@ -1,7 +1,10 @@
 use super::*;
-use crate::export::Outcome;
 
-const EXPORTED: Reconciled = Reconciled::Done(Outcome::Exported);
+const EXPORTED: Reconciled = Reconciled::Done {
+    job: None,
+    outcome: "exported",
+    reason: None,
+};
 
 fn series<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
     text.lines()

@@ -12,8 +12,10 @@ use crate::api::{
     EndpointSliceExportSpec, GROUP, LAST_SEEN_GENERATION_ANNOTATION,
     LAST_SEEN_TIMESTAMP_ANNOTATION, UNIQUE_NAME_ANNOTATION,
 };
-use crate::export::only_uid;
+use crate::controller::ApiFailure;
+use crate::controller::only_uid;
 
+/// Performs `plan` for the slice `ns/name` (`slice`: as decided on; `None`: gone).
 pub(super) async fn perform(
     ctx: &Context,
     ns: &str,
@@ -21,7 +23,19 @@ pub(super) async fn perform(
     slice: Option<&SliceView>,
     plan: &Plan,
 ) -> Result<(), Error> {
-    let err = |step| Error::kube(&ctx.member, ns, name, step);
+    delete_doomed(ctx, ns, name, plan).await?;
+    let written_slice = match (&plan.name, slice) {
+        (Some(change), Some(slice)) => Some(annotate(ctx, ns, name, slice, change).await?),
+        _ => None,
+    };
+    let Some(write) = &plan.hub else {
+        return Ok(());
+    };
+    write_export(ctx, ns, name, write, written_slice.as_ref(), slice).await
+}
+
+/// Deletes the exports that must go, each only if it is still the object the view showed.
+async fn delete_doomed(ctx: &Context, ns: &str, name: &str, plan: &Plan) -> Result<(), Error> {
     for doomed in &plan.delete {
         ctx.ensure_leader(ns, name)?;
         let view_rv = view_rv(ctx, &doomed.name);
@@ -36,37 +50,65 @@ pub(super) async fn perform(
             }
             // Gone already, or the name now holds another object: not ours to delete.
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-            Err(e) => return Err(err(Step::DeleteEndpointSliceExport)(e)),
+            Err(e) => {
+                return Err(
+                    ApiFailure::of(&ctx.member, ns, name, Step::DeleteEndpointSliceExport)(e)
+                        .into(),
+                );
+            }
         }
         ctx.own_exports.wrote(doomed.name.clone(), [view_rv], None);
     }
-    let mut written_slice = None;
-    if let (Some(change), Some(slice)) = (&plan.name, slice) {
-        ctx.ensure_leader(ns, name)?;
-        let annotations = match change {
-            NameChange::Assign(unique) => json!({ UNIQUE_NAME_ANNOTATION: unique }),
-            NameChange::Withdraw => json!({
-                UNIQUE_NAME_ANNOTATION: null,
-                LAST_SEEN_GENERATION_ANNOTATION: null,
-                LAST_SEEN_TIMESTAMP_ANNOTATION: null,
-            }),
-        };
-        let slices: Api<SliceView> = Api::namespaced(ctx.member_client.clone(), ns);
-        let body = json!({"metadata": {"annotations": annotations}});
-        let after = slices
-            .patch(name, &PatchParams::default(), &Patch::Merge(&body))
-            .await
-            .map_err(err(Step::AnnotateEndpointSlice))?;
-        ctx.own_slices.wrote(
-            ObjectRef::new(name).within(ns),
-            [slice.metadata.resource_version.clone()],
-            after.clone(),
-        );
-        written_slice = Some(after);
-    }
-    let Some(write) = &plan.hub else {
-        return Ok(());
+    Ok(())
+}
+
+/// Sets or withdraws the slice's unique name; the slice as the member answered.
+async fn annotate(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    slice: &SliceView,
+    change: &NameChange,
+) -> Result<SliceView, Error> {
+    ctx.ensure_leader(ns, name)?;
+    let annotations = match change {
+        NameChange::Assign(unique) => json!({ UNIQUE_NAME_ANNOTATION: unique }),
+        NameChange::Withdraw => json!({
+            UNIQUE_NAME_ANNOTATION: null,
+            LAST_SEEN_GENERATION_ANNOTATION: null,
+            LAST_SEEN_TIMESTAMP_ANNOTATION: null,
+        }),
     };
+    let slices: Api<SliceView> = Api::namespaced(ctx.member_client.clone(), ns);
+    let body = json!({"metadata": {"annotations": annotations}});
+    let after = slices
+        .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+        .map_err(ApiFailure::of(
+            &ctx.member,
+            ns,
+            name,
+            Step::AnnotateEndpointSlice,
+        ))?;
+    ctx.own_slices.wrote(
+        ObjectRef::new(name).within(ns),
+        [slice.metadata.resource_version.clone()],
+        after.clone(),
+    );
+    Ok(after)
+}
+
+/// Creates or updates the slice's own export, referring to the slice as annotated (when it
+/// was, `written_slice`).
+async fn write_export(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    write: &HubWrite,
+    written_slice: Option<&SliceView>,
+    slice: Option<&SliceView>,
+) -> Result<(), Error> {
+    let err = |step| ApiFailure::of(&ctx.member, ns, name, step);
     ctx.ensure_leader(ns, name)?;
     // What the view shows before this write: after it, the view may show the write itself,
     // and a write remembered over its own version would never be forgotten.
@@ -75,7 +117,7 @@ pub(super) async fn perform(
     let result = match write {
         HubWrite::Create(export) => {
             let mut export = export.as_ref().clone();
-            after_annotating(&mut export.spec, written_slice.as_ref(), slice);
+            after_annotating(&mut export.spec, written_slice, slice);
             export.metadata.namespace = Some(ctx.hub_namespace.clone());
             export.api_version = Some(format!("{GROUP}/v1alpha1"));
             export.kind = Some("EndpointSliceExport".into());
@@ -89,7 +131,7 @@ pub(super) async fn perform(
         }
         HubWrite::Update { spec, .. } => {
             let mut spec = spec.as_ref().clone();
-            after_annotating(&mut spec, written_slice.as_ref(), slice);
+            after_annotating(&mut spec, written_slice, slice);
             let updated = ctx
                 .hub
                 .patch(

@@ -9,15 +9,12 @@ use std::net::Ipv4Addr;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+pub use super::model::SERVICE_NAME_LABEL;
 use super::model::{ExportVerdict, ExportView, SliceView, digest};
 use crate::api::{
-    ADDRESS_TYPE_IPV4, CONDITION_CONFLICT, CONDITION_VALID, EndpointSliceExport,
-    EndpointSliceExportSpec, ExportedEndpoint, ExportedObjectReference, OwnerServiceReference,
-    ServiceExport, find_condition,
+    ADDRESS_TYPE_IPV4, EndpointSliceExport, EndpointSliceExportSpec, ExportedEndpoint,
+    ExportedObjectReference, OwnerServiceReference,
 };
-
-/// The label that names the Service an EndpointSlice belongs to.
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// Everything one decision reads.
 pub struct Observation<'a> {
@@ -65,6 +62,17 @@ impl Outcome {
             Self::Unexported => "unexported",
             Self::Waiting => "waiting",
             Self::Gone => "gone",
+        }
+    }
+}
+
+impl crate::controller::Outcome for Outcome {
+    /// `endpointslice:<label>`.
+    fn reconciled(self) -> crate::controller::Reconciled {
+        crate::controller::Reconciled::Done {
+            job: Some(super::NAME),
+            outcome: self.label(),
+            reason: None,
         }
     }
 }
@@ -241,15 +249,6 @@ fn exportable(slice: &SliceView, export: Option<&ExportVerdict>) -> bool {
     slice.service.is_some()
         && slice.metadata.deletion_timestamp.is_none()
         && export.is_some_and(|e| e.valid_without_conflict)
-}
-
-/// `Valid=True`, `Conflict=False` and not being deleted.
-pub fn export_is_valid_without_conflict(export: &ServiceExport) -> bool {
-    let conditions = export.conditions();
-    let status = |t: &str| find_condition(conditions, t).map(|c| c.status.as_str());
-    export.metadata.deletion_timestamp.is_none()
-        && status(CONDITION_VALID) == Some("True")
-        && status(CONDITION_CONFLICT) == Some("False")
 }
 
 fn doomed(referring: &[&ExportView], keep_not: impl Fn(&ExportView) -> bool) -> Vec<Doomed> {

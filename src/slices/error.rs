@@ -1,18 +1,13 @@
-//! Errors of the EndpointSlice exporter: each names the member, the slice and the step.
+//! Errors of the EndpointSlice job: each names the member, the slice and the step.
+
+use crate::controller::{ApiFailure, Step as _};
 
 /// A failed reconcile of one EndpointSlice.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// An API call failed.
-    #[error("member {member}: {step} for EndpointSlice {namespace}/{name}: {source}")]
-    Kube {
-        member: String,
-        namespace: String,
-        name: String,
-        step: Step,
-        #[source]
-        source: Box<kube::Error>,
-    },
+    #[error("member {}: {} for EndpointSlice {}/{}: {}", .0.member, .0.step.as_str(), .0.namespace, .0.name, .0.source)]
+    Kube(#[from] ApiFailure<Step>),
     /// Writes are not allowed (this replica does not hold the leader lease).
     #[error(
         "member {member}: not writing for EndpointSlice {namespace}/{name}: this replica is not the leader"
@@ -36,8 +31,8 @@ pub enum Step {
     DeleteEndpointSliceExport,
 }
 
-impl Step {
-    pub fn as_str(self) -> &'static str {
+impl crate::controller::Step for Step {
+    fn as_str(self) -> &'static str {
         match self {
             Self::GetEndpointSlice => "get_endpointslice",
             Self::GetServiceExport => "get_serviceexport",
@@ -48,7 +43,9 @@ impl Step {
             Self::DeleteEndpointSliceExport => "delete_endpointsliceexport",
         }
     }
+}
 
+impl Step {
     fn in_hub(self) -> bool {
         matches!(
             self,
@@ -60,35 +57,25 @@ impl Step {
     }
 }
 
-impl std::fmt::Display for Step {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+impl crate::controller::Failure for Error {
+    fn category(&self) -> &'static str {
+        Error::category(self)
+    }
+
+    /// The wait an API server asked for in its refusal.
+    fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Self::Kube(failed) => failed.retry_after(),
+            _ => None,
+        }
     }
 }
 
 impl Error {
-    /// Maps a failed API call of `step` for the slice `namespace/name` of `member`.
-    pub fn kube(
-        member: &str,
-        namespace: &str,
-        name: &str,
-        step: Step,
-    ) -> impl FnOnce(kube::Error) -> Self + use<> {
-        let (member, namespace, name) =
-            (member.to_string(), namespace.to_string(), name.to_string());
-        move |source| Self::Kube {
-            member,
-            namespace,
-            name,
-            step,
-            source: Box::new(source),
-        }
-    }
-
     /// Stable label for metrics: the failed step or `not_leader`.
     pub fn category(&self) -> &'static str {
         match self {
-            Self::Kube { step, .. } => step.as_str(),
+            Self::Kube(failed) => failed.step.as_str(),
             Self::NotLeader { .. } => "not_leader",
         }
     }
@@ -98,13 +85,9 @@ impl Error {
     /// way; the answer is for tests and logs).
     pub(super) fn stale_view(&self) -> Option<bool> {
         match self {
-            Self::Kube { source, step, .. } => match source.as_ref() {
-                kube::Error::Api(s) if s.code == 409 => Some(step.in_hub()),
-                kube::Error::Api(s)
-                    if s.code == 404 && *step == Step::UpdateEndpointSliceExport =>
-                {
-                    Some(true)
-                }
+            Self::Kube(failed) => match failed.refused_with() {
+                Some(409) => Some(failed.step.in_hub()),
+                Some(404) if failed.step == Step::UpdateEndpointSliceExport => Some(true),
                 _ => None,
             },
             Self::NotLeader { .. } => None,
@@ -115,12 +98,12 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::reconcile_tests::{honours_retry_after, refusal};
 
     fn failed(step: Step, code: u16) -> Error {
-        let status: kube::core::Status =
-            serde_json::from_value(serde_json::json!({"code": code, "reason": "x"}))
-                .expect("a Status");
-        Error::kube("m1", "work", "web-1", step)(kube::Error::Api(Box::new(status)))
+        Error::from(ApiFailure::of("m1", "work", "web-1", step)(refusal(
+            code, 0,
+        )))
     }
 
     #[test]
@@ -148,5 +131,16 @@ mod tests {
             Some(false)
         );
         assert_eq!(failed(Step::AnnotateEndpointSlice, 500).stale_view(), None);
+    }
+
+    #[test]
+    fn a_failure_is_requeued_no_sooner_than_the_server_asked() {
+        let throttled = Error::from(ApiFailure::of(
+            "m1",
+            "work",
+            "web-1",
+            Step::CreateEndpointSliceExport,
+        )(refusal(429, 20)));
+        honours_retry_after(&throttled);
     }
 }

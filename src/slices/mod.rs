@@ -1,11 +1,13 @@
-//! The member-scoped EndpointSlice exporter: fleet-networking's member EndpointSlice and
-//! EndpointSliceExport controllers, run from the hub. Observe → decide (pure) → act.
+//! The EndpointSlice job (EndpointSlice → EndpointSliceExport), on the controller kit:
+//! fleet-networking's member EndpointSlice and EndpointSliceExport controllers, run from the
+//! hub. Observe → decide (pure) → act.
 //!
-//! One [`MemberSliceExporter`] per member: a runner (`export::runner`) over the member's
-//! EndpointSlices that belong to a Service, also triggered by the member's ServiceExports (the
-//! slices of that Service; from the watch both exporters share, `export::feed`) and by the EndpointSliceExports of the member's hub namespace (the
-//! slice each refers to); a sweeper looks at the slices the view no longer has (deleted, or
-//! no longer a Service's) and at exports whose slice it does not know.
+//! One [`MemberSliceExporter`] per member: a runner over the member's EndpointSlices that
+//! belong to a Service, also triggered by the member's ServiceExports (the slices of that
+//! Service; from the watch the jobs share, [`crate::service_exports`]) and by the
+//! EndpointSliceExports of the member's hub namespace (the slice each refers to); a sweeper
+//! looks at the slices the view no longer has (deleted, or no longer a Service's) and at
+//! exports whose slice it does not know.
 
 mod act;
 pub mod decide;
@@ -16,24 +18,65 @@ mod views;
 
 use std::sync::Arc;
 
-use futures::Future;
+use futures::{Future, FutureExt};
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 pub use decide::Outcome;
 pub use error::{Error, Step};
 
 use crate::api::{EndpointSliceExport, ServiceExportVersion};
-use crate::export::feed::Subscription;
-use crate::export::own_writes::OwnWrites;
-use crate::export::pace::Pace;
-use crate::export::projections::ServiceExportView;
-use crate::export::queue::Lossy;
-use crate::export::runner::Runner;
-use crate::export::streaks::Streaks;
-use crate::export::{ReconcileObserver, Synced, WatchHealth};
+use crate::controller::own_writes::OwnWrites;
+use crate::controller::pace::Pace;
+use crate::controller::queue::Lossy;
+use crate::controller::runner::Runner;
+use crate::controller::streaks::Streaks;
+use crate::controller::views::WatchHealth;
+use crate::controller::{Job, MemberInputs, ReconcileObserver, Running, Synced, leadership_gained};
+use crate::service_exports::{ServiceExportFeed, ServiceExportView, Subscription};
 use model::{ExportView, SliceView};
+
+/// The job's name, as `--controllers` spells it (and its metric labels' prefix).
+pub const NAME: &str = "endpointslice";
+
+/// The EndpointSlice job, as the registry lists it.
+pub struct EndpointSliceJob;
+
+/// What the EndpointSlice job needs of a member beyond the kit's inputs.
+pub trait Needs {
+    /// The member's ServiceExport watch, shared by the jobs.
+    fn service_exports(&mut self) -> &mut ServiceExportFeed;
+    /// The most bytes one EndpointSliceExport may have (`--max-export-bytes`).
+    fn max_export_bytes(&self) -> u32;
+}
+
+impl<S: Needs> Job<S> for EndpointSliceJob {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn start(&self, inputs: &mut MemberInputs<S>, shutdown: CancellationToken) -> Running {
+        let slices = MemberSliceExporter {
+            member: inputs.member.clone(),
+            member_client: inputs.member_client.clone(),
+            hub_client: inputs.hub_client.clone(),
+            hub_namespace: inputs.hub_namespace.clone(),
+            // Mapped to slices, which the job paces.
+            exports: inputs.shared.service_exports().subscribe(0),
+            concurrency: inputs.concurrency,
+            leader: inputs.leader.clone(),
+            observer: inputs.observer.clone(),
+            max_export_bytes: inputs.shared.max_export_bytes(),
+        };
+        let (run, synced) = slices.start(async move { shutdown.cancelled().await });
+        Running {
+            run: run.boxed(),
+            synced,
+        }
+    }
+}
 
 /// Everything one member's EndpointSlice exporter needs.
 pub struct MemberSliceExporter {
@@ -106,7 +149,7 @@ impl MemberSliceExporter {
             "absent_slices",
             self.observer.clone(),
         );
-        let se_version = self.exports.version;
+        let se_version = self.exports.dyntype;
         let pace = Arc::new(Pace::new(self.concurrency));
         let (views, triggers) = views::Views::watch(
             &self.member_client,
@@ -119,7 +162,7 @@ impl MemberSliceExporter {
         let synced = health
             .synced(None, &views::WATCHED)
             .and(self.exports.synced.clone());
-        let leadership = crate::export::leadership_gained(self.leader.clone());
+        let leadership = leadership_gained(self.leader.clone());
         let store = views.slices.clone();
         let ctx = Arc::new(Context {
             member: self.member,

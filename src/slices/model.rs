@@ -11,11 +11,14 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::Deserialize;
 
-use super::decide::SERVICE_NAME_LABEL;
 use crate::api::{
-    EndpointPort, EndpointSliceExport, EndpointSliceExportSpec, LAST_SEEN_GENERATION_ANNOTATION,
-    LAST_SEEN_TIMESTAMP_ANNOTATION, ServiceExport, ServiceExportVersion, UNIQUE_NAME_ANNOTATION,
+    CONDITION_CONFLICT, CONDITION_VALID, EndpointPort, EndpointSliceExport,
+    EndpointSliceExportSpec, LAST_SEEN_GENERATION_ANNOTATION, LAST_SEEN_TIMESTAMP_ANNOTATION,
+    ServiceExport, ServiceExportVersion, UNIQUE_NAME_ANNOTATION, find_condition,
 };
+
+/// The label that names the Service an EndpointSlice belongs to.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// An EndpointSlice as decisions read it.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -85,7 +88,7 @@ impl From<EndpointSlice> for SliceView {
 /// An EndpointSliceExport as decisions read it: its identity, the slice it refers to and a
 /// digest of its spec (see [`digest`]). No `ObjectMeta` (360 bytes, most of them empty): it is
 /// read as an `EndpointSliceExport` and reduced at once ([`From`]), and kept in a reflector
-/// store by its name ([`crate::export::keyed_by_name`]), which is all a store needs.
+/// store by its name ([`crate::controller::projection::keyed_by_name`]), which is all a store needs.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ExportView {
     pub name: String,
@@ -123,7 +126,7 @@ impl From<EndpointSliceExport> for ExportView {
     }
 }
 
-crate::export::keyed_by_name!(
+crate::controller::projection::keyed_by_name!(
     ExportView,
     "EndpointSliceExport",
     crate::api::GROUP,
@@ -143,7 +146,7 @@ pub struct ExportVerdict {
 impl From<ServiceExport> for ExportVerdict {
     fn from(se: ServiceExport) -> Self {
         Self {
-            valid_without_conflict: super::decide::export_is_valid_without_conflict(&se),
+            valid_without_conflict: export_is_valid_without_conflict(&se),
             metadata: identity(se.metadata),
         }
     }
@@ -223,10 +226,19 @@ resource!(
     |v| v.as_str()
 );
 
+/// `Valid=True`, `Conflict=False` and not being deleted.
+pub fn export_is_valid_without_conflict(export: &ServiceExport) -> bool {
+    let conditions = export.conditions();
+    let status = |t: &str| find_condition(conditions, t).map(|c| c.status.as_str());
+    export.metadata.deletion_timestamp.is_none()
+        && status(CONDITION_VALID) == Some("True")
+        && status(CONDITION_CONFLICT) == Some("False")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::projections::ServiceExportView;
+    use crate::service_exports::ServiceExportView;
     use kube::runtime::reflector::{Lookup, ObjectRef};
 
     #[test]

@@ -3,21 +3,21 @@
 //! failures are requeued.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::export::runner::Action;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::mpsc;
-use tracing::{Instrument, field};
+use tracing::field;
 
 use super::decide::{Observation, Outcome, Plan, decide, decide_gone, is_dns1123_subdomain};
 use super::model::{ExportVerdict, ExportView, SliceView};
 use super::views::{Absent, referred};
 use super::{Context, Error, Step, act};
-use crate::export::Reconciled;
+use crate::controller::ApiFailure;
+use crate::controller::runner::Action;
 
 /// Reconciles one slice of the view: one trace per call, a root span `reconcile_endpointslice`.
 pub(super) async fn reconcile(slice: Arc<SliceView>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -41,28 +41,10 @@ async fn traced(
         outcome = field::Empty,
         otel.status_code = field::Empty,
     );
-    let started = Instant::now();
-    ctx.observer.reconcile_started(&ctx.member);
-    let result = observe_decide_act(ctx, ns, name, viewed)
-        .instrument(span.clone())
-        .await;
     let key = ObjectRef::new(name).within(ns);
-    let reconciled = match &result {
-        Ok((outcome, _)) => Reconciled::Slice(*outcome),
-        Err(e) => Reconciled::Failed(e.category()),
-    };
-    if result.is_ok() {
-        ctx.failures.clear(&key);
-    }
-    crate::export::report(
-        &span,
-        ctx.observer.as_ref(),
-        &ctx.member,
-        reconciled,
-        result.as_ref().err(),
-        started,
-    );
-    result.map(|(_, action)| action)
+    let work = observe_decide_act(ctx, ns, name, viewed);
+    let observer = ctx.observer.as_ref();
+    crate::controller::reported(span, observer, &ctx.member, &ctx.failures, &key, work).await
 }
 
 /// What was read live in this reconcile (`None` for a field: not read, use the view).
@@ -91,41 +73,7 @@ async fn observe_decide_act(
     }
     let mut stale = 0;
     loop {
-        let slice = match &live.slice {
-            Some(slice) => slice.clone(),
-            None => viewed.as_ref().map(|v| {
-                ctx.own_slices
-                    .over(&key, v.metadata.resource_version.as_deref())
-                    .unwrap_or_else(|| v.as_ref().clone())
-            }),
-        };
-        let referring = referring(ctx, ns, name);
-        let referring: Vec<&ExportView> = referring.iter().map(Arc::as_ref).collect();
-        let plan = match &slice {
-            None => decide_gone(&referring),
-            Some(slice) => {
-                let export = match &live.export {
-                    Some(export) => export.clone().map(Arc::new),
-                    None => service_of(slice).and_then(|service| {
-                        ctx.exports
-                            .get(&ObjectRef::new_with(&service, ctx.se_version).within(ns))
-                            .map(|se| Arc::new(ExportVerdict::from(se.to_export())))
-                    }),
-                };
-                let named = named(ctx, slice, &live);
-                let suffix = format!("{:05x}", rand::random_range(0..0x100000u32));
-                decide(&Observation {
-                    member: &ctx.member,
-                    slice,
-                    export: export.as_deref(),
-                    named: named.as_deref(),
-                    referring: &referring,
-                    now: Timestamp::now(),
-                    suffix: &suffix,
-                    max_bytes: ctx.max_export_bytes,
-                })
-            }
-        };
+        let (slice, plan) = observe_decide(ctx, ns, name, &key, viewed.as_deref(), &live);
         tracing::debug!(
             writes = plan.writes(),
             outcome = plan.outcome.label(),
@@ -136,12 +84,7 @@ async fn observe_decide_act(
             read_live(ctx, ns, name, &mut live).await?;
             continue;
         }
-        if let Some(bytes) = plan.too_large {
-            tracing::warn!(member = %ctx.member, slice = %format!("{ns}/{name}"), bytes, limit = ctx.max_export_bytes, "EndpointSlice not exported: its export would be larger than --max-export-bytes");
-        }
-        if !plan.malformed.is_empty() {
-            tracing::warn!(member = %ctx.member, slice = %format!("{ns}/{name}"), addresses = ?plan.malformed, "addresses that are not IPv4 left out of the export");
-        }
+        warn_of(ctx, ns, name, &plan);
         match act::perform(ctx, ns, name, slice.as_ref(), &plan).await {
             Ok(()) => {
                 if slice.is_none() {
@@ -150,7 +93,7 @@ async fn observe_decide_act(
                 return Ok((plan.outcome, requeue(&plan)));
             }
             Err(e) => match e.stale_view() {
-                Some(_) if stale < 2 => {
+                Some(_) if stale < crate::controller::REREADS => {
                     stale += 1;
                     tracing::debug!(error = %e, "the view was behind; reading live");
                     read_live(ctx, ns, name, &mut live).await?;
@@ -158,6 +101,62 @@ async fn observe_decide_act(
                 _ => return Err(e),
             },
         }
+    }
+}
+
+/// The slice as this pass sees it (read live, our own write, or the view; `None`: gone) and
+/// what it needs.
+fn observe_decide(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    key: &ObjectRef<SliceView>,
+    viewed: Option<&SliceView>,
+    live: &Live,
+) -> (Option<SliceView>, Plan) {
+    let slice = match &live.slice {
+        Some(slice) => slice.clone(),
+        None => viewed.map(|v| {
+            ctx.own_slices
+                .over(key, v.metadata.resource_version.as_deref())
+                .unwrap_or_else(|| v.clone())
+        }),
+    };
+    let referring = referring(ctx, ns, name);
+    let referring: Vec<&ExportView> = referring.iter().map(Arc::as_ref).collect();
+    let Some(seen) = &slice else {
+        return (slice, decide_gone(&referring));
+    };
+    let export = match &live.export {
+        Some(export) => export.clone().map(Arc::new),
+        None => service_of(seen).and_then(|service| {
+            ctx.exports
+                .get(&ObjectRef::new_with(&service, ctx.se_version).within(ns))
+                .map(|se| Arc::new(ExportVerdict::from(se.to_export())))
+        }),
+    };
+    let named = named(ctx, seen, live);
+    let suffix = format!("{:05x}", rand::random_range(0..0x100000u32));
+    let plan = decide(&Observation {
+        member: &ctx.member,
+        slice: seen,
+        export: export.as_deref(),
+        named: named.as_deref(),
+        referring: &referring,
+        now: Timestamp::now(),
+        suffix: &suffix,
+        max_bytes: ctx.max_export_bytes,
+    });
+    (slice, plan)
+}
+
+/// Logs what the plan leaves out of the export: the whole of it (too large), or addresses.
+fn warn_of(ctx: &Context, ns: &str, name: &str, plan: &Plan) {
+    if let Some(bytes) = plan.too_large {
+        tracing::warn!(member = %ctx.member, slice = %format!("{ns}/{name}"), bytes, limit = ctx.max_export_bytes, "EndpointSlice not exported: its export would be larger than --max-export-bytes");
+    }
+    if !plan.malformed.is_empty() {
+        tracing::warn!(member = %ctx.member, slice = %format!("{ns}/{name}"), addresses = ?plan.malformed, "addresses that are not IPv4 left out of the export");
     }
 }
 
@@ -209,7 +208,7 @@ fn referring(ctx: &Context, ns: &str, name: &str) -> Vec<Arc<ExportView>> {
 
 async fn read_live(ctx: &Context, ns: &str, name: &str, live: &mut Live) -> Result<(), Error> {
     let slices: Api<SliceView> = Api::namespaced(ctx.member_client.clone(), ns);
-    let slice = slices.get_opt(name).await.map_err(Error::kube(
+    let slice = slices.get_opt(name).await.map_err(ApiFailure::of(
         &ctx.member,
         ns,
         name,
@@ -219,7 +218,7 @@ async fn read_live(ctx: &Context, ns: &str, name: &str, live: &mut Live) -> Resu
         Some(service) => {
             let exports: Api<ExportVerdict> =
                 Api::namespaced_with(ctx.member_client.clone(), ns, &ctx.se_version);
-            exports.get_opt(&service).await.map_err(Error::kube(
+            exports.get_opt(&service).await.map_err(ApiFailure::of(
                 &ctx.member,
                 ns,
                 name,
@@ -249,7 +248,7 @@ async fn read_named(ctx: &Context, ns: &str, name: &str, live: &mut Live) -> Res
         .get_opt(unique)
         .await
         .map(|e| e.map(ExportView::from))
-        .map_err(Error::kube(
+        .map_err(ApiFailure::of(
             &ctx.member,
             ns,
             name,
@@ -309,17 +308,14 @@ async fn look_at(ctx: &Context, ns: &str, name: &str) {
     let _ = Box::pin(traced(ctx, ns, name, None)).await;
 }
 
-/// Exponential (1 s doubling to 5 min), jittered, per slice; reset by a success.
+/// Exponential (1 s doubling to 5 min), jittered, per slice, never sooner than a server
+/// asked; reset by a success ([`crate::controller::failed`]).
 pub(super) fn error_policy(slice: Arc<SliceView>, error: &Error, ctx: Arc<Context>) -> Action {
     if matches!(error, Error::NotLeader { .. }) {
         return Action::await_change();
     }
-    if crate::client::fence::refused(error) {
-        return Action::requeue(Duration::from_secs(2));
-    }
     let key = ObjectRef::from_obj(slice.as_ref());
-    let failures = ctx.failures.bump(key);
-    Action::requeue(crate::export::backoff(failures, rand::random::<f64>()))
+    crate::controller::failed(error, &ctx.failures, key)
 }
 
 #[cfg(test)]

@@ -1,11 +1,10 @@
 //! The EndpointSlice exporter's two views, each of a projection (`model`): the member's
 //! EndpointSlices that belong to a Service (the API's label selector keeps the rest out) and the
-//! EndpointSliceExports in the member's hub namespace; its ServiceExports are the feed's
-//! (`export::feed`), shared with the ServiceExport exporter.
+//! EndpointSliceExports in the member's hub namespace; its ServiceExports are the watch the
+//! jobs share ([`crate::service_exports`]).
 
 use std::sync::Arc;
 
-use crate::export::queue::Lossy;
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 use kube::ResourceExt;
@@ -13,16 +12,22 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use super::decide::SERVICE_NAME_LABEL;
-use super::model::{ExportView, SliceView};
+use super::model::{ExportView, SERVICE_NAME_LABEL, SliceView};
 use crate::api::EndpointSliceExport;
-use crate::export::feed::{ExportRef, Subscription};
-use crate::export::pace::Pace;
-use crate::export::{View, WatchHealth, project, view_watch};
+use crate::controller::pace::Pace;
+use crate::controller::projection::project;
+use crate::controller::queue::Lossy;
+use crate::controller::views::{View, WatchHealth, view_watch};
+use crate::service_exports::{ExportRef, Subscription};
 
-/// The watches whose first lists the exporter waits for.
-/// (The ServiceExports are the feed's.)
-pub(super) const WATCHED: [View; 2] = [View::EndpointSlices, View::EndpointSliceExports];
+/// The member's EndpointSlices that belong to a Service.
+const ENDPOINT_SLICES: View = View::member(3, "EndpointSlices");
+/// The EndpointSliceExports of the member's hub namespace.
+const ENDPOINT_SLICE_EXPORTS: View = View::hub(4, "EndpointSliceExports");
+
+/// The watches whose first lists the job waits for.
+/// (The ServiceExports are the shared watch's.)
+pub(super) const WATCHED: [View; 2] = [ENDPOINT_SLICES, ENDPOINT_SLICE_EXPORTS];
 
 /// How long one watch of the hub's exports lasts before it is re-established. kube's default
 /// (295 s, for clients with a read timeout; ours has none, and h2 pings find a dead connection)
@@ -63,7 +68,7 @@ impl Views {
             },
         )
         .reflect(slices_writer)
-        .inspect(health.inspector(View::EndpointSlices))
+        .inspect(health.inspector(ENDPOINT_SLICES))
         .inspect(move |event| {
             // Deleted, or no longer a Service's (out of the selector): looked at live.
             if let Ok(watcher::Event::Delete(s)) = event {
@@ -93,7 +98,7 @@ impl Views {
             )
             .map_ok(project::<EndpointSliceExport, ExportView>),
         )
-        .inspect(health.inspector(View::EndpointSliceExports))
+        .inspect(health.inspector(ENDPOINT_SLICE_EXPORTS))
         .inspect(move |event| {
             if let Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event {
                 let (ns, name) = referred(e);

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use fleetnet_hub::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
 use fleetnet_hub::client::{self, ClientStats, Limits};
-use fleetnet_hub::export::feed::ServiceExportFeed;
-use fleetnet_hub::export::{MemberExporter, NoObserver, PublicIpLookup, Settings, Synced};
+use fleetnet_hub::controller::{NoObserver, Synced};
+use fleetnet_hub::export::{MemberExporter, PublicIpLookup, Settings};
+use fleetnet_hub::service_exports::ServiceExportFeed;
 use fleetnet_testenv::Fleet;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use kube::api::{Api, ObjectMeta, PostParams};

@@ -15,8 +15,9 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, header};
 use fleetnet_hub::client::ClientStats;
-use fleetnet_hub::export::feed::ServiceExportFeed;
-use fleetnet_hub::export::{MemberExporter, ReconcileObserver, Settings};
+use fleetnet_hub::controller::ReconcileObserver;
+use fleetnet_hub::export::{MemberExporter, Settings};
+use fleetnet_hub::service_exports::ServiceExportFeed;
 use fleetnet_testenv::Fleet;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,

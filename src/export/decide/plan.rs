@@ -3,6 +3,7 @@
 use jiff::Timestamp;
 
 use crate::api::{ConditionSpec, InternalServiceExport, InternalServiceExportSpec};
+use crate::controller::Reconciled;
 
 /// The last-seen annotations to write on the ServiceExport.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,26 +33,7 @@ pub enum HubWrite {
     },
 }
 
-/// Event severity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventKind {
-    Normal,
-    Warning,
-}
-
-/// An Event to record on the ServiceExport.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventSpec {
-    pub kind: EventKind,
-    pub reason: &'static str,
-    pub note: String,
-}
-
-impl EventSpec {
-    pub(super) fn new(kind: EventKind, reason: &'static str, note: String) -> Self {
-        Self { kind, reason, note }
-    }
-}
+pub use crate::controller::events::{EventKind, EventSpec};
 
 /// How the reconcile ended, for logs, spans and the `outcome` metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,11 +48,22 @@ pub enum Outcome {
 impl Outcome {
     /// Stable label: `exported`, `unexported`, `skipped`, `invalid:<reason>`.
     pub fn label(&self) -> String {
-        match self {
-            Self::Skipped => "skipped".into(),
-            Self::Exported => "exported".into(),
-            Self::Unexported => "unexported".into(),
-            Self::Invalid(r) => format!("invalid:{r}"),
+        crate::controller::Outcome::reconciled(*self).label()
+    }
+}
+
+impl crate::controller::Outcome for Outcome {
+    fn reconciled(self) -> Reconciled {
+        let (outcome, reason) = match self {
+            Self::Skipped => ("skipped", None),
+            Self::Exported => ("exported", None),
+            Self::Unexported => ("unexported", None),
+            Self::Invalid(r) => ("invalid", Some(r)),
+        };
+        Reconciled::Done {
+            job: None,
+            outcome,
+            reason,
         }
     }
 }

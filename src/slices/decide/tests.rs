@@ -4,7 +4,9 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::*;
-use crate::api::{ServiceExportStatus, UNIQUE_NAME_ANNOTATION};
+use crate::api::{
+    CONDITION_CONFLICT, CONDITION_VALID, ServiceExport, ServiceExportStatus, UNIQUE_NAME_ANNOTATION,
+};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 const NOW: &str = "2026-12-05T10:00:00Z";
@@ -99,7 +101,8 @@ fn run(
     named: Option<&EndpointSliceExport>,
     referring: &[&EndpointSliceExport],
 ) -> Plan {
-    let max_bytes = crate::export::Quotas::default().max_export_bytes;
+    // The default `--max-export-bytes`.
+    let max_bytes = 64 * 1024;
     run_limited(slice, export, named, referring, max_bytes)
 }
 

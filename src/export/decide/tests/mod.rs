@@ -1,7 +1,8 @@
 use super::*;
 use crate::api::{
-    CLEANUP_FINALIZER, InternalServiceExportStatus, ServiceExportStatus, ServiceExportVersion,
-    set_condition,
+    CLEANUP_FINALIZER, CONDITION_CONFLICT, InternalServiceExportSpec, InternalServiceExportStatus,
+    LAST_SEEN_RESOURCE_VERSION_ANNOTATION, LAST_SEEN_TIMESTAMP_ANNOTATION, ServiceExportStatus,
+    ServiceExportVersion, set_condition,
 };
 use k8s_openapi::api::core::v1::{
     LoadBalancerIngress, LoadBalancerStatus, ServicePort as CorePort, ServiceSpec, ServiceStatus,
@@ -312,7 +313,7 @@ fn the_ise_view_decides_as_the_ise_does() {
 /// finalizer or deletion.
 #[test]
 fn the_export_view_decides_as_the_export_does() {
-    use crate::export::projections::ServiceExportView;
+    use crate::service_exports::ServiceExportView;
     let svc = service();
     let fresh = with_finalizer(export());
     let plan = run(&settings(), &fresh, Some(&svc), None);

@@ -1,4 +1,5 @@
-//! Events on ServiceExports (events.k8s.io/v1), each created once, after the export's writes.
+//! Events (events.k8s.io/v1) on the objects a job reconciles, each created once, after the
+//! object's writes.
 //!
 //! Not kube-runtime's `Recorder`: it keeps every event it published for six minutes to count
 //! repeats into a series, which is ~1 KiB per event (two per fresh export) held by every member,
@@ -16,16 +17,15 @@
 use jiff::Timestamp;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::Resource;
 use kube::api::{Api, ObjectMeta, PostParams};
 use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit, mpsc};
 use tokio_util::task::AbortOnDropHandle;
 
-use super::ReconcileObserver;
-use super::decide::{EventKind, EventSpec};
-use crate::api::{ServiceExport, ServiceExportVersion};
+use k8s_openapi::api::core::v1::ObjectReference;
+
+use super::observer::ReconcileObserver;
 
 const CONTROLLER: &str = "fleetnet-hub";
 /// Events a member may have waiting for its Events budget; more are dropped (and logged), as
@@ -41,6 +41,27 @@ static WAITING: Semaphore = Semaphore::const_new(TOTAL);
 /// few exports at a time; at most ~10 KiB per member.
 const RESERVED: usize = 8;
 
+/// Whether an Event tells of something normal or of something to look at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Normal,
+    Warning,
+}
+
+/// An Event a decision asks for on the object it decided about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventSpec {
+    pub kind: EventKind,
+    pub reason: &'static str,
+    pub note: String,
+}
+
+impl EventSpec {
+    pub fn new(kind: EventKind, reason: &'static str, note: String) -> Self {
+        Self { kind, reason, note }
+    }
+}
+
 /// An Event's place among the waiting ones: one of its member's own, or of the shared room.
 /// Freed (dropped) once the Event is handled.
 enum Place {
@@ -52,7 +73,7 @@ enum Place {
 type Queued = (Box<Event>, Place);
 
 /// Publishes a member's Events through its own client (its own budget), in the background.
-pub(super) struct Events {
+pub(crate) struct Events {
     /// Boxed: a channel allocates its slots 32 at a time, and an `Event` is over 1 KiB inline
     /// (a 35 KiB block per member, most of it never used).
     queue: mpsc::Sender<Queued>,
@@ -68,14 +89,14 @@ pub(super) struct Events {
 
 /// The task creating a member's queued Events; it ends once the [`Events`] is dropped and
 /// what was queued is created, or when this handle is dropped.
-pub(super) struct Creator(AbortOnDropHandle<()>);
+pub(crate) struct Creator(AbortOnDropHandle<()>);
 
 /// How long a stopping exporter waits for its queued Events to be created.
 const DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Creator {
     /// Waits (bounded) until the queued Events are created; stops the rest, logged.
-    pub(super) async fn drain(mut self, member: &str) {
+    pub(crate) async fn drain(mut self, member: &str) {
         if tokio::time::timeout(DRAIN, &mut self.0).await.is_err() {
             tracing::warn!(member = %member, "queued events not all created within {DRAIN:?} of stopping; dropped");
         }
@@ -83,7 +104,7 @@ impl Creator {
 }
 
 impl Events {
-    pub(super) fn new(
+    pub(crate) fn new(
         client: kube::Client,
         instance: String,
         member: String,
@@ -102,15 +123,9 @@ impl Events {
         (events, Creator(AbortOnDropHandle::new(creator)))
     }
 
-    /// Queues `events` on `se`. One that cannot be recorded is logged, never retried: it is
-    /// not worth failing (and repeating) the export.
-    pub(super) fn publish(
-        &self,
-        se: &ServiceExport,
-        version: ServiceExportVersion,
-        events: &[EventSpec],
-    ) {
-        let regarding = se.object_ref(&version);
+    /// Queues `events` on the object `regarding`. One that cannot be recorded is logged, never
+    /// retried: it is not worth failing (and repeating) the reconcile.
+    pub(crate) fn publish(&self, regarding: ObjectReference, events: &[EventSpec]) {
         let ns = regarding.namespace.clone().unwrap_or_default();
         let name = regarding.name.as_deref().unwrap_or(CONTROLLER);
         for spec in events {
@@ -154,6 +169,8 @@ impl Events {
                 self.observer.dropped(&self.member, "events");
                 tracing::warn!(
                     member = %self.member,
+                    // The field's name is from when only ServiceExports had Events: log
+                    // queries read it.
                     serviceexport = %format!("{ns}/{name}"),
                     reason = spec.reason,
                     "event dropped: {waiting} already wait for their Events budget"
@@ -196,7 +213,9 @@ async fn create_each(client: kube::Client, mut queued: mpsc::Receiver<Queued>, m
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::queue::Drops;
+    use crate::api::{ServiceExport, ServiceExportVersion};
+    use crate::controller::queue::Drops;
+    use kube::Resource;
 
     /// A member client whose requests never answer: Events stay waiting.
     fn hung_client() -> kube::Client {
@@ -230,8 +249,7 @@ mod tests {
         // Two Events for m1 and two for m2: four, and three may wait in all.
         for (events, _) in &members {
             events.publish(
-                &se,
-                ServiceExportVersion::V1Alpha1,
+                se.object_ref(&ServiceExportVersion::V1Alpha1),
                 &[spec.clone(), spec.clone()],
             );
         }
@@ -277,7 +295,10 @@ mod tests {
             let (mut events, creator) =
                 Events::new(hung_client(), "pod".into(), m.into(), drops.clone());
             events.waiting = all;
-            events.publish(&se, ServiceExportVersion::V1Alpha1, &vec![spec.clone(); 50]);
+            events.publish(
+                se.object_ref(&ServiceExportVersion::V1Alpha1),
+                &vec![spec.clone(); 50],
+            );
             flooders.push((events, creator));
         }
         assert_eq!(all.available_permits(), 0, "the shared room is full");
@@ -297,8 +318,7 @@ mod tests {
         );
         quiet.waiting = all;
         quiet.publish(
-            &se,
-            ServiceExportVersion::V1Alpha1,
+            se.object_ref(&ServiceExportVersion::V1Alpha1),
             std::slice::from_ref(&spec),
         );
         assert_eq!(

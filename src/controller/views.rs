@@ -1,161 +1,57 @@
-//! The exporter's views (the member's Services and the ISEs of its hub namespace, beside the
-//! ServiceExports of the feed it shares with the slice exporter): when they have listed,
-//! whether their watches are healthy, how they back off, what they trigger.
+//! A job's views (reflector stores of projections): when they have listed, whether their
+//! watches are healthy, how they back off, how many objects they may hold.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-use futures::stream::BoxStream;
-use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Service;
+use futures::StreamExt;
 use kube::api::Api;
-use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::watcher::{self, ExponentialBackoff};
 use kube::runtime::{WatchStreamExt, watcher as watch_of};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use super::ReconcileObserver;
-use super::decide::ise_name;
-use super::feed::Subscription;
-use super::projections::{IseView, ServiceExportView, ServiceView, project};
-use super::queue::Lossy;
-use crate::api::{InternalServiceExport, ServiceExportVersion};
+use super::observer::ReconcileObserver;
 
-/// The three views (reflector stores).
-pub(super) struct Views {
-    pub(super) services: Store<ServiceView>,
-    pub(super) ises: Store<IseView>,
-    pub(super) exports: Store<ServiceExportView>,
+/// One watch of a job, named by the job: at most eight per job ([`WatchHealth`] keeps one bit
+/// each), told apart by `bit`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct View {
+    bit: u8,
+    name: &'static str,
+    in_hub: bool,
 }
-
-impl Views {
-    /// Watches the member's Services and its hub namespace, and returns the names of the feed's
-    /// ServiceExports to reconcile as the pace hands them, with the future that feeds the pace
-    /// what they and the feed trigger; every ISE seen (listed or changed),
-    /// and the ISE name of every deleted ServiceExport, is sent to `dangling` to be checked for
-    /// a missing export (when its queue is full, the name is left to the next periodic sweep).
-    pub(super) fn watch(
-        member: &kube::Client,
-        hub: &Api<InternalServiceExport>,
-        exports: &Subscription,
-        health: &Arc<WatchHealth>,
-        dangling: Lossy<String>,
-    ) -> (
-        Self,
-        BoxStream<'static, ObjectRef<ServiceExportView>>,
-        BoxFuture<'static, ()>,
-    ) {
-        let version = exports.version;
-        let (services, services_writer) = reflector::store::<ServiceView>();
-        let (ises, ises_writer) = reflector::store::<IseView>();
-        let config = watcher::Config::default;
-        let service_events = reflector::reflector(
-            services_writer,
-            view_watch(Api::<Service>::all(member.clone()), config(), {
-                let services = services.clone();
-                move || services.len()
-            })
-            .map_ok(project::<Service, ServiceView>),
-        )
-        .inspect(health.inspector(View::Services))
-        .touched_objects()
-        .filter_map(move |svc| {
-            futures::future::ready(svc.ok().map(|svc: ServiceView| {
-                ObjectRef::new_with(&svc.name, version).within(&svc.namespace)
-            }))
-        })
-        .boxed();
-        let loser_index = exports.store.clone();
-        let listed = dangling.clone();
-        let ise_events = reflector::reflector(
-            ises_writer,
-            view_watch(hub.clone(), config(), {
-                let ises = ises.clone();
-                move || ises.len()
-            })
-            .map_ok(project::<InternalServiceExport, IseView>),
-        )
-        .inspect(health.inspector(View::InternalServiceExports))
-        .inspect(move |event| {
-            if let Ok(watcher::Event::Apply(ise) | watcher::Event::InitApply(ise)) = event {
-                listed.push(ise.name.clone());
-            }
-        })
-        .touched_objects()
-        .filter_map(|ise| futures::future::ready(ise.ok()))
-        .flat_map(move |ise: IseView| {
-            // The export it carries, and any other export of the same hub name (the loser of
-            // a name collision takes over when the winner's ISE goes).
-            let owner = ise
-                .spec
-                .service_reference
-                .namespaced_name
-                .split_once('/')
-                .map(|(ns, name)| ObjectRef::new_with(name, version).within(ns));
-            let mut refs = exports_sharing_hub_name(&loser_index, version, &ise.name);
-            refs.extend(owner);
-            refs.dedup();
-            futures::stream::iter(refs)
-        })
-        .boxed();
-        // Every trigger waits in the feed's pace, which hands the controller no more names
-        // than it reconciles at once.
-        let triggers = exports
-            .pace
-            .clone()
-            .take_from(futures::stream::select(service_events, ise_events));
-        let known = exports.store.clone();
-        let handed = exports
-            .pace
-            .clone()
-            .stream()
-            .inspect(move |key| {
-                // A deleted export's ISE is checked too: one written in a race with the
-                // deletion would otherwise wait for the next ISE event. The feed tells of a
-                // change once the store has it: absent is deleted.
-                if known.get(key).is_none() {
-                    let ns = key.namespace.as_deref().unwrap_or_default();
-                    dangling.push(ise_name(ns, &key.name));
-                }
-            })
-            .boxed();
-        let views = Self {
-            services,
-            ises,
-            exports: exports.store.clone(),
-        };
-        (views, handed, triggers)
-    }
-}
-
-/// One watch of a member's exporters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum View {
-    ServiceExports = 0,
-    Services = 1,
-    InternalServiceExports = 2,
-    EndpointSlices = 3,
-    EndpointSliceExports = 4,
-}
-
-const VIEWS: usize = 5;
 
 impl View {
-    fn bit(self) -> u8 {
-        1 << self as u8
+    /// A watch of the member, the `index`-th (0..8) of its job, `name` in logs.
+    pub const fn member(index: u8, name: &'static str) -> Self {
+        Self {
+            bit: 1 << index,
+            name,
+            in_hub: false,
+        }
     }
 
-    /// Whether the watch is of the hub (its list waits in the shared hub budget's line).
-    fn in_hub(self) -> bool {
-        matches!(
-            self,
-            Self::InternalServiceExports | Self::EndpointSliceExports
-        )
+    /// A watch of the member's hub namespace: its list waits in the shared hub budget's line.
+    pub const fn hub(index: u8, name: &'static str) -> Self {
+        Self {
+            bit: 1 << index,
+            name,
+            in_hub: true,
+        }
     }
 }
+
+/// The view's name, as logs and the observer's errors tell it.
+impl std::fmt::Debug for View {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// How many objects the member has of what its jobs count (ServiceExports, today).
+type Count = Arc<dyn Fn() -> usize + Send + Sync>;
 
 /// Tells when a member's exporters' watches have each delivered their initial list.
 ///
@@ -165,8 +61,8 @@ impl View {
 /// polled it again (seen as exactly `--member-sync-timeout` before Ready).
 #[derive(Clone, Default)]
 pub struct Synced {
-    exports: Option<Store<ServiceExportView>>,
-    /// Per exporter: its listed views (bits by [`View`]), and which of them are the member's
+    counted: Option<Count>,
+    /// Per job: its listed views (bits by [`View`]), and which of them are the member's
     /// and which the hub's to wait for.
     exporters: Vec<(watch::Receiver<u8>, u8, u8)>,
 }
@@ -193,14 +89,14 @@ impl Synced {
         }
     }
 
-    /// ServiceExports currently known (0 when the ServiceExport exporter does not run).
-    pub fn exports(&self) -> usize {
-        self.exports.as_ref().map_or(0, |e| e.state().len())
+    /// Objects of the counted view currently known (0 when no job counts one).
+    pub fn objects(&self) -> usize {
+        self.counted.as_ref().map_or(0, |count| count())
     }
 
-    /// Waits for both exporters' watches.
+    /// Waits for the watches of both.
     pub fn and(mut self, other: Synced) -> Synced {
-        self.exports = self.exports.or(other.exports);
+        self.counted = self.counted.or(other.counted);
         self.exporters.extend(other.exporters);
         self
     }
@@ -213,7 +109,8 @@ pub(crate) struct WatchHealth {
     observer: Arc<dyn ReconcileObserver>,
     /// The views that have listed, one bit each (one channel: each costs ~0.5 KiB, per member).
     listed: watch::Sender<u8>,
-    failing: Mutex<[bool; VIEWS]>,
+    /// The views whose watch is failing, one bit each.
+    failing: Mutex<u8>,
 }
 
 impl WatchHealth {
@@ -222,24 +119,21 @@ impl WatchHealth {
             member: member.to_string(),
             observer,
             listed: watch::channel(0).0,
-            failing: Mutex::new([false; VIEWS]),
+            failing: Mutex::new(0),
         }
     }
 
-    /// The readiness handle over the first lists of `views`.
-    pub(crate) fn synced(
-        &self,
-        exports: Option<Store<ServiceExportView>>,
-        views: &[View],
-    ) -> Synced {
+    /// The readiness handle over the first lists of `views`; `counted` tells how many objects
+    /// the member has of what the handle counts ([`Synced::objects`]).
+    pub(crate) fn synced(&self, counted: Option<Count>, views: &[View]) -> Synced {
         let bits = |hub: bool| {
             views
                 .iter()
-                .filter(|v| v.in_hub() == hub)
-                .fold(0, |bits, v| bits | v.bit())
+                .filter(|v| v.in_hub == hub)
+                .fold(0, |bits, v| bits | v.bit)
         };
         Synced {
-            exports,
+            counted,
             exporters: vec![(self.listed.subscribe(), bits(false), bits(true))],
         }
     }
@@ -261,14 +155,14 @@ impl WatchHealth {
     fn listed(&self, view: View) {
         self.listed.send_if_modified(|listed| {
             let was = *listed;
-            *listed |= view.bit();
+            *listed |= view.bit;
             *listed != was
         });
         let recovered = {
             let mut failing = self.failing.lock();
-            let was = failing.iter().any(|f| *f);
-            failing[view as usize] = false;
-            was && !failing.iter().any(|f| *f)
+            let was = *failing != 0;
+            *failing &= !view.bit;
+            was && *failing == 0
         };
         if recovered {
             tracing::info!(member = %self.member, "watches recovered");
@@ -277,7 +171,7 @@ impl WatchHealth {
     }
 
     fn failed(&self, view: View, error: &watcher::Error) {
-        self.failing.lock()[view as usize] = true;
+        *self.failing.lock() |= view.bit;
         tracing::warn!(member = %self.member, view = ?view, error = %error, "watch failed; retrying with backoff");
         self.observer
             .controller_error(&self.member, &format!("{view:?} watch: {error}"));
@@ -460,22 +354,6 @@ fn watch_backoff() -> crate::policy::ResetByTime<ResetTimerBackoff<ExponentialBa
         ),
         Duration::from_secs(60),
     ))
-}
-
-/// The ServiceExports whose hub name (`<namespace>-<name>`) is `hub_name`: every split at a
-/// '-' that names an export in the view.
-fn exports_sharing_hub_name(
-    exports: &Store<ServiceExportView>,
-    version: ServiceExportVersion,
-    hub_name: &str,
-) -> Vec<ObjectRef<ServiceExportView>> {
-    hub_name
-        .match_indices('-')
-        .map(|(i, _)| (&hub_name[..i], &hub_name[i + 1..]))
-        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
-        .map(|(ns, name)| ObjectRef::new_with(name, version).within(ns))
-        .filter(|key| exports.get(key).is_some())
-        .collect()
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::ReconcileObserver;
+use super::observer::ReconcileObserver;
 
 /// The sending side of a member's lossy queue.
 pub(crate) struct Lossy<T> {
@@ -65,7 +65,7 @@ pub(crate) struct Drops(pub(crate) parking_lot::Mutex<Vec<(String, &'static str)
 #[cfg(test)]
 impl ReconcileObserver for Drops {
     fn reconcile_started(&self, _: &str) {}
-    fn reconciled(&self, _: &str, _: super::Reconciled, _: std::time::Duration) {}
+    fn reconciled(&self, _: &str, _: super::observer::Reconciled, _: std::time::Duration) {}
     fn hub_write(&self, _: &str, _: &'static str) {}
     fn export_latency(&self, _: &str, _: std::time::Duration) {}
     fn conflict_reflected(&self, _: &str, _: std::time::Duration) {}

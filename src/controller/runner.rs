@@ -16,6 +16,7 @@ use std::time::Duration;
 use futures::stream::FuturesUnordered;
 use futures::{Future, Stream, StreamExt};
 use kube::runtime::reflector::{Lookup, ObjectRef, Store};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::pace::Pace;
@@ -78,15 +79,7 @@ where
         let mut keys = std::pin::pin!(keys.fuse());
         let mut reconcile_all = std::pin::pin!(reconcile_all.fuse());
         let mut shutdown = std::pin::pin!(futures::FutureExt::fuse(shutdown));
-        // Names wait in the pace until the view has its first list: one looked up before
-        // would be missing, not gone (as kube's runner held its tasks). A view whose writer
-        // went never lists: its watch ended with the member, and shutdown follows.
-        let view = store.clone();
-        let mut listed = std::pin::pin!(futures::FutureExt::fuse(async move {
-            if view.wait_until_ready().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }));
+        let mut listed = std::pin::pin!(futures::FutureExt::fuse(listed(store.clone())));
         let mut ready = false;
         let mut running = FuturesUnordered::new();
         let mut timers = FuturesUnordered::new();
@@ -99,17 +92,9 @@ where
                 () = &mut listed, if !ready => ready = true,
                 Some((key, action)) = running.next(), if !running.is_empty() => {
                     if let Some(at) = book.finished(&key, action, Instant::now()) {
-                        let due = key.clone();
-                        timers.push(Box::pin(async move {
-                            tokio::time::sleep_until(at).await;
-                            (due, at)
-                        }));
+                        timers.push(Box::pin(timer(key.clone(), at)));
                     }
-                    pace.done(&key);
-                    if book.again.remove(&key) {
-                        pace.trigger(key);
-                    }
-                    book.shrink();
+                    book.returned(&pace, key);
                 }
                 Some((key, at)) = timers.next(), if !stopping && !timers.is_empty() => {
                     if book.due(&key, at) {
@@ -121,18 +106,9 @@ where
                     pace.trigger_all(store.state().iter().map(|o| o.to_object_ref(dyntype.clone())));
                 }
                 Some(key) = keys.next(), if ready && !stopping => {
-                    let Some(object) = store.get(&key) else {
-                        // Gone from the view: nothing to reconcile (its deletion was handled
-                        // where the watch saw it).
-                        book.forget(&key);
-                        if !book.busy.contains(&key) {
-                            pace.done(&key);
-                        }
+                    let Some(object) = book.handed(&store, &pace, &key) else {
                         continue;
                     };
-                    if !book.start(&key) {
-                        continue;
-                    }
                     let work = reconcile(object.clone(), ctx.clone());
                     let ctx = ctx.clone();
                     let policy = &error_policy;
@@ -155,6 +131,39 @@ where
             }
         }
     }
+}
+
+/// Yields `()` each time `leader` turns true.
+pub(crate) fn leadership_gained(
+    leader: watch::Receiver<bool>,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold(leader, |mut rx| async move {
+        loop {
+            rx.changed().await.ok()?;
+            if *rx.borrow_and_update() {
+                tracing::info!("leadership acquired: reconciling every object");
+                return Some(((), rx));
+            }
+        }
+    })
+}
+
+/// Resolves once `view` has its first list: names wait in the pace until then, since one looked
+/// up before would be missing, not gone (as kube's runner held its tasks). A view whose writer
+/// went never lists: its watch ended with the member, and shutdown follows.
+async fn listed<K: Lookup + Clone + 'static>(view: Store<K>)
+where
+    K::DynamicType: Hash + Eq + Clone,
+{
+    if view.wait_until_ready().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Resolves at `at` with `key`: the requeue of `key` set for then.
+async fn timer<K: Lookup>(key: ObjectRef<K>, at: Instant) -> (ObjectRef<K>, Instant) {
+    tokio::time::sleep_until(at).await;
+    (key, at)
 }
 
 /// Which names are running, which were handed again meanwhile, and when each requeued name
@@ -195,9 +204,36 @@ where
         true
     }
 
-    /// `key` is no longer in the view: nothing is due for it.
-    fn forget(&mut self, key: &ObjectRef<K>) {
-        self.due.remove(key);
+    /// `key` was handed: the object to reconcile now, if it is in the view and does not run
+    /// already. One gone from the view has nothing to reconcile (its deletion was handled
+    /// where the watch saw it) and nothing due.
+    fn handed(&mut self, store: &Store<K>, pace: &Pace<K>, key: &ObjectRef<K>) -> Option<Arc<K>>
+    where
+        K: Clone + 'static,
+        K::DynamicType: Send + Sync,
+    {
+        let Some(object) = store.get(key) else {
+            self.due.remove(key);
+            if !self.busy.contains(key) {
+                pace.done(key);
+            }
+            return None;
+        };
+        self.start(key).then_some(object)
+    }
+
+    /// `key`'s run is over (its timer, if any, set): the pace may hand it again, and does at
+    /// once when it was handed meanwhile.
+    fn returned(&mut self, pace: &Pace<K>, key: ObjectRef<K>)
+    where
+        K: 'static,
+        K::DynamicType: Send + Sync,
+    {
+        pace.done(&key);
+        if self.again.remove(&key) {
+            pace.trigger(key);
+        }
+        self.shrink();
     }
 
     /// `key`'s run ended with `action`: the instant of the timer to set, if it asks for one

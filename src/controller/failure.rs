@@ -1,0 +1,89 @@
+//! What every job's reconcile error shares: the failed API call it carries (the member, the
+//! object, the job's step, kube's error), its label, and the wait a server asked for.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A step of a job's reconcile: what an API call was for; also the stable `error` metric label.
+pub trait Step: Copy + fmt::Debug + Send + Sync + 'static {
+    /// Stable snake_case name.
+    fn as_str(self) -> &'static str;
+}
+
+/// A failed API call of a reconcile of `namespace/name` of `member`, at the job's `step`.
+#[derive(Debug)]
+pub struct ApiFailure<S> {
+    pub member: String,
+    pub namespace: String,
+    pub name: String,
+    pub step: S,
+    pub source: Box<kube::Error>,
+}
+
+impl<S: Step> ApiFailure<S> {
+    /// Maps a failed API call of `step` on `namespace/name` of `member`.
+    pub fn of(
+        member: &str,
+        namespace: &str,
+        name: &str,
+        step: S,
+    ) -> impl FnOnce(kube::Error) -> Self + use<S> {
+        let (member, namespace, name) =
+            (member.to_string(), namespace.to_string(), name.to_string());
+        move |source| Self {
+            member,
+            namespace,
+            name,
+            step,
+            source: Box::new(source),
+        }
+    }
+
+    /// The HTTP status the API server refused the call with, if it refused it.
+    pub fn refused_with(&self) -> Option<u16> {
+        match self.source.as_ref() {
+            kube::Error::Api(s) => Some(s.code),
+            _ => None,
+        }
+    }
+
+    /// The wait the API server asked for in its refusal.
+    pub fn retry_after(&self) -> Option<Duration> {
+        retry_after(&self.source)
+    }
+}
+
+/// The step and kube's error; the job's error names the member and the object.
+impl<S: Step> fmt::Display for ApiFailure<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.step.as_str(), self.source)
+    }
+}
+
+impl<S: Step> std::error::Error for ApiFailure<S> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.source.as_ref())
+    }
+}
+
+/// A job's reconcile error, as the kit reports and requeues it.
+pub(crate) trait Failure: std::error::Error + 'static {
+    /// Stable label for metrics (`error:<category>`): the failed step, for example.
+    fn category(&self) -> &'static str;
+    /// The wait a throttling server asked for, which the requeue must not undercut.
+    fn retry_after(&self) -> Option<Duration>;
+}
+
+/// The wait a Kubernetes API server asked for in its refusal (`Status.details.retryAfterSeconds`,
+/// sent with a 429 and with some 5xx), if any.
+pub(super) fn retry_after(error: &kube::Error) -> Option<Duration> {
+    match error {
+        kube::Error::Api(status) => status
+            .details
+            .as_ref()
+            .map(|d| d.retry_after_seconds)
+            .filter(|s| *s > 0)
+            .map(|s| Duration::from_secs(s.into())),
+        _ => None,
+    }
+}

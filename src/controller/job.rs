@@ -1,0 +1,54 @@
+//! The trait a job implements, and what a member gives every job it runs.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::observer::ReconcileObserver;
+use super::views::Synced;
+
+/// One job: what it watches, the pure decision, the act, for every member it runs for. It is
+/// listed once in the registry (`crate::jobs`), which `--controllers` reads.
+///
+/// `S` is what the house's jobs share beyond the kit (a watch several jobs read, the settings
+/// of each job): the registry names it, the kit does not look inside.
+pub trait Job<S>: Send + Sync {
+    /// Its name, as `--controllers` spells it.
+    fn name(&self) -> &'static str;
+
+    /// Builds the job for one member: the future that runs it until `shutdown` is cancelled
+    /// (in-flight reconciles finish first), and the handle that tells when its watches synced.
+    fn start(&self, inputs: &mut MemberInputs<S>, shutdown: CancellationToken) -> Running;
+}
+
+/// A job started for one member.
+pub struct Running {
+    /// Runs the job until its shutdown.
+    pub run: BoxFuture<'static, ()>,
+    /// Resolves once its watches have listed.
+    pub synced: Synced,
+}
+
+/// What a member gives every job it runs.
+pub struct MemberInputs<S> {
+    /// The member's name, also its cluster ID in what the jobs write to the hub.
+    pub member: String,
+    /// The member's namespace in the hub: the only one its jobs write in.
+    pub hub_namespace: String,
+    pub member_client: kube::Client,
+    /// Events go through this one (its own budget), so they never delay a job's writes.
+    pub events_client: kube::Client,
+    /// The member's view of the hub client; only ever used inside `hub_namespace`.
+    pub hub_client: kube::Client,
+    /// `true` while this replica may write for the member.
+    pub leader: watch::Receiver<bool>,
+    pub observer: Arc<dyn ReconcileObserver>,
+    /// Reporting instance for Events (pod name).
+    pub instance: String,
+    /// How many of a job's reconciles of the member run at once (0: unbounded).
+    pub concurrency: u16,
+    /// What the jobs share beyond the kit, and the settings of each.
+    pub shared: S,
+}

@@ -1,0 +1,105 @@
+//! What the kit tells of reconciles (how each ended, what it wrote, what the watches and
+//! queues did), and to whom: the observer, for metrics and the member's state.
+
+use std::time::Duration;
+
+/// How a reconcile ended: what it did, or the category of the error it failed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reconciled {
+    /// It ended well. Its label is `[<job>:]<outcome>[:<reason>]`.
+    Done {
+        /// The label's prefix: the job's name, or none (the ServiceExport job's labels, from
+        /// when it was the only job, have none).
+        job: Option<&'static str>,
+        outcome: &'static str,
+        /// Why, for an outcome that has reasons (`invalid:<reason>`).
+        reason: Option<&'static str>,
+    },
+    Failed(&'static str),
+}
+
+impl Reconciled {
+    /// Stable label, as metrics and spans carry it: `<outcome>`, `invalid:<reason>`,
+    /// `endpointslice:<outcome>` or `error:<category>`.
+    pub fn label(&self) -> String {
+        match self {
+            Self::Done {
+                job,
+                outcome,
+                reason,
+            } => {
+                let mut label = String::new();
+                if let Some(job) = job {
+                    label.push_str(job);
+                    label.push(':');
+                }
+                label.push_str(outcome);
+                if let Some(reason) = reason {
+                    label.push(':');
+                    label.push_str(reason);
+                }
+                label
+            }
+            Self::Failed(category) => format!("error:{category}"),
+        }
+    }
+}
+
+/// Receives what reconciles did, for metrics and the member's state.
+pub trait ReconcileObserver: Send + Sync + 'static {
+    /// A reconcile of `member` started (in-flight reconciles are the member's queue depth).
+    fn reconcile_started(&self, member: &str);
+    /// One reconcile ended.
+    fn reconciled(&self, member: &str, outcome: Reconciled, took: Duration);
+    /// An ISE was created, updated or deleted (`op`).
+    fn hub_write(&self, member: &str, op: &'static str);
+    /// An ISE was written `latency` after the Service change it carries was first seen.
+    fn export_latency(&self, member: &str, latency: Duration);
+    /// The hub's conflict verdict reached the ServiceExport `latency` after its export time.
+    fn conflict_reflected(&self, member: &str, latency: Duration);
+    /// The controller reported an error outside a reconcile (a watch failing, for example).
+    fn controller_error(&self, member: &str, error: &str);
+    /// Every watch that had failed has listed again: the member's views are current.
+    fn watches_recovered(&self, _member: &str) {}
+    /// An EndpointSliceExport was created, updated or deleted (`op`).
+    fn slice_write(&self, _member: &str, _op: &'static str) {}
+    /// An item was dropped from a bounded queue (`queue`) of `member` because it was full.
+    fn dropped(&self, _member: &str, _queue: &'static str) {}
+}
+
+/// An observer that records nothing.
+#[derive(Debug, Default)]
+pub struct NoObserver;
+
+impl ReconcileObserver for NoObserver {
+    fn reconcile_started(&self, _: &str) {}
+    fn controller_error(&self, _: &str, _: &str) {}
+    fn reconciled(&self, _: &str, _: Reconciled, _: Duration) {}
+    fn hub_write(&self, _: &str, _: &'static str) {}
+    fn export_latency(&self, _: &str, _: Duration) {}
+    fn conflict_reflected(&self, _: &str, _: Duration) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Reconciled;
+
+    #[test]
+    fn labels_are_prefixed_by_the_job_and_suffixed_by_the_reason() {
+        let done = |job, outcome, reason| Reconciled::Done {
+            job,
+            outcome,
+            reason,
+        };
+        assert_eq!(done(None, "exported", None).label(), "exported");
+        assert_eq!(
+            done(None, "invalid", Some("QuotaExceeded")).label(),
+            "invalid:QuotaExceeded"
+        );
+        assert_eq!(
+            done(Some("endpointslice"), "gone", None).label(),
+            "endpointslice:gone"
+        );
+        assert_eq!(Reconciled::Failed("pending").label(), "error:pending");
+    }
+}

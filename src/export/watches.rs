@@ -1,0 +1,174 @@
+//! The ServiceExport job's views: the member's Services and the ISEs of its hub namespace,
+//! beside the ServiceExports of the watch it shares with the other jobs; what they trigger.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Service;
+use kube::api::Api;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+
+use super::decide::ise_name;
+use super::projections::{IseView, ServiceView};
+use crate::api::{InternalServiceExport, ServiceExportVersion};
+use crate::controller::projection::project;
+use crate::controller::queue::Lossy;
+use crate::controller::views::{View, WatchHealth, view_watch};
+use crate::service_exports::{ExportRef, ServiceExportView, Subscription};
+
+/// The member's Services.
+pub(super) const SERVICES: View = View::member(1, "Services");
+/// The ISEs of the member's hub namespace.
+pub(super) const INTERNAL_SERVICE_EXPORTS: View = View::hub(2, "InternalServiceExports");
+
+/// The three views (reflector stores).
+pub(super) struct Views {
+    pub(super) services: Store<ServiceView>,
+    pub(super) ises: Store<IseView>,
+    pub(super) exports: Store<ServiceExportView>,
+}
+
+impl Views {
+    /// Watches the member's Services and its hub namespace, and returns the names of the feed's
+    /// ServiceExports to reconcile as the pace hands them, with the future that feeds the pace
+    /// what they and the feed trigger; every ISE seen (listed or changed),
+    /// and the ISE name of every deleted ServiceExport, is sent to `dangling` to be checked for
+    /// a missing export (when its queue is full, the name is left to the next periodic sweep).
+    pub(super) fn watch(
+        member: &kube::Client,
+        hub: &Api<InternalServiceExport>,
+        exports: &Subscription,
+        health: &Arc<WatchHealth>,
+        dangling: Lossy<String>,
+    ) -> (
+        Self,
+        BoxStream<'static, ObjectRef<ServiceExportView>>,
+        BoxFuture<'static, ()>,
+    ) {
+        let (services, service_events) = watch_services(member, exports.dyntype, health);
+        let (ises, ise_events) = watch_ises(hub, exports, health, dangling.clone());
+        // Every trigger waits in the feed's pace, which hands the controller no more names
+        // than it reconciles at once.
+        let triggers = exports
+            .pace
+            .clone()
+            .take_from(futures::stream::select(service_events, ise_events));
+        let known = exports.store.clone();
+        let handed = exports
+            .pace
+            .clone()
+            .stream()
+            .inspect(move |key| {
+                // A deleted export's ISE is checked too: one written in a race with the
+                // deletion would otherwise wait for the next ISE event. The feed tells of a
+                // change once the store has it: absent is deleted.
+                if known.get(key).is_none() {
+                    let ns = key.namespace.as_deref().unwrap_or_default();
+                    dangling.push(ise_name(ns, &key.name));
+                }
+            })
+            .boxed();
+        let views = Self {
+            services,
+            ises,
+            exports: exports.store.clone(),
+        };
+        (views, handed, triggers)
+    }
+}
+
+/// The view of the member's Services, and the export (same namespace/name) each change
+/// touches.
+fn watch_services(
+    member: &kube::Client,
+    version: ServiceExportVersion,
+    health: &Arc<WatchHealth>,
+) -> (Store<ServiceView>, BoxStream<'static, ExportRef>) {
+    let (services, writer) = reflector::store::<ServiceView>();
+    let events =
+        reflector::reflector(
+            writer,
+            view_watch(
+                Api::<Service>::all(member.clone()),
+                watcher::Config::default(),
+                {
+                    let services = services.clone();
+                    move || services.len()
+                },
+            )
+            .map_ok(project::<Service, ServiceView>),
+        )
+        .inspect(health.inspector(SERVICES))
+        .touched_objects()
+        .filter_map(move |svc| {
+            futures::future::ready(svc.ok().map(|svc: ServiceView| {
+                ObjectRef::new_with(&svc.name, version).within(&svc.namespace)
+            }))
+        })
+        .boxed();
+    (services, events)
+}
+
+/// The view of the ISEs of the member's hub namespace, and the exports each change touches;
+/// every ISE seen (listed or changed) is sent to `dangling`.
+fn watch_ises(
+    hub: &Api<InternalServiceExport>,
+    exports: &Subscription,
+    health: &Arc<WatchHealth>,
+    dangling: Lossy<String>,
+) -> (Store<IseView>, BoxStream<'static, ExportRef>) {
+    let version = exports.dyntype;
+    let (ises, writer) = reflector::store::<IseView>();
+    let loser_index = exports.store.clone();
+    let events = reflector::reflector(
+        writer,
+        view_watch(hub.clone(), watcher::Config::default(), {
+            let ises = ises.clone();
+            move || ises.len()
+        })
+        .map_ok(project::<InternalServiceExport, IseView>),
+    )
+    .inspect(health.inspector(INTERNAL_SERVICE_EXPORTS))
+    .inspect(move |event| {
+        if let Ok(watcher::Event::Apply(ise) | watcher::Event::InitApply(ise)) = event {
+            dangling.push(ise.name.clone());
+        }
+    })
+    .touched_objects()
+    .filter_map(|ise| futures::future::ready(ise.ok()))
+    .flat_map(move |ise: IseView| {
+        // The export it carries, and any other export of the same hub name (the loser of
+        // a name collision takes over when the winner's ISE goes).
+        let owner = ise
+            .spec
+            .service_reference
+            .namespaced_name
+            .split_once('/')
+            .map(|(ns, name)| ObjectRef::new_with(name, version).within(ns));
+        let mut refs = exports_sharing_hub_name(&loser_index, version, &ise.name);
+        refs.extend(owner);
+        refs.dedup();
+        futures::stream::iter(refs)
+    })
+    .boxed();
+    (ises, events)
+}
+
+/// The ServiceExports whose hub name (`<namespace>-<name>`) is `hub_name`: every split at a
+/// '-' that names an export in the view.
+fn exports_sharing_hub_name(
+    exports: &Store<ServiceExportView>,
+    version: ServiceExportVersion,
+    hub_name: &str,
+) -> Vec<ObjectRef<ServiceExportView>> {
+    hub_name
+        .match_indices('-')
+        .map(|(i, _)| (&hub_name[..i], &hub_name[i + 1..]))
+        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+        .map(|(ns, name)| ObjectRef::new_with(name, version).within(ns))
+        .filter(|key| exports.get(key).is_some())
+        .collect()
+}

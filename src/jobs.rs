@@ -1,0 +1,127 @@
+//! The registry: every job the hub runs for each member, in one list ([`JOBS`]) that
+//! `--controllers` reads, and what the jobs share beyond the kit ([`Shared`]). Above the kit
+//! and the jobs: the one place that names them all.
+
+use std::sync::Arc;
+
+use crate::controller::{Job, MemberInputs};
+use crate::export::{self, PublicIpLookup, ServiceExportJob};
+use crate::service_exports::ServiceExportFeed;
+use crate::slices::{self, EndpointSliceJob};
+
+/// Every job, in the order a member starts them. A new job is its folder and one line here.
+pub static JOBS: &[&dyn Job<Shared>] = &[&ServiceExportJob, &EndpointSliceJob];
+
+/// What a member gives its jobs beyond the kit's inputs: the watch they share and the
+/// settings of each.
+pub struct Shared {
+    /// The member's one ServiceExport watch.
+    pub service_exports: ServiceExportFeed,
+    /// The ServiceExport job's settings for the member.
+    pub export_settings: export::Settings,
+    /// Traffic Manager lookups for the member; `None` when the feature is off.
+    pub public_ips: Option<Arc<dyn PublicIpLookup>>,
+    /// The most bytes one EndpointSliceExport may have (`--max-export-bytes`).
+    pub max_export_bytes: u32,
+}
+
+/// What a member gives each job.
+pub type Inputs = MemberInputs<Shared>;
+
+impl export::Needs for Shared {
+    fn service_exports(&mut self) -> &mut ServiceExportFeed {
+        &mut self.service_exports
+    }
+
+    fn export_settings(&self) -> (export::Settings, Option<Arc<dyn PublicIpLookup>>) {
+        (self.export_settings.clone(), self.public_ips.clone())
+    }
+}
+
+impl slices::Needs for Shared {
+    fn service_exports(&mut self) -> &mut ServiceExportFeed {
+        &mut self.service_exports
+    }
+
+    fn max_export_bytes(&self) -> u32 {
+        self.max_export_bytes
+    }
+}
+
+/// The jobs that run for every member (`--controllers`): a fleet can move from the member
+/// agents one job at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Controllers {
+    /// Bit `i`: `JOBS[i]` runs.
+    selected: u64,
+}
+
+impl Default for Controllers {
+    /// Every job.
+    fn default() -> Self {
+        Self {
+            selected: (1 << JOBS.len()) - 1,
+        }
+    }
+}
+
+impl Controllers {
+    /// The names `--controllers` takes, in the registry's order.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        JOBS.iter().map(|job| job.name())
+    }
+
+    /// Parses a comma-separated list of [`Controllers::names`] (at least one).
+    pub fn parse(list: &str) -> Result<Self, String> {
+        let known = || Self::names().collect::<Vec<_>>().join(", ");
+        let mut selected = 0;
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match Self::names().position(|known| known == name) {
+                Some(i) => selected |= 1 << i,
+                None => return Err(format!("unknown controller {name:?}; known: {}", known())),
+            }
+        }
+        if selected == 0 {
+            return Err(format!("no controller named; known: {}", known()));
+        }
+        Ok(Self { selected })
+    }
+
+    /// Whether the job named `name` runs.
+    pub fn runs(&self, name: &str) -> bool {
+        self.selected().any(|job| job.name() == name)
+    }
+
+    /// The jobs that run, in the registry's order.
+    pub fn selected(&self) -> impl Iterator<Item = &'static dyn Job<Shared>> + use<> {
+        let selected = self.selected;
+        JOBS.iter()
+            .enumerate()
+            .filter(move |(i, _)| selected & (1 << i) != 0)
+            .map(|(_, job)| *job)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Controllers;
+
+    #[test]
+    fn controllers_are_named_one_by_one_and_unknown_names_are_refused() {
+        assert_eq!(
+            Controllers::parse("serviceexport,endpointslice"),
+            Ok(Controllers::default())
+        );
+        let slices_only = Controllers::parse(" endpointslice ").expect("parses");
+        assert!(slices_only.runs("endpointslice") && !slices_only.runs("serviceexport"));
+        let e = Controllers::parse("serviceexport,endpointslices").expect_err("typo");
+        assert_eq!(
+            e,
+            "unknown controller \"endpointslices\"; known: serviceexport, endpointslice"
+        );
+        assert_eq!(
+            Controllers::parse("").expect_err("none"),
+            "no controller named; known: serviceexport, endpointslice"
+        );
+    }
+}
