@@ -1,8 +1,7 @@
 //! The shared Azure client against a fake ARM + token endpoint on 127.0.0.1. The product
 //! path is the real azure_identity / azure_mgmt_network client pointed at the fake.
 
-#[path = "support/arm.rs"]
-mod arm;
+use crate::support::arm;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -786,14 +785,18 @@ async fn token_requests_are_retried_by_the_token_transport() {
     assert_eq!(arm.requests(&token_path), before + 1);
 }
 
+/// Where the parent test put the fake `az` (and its log) for its child.
+const AZ_DIR_ENV: &str = "FLEETNET_TEST_AZ_DIR";
+
 /// The real `AzureCliCredential` runs `az` from PATH; here that is a script printing the JSON
-/// of `az account get-access-token --output json` with a token the fake ARM accepts.
+/// of `az account get-access-token --output json` with a token the fake ARM accepts. PATH is
+/// process-wide and the other tests of this binary run alongside, so the lookup runs in a child
+/// process started with the script's directory first on its PATH.
 #[cfg(unix)]
 #[tokio::test]
 async fn azure_cli_credential_runs_az_and_sends_its_token() {
     use std::os::unix::fs::PermissionsExt;
 
-    const CLI_TOKEN: &str = "token-from-the-az-script";
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("az-invocations.log");
     let script = format!(
@@ -808,18 +811,42 @@ JSON
     let az = dir.path().join("az");
     std::fs::write(&az, script).unwrap();
     std::fs::set_permissions(&az, std::fs::Permissions::from_mode(0o755)).unwrap();
-    // PATH is process-wide. It is set once, first thing, and never restored: the fake `az`
-    // only shadows a real one, and no other test in this binary spawns `az`.
     let path = std::iter::once(dir.path().to_owned())
         .chain(std::env::split_paths(
             &std::env::var_os("PATH").unwrap_or_default(),
         ))
         .collect::<Vec<_>>();
     let path = std::env::join_paths(path).unwrap();
-    // SAFETY: the other tests of this binary read the environment only through std (which
-    // locks it); none calls C's getenv while this runs.
-    unsafe { std::env::set_var("PATH", path) };
+    let out = crate::support::child_test(module_path!(), "azure_cli_credential_child")
+        .env("PATH", path)
+        .env(AZ_DIR_ENV, dir.path())
+        .output()
+        .await
+        .expect("run the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "child: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
 
+/// The token `az` hands out in [`azure_cli_credential_runs_az_and_sends_its_token`].
+const CLI_TOKEN: &str = "token-from-the-az-script";
+
+/// The child of [`azure_cli_credential_runs_az_and_sends_its_token`]: the fake `az` is first
+/// on its PATH.
+#[cfg(unix)]
+#[tokio::test]
+#[ignore = "run as a subprocess by azure_cli_credential_runs_az_and_sends_its_token"]
+async fn azure_cli_credential_child() {
+    let Some(dir) = std::env::var_os(AZ_DIR_ENV).map(std::path::PathBuf::from) else {
+        eprintln!(
+            "azure_cli_credential_child is started by azure_cli_credential_runs_az_and_sends_its_token"
+        );
+        return;
+    };
+    let log = dir.join("az-invocations.log");
     let arm = FakeArm::start().await;
     arm.set_ips(SUB, "rg-a", ips("20.18.0", 1));
     arm.set_ips(SUB, "rg-b", ips("20.18.1", 1));

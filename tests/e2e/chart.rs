@@ -5,7 +5,7 @@
 //! sharded rendering (3 replicas, PDB, Lease RBAC) applied, and a sharded replica of the real
 //! binary running with the chart's identity.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -252,12 +252,6 @@ async fn sharded_rendering_is_accepted_and_its_lease_rbac_suffices(
     );
 
     // One replica with the chart's identity: the Lease RBAC is enough to shard.
-    let free_port = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port")
-    };
     let mut child = Command::new(env!("CARGO_BIN_EXE_fleetnet-hub"))
         .args(["run", "--hub-kubeconfig"])
         .arg(hub_kubeconfig)

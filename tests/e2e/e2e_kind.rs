@@ -7,7 +7,7 @@
 //! otherwise. `FLEETNET_E2E_EXTERNAL_CONTROLLER=1` means the controller already runs (in the
 //! cluster); otherwise it is started in-process against the same kubeconfigs.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

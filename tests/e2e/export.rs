@@ -1,7 +1,7 @@
 //! The ServiceExport reconciler of one member, on real apiservers (hub + member): every
 //! behaviour of the reference controller, write counts included.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,7 +1,7 @@
 //! The multi-member runtime on real apiservers: several members at once, members joining,
 //! leaving and rotating their kubeconfig, member and hub outages, a malformed kubeconfig.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

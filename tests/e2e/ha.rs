@@ -2,7 +2,7 @@
 //! paused with SIGSTOP) stops writing before its lease could be taken, by the clock alone, and
 //! writes again only once it holds the lease again; liveness follows the fleet runtime.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -6,9 +6,8 @@
 //! credentials) is set for every run: members connect directly and its credentials appear
 //! nowhere.
 
-#[path = "support/hostile.rs"]
-mod hostile;
-mod support;
+use crate::support;
+use crate::support::hostile;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -43,11 +42,7 @@ impl Hub {
 
     /// A run with `extra` flags, logging into `log` (a file of the fleet's scratch directory).
     fn spawn_with(fleet: &Fleet, dir: &Path, log: &str, extra: &[&str]) -> Self {
-        let port = || {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-        };
+        let port = || std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
         let (health, metrics) = (port(), port());
         let log = fleet.scratch_dir().join(log);
         let out = std::fs::File::create(&log).expect("log file");

@@ -2,7 +2,7 @@
 //! watches are not throttled, one member flooding its limiter does not slow another, and a
 //! throttling apiserver's 429s are retried after its `Retry-After`, each attempt counted.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -2,9 +2,8 @@
 //! reporting to one `Metrics`; scraped through `Metrics::encode()` and the `/metrics`
 //! endpoint, then one member removed and its series checked gone.
 
-#[path = "support/otlp.rs"]
-mod otlp;
-mod support;
+use crate::support;
+use crate::support::otlp;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,9 +9,8 @@
 //! - the ServiceMonitor, PrometheusRule and dashboard ConfigMap apply to a hub serving the
 //!   Prometheus Operator's CRDs, with strict field validation.
 
-#[path = "support/prometheus.rs"]
-mod prometheus;
-mod support;
+use crate::support;
+use crate::support::prometheus;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -2,9 +2,7 @@
 //! gRPC and over HTTP/protobuf: spans arrive with the CA, and none without it (verification
 //! is on); plain http off loopback is refused unless asked for.
 
-#[path = "support/otlp.rs"]
-mod otlp;
-mod support;
+use crate::support::otlp;
 
 use std::time::Duration;
 

@@ -2,9 +2,8 @@
 //! hub's verdict copied to the ServiceExport with fleet-networking's events (once per change,
 //! never on a restart) and its export-duration histogram; the sandbox's hub namespaces.
 
-#[path = "support/otlp.rs"]
-mod otlp;
-mod support;
+use crate::support;
+use crate::support::otlp;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -12,9 +12,8 @@
 //! removed), a dangling ISE removed, leader election on a Lease (get, create, renew, release) and
 //! `--cleanup-on-remove` with a member's kubeconfig removed.
 
-#[path = "support/audit.rs"]
-mod audit;
-mod support;
+use crate::support;
+use crate::support::audit;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -5,13 +5,12 @@
 //! file, and leave the other members alone; the opt-in for insecure TLS is shown per member; every write carries fleetnet-hub's
 //! field manager; no secret reaches a log line, an error, `/members`, `/metrics` or `check`.
 
-mod support;
+use crate::support;
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use fleetnet_hub::app::{self, AppConfig, Extensions};
@@ -29,46 +28,12 @@ const SECRETS: [&str; 7] = [
     "SECRET-PLAIN-HTTP-TOKEN-6a1f",
 ];
 
-/// Everything the process logs, at debug, for the whole test binary.
-fn captured() -> &'static Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let sink = buf.clone();
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
-            .with_writer(move || Capture(sink.clone()))
-            .try_init();
-        buf
-    })
-}
-
-/// What `logs` captured so far, as text.
-fn text_of(logs: &Mutex<Vec<u8>>) -> String {
-    String::from_utf8_lossy(&logs.lock().unwrap_or_else(|p| p.into_inner())).to_string()
-}
-
 /// No `(surface, text)` of `emitted` holds any of `secrets`.
 fn none_leaked(emitted: &[(&str, &str)], secrets: &[&str]) {
     for (surface, text) in emitted {
         for secret in secrets {
             assert!(!text.contains(secret), "{secret} leaked into {surface}");
         }
-    }
-}
-
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(data);
-        Ok(data.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 
@@ -106,7 +71,7 @@ fn non_loopback_ip() -> std::net::IpAddr {
 /// What a test starts from: the captured logs, a fleet with one real member, a decoy server
 /// that must see no connection, and a scratch directory.
 struct Scene {
-    logs: &'static Arc<Mutex<Vec<u8>>>,
+    logs: LogCapture,
     fleet: Fleet,
     decoy: SocketAddr,
     connections: Arc<AtomicUsize>,
@@ -114,7 +79,7 @@ struct Scene {
 }
 
 async fn scene(member: &str) -> Scene {
-    let logs = captured();
+    let logs = capture_logs();
     let fleet = Fleet::builder()
         .members([member])
         .start()
@@ -386,7 +351,7 @@ async fn refused_kubeconfigs_never_connect_and_no_secret_is_emitted() {
     let azure_debug = format!("{azure:?}");
 
     running.shutdown().await;
-    let logs = text_of(logs);
+    let logs = logs.text();
     assert!(
         logs.contains("kubeconfig refused"),
         "the refusals are logged"
@@ -410,7 +375,7 @@ async fn refused_kubeconfigs_never_connect_and_no_secret_is_emitted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn insecure_tls_only_with_the_opt_in_and_then_flagged() {
-    captured();
+    let _logs = capture_logs();
     let fleet = Fleet::builder()
         .members(["lax"])
         .start()
@@ -519,7 +484,7 @@ async fn a_failing_exec_plugin_is_named_without_its_command_env_or_output() {
         0,
         "no token, no request"
     );
-    let logs = text_of(logs);
+    let logs = logs.text();
     assert!(logs.contains(redacted), "the failure is logged");
     let emitted = [
         ("logs", logs.as_str()),
@@ -835,7 +800,7 @@ async fn no_secret_of_any_refused_kubeconfig_shape_reaches_any_output() {
         0,
         "a refused member's server was contacted"
     );
-    let logs = text_of(logs);
+    let logs = logs.text();
     let engaged = logs
         .lines()
         .filter(|l| l.contains("member not started") && l.contains("declare member \"dup\""))

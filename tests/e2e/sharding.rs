@@ -7,9 +7,8 @@
 //! move; a member removed with `--cleanup-on-remove` is cleaned by its owner only. Writes are
 //! attributed server-side: each replica has its own identity and the apiservers audit them.
 
-#[path = "support/replicas.rs"]
-mod replicas;
-mod support;
+use crate::support;
+use crate::support::replicas;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

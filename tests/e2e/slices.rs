@@ -7,7 +7,7 @@
 //! controller do; one runs both exporters with the hub's verdict written onto the ISE.
 //! Writes are counted server-side, from each apiserver's `apiserver_request_total`.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -444,10 +444,7 @@ impl Drop for Process {
 
 impl Process {
     fn spawn(fleet: &Fleet, dir: &Path, hub_qps: u32) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
+        let port = free_port();
         let health: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
         let child = Command::new(env!("CARGO_BIN_EXE_fleetnet-hub"))
             .arg("run")

@@ -6,9 +6,8 @@
 //! this test binary (env set by the parent) while the parent runs the receiver and checks
 //! what arrived, the child's JSON logs and the child's metrics.
 
-#[path = "support/otlp.rs"]
-mod otlp;
-mod support;
+use crate::support;
+use crate::support::otlp;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -109,29 +108,21 @@ async fn exported(
 async fn run_child(env: &[(&str, &str)]) -> ChildRun {
     let dir = tempfile::tempdir().expect("tempdir");
     let summary_path = dir.path().join("summary.json");
-    let exe = std::env::current_exe().expect("test binary");
-    let mut cmd = tokio::process::Command::new(exe);
-    cmd.args([
-        "--exact",
-        "child_two_members",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env(CHILD_ENV, &summary_path)
-    .env("OTEL_SERVICE_NAME", SERVICE_NAME)
-    .env(
-        "OTEL_RESOURCE_ATTRIBUTES",
-        "deployment.environment.name=ci,service.namespace=fleet",
-    )
-    .env("OTEL_BSP_SCHEDULE_DELAY", "200")
-    .env("RUST_BACKTRACE", "0")
-    .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-    .env_remove("OTEL_SDK_DISABLED")
-    .env_remove("RUST_LOG")
-    .stdin(Stdio::null())
-    .kill_on_drop(true);
+    let mut cmd = child_test(module_path!(), "child_two_members");
+    cmd.env(CHILD_ENV, &summary_path)
+        .env("OTEL_SERVICE_NAME", SERVICE_NAME)
+        .env(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "deployment.environment.name=ci,service.namespace=fleet",
+        )
+        .env("OTEL_BSP_SCHEDULE_DELAY", "200")
+        .env("RUST_BACKTRACE", "0")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        .env_remove("OTEL_SDK_DISABLED")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -7,12 +7,10 @@
 //! they were sent leave no trace of them in the process's logs, `/members`, `/metrics`, its
 //! exported spans or the member's Events.
 
-mod support;
+use crate::support;
 
-#[path = "support/arm.rs"]
-mod arm;
-#[path = "support/otlp.rs"]
-mod otlp;
+use crate::support::arm;
+use crate::support::otlp;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -246,13 +244,6 @@ async fn public_ips_per_member_subscription_failures_requeue_and_settings_reload
     // One token for both subscriptions and every LIST.
     assert_eq!(arm.token_requests(), 1);
     running.shutdown().await;
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// The whole binary, logging at debug and exporting spans to a real OTLP receiver, against a

@@ -10,8 +10,6 @@
 //!   — needs `Authorization: Bearer <issued token>` and `api-version`; pages of `page_size`
 //!   with an absolute `nextLink`.
 
-#![allow(dead_code)]
-
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -286,10 +284,6 @@ impl FakeArm {
 
     pub fn imds_queries(&self) -> Vec<HashMap<String, String>> {
         self.inner.imds_queries.lock().unwrap().clone()
-    }
-
-    fn count(&self, path: &str) {
-        count(&self.inner, path);
     }
 }
 

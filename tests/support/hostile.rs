@@ -2,10 +2,8 @@
 //! `certificate-authority-data`) that answers what fleetnet-hub asks a member's API server
 //! (`/version`, `/api`, `/apis`, the ServiceExport group's resources, LIST and WATCH of
 //! Services, ServiceExports and EndpointSlices) and misbehaves in one [`Mode`].
-#![allow(dead_code)]
 
-#[path = "tls.rs"]
-mod tls;
+use super::tls;
 
 use std::convert::Infallible;
 use std::path::Path;
@@ -25,8 +23,6 @@ use serde_json::json;
 /// cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// Like an empty cluster.
-    Polite,
     /// A LIST body that never ends.
     Endless,
     /// A LIST body of this many bytes (a list that is only ever opened).

@@ -1,12 +1,8 @@
 //! For the observability tests: OTLP trace receivers on 127.0.0.1 (a gRPC `TraceService`
 //! server and an HTTP/protobuf `/v1/traces` endpoint), the spans they received in a flat form,
 //! and a starter for one member's exporter with a given [`ReconcileObserver`].
-//!
-//! Include with `mod support; #[path = "support/otlp.rs"] mod otlp;`.
-#![allow(dead_code)]
 
-#[path = "tls.rs"]
-mod tls;
+use super::tls;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

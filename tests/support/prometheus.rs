@@ -1,8 +1,8 @@
 //! The monitoring side of the tests: the chart's rendered PrometheusRule and Grafana dashboard,
 //! promtool, and a real Prometheus server on loopback (both built once from the Prometheus Go
 //! module by `tests/testenv/install.sh prometheus`), with a small client of its HTTP API.
-#![allow(dead_code)]
 
+use super::free_port;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -297,11 +297,6 @@ impl Prometheus {
     pub async fn parse(&self, expr: &str) -> Result<Value, String> {
         self.api("parse_query", &[("query", expr)]).await
     }
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
 }
 
 /// A series selector (`{__name__="x", l="v"}`) as found in the AST of a query.

@@ -10,8 +10,8 @@
 //!   apiserver audits those users ([`audit_args`], [`writes`]), so a write is tied to the
 //!   replica that sent it and to the instant the apiserver received it, whatever the process
 //!   counted or lost.
-#![allow(dead_code)]
 
+use super::free_port;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -74,13 +74,6 @@ impl Drop for Replica {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// Starts replica `name` (its pod name) with `access` and `extra` flags (member budget:

@@ -7,10 +7,9 @@
 //!
 //! Writes are counted server-side, from each apiserver's own `apiserver_request_total`.
 
-mod support;
+use crate::support;
 
-#[path = "support/arm.rs"]
-mod arm;
+use crate::support::arm;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -232,14 +231,6 @@ async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
         .await
         .ok()
         .flatten()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind 127.0.0.1:0")
-        .local_addr()
-        .expect("local addr")
-        .port()
 }
 
 // ---------------------------------------------------------------------------------------------
