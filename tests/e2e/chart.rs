@@ -7,7 +7,6 @@
 
 use crate::support;
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use fleetnet_hub::api::{InternalServiceExport, WEIGHT_ANNOTATION};
@@ -16,10 +15,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::Discovery;
 use support::*;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn charts_lint_render_apply_and_grant_exactly_what_the_controller_needs() {
@@ -317,14 +312,7 @@ async fn sharded_rendering_is_accepted_and_its_lease_rbac_suffices(
     )
     .await;
 
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill")
-            .success()
-    );
+    signal(child.id(), "-TERM");
     let status = child.wait().expect("wait");
     let _ = child.kill();
     assert!(status.success(), "replica exited with {status}");

@@ -1,15 +1,13 @@
 //! The CRDs generated from the Rust types: committed YAML is fresh, and the schemas are
 //! wire-compatible with fleet-networking's own CRDs.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use crate::support::repo;
 
 use fleetnet_hub::api::{crd_files, crd_yaml, internal_service_export_crd};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 #[test]
 fn committed_crds_are_fresh() {

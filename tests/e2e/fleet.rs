@@ -470,24 +470,17 @@ async fn a_pending_cleanup_is_finished_after_a_restart() {
 }
 
 /// Pauses a process (SIGSTOP) until dropped (SIGCONT), also when the test fails meanwhile.
-struct Paused(String);
+struct Paused(u32);
 
 impl Paused {
     fn new(pid: u32) -> Self {
-        let paused = Self(pid.to_string());
+        let paused = Self(pid);
         paused.signal("-STOP");
         paused
     }
 
-    fn signal(&self, signal: &str) {
-        let status = std::process::Command::new("kill")
-            .args([signal, &self.0])
-            .status();
-        assert!(
-            status.is_ok_and(|s| s.success()),
-            "kill {signal} {}",
-            self.0
-        );
+    fn signal(&self, sig: &str) {
+        signal(self.0, sig);
     }
 }
 

@@ -31,14 +31,6 @@ fn config(fleet: &Fleet, dir: &Path, identity: &str) -> AppConfig {
     config
 }
 
-fn signal(pid: u32, sig: &str) {
-    let status = std::process::Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill {sig} {pid}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_whose_renew_hangs_stops_writing_before_its_lease_can_expire() {
     init_test_logs();

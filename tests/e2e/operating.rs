@@ -17,6 +17,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::chart::*;
 use fleetnet_hub::app::{self, Extensions, LeaderElection, Running};
 use fleetnet_hub::fleet::Phase;
 use fleetnet_testenv::Fleet;

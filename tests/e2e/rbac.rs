@@ -14,9 +14,9 @@
 
 use crate::support;
 use crate::support::audit;
+use crate::support::chart::{RELEASE_NS, of_kind, render};
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 use fleetnet_hub::api::{InternalServiceExport, WEIGHT_ANNOTATION};
@@ -31,64 +31,7 @@ use serde_json::{Value, json};
 use support::*;
 
 const RELEASE: &str = "fleetnet-hub";
-const RELEASE_NS: &str = "fleetnet-system";
 const MEMBERS: [&str; 2] = ["member-1", "member-2"];
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// helm as tests/chart.sh finds it: `FLEETNET_HELM`, else the one tests/testenv/install.sh built.
-fn helm() -> PathBuf {
-    if let Ok(h) = std::env::var("FLEETNET_HELM") {
-        return h.into();
-    }
-    let out = Command::new("bash")
-        .arg(repo().join("tests/testenv/install.sh"))
-        .arg("helm")
-        .output()
-        .expect("run tests/testenv/install.sh helm");
-    assert!(
-        out.status.success(),
-        "install.sh helm failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    PathBuf::from(stdout.lines().last().expect("helm directory").trim()).join("helm")
-}
-
-/// The Kubernetes version the substrate runs (tests/testenv/versions.env), for `--kube-version`.
-fn kube_version() -> String {
-    let env = std::fs::read_to_string(repo().join("tests/testenv/versions.env")).expect("versions");
-    env.lines()
-        .find_map(|l| l.strip_prefix("KUBERNETES_VERSION="))
-        .expect("KUBERNETES_VERSION")
-        .trim()
-        .to_string()
-}
-
-/// `helm template` of a chart, as the non-null documents.
-fn render(release: &str, chart: &str, args: &[&str]) -> Vec<Value> {
-    let out = Command::new(helm())
-        .args(["template", "--kube-version", &kube_version(), release])
-        .arg(repo().join(chart))
-        .args(["--namespace", RELEASE_NS])
-        .args(args)
-        .output()
-        .expect("run helm template");
-    assert!(
-        out.status.success(),
-        "helm template {chart} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let docs: Vec<Value> = serde_saphyr::from_str_multiple(&String::from_utf8_lossy(&out.stdout))
-        .expect("rendered YAML parses");
-    docs.into_iter().filter(|d| !d.is_null()).collect()
-}
-
-fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    docs.iter().filter(|d| d["kind"] == kind).collect()
-}
 
 /// Server-side applies the rendered identity and RBAC objects (nothing else) to a cluster.
 async fn apply_rbac(client: &kube::Client, docs: &[Value]) -> usize {

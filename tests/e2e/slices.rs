@@ -484,9 +484,7 @@ impl Process {
     }
 
     fn terminate(&mut self) {
-        let pid = self.child.id().to_string();
-        let status = Command::new("kill").args(["-TERM", &pid]).status();
-        assert!(status.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+        signal(self.child.id(), "-TERM");
         let _ = self.child.wait();
     }
 }

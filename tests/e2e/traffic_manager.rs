@@ -378,11 +378,7 @@ async fn credentials_echoed_by_failing_azure_calls_are_never_emitted() {
     let export = serde_json::to_string(&exports(&east, "web").get("front").await.expect("export"))
         .expect("export as JSON");
     // SIGTERM: the process flushes its spans on the way out.
-    let pid = child.id().to_string();
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status();
-    assert!(status.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+    signal(child.id(), "-TERM");
     child.wait().expect("the process ends");
     let logs = format!(
         "{}{}",

@@ -1,4 +1,20 @@
-//! This machine: free ports, and this test binary as a child process.
+//! This machine: the repository, free ports, signals, and this test binary as a child process.
+
+use std::path::PathBuf;
+
+/// The repository's root (the crate's manifest directory).
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Sends `sig` (`-TERM`, `-STOP`, ...) to process `pid` with kill(1).
+pub fn signal(pid: u32, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {sig} {pid}");
+}
 
 /// A port on 127.0.0.1 that was free a moment ago, from the substrate's pick (below the
 /// ephemeral range, never the same twice in this process: the tests of this binary run side by

@@ -6,6 +6,7 @@
 
 pub mod arm;
 pub mod audit;
+pub mod chart;
 pub mod hostile;
 pub mod otlp;
 pub mod prometheus;

@@ -11,7 +11,7 @@
 //!   replica that sent it and to the instant the apiserver received it, whatever the process
 //!   counted or lost.
 
-use super::free_port;
+use super::{free_port, signal};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -118,14 +118,6 @@ pub fn replica(name: &str, access: &Access, extra: &[&str]) -> Replica {
         health,
         metrics,
     }
-}
-
-fn signal(pid: u32, sig: &str) {
-    let status = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill {sig} {pid}");
 }
 
 impl Replica {

@@ -166,11 +166,7 @@ impl HubProcess {
     /// SIGTERM, then waits for the exit.
     pub(super) async fn terminate(mut self) -> std::process::ExitStatus {
         let pid = self.child.id().expect("running");
-        let sent = std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .expect("run kill");
-        assert!(sent.success(), "kill -TERM {pid}");
+        signal(pid, "-TERM");
         let status = tokio::time::timeout(Duration::from_secs(40), self.child.wait())
             .await
             .unwrap_or_else(|_| {
