@@ -21,26 +21,13 @@ fn config(fleet: &Fleet, dir: &Path) -> AppConfig {
 
 /// A kubeconfig directory of our own, seeded with some of the fleet's members.
 fn member_dir(fleet: &Fleet, members: &[&str]) -> PathBuf {
-    let dir = fleet
-        .scratch_dir()
-        .join(format!("kubeconfigs-{}", rand_suffix()));
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    for m in members {
-        add_member(fleet, &dir, m);
-    }
-    dir
+    kubeconfig_dir(fleet, &format!("kubeconfigs-{}", rand_suffix()), members)
 }
 
 fn rand_suffix() -> u32 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
     N.fetch_add(1, Ordering::Relaxed)
-}
-
-fn add_member(fleet: &Fleet, dir: &Path, member: &str) {
-    let tmp = dir.join(format!(".{member}.tmp"));
-    std::fs::copy(fleet.member(member).kubeconfig_path(), &tmp).expect("copy kubeconfig");
-    std::fs::rename(&tmp, dir.join(format!("{member}.yaml"))).expect("rename kubeconfig");
 }
 
 /// Writes `file` into a new timestamped directory and points `..data` at it atomically.

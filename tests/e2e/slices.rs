@@ -9,7 +9,7 @@
 
 use crate::support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -32,18 +32,6 @@ fn slices_only() -> Controllers {
     }
 }
 
-/// A kubeconfig directory holding `M`'s admin kubeconfig.
-fn member_dir(fleet: &Fleet) -> PathBuf {
-    let dir = fleet.scratch_dir().join("slices-kubeconfigs");
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    std::fs::copy(
-        fleet.member(M).kubeconfig_path(),
-        dir.join(format!("{M}.yaml")),
-    )
-    .expect("copy kubeconfig");
-    dir
-}
-
 /// A fleet of member `M` with namespace `NS`: the fleet, a hub client, a client of `M`, and
 /// `M`'s namespace in the hub.
 async fn one_member() -> (Fleet, kube::Client, kube::Client, String) {
@@ -57,7 +45,7 @@ async fn one_member() -> (Fleet, kube::Client, kube::Client, String) {
 
 async fn start_in_process(fleet: &Fleet, controllers: Controllers) -> Running {
     init_test_logs();
-    let mut config = app_config(fleet, &member_dir(fleet));
+    let mut config = app_config(fleet, &kubeconfig_dir(fleet, "slices-kubeconfigs", &[M]));
     config.runtime.controllers = controllers;
     let running = app::start(config, Extensions::default())
         .await
@@ -524,7 +512,7 @@ async fn a_restart_writes_nothing_and_a_kill_minus_9_loses_and_doubles_nothing()
     const FIRST: usize = 20;
     const ALL: usize = 60;
     let (fleet, hub, member, hub_ns) = one_member().await;
-    let dir = member_dir(&fleet);
+    let dir = kubeconfig_dir(&fleet, "slices-kubeconfigs", &[M]);
     export_with(&member, "web", "True", "False").await;
     for i in 0..FIRST {
         create_slice(

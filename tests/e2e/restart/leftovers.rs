@@ -108,7 +108,7 @@ async fn a_planted_cleanup_record_is_not_acted_on_and_a_real_one_is_deleted_when
         .expect("fleet");
     let hub = fleet.hub().client().await.expect("hub client");
     let alpha = fleet.member("alpha").client().await.expect("alpha client");
-    let dir = member_dir(&fleet, &["alpha"]);
+    let dir = kubeconfig_dir(&fleet, "restart-kubeconfigs", &["alpha"]);
     let mut config = app_config(&fleet, &dir);
     config.runtime.cleanup_on_remove = true;
     config.runtime.rescan_interval = Duration::from_secs(1);

@@ -75,20 +75,6 @@ fn app_config(fleet: &Fleet, dir: &Path) -> AppConfig {
     config
 }
 
-/// A kubeconfig directory of our own: `<member>.yaml`, a copy of each member's admin kubeconfig.
-fn member_dir(fleet: &Fleet, members: &[&str]) -> PathBuf {
-    let dir = fleet.scratch_dir().join("restart-kubeconfigs");
-    std::fs::create_dir_all(&dir).expect("mkdir kubeconfig dir");
-    for m in members {
-        std::fs::copy(
-            fleet.member(m).kubeconfig_path(),
-            dir.join(format!("{m}.yaml")),
-        )
-        .expect("copy kubeconfig");
-    }
-    dir
-}
-
 /// A fleet of one member `m`: the fleet, a hub client, `m`'s namespace in the hub, a client of `m`.
 async fn one_member(m: &str) -> (Fleet, kube::Client, String, kube::Client) {
     let fleet = Fleet::builder().members([m]).start().await.expect("fleet");
@@ -100,7 +86,7 @@ async fn one_member(m: &str) -> (Fleet, kube::Client, String, kube::Client) {
 
 /// The product, in this process, exporting `fleet`'s member `m`; ready.
 async fn started_in_process(fleet: &Fleet, m: &str) -> Running {
-    let config = app_config(fleet, &member_dir(fleet, &[m]));
+    let config = app_config(fleet, &kubeconfig_dir(fleet, "restart-kubeconfigs", &[m]));
     let running = app::start(config, Extensions::default())
         .await
         .expect("starts");

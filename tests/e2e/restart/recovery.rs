@@ -37,7 +37,7 @@ async fn a_public_ip_that_appears_later_reaches_the_ise_without_a_service_change
         MemberConfigFile::load(&config_path).expect("member config parses"),
         "unused-default-rg".into(),
     );
-    let mut config = app_config(&fleet, &member_dir(&fleet, &[M]));
+    let mut config = app_config(&fleet, &kubeconfig_dir(&fleet, "restart-kubeconfigs", &[M]));
     config.runtime.traffic_manager = true;
     let running = app::start(
         config,
@@ -149,7 +149,10 @@ async fn a_member_apiserver_down_20s_is_ready_within_10s_of_its_return() {
         namespace(c, NS).await;
     }
     let running = app::start(
-        app_config(&fleet, &member_dir(&fleet, &["alpha", "beta"])),
+        app_config(
+            &fleet,
+            &kubeconfig_dir(&fleet, "restart-kubeconfigs", &["alpha", "beta"]),
+        ),
         Extensions::default(),
     )
     .await

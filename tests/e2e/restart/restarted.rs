@@ -38,7 +38,7 @@ async fn a_converged_fleet_restarted_gracefully_then_killed_makes_no_write_and_n
         created.elapsed()
     );
 
-    let dir = member_dir(&fleet, &MEMBERS);
+    let dir = kubeconfig_dir(&fleet, "restart-kubeconfigs", &MEMBERS);
     let mut process = HubProcess::spawn(&fleet, &dir, FAST_HUB, "first");
     let ready = process.wait_ready(&MEMBERS, Duration::from_secs(90)).await;
     println!("[restart] first process ready after {ready:?}");
@@ -158,7 +158,7 @@ async fn kill_minus_9_during_creation_deletes_no_ise_and_leaves_one_per_export()
     let at_start = counted.snapshot().await;
 
     create_pairs(&member, NS, names("old", 0..FIRST)).await;
-    let dir = member_dir(&fleet, &[M]);
+    let dir = kubeconfig_dir(&fleet, "restart-kubeconfigs", &[M]);
     let mut process = HubProcess::spawn(&fleet, &dir, SLOW_HUB, "before-kill");
     process.wait_ready(&[M], Duration::from_secs(90)).await;
     wait_converged(&hub, &hub_ns, &member, FIRST, Duration::from_secs(90)).await;
