@@ -126,3 +126,9 @@ where
         assert!(Instant::now() < deadline, "never settled within {within:?}");
     }
 }
+
+/// Waits until `writes()` stops changing for `quiet`, and returns it.
+pub async fn settled_writes(exporter: &RunningExporter, quiet: Duration) -> u64 {
+    let every = Duration::from_millis(100);
+    until_unchanged(every, quiet, CONVERGE, || async { exporter.writes() }).await
+}
