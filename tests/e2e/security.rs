@@ -6,6 +6,7 @@
 //! field manager; no secret reaches a log line, an error, `/members`, `/metrics` or `check`.
 
 use crate::support;
+use crate::support::tls::base64;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -508,14 +509,6 @@ struct Shape {
     says: &'static str,
 }
 
-/// `text` as base64, the way a kubeconfig's `*-data` fields hold it.
-fn base64(text: &str) -> String {
-    serde_json::to_value(k8s_openapi::ByteString(text.as_bytes().to_vec()))
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .expect("base64")
-}
-
 /// Every way a member kubeconfig can be wrong that we know of, each with its own secret,
 /// against `server` (a decoy that must see no connection).
 fn refused_shapes(server: &str, decoy: SocketAddr) -> Vec<Shape> {
@@ -613,7 +606,7 @@ fn refused_shapes(server: &str, decoy: SocketAddr) -> Vec<Shape> {
             "keybase64",
             format!(
                 "    client-certificate-data: {}\n    client-key-data: {key_b64}$$$\n",
-                base64(cert)
+                base64(cert.as_bytes())
             ),
             vec![key_b64.clone()],
             "unusable kubeconfig",
@@ -622,10 +615,10 @@ fn refused_shapes(server: &str, decoy: SocketAddr) -> Vec<Shape> {
             "brokenpem",
             format!(
                 "    client-certificate-data: {}\n    client-key-data: {}\n",
-                base64(cert),
-                base64(&pem_key)
+                base64(cert.as_bytes()),
+                base64(pem_key.as_bytes())
             ),
-            vec![pem.clone(), base64(&pem_key)],
+            vec![pem.clone(), base64(pem_key.as_bytes())],
             "unusable kubeconfig",
         ),
         at_server(
