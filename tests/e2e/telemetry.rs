@@ -354,7 +354,7 @@ fn check_no_secrets(receiver: &Receiver, run: &ChildRun) {
 #[ignore = "run as a subprocess by the other tests of this file"]
 async fn child_two_members() {
     let Some(summary_path) = std::env::var_os(CHILD_ENV).map(PathBuf::from) else {
-        eprintln!("child_two_members is started by the other tests of tests/telemetry.rs");
+        eprintln!("child_two_members is started by the other tests of tests/e2e/telemetry.rs");
         return;
     };
     let mut config = TelemetryConfig::from_env().expect("telemetry config");

@@ -1,5 +1,5 @@
 //! A member is not trusted: the real binary with real members and hostile ones
-//! (`support/hostile.rs`). Each hostile member costs only itself: it shows `failing` on
+//! (`tests/support/hostile.rs`). Each hostile member costs only itself: it shows `failing` on
 //! `/members` with a reason that names what it exceeded and quotes nothing it sent, the real
 //! member's exports still reach the hub, the process's peak RSS stays far below the chart's
 //! 512 MiB limit, nothing panics and the process stays live. The environment's proxy (with
