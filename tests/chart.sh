@@ -10,7 +10,7 @@
 #     (a python3 + PyYAML checker below);
 #   - value sets that must be refused (schema or template checks);
 #   - the monitoring objects (ServiceMonitor, PrometheusRule, Grafana dashboard ConfigMap) rendered with
-#     their values on (block "monitoring" below; tests/operating.rs proves them with real tools).
+#     their values on (block "monitoring" below; tests/e2e/operating proves them with real tools).
 #   - the NetworkPolicy (health and metrics ports only, scrapers from networkPolicy.metrics.from,
 #     egress open) in every value set that keeps it on;
 #   - every rendering parsed strictly: a duplicated mapping key fails (PyYAML, like Kubernetes,
@@ -23,7 +23,7 @@
 # FLEETNET_CHART_UPDATE=1 rewrites charts/fleetnet-hub-member.yaml instead of comparing it.
 # FLEETNET_HELM=/path/to/helm uses that helm instead of building v4 (tests/testenv/versions.env).
 # FLEETNET_HUB_BIN=/path/to/fleetnet-hub: the binary whose `run --help` lists the flags the chart may
-# pass (default: `cargo run`); tests/chart.rs passes the one cargo built for the test.
+# pass (default: `cargo run`); tests/e2e/chart.rs passes the one cargo built for the test.
 #
 # Last line: `chart: N passed, M failed`; the exit code is non-zero when anything failed.
 set -euo pipefail
@@ -334,7 +334,7 @@ if cred == "client-secret":
 
 # --- RBAC
 sa_subject = {"kind": "ServiceAccount", "name": sa.get("metadata", {}).get("name"), "namespace": release_ns}
-# Nothing cluster-scoped is used (tests/rbac.rs proves it from the audit log): no ClusterRole.
+# Nothing cluster-scoped is used (tests/e2e/rbac proves it from the audit log): no ClusterRole.
 check("no ClusterRole", not of_kind("ClusterRole"), [d["metadata"]["name"] for d in of_kind("ClusterRole")])
 check("no ClusterRoleBinding", not of_kind("ClusterRoleBinding"),
       [d["metadata"]["name"] for d in of_kind("ClusterRoleBinding")])
@@ -378,7 +378,7 @@ own = [r for (rns, _), r in roles.items() if rns == release_ns]
 want_rules = []
 if exp.get("cleanup"):
     # create and list cannot name objects; delete names the records of the listed members, as
-    # src/fleet/cleanup.rs record_name derives them (tests/rbac.rs proves the binary agrees).
+    # src/fleet/cleanup.rs record_name derives them (tests/e2e/rbac proves the binary agrees).
     import hashlib
     lease_id = (flags.get("--leader-election-id") or [None])[0]
     want_rules.append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "list"]})
@@ -516,7 +516,7 @@ for r in rules:
     for g in r["apiGroups"]:
         for res in r["resources"]:
             grants.setdefault((g, res), set()).update(r["verbs"])
-# What tests/rbac.rs proves the controller uses in a member (audit log of a real apiserver).
+# What tests/e2e/rbac proves the controller uses in a member (audit log of a real apiserver).
 want = {
     ("networking.fleet.azure.com", "serviceexports"): {"get", "list", "watch", "patch"},
     ("networking.fleet.azure.com", "serviceexports/status"): {"patch"},
@@ -557,7 +557,7 @@ for r in rules:
     for g in r["apiGroups"]:
         for res in r["resources"]:
             grants.setdefault((g, res), set()).update(r["verbs"])
-# What tests/rbac.rs proves the controller uses in a member's hub namespace (no update, no Events).
+# What tests/e2e/rbac proves the controller uses in a member's hub namespace (no update, no Events).
 want = {
     ("networking.fleet.azure.com", "internalserviceexports"): {"get", "list", "watch", "create", "patch", "delete"},
     ("networking.fleet.azure.com", "endpointsliceexports"): {"get", "list", "watch", "create", "patch", "delete"},
@@ -722,7 +722,7 @@ refused "a ServiceMonitor without the metrics Service" "needs metrics.service.en
   --set metrics.serviceMonitor.enabled=true --set metrics.service.enabled=false
 
 # >>> monitoring: ServiceMonitor, PrometheusRule, Grafana dashboard (issue #17) >>>>>>>>>>>>>>>>>>>>>>>>>>
-# Renderings with the monitoring values on, checked for shape here; tests/operating.rs proves the
+# Renderings with the monitoring values on, checked for shape here; tests/e2e/operating proves the
 # rules with promtool, evaluates every rule and dashboard query against a real Prometheus, and
 # applies these objects to a hub serving the Prometheus Operator's CRDs.
 cat >"$tmp/monitoring.py" <<'PY'

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end test of the container image and the Helm chart on kind: one hub and two member
 # clusters, fleetnet-hub installed in the hub by charts/fleetnet-hub, then the SAME e2e test binary
-# CI runs (cargo test --test e2e_kind), pointed at these clusters.
+# CI runs (cargo test --test e2e -- e2e_kind::), pointed at these clusters.
 #
 # FOR MACHINES WITH DOCKER ONLY. It has NOT been run on the project's own development and CI
 # machines: they have no Docker daemon and cannot pull container images (kindest/node, the rust and
@@ -22,7 +22,7 @@
 #      for the rollout and the leader Lease;
 #   6. FLEETNET_E2E_HUB_KUBECONFIG=<hub admin kubeconfig> FLEETNET_E2E_MEMBER_KUBECONFIG_DIR=<dir of
 #      <member>.yaml admin kubeconfigs> FLEETNET_E2E_EXTERNAL_CONTROLLER=1 (the controller already runs
-#      in the hub: the tests must not start one) cargo test --test e2e_kind -- --test-threads=1
+#      in the hub: the tests must not start one) cargo test --test e2e -- e2e_kind:: --test-threads=1
 #   7. on exit the clusters are deleted (FLEETNET_KIND_KEEP=1 keeps them and prints how to reach them).
 #
 # Environment:
@@ -225,12 +225,12 @@ done
 log "leader: $holder"
 
 # --- 6. the e2e tests, against the running controller ----------------------------------------------
-log "cargo test --test e2e_kind (FLEETNET_E2E_EXTERNAL_CONTROLLER=1)"
+log "cargo test --test e2e -- e2e_kind:: (FLEETNET_E2E_EXTERNAL_CONTROLLER=1)"
 (
   cd "$root"
   FLEETNET_E2E_HUB_KUBECONFIG="$hub_kc" \
   FLEETNET_E2E_MEMBER_KUBECONFIG_DIR="$work/members" \
   FLEETNET_E2E_EXTERNAL_CONTROLLER=1 \
-    cargo test --test e2e_kind -- --test-threads=1
+    cargo test --test e2e -- e2e_kind:: --test-threads=1
 )
 log "passed"

@@ -24,8 +24,13 @@ use serde::Serialize;
 
 use crate::replicas::{Replica, Spec};
 
+// The tests' hostile member kit: the bench drives a few of its modes; tests/e2e uses the rest.
+#[allow(dead_code)]
 #[path = "../../tests/support/hostile.rs"]
 mod kit;
+// The kit's hostile server terminates TLS with the tests' listener (`super::tls` there).
+#[path = "../../tests/support/tls.rs"]
+mod tls;
 
 /// What to run.
 #[derive(Debug, Clone)]

@@ -72,10 +72,9 @@ pub async fn binary_idle_rss(binary: &Path, fleet: &fleetnet_testenv::Fleet) -> 
     let dir = fleet.scratch_dir().join("bench-binary-no-members");
     std::fs::create_dir_all(&dir).ok()?;
     let port = |_: ()| {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.to_string())
+        fleetnet_testenv::free_port()
             .ok()
+            .map(|p| format!("127.0.0.1:{p}"))
     };
     let mut child = tokio::process::Command::new(binary)
         .arg("run")

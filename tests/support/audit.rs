@@ -6,7 +6,6 @@
 //! matched the way the RBAC authorizer matches: group, resource[/subresource], verb, namespace
 //! (a ClusterRole bound cluster-wide covers every namespace and cluster scope) and resourceNames
 //! (which never match a request without a name: create, list, watch, deletecollection).
-#![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

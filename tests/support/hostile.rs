@@ -2,13 +2,10 @@
 //! `certificate-authority-data`) that answers what fleetnet-hub asks a member's API server
 //! (`/version`, `/api`, `/apis`, the ServiceExport group's resources, LIST and WATCH of
 //! Services, ServiceExports and EndpointSlices) and misbehaves in one [`Mode`].
-#![allow(dead_code)]
 
-#[path = "tls.rs"]
-mod tls;
+use super::tls;
 
 use std::convert::Infallible;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -25,8 +22,6 @@ use serde_json::json;
 /// cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// Like an empty cluster.
-    Polite,
     /// A LIST body that never ends.
     Endless,
     /// A LIST body of this many bytes (a list that is only ever opened).
@@ -83,7 +78,7 @@ impl HostileMember {
     /// Serves `mode` on a free loopback port.
     pub async fn start(mode: Mode) -> Self {
         let pki = tempfile::tempdir().expect("tempdir");
-        let (ca_pem, cert_pem, key_pem) = make_pki(pki.path());
+        let (ca_pem, cert_pem, key_pem) = tls::make_pki(pki.path());
         let tcp = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind hostile member");
@@ -141,7 +136,7 @@ contexts:
 current-context: {name}
 ",
             addr = self.addr,
-            ca = base64(&self.ca_pem),
+            ca = tls::base64(&self.ca_pem),
         )
     }
 
@@ -417,94 +412,4 @@ fn slice_resources() -> serde_json::Value {
         "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "discovery.k8s.io/v1",
         "resources": [resource("endpointslices", "EndpointSlice")]
     })
-}
-
-/// A CA and a certificate for 127.0.0.1 it signed (EC P-256, one day), made with the openssl
-/// CLI in `dir`: (CA PEM, certificate PEM, key PEM).
-fn make_pki(dir: &Path) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl runs");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    let mut ca = vec![
-        "req",
-        "-x509",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=hostile member CA",
-    ];
-    ca.extend(ec);
-    ca.extend(["-keyout", "ca.key", "-out", "ca.pem"]);
-    openssl(&ca);
-    let mut csr = vec!["req", "-subj", "/CN=127.0.0.1"];
-    csr.extend(ec);
-    csr.extend(["-keyout", "server.key", "-out", "server.csr"]);
-    openssl(&csr);
-    std::fs::write(dir.join("ext"), "subjectAltName=IP:127.0.0.1\n").expect("write ext");
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "1",
-        "-extfile",
-        "ext",
-        "-out",
-        "server.pem",
-    ]);
-    let read = |f: &str| std::fs::read(dir.join(f)).expect("read PEM");
-    (read("ca.pem"), read("server.pem"), read("server.key"))
-}
-
-/// Standard base64 with padding (the kubeconfig's `certificate-authority-data`).
-fn base64(data: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
-        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> shift & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-#[test]
-fn base64_matches_the_standard_alphabet_and_padding() {
-    assert_eq!(base64(b""), "");
-    assert_eq!(base64(b"f"), "Zg==");
-    assert_eq!(base64(b"fo"), "Zm8=");
-    assert_eq!(base64(b"foo"), "Zm9v");
-    assert_eq!(base64(b"foobar"), "Zm9vYmFy");
 }

@@ -1,12 +1,8 @@
 //! For the observability tests: OTLP trace receivers on 127.0.0.1 (a gRPC `TraceService`
 //! server and an HTTP/protobuf `/v1/traces` endpoint), the spans they received in a flat form,
 //! and a starter for one member's exporter with a given [`ReconcileObserver`].
-//!
-//! Include with `mod support; #[path = "support/otlp.rs"] mod otlp;`.
-#![allow(dead_code)]
 
-#[path = "tls.rs"]
-mod tls;
+use super::tls;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -99,7 +95,7 @@ impl TraceService for GrpcTraces {
     }
 }
 
-/// A private CA and a certificate for 127.0.0.1 it signed, made with the openssl CLI.
+/// A private CA and a certificate for 127.0.0.1 it signed ([`tls::make_pki`]), kept on disk.
 pub struct TestPki {
     _dir: tempfile::TempDir,
     /// The CA certificate (PEM file), for `OTEL_EXPORTER_OTLP_CERTIFICATE`.
@@ -112,67 +108,11 @@ impl TestPki {
     pub fn new() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
-        let run = |args: &[&str]| {
-            let out = std::process::Command::new("openssl")
-                .args(args)
-                .current_dir(d)
-                .output()
-                .expect("run openssl");
-            assert!(
-                out.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        std::fs::write(d.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").expect("write");
-        run(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=fleetnet test CA",
-        ]);
-        run(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=127.0.0.1",
-        ]);
-        run(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.pem",
-            "-days",
-            "1",
-            "-extfile",
-            "san.ext",
-        ]);
+        let (_, cert_pem, key_pem) = tls::make_pki(d);
         Self {
             ca_pem: d.join("ca.pem"),
-            cert_pem: std::fs::read(d.join("server.pem")).expect("read"),
-            key_pem: std::fs::read(d.join("server.key")).expect("read"),
+            cert_pem,
+            key_pem,
             _dir: dir,
         }
     }

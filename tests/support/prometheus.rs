@@ -1,71 +1,19 @@
 //! The monitoring side of the tests: the chart's rendered PrometheusRule and Grafana dashboard,
 //! promtool, and a real Prometheus server on loopback (both built once from the Prometheus Go
 //! module by `tests/testenv/install.sh prometheus`), with a small client of its HTTP API.
-#![allow(dead_code)]
 
+use super::chart::{installed, of_kind, one};
+use super::free_port;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-
-pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Runs `tests/testenv/install.sh <what>` (builds on first use, then only checks the cache) and
-/// returns the directory it prints; panics with the script's output when it fails.
-pub fn installed(what: &str) -> PathBuf {
-    let out = Command::new("bash")
-        .arg(repo().join("tests/testenv/install.sh"))
-        .arg(what)
-        .output()
-        .unwrap_or_else(|e| panic!("run tests/testenv/install.sh {what}: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let dir = stdout.lines().last().unwrap_or_default().trim().to_string();
-    assert!(
-        out.status.success() && !dir.is_empty(),
-        "tests/testenv/install.sh {what} failed ({}): it builds {what} from its Go module (needs Go)\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(dir)
-}
 
 /// The cached promtool; panics clearly when it cannot be had.
 pub fn promtool() -> PathBuf {
     let bin = installed("promtool").join("promtool");
     assert!(bin.is_file(), "promtool missing at {}", bin.display());
     bin
-}
-
-/// `helm template` of charts/fleetnet-hub (release fleetnet-hub in fleetnet-system, rendered for
-/// the substrate's Kubernetes version) with `args`; the objects as JSON values.
-pub fn render_chart(args: &[&str]) -> Vec<Value> {
-    let helm = installed("helm").join("helm");
-    let versions = std::fs::read_to_string(repo().join("tests/testenv/versions.env"))
-        .expect("tests/testenv/versions.env");
-    let kube_version = versions
-        .lines()
-        .find_map(|l| l.strip_prefix("KUBERNETES_VERSION="))
-        .expect("KUBERNETES_VERSION in versions.env")
-        .trim()
-        .to_string();
-    let out = Command::new(helm)
-        .args(["template", "--kube-version", &kube_version, "fleetnet-hub"])
-        .arg(repo().join("charts/fleetnet-hub"))
-        .args(["--namespace", "fleetnet-system"])
-        .args(args)
-        .output()
-        .expect("run helm template");
-    assert!(
-        out.status.success(),
-        "helm template {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).expect("helm output is UTF-8");
-    let docs: Vec<Value> = serde_saphyr::from_str_multiple(&text).expect("rendered YAML parses");
-    docs.into_iter().filter(|d| !d.is_null()).collect()
 }
 
 /// The values that turn every monitoring object of the chart on.
@@ -77,18 +25,6 @@ pub const MONITORING_ON: &[&str] = &[
     "--set",
     "metrics.grafanaDashboard.enabled=true",
 ];
-
-/// The rendered objects of `kind`.
-pub fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    objects.iter().filter(|o| o["kind"] == kind).collect()
-}
-
-/// The one rendered object of `kind` (for ConfigMap: the one labelled for the Grafana sidecar).
-pub fn one<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
-    let found = of_kind(objects, kind);
-    assert_eq!(found.len(), 1, "one {kind} rendered");
-    found[0]
-}
 
 /// The rule groups of the rendered PrometheusRule (`spec`, i.e. a Prometheus rule file).
 pub fn rule_file(objects: &[Value]) -> Value {
@@ -297,11 +233,6 @@ impl Prometheus {
     pub async fn parse(&self, expr: &str) -> Result<Value, String> {
         self.api("parse_query", &[("query", expr)]).await
     }
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
 }
 
 /// A series selector (`{__name__="x", l="v"}`) as found in the AST of a query.

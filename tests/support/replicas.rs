@@ -10,8 +10,8 @@
 //!   apiserver audits those users ([`audit_args`], [`writes`]), so a write is tied to the
 //!   replica that sent it and to the instant the apiserver received it, whatever the process
 //!   counted or lost.
-#![allow(dead_code)]
 
+use super::{free_port, signal};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -76,13 +76,6 @@ impl Drop for Replica {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// Starts replica `name` (its pod name) with `access` and `extra` flags (member budget:
 /// 100 qps, burst 200, unless `extra` sets `--kube-api-qps`).
 pub fn replica(name: &str, access: &Access, extra: &[&str]) -> Replica {
@@ -125,14 +118,6 @@ pub fn replica(name: &str, access: &Access, extra: &[&str]) -> Replica {
         health,
         metrics,
     }
-}
-
-fn signal(pid: u32, sig: &str) {
-    let status = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill {sig} {pid}");
 }
 
 impl Replica {

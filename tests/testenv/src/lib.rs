@@ -17,6 +17,7 @@ mod rbac;
 pub use binaries::Binaries;
 pub use cluster::{Cluster, client_from_kubeconfig};
 pub use fleet::{DEFAULT_HUB_NAMESPACE_PREFIX, Fleet, FleetBuilder, ensure_namespace};
+pub use process::free_port;
 pub use rbac::{ScopedIdentity, load_cluster_role, load_role};
 
 use std::path::{Path, PathBuf};

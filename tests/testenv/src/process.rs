@@ -107,7 +107,7 @@ impl Drop for ProcessGuard {
 const LISTEN_PORTS: std::ops::Range<u16> = 20000..32000;
 
 /// A port on 127.0.0.1 that was free a moment ago, never the same twice in one process.
-pub(crate) fn free_port() -> Result<u16> {
+pub fn free_port() -> Result<u16> {
     use std::sync::Mutex;
     static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
     let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());

@@ -1,0 +1,207 @@
+//! Outages: a member's or the hub's, a member whose apiserver hangs, an unreachable member; each
+//! costs only itself and nothing is lost.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_outage_does_not_delay_the_others_and_nothing_is_lost() {
+    let (mut fleet, running) = alpha_and_beta().await;
+    wait_ready(&running).await;
+    let baseline = export_and_wait(&fleet, "beta", "ns1", "baseline").await;
+
+    // alpha has an export pending when its apiserver goes away.
+    let alpha = fleet.member("alpha").client().await.expect("alpha client");
+    namespace(&alpha, "ns1").await;
+    create_service(&alpha, &service("ns1", "during-outage", 80)).await;
+    create_export(&alpha, "ns1", "during-outage", &[]).await;
+    fleet.member_mut("alpha").stop();
+
+    // beta converges in normal time while alpha is down.
+    let during = export_and_wait(&fleet, "beta", "ns1", "while-alpha-down").await;
+    assert!(
+        during < baseline + Duration::from_secs(5),
+        "beta slowed by alpha's outage: {during:?} vs {baseline:?}"
+    );
+
+    fleet.member_mut("alpha").start().await.expect("alpha back");
+    let hub = fleet.hub().client().await.expect("hub client");
+    wait_ise(
+        &hub,
+        &fleet.hub_namespace("alpha"),
+        "ns1-during-outage",
+        |_| true,
+    )
+    .await;
+    // Nothing duplicated: exactly the ISEs of what alpha exports.
+    assert_eq!(ise_names(&fleet, "alpha").await, vec!["ns1-during-outage"]);
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hub_outage_and_return() {
+    let mut fleet = Fleet::builder()
+        .members(["alpha"])
+        .start()
+        .await
+        .expect("fleet");
+    let dir = member_dir(&fleet, &["alpha"]);
+    let running = app::start(config(&fleet, &dir), Extensions::default())
+        .await
+        .expect("starts");
+    wait_ready(&running).await;
+    export_and_wait(&fleet, "alpha", "ns1", "before").await;
+
+    fleet.hub_mut().stop();
+    eventually("hub unreachable noticed", || async {
+        (!running.state.hub_reachable()).then_some(())
+    })
+    .await;
+    let alpha = fleet.member("alpha").client().await.expect("alpha client");
+    create_service(&alpha, &service("ns1", "during-hub-outage", 80)).await;
+    create_export(&alpha, "ns1", "during-hub-outage", &[]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    fleet.hub_mut().start().await.expect("hub back");
+    let hub = fleet.hub().client().await.expect("hub client");
+    wait_ise(
+        &hub,
+        &fleet.hub_namespace("alpha"),
+        "ns1-during-hub-outage",
+        |_| true,
+    )
+    .await;
+    assert_eq!(
+        ise_names(&fleet, "alpha").await,
+        vec!["ns1-before", "ns1-during-hub-outage"]
+    );
+    eventually("hub reachable again", || async {
+        running.state.hub_reachable().then_some(())
+    })
+    .await;
+    running.shutdown().await;
+}
+
+/// Pauses a process (SIGSTOP) until dropped (SIGCONT), also when the test fails meanwhile.
+struct Paused(u32);
+
+impl Paused {
+    fn new(pid: u32) -> Self {
+        let paused = Self(pid);
+        paused.signal("-STOP");
+        paused
+    }
+
+    fn signal(&self, sig: &str) {
+        signal(self.0, sig);
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        self.signal("-CONT");
+    }
+}
+
+/// A member whose API server hangs (SIGSTOP: connections accepted, nothing answered; its watches
+/// just go quiet) shows failing within the probe's period while the others keep exporting, and
+/// ready again once it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_api_server_hangs_shows_failing_until_it_answers() {
+    let (fleet, running) = alpha_and_beta().await;
+    wait_phase(&running, "alpha", Phase::Ready).await;
+    wait_phase(&running, "beta", Phase::Ready).await;
+
+    let paused = Paused::new(fleet.member("beta").pid().expect("beta runs"));
+    wait_phase(&running, "beta", Phase::Failing).await;
+    let beta = running.state.member("beta").expect("beta");
+    let error = beta.last_error.unwrap_or_default();
+    assert!(error.contains("API server not answering"), "{error}");
+    export_and_wait(&fleet, "alpha", "ns1", "web").await;
+    assert_eq!(
+        running.state.member("alpha").map(|m| m.phase),
+        Some(Phase::Ready)
+    );
+
+    drop(paused);
+    wait_phase(&running, "beta", Phase::Ready).await;
+    export_and_wait(&fleet, "beta", "ns1", "web").await;
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_member_fails_alone_and_check_reports_every_member() {
+    let mut fleet = Fleet::builder()
+        .members(["alpha", "beta", "gamma"])
+        .start()
+        .await
+        .expect("fleet");
+    let dir = member_dir(&fleet, &["alpha", "beta"]);
+    // gamma: an identity without any RBAC.
+    let no_rbac = fleetnet_testenv::ScopedIdentity {
+        namespace: "default".into(),
+        name: "nobody".into(),
+        cluster_role: None,
+        role: None,
+        role_namespaces: vec![],
+    };
+    fleet
+        .member("gamma")
+        .issue_scoped_kubeconfig(&no_rbac, &dir.join("gamma.yaml"))
+        .await
+        .expect("scoped kubeconfig");
+    // beta is down before it is ever engaged: its first sync cannot finish.
+    fleet.member_mut("beta").stop();
+
+    let report = {
+        let members = fleetnet_hub::fleet::registry::scan(&dir).expect("scan");
+        let mut rows = vec![];
+        for (name, src) in members {
+            rows.push(
+                fleetnet_hub::check::check_member(
+                    &name,
+                    &src.path,
+                    &src.kubeconfig.expect("readable"),
+                    Default::default(),
+                )
+                .await,
+            );
+        }
+        rows
+    };
+    let table = fleetnet_hub::check::table(&report);
+    eprintln!("{table}");
+    assert!(
+        report.iter().any(|r| r.member == "alpha" && r.ok),
+        "{table}"
+    );
+    assert!(
+        report.iter().any(|r| r.member == "beta" && !r.ok),
+        "{table}"
+    );
+    assert!(
+        report.iter().any(|r| r.member == "gamma"
+            && !r.ok
+            && r.problem.contains("missing RBAC")
+            && r.problem.contains("serviceexports")),
+        "{table}"
+    );
+    assert!(
+        fleetnet_hub::check::run(&dir, Default::default(), Default::default())
+            .await
+            .is_err(),
+        "check fails when a member is unusable"
+    );
+
+    let running = app::start(config(&fleet, &dir), Extensions::default())
+        .await
+        .expect("starts");
+    wait_phase(&running, "alpha", Phase::Ready).await;
+    wait_phase(&running, "beta", Phase::Failing).await;
+    // A failing member does not hold readiness nor the others' work.
+    wait_ready(&running).await;
+    export_and_wait(&fleet, "alpha", "ns1", "web").await;
+    // beta comes back and is engaged on its own retry.
+    fleet.member_mut("beta").start().await.expect("beta back");
+    wait_phase(&running, "beta", Phase::Ready).await;
+    export_and_wait(&fleet, "beta", "ns1", "web").await;
+    running.shutdown().await;
+}

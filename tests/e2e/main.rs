@@ -1,0 +1,33 @@
+//! The integration tests, one binary: each file is a module, so the crate is linked once for all
+//! of them (it was linked once per file: most of the build time and of the build cache). The
+//! kit they share is `tests/support`. Run one file's tests with
+//! `cargo test -p fleetnet-hub --test e2e -- slices::`.
+//!
+//! Tests of one binary run in parallel in one process: whatever is process-wide (the tracing
+//! subscriber, environment variables, ports) is owned by the kit or set in a child process.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod azure;
+mod chart;
+mod crds;
+mod e2e_kind;
+mod export;
+mod fleet;
+mod ha;
+mod hostile;
+mod http_server;
+mod limits;
+mod metrics;
+mod operating;
+mod otlp_tls;
+mod parity;
+mod rbac;
+mod restart;
+mod security;
+mod sharding;
+mod slices;
+mod substrate;
+mod telemetry;
+mod traffic_manager;

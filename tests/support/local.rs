@@ -1,0 +1,50 @@
+//! This machine: the repository, free ports, signals, and this test binary as a child process.
+
+use std::path::PathBuf;
+
+/// The repository's root (the crate's manifest directory).
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Sends `sig` (`-TERM`, `-STOP`, ...) to process `pid` with kill(1).
+pub fn signal(pid: u32, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+/// A port on 127.0.0.1 that was free a moment ago, from the substrate's pick (below the
+/// ephemeral range, never the same twice in this process: the tests of this binary run side by
+/// side).
+pub fn free_port() -> u16 {
+    fleetnet_testenv::free_port().expect("a free port")
+}
+
+/// The name libtest knows test `test` of `module` (its `module_path!()`, which starts with the
+/// crate's name) by.
+fn test_name(module: &str, test: &str) -> String {
+    match module.split_once("::") {
+        Some((_, path)) => format!("{path}::{test}"),
+        None => test.to_owned(),
+    }
+}
+
+/// This test binary, set to run only the ignored test `test` of `module` (pass
+/// `module_path!()`), on one thread, its output not captured. For a test that needs something
+/// process-wide of its own (an environment variable, the global tracing subscriber): the tests
+/// of this binary share one process.
+pub fn child_test(module: &str, test: &str) -> tokio::process::Command {
+    let exe = std::env::current_exe().expect("test binary");
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.args([
+        "--exact",
+        &test_name(module, test),
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    cmd
+}
