@@ -12,7 +12,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{self, ClientStats, Limits};
-use crate::fleet::{self, FleetState, MemberAzure, RuntimeConfig, lease::LeaseConfig};
+use crate::fleet::{self, FleetState, MemberAzure, RuntimeConfig};
+use crate::ownership::{self, lease::LeaseConfig};
 use crate::http;
 use crate::metrics::Metrics;
 
@@ -187,7 +188,7 @@ pub async fn start(config: AppConfig, ext: Extensions) -> Result<Running, Error>
         .leader_election
         .as_ref()
         .filter(|le| le.shard_members)
-        .map(|le| Arc::new(fleet::shard::Shards::new(lease_config(le), le.shards)));
+        .map(|le| Arc::new(ownership::shard::Shards::new(lease_config(le), le.shards)));
     let coordination = Coordination {
         config: config.clone(),
         state: state.clone(),
@@ -285,7 +286,7 @@ struct Coordination {
     state: Arc<FleetState>,
     leader_tx: watch::Sender<bool>,
     hold_tx: watch::Sender<client::Hold>,
-    shards: Option<Arc<fleet::shard::Shards>>,
+    shards: Option<Arc<ownership::shard::Shards>>,
     stop: CancellationToken,
 }
 
@@ -337,10 +338,10 @@ impl Coordination {
         if let Some(le) = le {
             let api: Api<Lease> = Api::namespaced(control, &le.namespace);
             match self.shards {
-                Some(shards) => fleet::shard::run(api, shards, self.stop.clone()).await,
+                Some(shards) => ownership::shard::run(api, shards, self.stop.clone()).await,
                 None => {
                     let cfg = lease_config(&le);
-                    fleet::leader::run(api, cfg, self.leader_tx, self.hold_tx, self.stop.clone())
+                    ownership::leader::run(api, cfg, self.leader_tx, self.hold_tx, self.stop.clone())
                         .await
                 }
             }

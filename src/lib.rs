@@ -13,6 +13,7 @@ pub mod fleet;
 pub mod http;
 pub mod memory;
 pub mod metrics;
+pub mod ownership;
 pub mod policy;
 #[cfg(feature = "sandbox")]
 pub mod sandbox;

@@ -333,7 +333,7 @@ async fn cleanup_on_remove_and_leader_election() {
         name: "fleetnet-hub".into(),
         identity: "replica-a".into(),
         shard_members: false,
-        shards: fleetnet_hub::fleet::shard::DEFAULT_SHARDS,
+        shards: fleetnet_hub::ownership::shard::DEFAULT_SHARDS,
     });
     let mut standby_cfg = cfg.clone();
     standby_cfg.leader_election = Some(LeaderElection {
@@ -341,7 +341,7 @@ async fn cleanup_on_remove_and_leader_election() {
         name: "fleetnet-hub".into(),
         identity: "replica-b".into(),
         shard_members: false,
-        shards: fleetnet_hub::fleet::shard::DEFAULT_SHARDS,
+        shards: fleetnet_hub::ownership::shard::DEFAULT_SHARDS,
     });
 
     let leader = app::start(cfg, Extensions::default())

@@ -26,7 +26,7 @@ fn config(fleet: &Fleet, dir: &Path, identity: &str) -> AppConfig {
         name: "fleetnet-hub".into(),
         identity: identity.into(),
         shard_members: false,
-        shards: fleetnet_hub::fleet::shard::DEFAULT_SHARDS,
+        shards: fleetnet_hub::ownership::shard::DEFAULT_SHARDS,
     });
     config
 }

@@ -451,7 +451,7 @@ async fn dashboard_and_alerts_evaluate_against_a_real_prometheus_scraping_two_re
             name: "fleetnet-hub".into(),
             identity: identity.into(),
             shard_members: false,
-            shards: fleetnet_hub::fleet::shard::DEFAULT_SHARDS,
+            shards: fleetnet_hub::ownership::shard::DEFAULT_SHARDS,
         });
         cfg
     };

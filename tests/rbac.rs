@@ -264,7 +264,7 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
             name: lease_name.clone(),
             identity: "rbac-test".into(),
             shard_members: false,
-            shards: fleetnet_hub::fleet::shard::DEFAULT_SHARDS,
+            shards: fleetnet_hub::ownership::shard::DEFAULT_SHARDS,
         }),
         metrics_bind_address: "127.0.0.1:0".into(),
         health_probe_bind_address: "127.0.0.1:0".into(),

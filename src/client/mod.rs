@@ -2,7 +2,7 @@
 //! when the server offers it, several clients sharing a connection), under the process's
 //! client policy ([`crate::policy`]: retry, counting and a client span per attempt, a token
 //! bucket per client, a concurrency limit and a timeout for every request except long-running
-//! watches), the write [`fence`], and every request named as fleetnet-hub (User-Agent,
+//! watches), the write fence ([`crate::ownership::Fence`]), and every request named as fleetnet-hub (User-Agent,
 //! `fieldManager`).
 //!
 //! kube's own stack (its builder) is not used: it speaks HTTP/1.1 only, a connection per watch,
@@ -13,7 +13,6 @@ pub mod bounded;
 mod classify;
 mod connections;
 pub mod exec;
-pub mod fence;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -40,7 +39,8 @@ pub use connections::HUB_LANES;
 use connections::{Bounds, Lane, Proxy, connections};
 #[cfg(test)]
 use connections::{MEMBERS_PER_LANE, lane_for};
-pub use fence::{Fence, Hold};
+pub use crate::ownership::{Fence, Hold};
+use crate::ownership::fence;
 
 /// Limits of one client's outbound requests.
 #[derive(Debug, Clone)]

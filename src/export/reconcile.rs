@@ -74,7 +74,7 @@ pub(crate) fn report<E: std::error::Error + 'static>(
     span.record("outcome", reconciled.label().as_str());
     match error {
         None => {}
-        Some(e) if crate::client::fence::refused(e) => {
+        Some(e) if crate::ownership::refused(e) => {
             span.in_scope(|| tracing::debug!(error = %e, "reconcile fenced"));
         }
         Some(e) => {
@@ -437,7 +437,7 @@ pub(super) fn error_policy(se: &ServiceExport, error: &Error, ctx: Arc<Context>)
     if matches!(error, Error::NotLeader { .. }) {
         return Action::await_change();
     }
-    if crate::client::fence::refused(error) {
+    if crate::ownership::refused(error) {
         // Not a failure of the export: this replica's hold lapsed for a moment (a renew came
         // late) or the member is moving away, which stops this engagement. Counting it would
         // leave a member that stays here backing off for minutes once its hold is back.

@@ -7,11 +7,8 @@
 
 mod cleanup;
 mod controllers;
-pub mod leader;
-pub mod lease;
 mod member;
 pub mod registry;
-pub mod shard;
 pub mod state;
 pub mod vet;
 
@@ -104,7 +101,7 @@ pub struct Shared {
     /// Closes every member client's writes when this replica does not hold its lease.
     pub fence: crate::client::Fence,
     /// Sharded mode: the members this replica owns, each with its own fence.
-    pub shards: Option<Arc<shard::Shards>>,
+    pub shards: Option<Arc<crate::ownership::shard::Shards>>,
     /// Removed members whose cleanup is recorded or running: they keep their shards (and
     /// their cleanup is fenced by them) until it is done.
     pub cleanups: parking_lot::Mutex<Cleanups>,

@@ -3,7 +3,7 @@
 //!
 //! - A renew attempt is bounded by what is left of the hold.
 //! - The hold is a local deadline ([`lease::hold_after`]): the write fence
-//!   ([`crate::client::Fence`]) closes at that instant by the clock alone, before anyone else
+//!   ([`super::Fence`]) closes at that instant by the clock alone, before anyone else
 //!   may take the lease.
 //! - Lease requests go through their own client and budget, never behind members' writes.
 
@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::lease::{self, LeaseConfig, Observed, Record, Written};
-use crate::client::Hold;
+use super::fence::Hold;
 
 /// Runs the election until `shutdown`. `hold` carries the write fence's deadline; `leader`
 /// follows whether the hold is valid (for what only needs to know: re-list on gaining it).

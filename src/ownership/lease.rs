@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use tokio::time::Instant;
 
-use crate::client::Hold;
+use super::fence::Hold;
 
 /// Lease timing, as client-go's defaults.
 #[derive(Debug, Clone)]

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::lease::{self, LeaseConfig, Observed, Record, Step, Written};
-use crate::client::{Fence, Hold};
+use super::fence::{Fence, Hold};
 
 /// Label of the replicas' announcement leases; its value is the lease name prefix.
 pub const REPLICA_LABEL: &str = "fleetnet.azure.com/replica-of";
@@ -134,7 +134,7 @@ fn assign_once<'a>(
 
 /// A lease name part from any string: lower-case alphanumerics and '-', at most 40 characters,
 /// plus a hash of the whole so two identities never collide.
-pub(super) fn name_part(s: &str) -> String {
+pub fn name_part(s: &str) -> String {
     let clean: String = s
         .to_ascii_lowercase()
         .chars()
@@ -142,11 +142,8 @@ pub(super) fn name_part(s: &str) -> String {
         .take(40)
         .collect();
     let digest = Sha256::digest(s.as_bytes());
-    format!(
-        "{}-{}",
-        clean.trim_matches('-'),
-        super::registry::hex(&digest[..4])
-    )
+    let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{short}", clean.trim_matches('-'))
 }
 
 /// What this replica keeps about one shard's Lease.

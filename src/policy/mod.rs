@@ -36,7 +36,7 @@ use tower::layer::util::{Identity, Stack};
 use tower::retry::RetryLayer;
 use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 
-use crate::client::fence::{Fence, Gate};
+use crate::ownership::fence::{Fence, Gate};
 
 mod backoff;
 mod retry;

@@ -314,7 +314,7 @@ pub(super) fn error_policy(slice: Arc<SliceView>, error: &Error, ctx: Arc<Contex
     if matches!(error, Error::NotLeader { .. }) {
         return Action::await_change();
     }
-    if crate::client::fence::refused(error) {
+    if crate::ownership::refused(error) {
         return Action::requeue(Duration::from_secs(2));
     }
     let key = ObjectRef::from_obj(slice.as_ref());

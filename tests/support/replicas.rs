@@ -36,8 +36,8 @@ pub const SHARDS: u16 = 17;
 
 /// The Lease name of `member`'s shard.
 pub fn shard_lease_of(member: &str) -> String {
-    let shard = fleetnet_hub::fleet::shard::shard_of(member, SHARDS);
-    fleetnet_hub::fleet::shard::shard_lease(PREFIX, shard)
+    let shard = fleetnet_hub::ownership::shard::shard_of(member, SHARDS);
+    fleetnet_hub::ownership::shard::shard_lease(PREFIX, shard)
 }
 
 /// How a replica reaches the clusters.
