@@ -348,20 +348,20 @@ async fn cleanup_on_remove_and_leader_election() {
         .await
         .expect("starts");
     eventually("replica-a leads", || async {
-        leader.leader.borrow().then_some(())
+        leader.claim.may_write().then_some(())
     })
     .await;
     let standby = app::start(standby_cfg, Extensions::default())
         .await
         .expect("standby starts");
     wait_phase(&standby, "alpha", Phase::Ready).await;
-    assert!(!*standby.leader.borrow(), "one leader at a time");
+    assert!(!standby.claim.may_write(), "one leader at a time");
     export_and_wait(&fleet, "alpha", "ns1", "web").await;
 
     // The leader stops (releasing its lease): the standby takes over and keeps exporting.
     leader.shutdown().await;
     eventually("replica-b leads", || async {
-        standby.leader.borrow().then_some(())
+        standby.claim.may_write().then_some(())
     })
     .await;
     export_and_wait(&fleet, "alpha", "ns1", "after-failover").await;

@@ -56,7 +56,7 @@ async fn a_holder_whose_renew_hangs_stops_writing_before_its_lease_can_expire() 
     .await
     .expect("starts");
     eventually("leading", || async {
-        (*running.leader.borrow()).then_some(())
+        running.claim.may_write().then_some(())
     })
     .await;
     eventually("m1 ready", || async {
@@ -74,7 +74,7 @@ async fn a_holder_whose_renew_hangs_stops_writing_before_its_lease_can_expire() 
     signal(hub_pid, "-STOP");
     let paused = Instant::now();
     let lost = eventually("leadership given up", || async {
-        (!*running.leader.borrow()).then(|| paused.elapsed())
+        (!running.claim.may_write()).then(|| paused.elapsed())
     })
     .await;
     // Held at most until the last renew's start + the 10 s renew deadline: always before the
@@ -97,7 +97,7 @@ async fn a_holder_whose_renew_hangs_stops_writing_before_its_lease_can_expire() 
 
     signal(hub_pid, "-CONT");
     eventually("leading again", || async {
-        (*running.leader.borrow()).then_some(())
+        running.claim.may_write().then_some(())
     })
     .await;
     let regained = paused.elapsed();

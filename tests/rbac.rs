@@ -272,7 +272,10 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
     let running = app::start(config, Extensions::default())
         .await
         .expect("controller starts");
-    eventually("leader", || async { running.leader.borrow().then_some(()) }).await;
+    eventually("leader", || async {
+        running.claim.may_write().then_some(())
+    })
+    .await;
 
     let m1 = &admins["member-1"];
     let m2 = &admins["member-2"];

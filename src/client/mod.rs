@@ -33,14 +33,14 @@ use tower::util::BoxCloneService;
 /// its API server (cloneable: each request and each retry waits for its token on a clone).
 type Transport = BoxCloneService<Request<Body>, http::Response<Box<DynBody>>, BoxError>;
 
+use crate::ownership::fence;
+pub use crate::ownership::{Fence, Hold};
 pub use crate::policy::{ClientStats, RequestCount, RequestKind, RetryLimits};
 pub use classify::classify;
 pub use connections::HUB_LANES;
 use connections::{Bounds, Lane, Proxy, connections};
 #[cfg(test)]
 use connections::{MEMBERS_PER_LANE, lane_for};
-pub use crate::ownership::{Fence, Hold};
-use crate::ownership::fence;
 
 /// Limits of one client's outbound requests.
 #[derive(Debug, Clone)]

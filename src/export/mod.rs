@@ -29,7 +29,6 @@ use std::time::Duration;
 use futures::Future;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
-use tokio::sync::watch;
 
 pub use decide::{Outcome, Quotas, Settings};
 pub use error::{Error, Step};
@@ -118,8 +117,8 @@ pub struct MemberExporter {
     pub settings: Settings,
     /// Traffic Manager lookups; `None` when the feature is off.
     pub public_ips: Option<Arc<dyn PublicIpLookup>>,
-    /// `true` while this replica may write (holds the leader lease, or leader election is off).
-    pub leader: watch::Receiver<bool>,
+    /// Whether this replica may write for the member (the hold its clients' fence reads).
+    pub claim: crate::ownership::Claim,
     pub observer: Arc<dyn ReconcileObserver>,
     /// Reporting instance for Events (pod name).
     pub instance: String,
@@ -138,7 +137,7 @@ pub struct Context {
     pub(crate) ises: Store<projections::IseView>,
     events: events::Events,
     pub public_ips: Option<Arc<dyn PublicIpLookup>>,
-    pub leader: watch::Receiver<bool>,
+    pub claim: crate::ownership::Claim,
     pub observer: Arc<dyn ReconcileObserver>,
     /// No reconcile decides before every view has listed once.
     views: Synced,
@@ -150,20 +149,6 @@ pub struct Context {
     own_exports: OwnWrites<ObjectRef<ServiceExport>, ServiceExport>,
     /// The member's ServiceExports (the feed's store): the line for the export quota.
     exports: Store<projections::ServiceExportView>,
-}
-
-impl Context {
-    fn ensure_leader(&self, ns: &str, name: &str) -> Result<(), Error> {
-        if *self.leader.borrow() {
-            Ok(())
-        } else {
-            Err(Error::NotLeader {
-                member: self.member.clone(),
-                namespace: ns.into(),
-                name: name.into(),
-            })
-        }
-    }
 }
 
 impl MemberExporter {
@@ -193,7 +178,7 @@ impl MemberExporter {
         let synced = health
             .synced(None, &[View::Services, View::InternalServiceExports])
             .and(self.exports.synced.clone());
-        let leadership = leadership_gained(self.leader.clone());
+        let leadership = leadership_gained(&self.claim);
         let member = self.member.clone();
         let (events, creator) = events::Events::new(
             self.events_client,
@@ -212,7 +197,7 @@ impl MemberExporter {
             ises: views.ises,
             events,
             public_ips: self.public_ips,
-            leader: self.leader,
+            claim: self.claim,
             observer: self.observer,
             views: synced.clone(),
             failures: Streaks::default(),
@@ -258,17 +243,11 @@ impl MemberExporter {
     }
 }
 
-/// Yields `()` each time `leader` turns true.
+/// Yields `()` each time `claim` is gained.
 pub(crate) fn leadership_gained(
-    leader: watch::Receiver<bool>,
-) -> impl futures::Stream<Item = ()> + Send + 'static {
-    futures::stream::unfold(leader, |mut rx| async move {
-        loop {
-            rx.changed().await.ok()?;
-            if *rx.borrow_and_update() {
-                tracing::info!("leadership acquired: reconciling every object");
-                return Some(((), rx));
-            }
-        }
+    claim: &crate::ownership::Claim,
+) -> impl futures::Stream<Item = ()> + Send + 'static + use<> {
+    futures::StreamExt::inspect(claim.gained(), |()| {
+        tracing::info!("leadership acquired: reconciling every object");
     })
 }

@@ -90,7 +90,7 @@ pub(crate) fn report<E: std::error::Error + 'static>(
 /// is carried out; a 409 (stale view, concurrent writer) re-observes from the API.
 async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, Action), Error> {
     ctx.views.wait().await;
-    if !*ctx.leader.borrow() {
+    if !ctx.claim.may_write() {
         // Standby: caches stay warm; becoming leader reconciles everything.
         return Ok((Outcome::Skipped, Action::await_change()));
     }
@@ -434,9 +434,6 @@ async fn observe_public_ip(
 
 /// Exponential (1 s doubling to 5 min), jittered, per object; reset by a success.
 pub(super) fn error_policy(se: &ServiceExport, error: &Error, ctx: Arc<Context>) -> Action {
-    if matches!(error, Error::NotLeader { .. }) {
-        return Action::await_change();
-    }
     if crate::ownership::refused(error) {
         // Not a failure of the export: this replica's hold lapsed for a moment (a renew came
         // late) or the member is moving away, which stops this engagement. Counting it would

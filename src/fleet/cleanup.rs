@@ -169,7 +169,10 @@ pub enum RecordError {
 
 /// The record's name: the prefix and a name part of the member.
 pub fn record_name(prefix: &str, member: &str) -> String {
-    format!("{prefix}-cleanup-{}", crate::ownership::shard::name_part(member))
+    format!(
+        "{prefix}-cleanup-{}",
+        crate::ownership::shard::name_part(member)
+    )
 }
 
 /// The record of `pending`, as written, signed with `key`.

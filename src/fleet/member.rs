@@ -241,7 +241,7 @@ async fn run_once(
             // Mapped to slices, which the slice exporter paces.
             exports: exports.subscribe(0),
             concurrency: cfg.member_limits.reconcile_concurrency,
-            leader: shared.leader.clone(),
+            claim: shared.ownership.claim_of(name),
             observer: shared.observer_for(),
             max_export_bytes: cfg.quotas.max_export_bytes,
         };
@@ -308,7 +308,7 @@ fn exporter(
             allowed_resource_groups,
         },
         public_ips,
-        leader: shared.leader.clone(),
+        claim: shared.ownership.claim_of(name),
         observer: shared.observer_for(),
         instance: cfg.instance.clone(),
     }

@@ -1,7 +1,7 @@
 //! The multi-member runtime: the kubeconfig directory and its vetting (`registry`, `vet`), one
-//! engagement per member with its API-server probe (`member`), leader election and member
-//! shards on fenced leases (`lease`, the state machine both use; `leader`, `shard`), the
-//! durable record of `--cleanup-on-remove` (`cleanup`), and the state the health endpoints show (`state`).
+//! engagement per member with its API-server probe (`member`) for the members this replica
+//! owns ([`crate::ownership`]), the durable record of `--cleanup-on-remove` (`cleanup`), and
+//! the state the health endpoints show (`state`).
 //!
 //! `fleet` starts and stops members; it knows nothing of ServiceExport conditions.
 
@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::Api;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -97,11 +97,9 @@ pub struct Shared {
     pub observer: Arc<dyn ReconcileObserver>,
     pub hooks: Arc<dyn MemberHooks>,
     pub azure: Option<Arc<dyn MemberAzure>>,
-    pub leader: watch::Receiver<bool>,
-    /// Closes every member client's writes when this replica does not hold its lease.
-    pub fence: crate::client::Fence,
-    /// Sharded mode: the members this replica owns, each with its own fence.
-    pub shards: Option<Arc<crate::ownership::shard::Shards>>,
+    /// Who writes: the fence of every member client's writes, and (sharded) the members this
+    /// replica owns, each with its own fence.
+    pub ownership: crate::ownership::Ownership,
     /// Removed members whose cleanup is recorded or running: they keep their shards (and
     /// their cleanup is fenced by them) until it is done.
     pub cleanups: parking_lot::Mutex<Cleanups>,
@@ -132,12 +130,12 @@ pub struct Cleanups {
 impl Shared {
     /// Whether this replica runs `member` (always, unless sharded).
     fn owns(&self, member: &str) -> bool {
-        self.shards.as_ref().is_none_or(|s| s.owns(member))
+        self.ownership.owns(member)
     }
 
-    /// Whether this replica writes for `member` now: it leads (or nobody does) and owns it.
+    /// Whether this replica writes for `member` now: its fence holds.
     fn writes_for(&self, member: &str) -> bool {
-        *self.leader.borrow() && self.owns(member)
+        self.ownership.may_write(member)
     }
 
     /// The cleanup records, written through `member`'s fence.
@@ -148,10 +146,7 @@ impl Shared {
 
     /// The fence of `member`'s writes.
     pub(crate) fn fence_of(&self, member: &str) -> crate::client::Fence {
-        match &self.shards {
-            Some(shards) => shards.fence(member),
-            None => self.fence.clone(),
-        }
+        self.ownership.fence_of(member)
     }
 
     fn observer_for(self: &Arc<Self>) -> Arc<dyn ReconcileObserver> {
@@ -243,7 +238,7 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
     // engagements, rotations, shutdown).
     let background = TaskTracker::new();
     let mut ticker = tokio::time::interval(shared.config.rescan_interval);
-    let mut ownership = shared.shards.as_ref().map(|s| s.subscribe());
+    let mut ownership = shared.ownership.shards().map(|s| s.subscribe());
     loop {
         sync_members(&shared, &mut engaged, &background).await;
         tokio::select! {
@@ -320,7 +315,7 @@ async fn sync_members(
     if shared.config.cleanup_on_remove {
         resume_cleanups(shared, &desired, background).await;
     }
-    if let Some(shards) = &shared.shards {
+    if let Some(shards) = shared.ownership.shards() {
         let cleanups = shared.cleanups.lock();
         let cleaning = cleanups.pending.keys().chain(&cleanups.running).cloned();
         shards.set_wanted(desired.keys().cloned().chain(cleaning));

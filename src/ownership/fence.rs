@@ -48,6 +48,23 @@ impl Fence {
     pub fn new(hold: watch::Receiver<Hold>) -> Self {
         Self(hold)
     }
+
+    /// Whether a write may leave now: the same question [`Gate::admit`] asks.
+    pub fn holds_now(&self) -> bool {
+        self.0.borrow().valid_at(Instant::now())
+    }
+
+    /// Resolves once the fence holds; `None` if it does not and never will (its lease loop
+    /// is gone).
+    pub async fn opened(&self) -> Option<()> {
+        let mut rx = self.0.clone();
+        loop {
+            if rx.borrow_and_update().valid_at(Instant::now()) {
+                return Some(());
+            }
+            rx.changed().await.ok()?;
+        }
+    }
 }
 
 /// One write's pass through a [`Fence`], asked again at every step where the write waited
@@ -162,7 +179,10 @@ impl Fence {
                 Hold::Until(until) => {
                     tokio::select! {
                         _ = tokio::time::sleep_until(until) => return,
-                        changed = rx.changed() => if changed.is_err() { return },
+                        changed = rx.changed() => {
+                            // A renewal that came after the hold ran out: closed meanwhile.
+                            if changed.is_err() || Instant::now() >= until { return }
+                        }
                     }
                 }
                 Hold::Always => {

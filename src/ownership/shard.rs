@@ -28,8 +28,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::lease::{self, LeaseConfig, Observed, Record, Step, Written};
 use super::fence::{Fence, Hold};
+use super::lease::{self, LeaseConfig, Observed, Record, Step, Written};
 
 /// Label of the replicas' announcement leases; its value is the lease name prefix.
 pub const REPLICA_LABEL: &str = "fleetnet.azure.com/replica-of";

@@ -23,7 +23,6 @@ pub(super) async fn perform(
 ) -> Result<(), Error> {
     let err = |step| Error::kube(&ctx.member, ns, name, step);
     for doomed in &plan.delete {
-        ctx.ensure_leader(ns, name)?;
         let view_rv = view_rv(ctx, &doomed.name);
         match ctx
             .hub
@@ -42,7 +41,6 @@ pub(super) async fn perform(
     }
     let mut written_slice = None;
     if let (Some(change), Some(slice)) = (&plan.name, slice) {
-        ctx.ensure_leader(ns, name)?;
         let annotations = match change {
             NameChange::Assign(unique) => json!({ UNIQUE_NAME_ANNOTATION: unique }),
             NameChange::Withdraw => json!({
@@ -67,7 +65,6 @@ pub(super) async fn perform(
     let Some(write) = &plan.hub else {
         return Ok(());
     };
-    ctx.ensure_leader(ns, name)?;
     // What the view shows before this write: after it, the view may show the write itself,
     // and a write remembered over its own version would never be forgotten.
     let unique = write.name().to_string();

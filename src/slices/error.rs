@@ -13,15 +13,6 @@ pub enum Error {
         #[source]
         source: Box<kube::Error>,
     },
-    /// Writes are not allowed (this replica does not hold the leader lease).
-    #[error(
-        "member {member}: not writing for EndpointSlice {namespace}/{name}: this replica is not the leader"
-    )]
-    NotLeader {
-        member: String,
-        namespace: String,
-        name: String,
-    },
 }
 
 /// The step of a reconcile that failed; also the stable `error` metric label.
@@ -85,11 +76,12 @@ impl Error {
         }
     }
 
-    /// Stable label for metrics: the failed step or `not_leader`.
+    /// Stable label for metrics: the failed step or `not_leader` (a write the fence refused:
+    /// the lease was lost meanwhile).
     pub fn category(&self) -> &'static str {
         match self {
+            _ if crate::ownership::refused(self) => "not_leader",
             Self::Kube { step, .. } => step.as_str(),
-            Self::NotLeader { .. } => "not_leader",
         }
     }
 
@@ -107,7 +99,6 @@ impl Error {
                 }
                 _ => None,
             },
-            Self::NotLeader { .. } => None,
         }
     }
 }

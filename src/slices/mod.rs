@@ -19,7 +19,6 @@ use std::sync::Arc;
 use futures::Future;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
-use tokio::sync::watch;
 
 pub use decide::Outcome;
 pub use error::{Error, Step};
@@ -47,8 +46,8 @@ pub struct MemberSliceExporter {
     pub exports: Subscription,
     /// Reconciles running at once; 0: unbounded.
     pub concurrency: u16,
-    /// `true` while this replica may write.
-    pub leader: watch::Receiver<bool>,
+    /// Whether this replica may write for the member.
+    pub claim: crate::ownership::Claim,
     pub observer: Arc<dyn ReconcileObserver>,
     /// The most bytes one EndpointSliceExport may have (`--max-export-bytes`).
     pub max_export_bytes: u32,
@@ -66,7 +65,7 @@ pub(crate) struct Context {
     exports: Store<ServiceExportView>,
     hub_view: Store<ExportView>,
     hub_namespace: String,
-    leader: watch::Receiver<bool>,
+    claim: crate::ownership::Claim,
     observer: Arc<dyn ReconcileObserver>,
     views: Synced,
     /// Consecutive failures per slice; cleared on success, forgotten an hour after the last.
@@ -74,20 +73,6 @@ pub(crate) struct Context {
     own_slices: OwnWrites<ObjectRef<SliceView>, SliceView>,
     own_exports: OwnWrites<String, Option<ExportView>>,
     max_export_bytes: u32,
-}
-
-impl Context {
-    fn ensure_leader(&self, ns: &str, name: &str) -> Result<(), Error> {
-        if *self.leader.borrow() {
-            Ok(())
-        } else {
-            Err(Error::NotLeader {
-                member: self.member.clone(),
-                namespace: ns.into(),
-                name: name.into(),
-            })
-        }
-    }
 }
 
 impl MemberSliceExporter {
@@ -119,7 +104,7 @@ impl MemberSliceExporter {
         let synced = health
             .synced(None, &views::WATCHED)
             .and(self.exports.synced.clone());
-        let leadership = crate::export::leadership_gained(self.leader.clone());
+        let leadership = crate::export::leadership_gained(&self.claim);
         let store = views.slices.clone();
         let ctx = Arc::new(Context {
             member: self.member,
@@ -130,7 +115,7 @@ impl MemberSliceExporter {
             exports: self.exports.store.clone(),
             hub_view: views.hub,
             hub_namespace: self.hub_namespace,
-            leader: self.leader,
+            claim: self.claim,
             observer: self.observer,
             views: synced.clone(),
             failures: Streaks::default(),

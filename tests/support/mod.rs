@@ -14,7 +14,6 @@ use fleetnet_hub::export::{MemberExporter, NoObserver, PublicIpLookup, Settings,
 use fleetnet_testenv::Fleet;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use kube::api::{Api, ObjectMeta, PostParams};
-use tokio::sync::watch;
 
 /// How long a test waits for convergence before failing.
 pub const CONVERGE: Duration = Duration::from_secs(30);
@@ -97,7 +96,6 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
         Some(limits) => limited_client(member, &member_kubeconfig, limits, Arc::default()).await,
         None => member_client.clone(),
     };
-    let (_leader_tx, leader) = watch::channel(true);
     let mut feed = ServiceExportFeed::watch(
         &member_client,
         opts.version.unwrap_or_default(),
@@ -119,7 +117,7 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
             allowed_resource_groups: opts.allowed_resource_groups.clone(),
         },
         public_ips: opts.public_ips.clone(),
-        leader,
+        claim: fleetnet_hub::ownership::Claim::of(fleetnet_hub::ownership::Fence::open()),
         observer: Arc::new(NoObserver),
         instance: "test".into(),
     };
@@ -129,8 +127,6 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
     });
     let feed = feed.run(std::future::pending());
     let task = tokio::spawn(async move {
-        // Keeps the leadership sender alive as long as the controller runs.
-        let _leader_tx = _leader_tx;
         // The feed runs as long as the exporter.
         tokio::select! {
             () = run => {}
