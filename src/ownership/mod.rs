@@ -8,6 +8,7 @@ mod claim;
 pub mod fence;
 pub mod leader;
 pub mod lease;
+pub mod placement;
 pub mod shard;
 
 use std::sync::Arc;
