@@ -36,18 +36,15 @@ pub(super) async fn sweep(
     check_all(&ctx, &exports).await;
     let mut every = tokio::time::interval(SWEEP_EVERY);
     every.tick().await;
-    let mut gained = Box::pin(ctx.claim.gained());
+    let mut gained = Box::pin(futures::StreamExt::fuse(ctx.claim.gained()));
     loop {
         tokio::select! {
             name = seen.recv() => match name {
                 Some(name) => check(&ctx, &exports, &name).await,
                 None => std::future::pending().await,
             },
-            gained = futures::StreamExt::next(&mut gained) => match gained {
-                Some(()) => check_all(&ctx, &exports).await,
-                // No election, or it is over: the claim never changes again.
-                None => std::future::pending().await,
-            },
+            // Ends when the claim can no longer change (no election, or it is over).
+            Some(()) = futures::StreamExt::next(&mut gained) => check_all(&ctx, &exports).await,
             _ = every.tick() => check_all(&ctx, &exports).await,
         }
     }

@@ -265,7 +265,7 @@ async fn read_named(ctx: &Context, ns: &str, name: &str, live: &mut Live) -> Res
 pub(super) async fn sweep(ctx: Arc<Context>, mut absent: mpsc::Receiver<Absent>) {
     ctx.views.wait().await;
     sweep_all(&ctx).await;
-    let mut gained = Box::pin(ctx.claim.gained());
+    let mut gained = Box::pin(futures::StreamExt::fuse(ctx.claim.gained()));
     let mut every = tokio::time::interval(SWEEP_EVERY);
     every.tick().await;
     loop {
@@ -274,11 +274,8 @@ pub(super) async fn sweep(ctx: Arc<Context>, mut absent: mpsc::Receiver<Absent>)
                 Some((ns, name)) => look_at(&ctx, &ns, &name).await,
                 None => std::future::pending().await,
             },
-            gained = futures::StreamExt::next(&mut gained) => match gained {
-                Some(()) => sweep_all(&ctx).await,
-                // No election, or it is over: the claim never changes again.
-                None => std::future::pending().await,
-            },
+            // Ends when the claim can no longer change (no election, or it is over).
+            Some(()) = futures::StreamExt::next(&mut gained) => sweep_all(&ctx).await,
             _ = every.tick() => sweep_all(&ctx).await,
         }
     }
