@@ -39,7 +39,7 @@ impl Hold {
 pub struct Fence(watch::Receiver<Hold>);
 
 impl Fence {
-    /// A fence that never closes (no leader election).
+    /// A fence that never closes (no election; a sharded replica's process-wide fence).
     pub fn open() -> Self {
         Self(watch::channel(Hold::Always).1)
     }
