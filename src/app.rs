@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{self, ClientStats, Limits};
 use crate::config::{Config, LeaderElection};
-use crate::fleet::{self, FleetState, MemberAzure, lease::LeaseConfig};
+use crate::fleet::{self, FleetState, MemberAzure};
 use crate::http;
 use crate::metrics::Metrics;
+use crate::ownership::{self, Election, Ownership, lease::LeaseConfig};
 
 /// Optional parts supplied by the caller.
 #[derive(Clone, Default)]
@@ -47,7 +47,9 @@ pub struct Running {
     pub metrics_address: SocketAddr,
     pub state: Arc<FleetState>,
     pub metrics: Arc<Metrics>,
-    pub leader: watch::Receiver<bool>,
+    /// Whether this replica writes (holds the leader Lease, or there is no election, or
+    /// members are sharded).
+    pub claim: ownership::Claim,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
@@ -102,16 +104,7 @@ async fn hub_client(
 /// Starts everything and returns at once; [`Running::shutdown`] stops it.
 pub async fn start(config: Config, ext: Extensions) -> Result<Running, Error> {
     config.check_kubeconfig_dir()?;
-    let sharded = config
-        .leader_election
-        .as_ref()
-        .is_some_and(|le| le.shard_members);
-    // Sharded, each member has its own fence; the process-wide one stays open.
-    let (hold_tx, hold_rx) = watch::channel(match config.leader_election.is_some() && !sharded {
-        true => client::Hold::Never,
-        false => client::Hold::Always,
-    });
-    let fence = client::Fence::new(hold_rx);
+    let (ownership, election) = Ownership::new(ownership_mode(&config));
     let hub_stats = Arc::new(ClientStats::default());
     let hub = hub_client(
         "hub",
@@ -119,7 +112,7 @@ pub async fn start(config: Config, ext: Extensions) -> Result<Running, Error> {
         client::HUB_LANES,
         &config.hub_limits,
         hub_stats.clone(),
-        fence.clone(),
+        ownership.fence(),
     )
     .await?;
     let shutdown = CancellationToken::new();
@@ -127,25 +120,18 @@ pub async fn start(config: Config, ext: Extensions) -> Result<Running, Error> {
     let metrics = metrics(state.clone(), hub_stats, ext.azure_counters);
     let (health_address, metrics_address) =
         serve_http(&config, &ext.http, &state, &metrics, &shutdown).await?;
-    let (leader_tx, leader_rx) = watch::channel(config.leader_election.is_none() || sharded);
-    metrics.set_leader(leader_rx.clone());
+    metrics.set_leader(ownership.claim());
     // Coordination outlives the fleet's shutdown by a little: leases are released after the
     // members have stopped writing.
     let coordination_stop = CancellationToken::new();
-    let shards = config
-        .leader_election
-        .as_ref()
-        .filter(|le| le.shard_members)
-        .map(|le| Arc::new(fleet::shard::Shards::new(lease_config(le), le.shards)));
     let coordination = Coordination {
         config: config.clone(),
         state: state.clone(),
-        leader_tx,
-        hold_tx,
-        shards: shards.clone(),
+        election,
         stop: coordination_stop.clone(),
     };
     let coordinating = coordination.spawn().await?;
+
     let shared = Arc::new(fleet::Shared {
         config: config.runtime,
         hub_views: crate::client::HubViews::new(&hub),
@@ -154,9 +140,7 @@ pub async fn start(config: Config, ext: Extensions) -> Result<Running, Error> {
         observer: metrics.clone(),
         hooks: metrics.clone(),
         azure: ext.azure,
-        leader: leader_rx.clone(),
-        fence,
-        shards,
+        ownership: ownership.clone(),
         cleanups: Default::default(),
         engaging: Arc::new(tokio::sync::Semaphore::new(fleet::ENGAGING_AT_ONCE)),
     });
@@ -171,7 +155,7 @@ pub async fn start(config: Config, ext: Extensions) -> Result<Running, Error> {
         metrics_address,
         state,
         metrics,
-        leader: leader_rx,
+        claim: ownership.claim(),
         shutdown,
         task,
     })
@@ -244,6 +228,18 @@ async fn control_client(config: &Config, sharded: bool) -> Result<kube::Client, 
     hub_client("control", path, 1, &limits, Arc::default(), fence).await
 }
 
+/// How this replica takes part in writing, from its election settings.
+fn ownership_mode(config: &Config) -> ownership::Mode {
+    match &config.leader_election {
+        None => ownership::Mode::Alone,
+        Some(le) if le.shard_members => ownership::Mode::Sharded {
+            lease: lease_config(le),
+            shards: le.shards,
+        },
+        Some(le) => ownership::Mode::Leader(lease_config(le)),
+    }
+}
+
 fn lease_config(le: &LeaderElection) -> LeaseConfig {
     LeaseConfig {
         namespace: le.namespace.clone(),
@@ -260,9 +256,7 @@ fn lease_config(le: &LeaderElection) -> LeaseConfig {
 struct Coordination {
     config: Config,
     state: Arc<FleetState>,
-    leader_tx: watch::Sender<bool>,
-    hold_tx: watch::Sender<client::Hold>,
-    shards: Option<Arc<fleet::shard::Shards>>,
+    election: Election,
     stop: CancellationToken,
 }
 
@@ -296,9 +290,7 @@ impl Coordination {
     }
 
     async fn run(self, built: tokio::sync::oneshot::Sender<Result<(), Error>>) {
-        let le = self.config.leader_election.clone();
-        let sharded = self.shards.is_some();
-        let control = match control_client(&self.config, sharded).await {
+        let control = match control_client(&self.config, self.election.sharded()).await {
             Ok(control) => control,
             Err(e) => {
                 let _ = built.send(Err(e));
@@ -311,16 +303,9 @@ impl Coordination {
             self.state,
             self.stop.clone(),
         ));
-        if let Some(le) = le {
+        if let Some(le) = &self.config.leader_election {
             let api: Api<Lease> = Api::namespaced(control, &le.namespace);
-            match self.shards {
-                Some(shards) => fleet::shard::run(api, shards, self.stop.clone()).await,
-                None => {
-                    let cfg = lease_config(&le);
-                    fleet::leader::run(api, cfg, self.leader_tx, self.hold_tx, self.stop.clone())
-                        .await
-                }
-            }
+            self.election.run(api, self.stop.clone()).await;
         }
         self.stop.cancelled().await;
         let _ = probe.await;

@@ -75,7 +75,7 @@ pub struct RunArgs {
     shard_members: bool,
     /// Shard Leases with --shard-members: the coordination cost (one renewal per shard per
     /// 2 s) and the unit members move in. All replicas must use the same number.
-    #[arg(long, env = "FLEETNET_SHARDS", default_value_t = fleetnet_hub::fleet::shard::DEFAULT_SHARDS,
+    #[arg(long, env = "FLEETNET_SHARDS", default_value_t = fleetnet_hub::ownership::shard::DEFAULT_SHARDS,
           value_parser = clap::value_parser!(u16).range(1..=1024))]
     shards: u16,
     /// Namespace of the leader Lease, the shard Leases and the pending-cleanup records

@@ -183,7 +183,10 @@ fn busiest(replicas: &[Replica], holders: &BTreeMap<String, String>) -> usize {
 /// Member → holder of its shard's Lease (released Leases left out), for the bench's members
 /// (`member_names(members)`) under the binary's default shard count.
 async fn holders(hub: &kube::Client, members: usize) -> anyhow::Result<BTreeMap<String, String>> {
-    use fleetnet_hub::fleet::shard::{DEFAULT_SHARDS, shard_lease, shard_of};
+    use fleetnet_hub::ownership::{
+        placement::shard_of,
+        shard::{DEFAULT_SHARDS, shard_lease},
+    };
     let shards: BTreeMap<String, String> = Api::<Lease>::namespaced(hub.clone(), LEASE_NS)
         .list(&ListParams::default())
         .await?

@@ -969,7 +969,7 @@ async fn await_takeover(
 
 /// Shard Lease name → its holder (empty when released), of the replicas' Leases.
 async fn shard_holders(hub: &kube::Client) -> anyhow::Result<BTreeMap<String, String>> {
-    use fleetnet_hub::fleet::shard::LEASE_LABEL;
+    use fleetnet_hub::ownership::shard::LEASE_LABEL;
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(hub.clone(), "default");
     let selector = format!("{LEASE_LABEL}=fleetnet-hub");

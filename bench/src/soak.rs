@@ -27,9 +27,9 @@ use crate::replicas::{Replica, Sharding, Spec};
 /// Where the replicas' Leases live.
 const LEASE_NAMESPACE: &str = "default";
 const LEASE_PREFIX: &str = "fleetnet-hub";
-const REPLICA_LABEL: &str = fleetnet_hub::fleet::shard::REPLICA_LABEL;
+const REPLICA_LABEL: &str = fleetnet_hub::ownership::shard::REPLICA_LABEL;
 /// The replicas' `--shards` (the default): shard Leases never exceed it.
-const SHARDS: usize = fleetnet_hub::fleet::shard::DEFAULT_SHARDS as usize;
+const SHARDS: usize = fleetnet_hub::ownership::shard::DEFAULT_SHARDS as usize;
 /// After the restore, how long nothing may change before the end sample.
 const QUIET: Duration = Duration::from_secs(60);
 /// Bound on each convergence wait.

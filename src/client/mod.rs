@@ -2,7 +2,7 @@
 //! when the server offers it, several clients sharing a connection), under the process's
 //! client policy ([`crate::policy`]: retry, counting and a client span per attempt, a token
 //! bucket per client, a concurrency limit and a timeout for every request except long-running
-//! watches), the write [`fence`], and every request named as fleetnet-hub (User-Agent,
+//! watches), the write fence ([`crate::ownership::Fence`]), and every request named as fleetnet-hub (User-Agent,
 //! `fieldManager`).
 //!
 //! kube's own stack (its builder) is not used: it speaks HTTP/1.1 only, a connection per watch,
@@ -13,7 +13,6 @@ pub mod bounded;
 mod classify;
 mod connections;
 pub mod exec;
-pub mod fence;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,13 +33,14 @@ use tower::util::BoxCloneService;
 /// its API server (cloneable: each request and each retry waits for its token on a clone).
 type Transport = BoxCloneService<Request<Body>, http::Response<Box<DynBody>>, BoxError>;
 
+use crate::ownership::fence;
+pub use crate::ownership::{Fence, Hold};
 pub use crate::policy::{ClientStats, RequestCount, RequestKind, RetryLimits};
 pub use classify::classify;
 pub use connections::HUB_LANES;
 use connections::{Bounds, Lane, Proxy, connections};
 #[cfg(test)]
 use connections::{MEMBERS_PER_LANE, lane_for};
-pub use fence::{Fence, Hold};
 
 /// Limits of one client's outbound requests.
 #[derive(Debug, Clone)]

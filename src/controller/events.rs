@@ -191,7 +191,7 @@ async fn create_each(client: kube::Client, mut queued: mpsc::Receiver<Queued>, m
         // Boxed: the task waits most of its life, and would otherwise hold room for a request.
         let created = Box::pin(api.create(&PostParams::default(), &event)).await;
         if let Err(e) = &created
-            && crate::client::fence::refused(e)
+            && crate::ownership::refused(e)
         {
             let dropped = 1 + std::iter::from_fn(|| queued.try_recv().ok()).count();
             tracing::info!(member = %member, dropped, "this replica does not hold the member's lease: queued events dropped");

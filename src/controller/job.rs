@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::observer::ReconcileObserver;
@@ -42,8 +41,8 @@ pub struct MemberInputs<S> {
     pub events_client: kube::Client,
     /// The member's view of the hub client; only ever used inside `hub_namespace`.
     pub hub_client: kube::Client,
-    /// `true` while this replica may write for the member.
-    pub leader: watch::Receiver<bool>,
+    /// Whether this replica may write for the member (the hold its clients' fence reads).
+    pub claim: crate::ownership::Claim,
     pub observer: Arc<dyn ReconcileObserver>,
     /// Reporting instance for Events (pod name).
     pub instance: String,

@@ -72,7 +72,7 @@ fn report<E: std::error::Error + 'static>(
     span.record("outcome", reconciled.label().as_str());
     match error {
         None => {}
-        Some(e) if crate::client::fence::refused(e) => {
+        Some(e) if crate::ownership::refused(e) => {
             span.in_scope(|| tracing::debug!(error = %e, "reconcile fenced"));
         }
         Some(e) => {
@@ -87,7 +87,7 @@ fn report<E: std::error::Error + 'static>(
 /// the backoff of its `failures` in a row (1 s doubling to 5 min, jittered; reset by a
 /// success), never sooner than a server asked; a write refused by the fence soon, uncounted.
 pub(crate) fn failed<E: Failure, K: Hash + Eq>(error: &E, failures: &Streaks<K>, key: K) -> Action {
-    if crate::client::fence::refused(error) {
+    if crate::ownership::refused(error) {
         // Not a failure of the object: this replica's hold lapsed for a moment (a renew came
         // late) or the member is moving away, which stops this engagement. Counting it would
         // leave a member that stays here backing off for minutes once its hold is back.

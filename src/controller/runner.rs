@@ -16,7 +16,6 @@ use std::time::Duration;
 use futures::stream::FuturesUnordered;
 use futures::{Future, Stream, StreamExt};
 use kube::runtime::reflector::{Lookup, ObjectRef, Store};
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::pace::Pace;
@@ -133,18 +132,12 @@ where
     }
 }
 
-/// Yields `()` each time `leader` turns true.
+/// Yields `()` each time `claim` is gained.
 pub(crate) fn leadership_gained(
-    leader: watch::Receiver<bool>,
-) -> impl futures::Stream<Item = ()> + Send + 'static {
-    futures::stream::unfold(leader, |mut rx| async move {
-        loop {
-            rx.changed().await.ok()?;
-            if *rx.borrow_and_update() {
-                tracing::info!("leadership acquired: reconciling every object");
-                return Some(((), rx));
-            }
-        }
+    claim: &crate::ownership::Claim,
+) -> impl futures::Stream<Item = ()> + Send + 'static + use<> {
+    futures::StreamExt::inspect(claim.gained(), |()| {
+        tracing::info!("leadership acquired: reconciling every object");
     })
 }
 

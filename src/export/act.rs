@@ -99,7 +99,6 @@ impl<'a> Writes<'a> {
     }
 
     async fn metadata(&mut self, change: &MetadataChange) -> Result<(), Error> {
-        self.ctx.ensure_leader(self.ns, self.name)?;
         let body = metadata_patch(self.se, change, self.resource_version.as_deref());
         self.patch(false, &body, Step::PatchMetadata).await
     }
@@ -110,7 +109,6 @@ impl<'a> Writes<'a> {
             None => own_ise_uid(self.ctx, self.ns, self.name).await?,
         };
         let Some(uid) = uid else { return Ok(()) };
-        self.ctx.ensure_leader(self.ns, self.name)?;
         let params = only_uid(Some(uid));
         // Accepted (gone, or terminating behind the hub's finalizer) or already gone: the
         // export is withdrawn and the finalizer may go. A failed precondition (409) means
@@ -131,7 +129,6 @@ impl<'a> Writes<'a> {
 
     /// `false`: the export is gone (it was only waiting for our finalizer).
     async fn remove_finalizer(&mut self) -> Result<bool, Error> {
-        self.ctx.ensure_leader(self.ns, self.name)?;
         let body = self
             .se
             .finalizer_removal_patch(self.resource_version.as_deref());
@@ -150,7 +147,6 @@ impl<'a> Writes<'a> {
     }
 
     async fn status(&mut self, plan: &Plan, now: Timestamp) -> Result<(), Error> {
-        self.ctx.ensure_leader(self.ns, self.name)?;
         let mut conditions = self.se.conditions().to_vec();
         for c in &plan.conditions {
             set_condition(&mut conditions, c, Time(now));
@@ -180,7 +176,6 @@ impl<'a> Writes<'a> {
     }
 
     async fn create_ise(&mut self, ise: &InternalServiceExport) -> Result<(), Error> {
-        self.ctx.ensure_leader(self.ns, self.name)?;
         let mut ise = ise.clone();
         ise.metadata.name = Some(ise_name(self.ns, self.name));
         ise.metadata.namespace = Some(self.ctx.hub_namespace.clone());
@@ -196,7 +191,6 @@ impl<'a> Writes<'a> {
     }
 
     async fn update_ise(&mut self, spec: &InternalServiceExportSpec) -> Result<(), Error> {
-        self.ctx.ensure_leader(self.ns, self.name)?;
         let body = json!({"spec": spec_with_clears(spec)});
         let patched = self
             .ctx

@@ -36,25 +36,15 @@ pub(super) async fn sweep(
     check_all(&ctx, &exports).await;
     let mut every = tokio::time::interval(SWEEP_EVERY);
     every.tick().await;
-    // Without a sender (no leader election) leadership never changes: stop listening for it.
-    let mut leader = Some(ctx.leader.clone());
+    let mut gained = Box::pin(futures::StreamExt::fuse(ctx.claim.gained()));
     loop {
-        let gained = async {
-            match leader.as_mut() {
-                Some(rx) => rx.changed().await.map(|()| *rx.borrow_and_update()),
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             name = seen.recv() => match name {
                 Some(name) => check(&ctx, &exports, &name).await,
                 None => std::future::pending().await,
             },
-            gained = gained => match gained {
-                Ok(true) => check_all(&ctx, &exports).await,
-                Ok(false) => {}
-                Err(_) => leader = None,
-            },
+            // Ends when the claim can no longer change (no election, or it is over).
+            Some(()) = futures::StreamExt::next(&mut gained) => check_all(&ctx, &exports).await,
             _ = every.tick() => check_all(&ctx, &exports).await,
         }
     }
@@ -73,7 +63,7 @@ async fn check(ctx: &Context, exports: &Store<ServiceExportView>, name: &str) {
 }
 
 async fn check_one(ctx: &Context, exports: &Store<ServiceExportView>, name: &str) {
-    if !*ctx.leader.borrow() {
+    if !ctx.claim.may_write() {
         return;
     }
     let Some(ise) = ctx
@@ -103,7 +93,7 @@ async fn check_one(ctx: &Context, exports: &Store<ServiceExportView>, name: &str
             return;
         }
     }
-    if !*ctx.leader.borrow() {
+    if !ctx.claim.may_write() {
         return;
     }
     match ctx

@@ -50,22 +50,16 @@ pub enum Error {
         /// How long the service that refused asked us to wait (ARM's `Retry-After`).
         retry_after: Option<std::time::Duration>,
     },
-    /// Writes are not allowed (this replica lost or does not hold the leader lease).
-    #[error("member {member}: not writing {namespace}/{name}: this replica is not the leader")]
-    NotLeader {
-        member: String,
-        namespace: String,
-        name: String,
-    },
 }
 
 impl Error {
-    /// Stable label for metrics: the failed step, `pending` or `not_leader`.
+    /// Stable label for metrics: the failed step, `pending` or `not_leader` (a write the
+    /// fence refused: the lease was lost meanwhile).
     pub fn category(&self) -> &'static str {
         match self {
+            _ if crate::ownership::refused(self) => "not_leader",
             Self::Kube(failed) => failed.step.as_str(),
             Self::Pending { .. } => "pending",
-            Self::NotLeader { .. } => "not_leader",
         }
     }
 
@@ -75,7 +69,6 @@ impl Error {
         match self {
             Self::Pending { retry_after, .. } => *retry_after,
             Self::Kube(failed) => failed.retry_after(),
-            _ => None,
         }
     }
 

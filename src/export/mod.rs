@@ -22,7 +22,6 @@ use std::sync::Arc;
 use futures::{Future, FutureExt};
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use decide::{Outcome, Quotas, Settings};
@@ -78,7 +77,7 @@ impl<S: Needs> Job<S> for ServiceExportJob {
                 .subscribe(inputs.concurrency),
             settings,
             public_ips,
-            leader: inputs.leader.clone(),
+            claim: inputs.claim.clone(),
             observer: inputs.observer.clone(),
             instance: inputs.instance.clone(),
         };
@@ -106,8 +105,8 @@ pub struct MemberExporter {
     pub settings: Settings,
     /// Traffic Manager lookups; `None` when the feature is off.
     pub public_ips: Option<Arc<dyn PublicIpLookup>>,
-    /// `true` while this replica may write (holds the leader lease, or leader election is off).
-    pub leader: watch::Receiver<bool>,
+    /// Whether this replica may write for the member (the hold its clients' fence reads).
+    pub claim: crate::ownership::Claim,
     pub observer: Arc<dyn ReconcileObserver>,
     /// Reporting instance for Events (pod name).
     pub instance: String,
@@ -126,7 +125,9 @@ pub struct Context {
     pub(crate) ises: Store<projections::IseView>,
     events: Events,
     pub public_ips: Option<Arc<dyn PublicIpLookup>>,
-    pub leader: watch::Receiver<bool>,
+
+    /// Whether this replica may write for the member (the hold its clients' fence reads).
+    pub claim: crate::ownership::Claim,
     pub observer: Arc<dyn ReconcileObserver>,
     /// No reconcile decides before every view has listed once.
     views: Synced,
@@ -150,18 +151,6 @@ impl Context {
             name,
             Step::GetInternalServiceExport,
         ))?)
-    }
-
-    fn ensure_leader(&self, ns: &str, name: &str) -> Result<(), Error> {
-        if *self.leader.borrow() {
-            Ok(())
-        } else {
-            Err(Error::NotLeader {
-                member: self.member.clone(),
-                namespace: ns.into(),
-                name: name.into(),
-            })
-        }
     }
 }
 
@@ -194,7 +183,7 @@ impl MemberExporter {
                 &[watches::SERVICES, watches::INTERNAL_SERVICE_EXPORTS],
             )
             .and(self.exports.synced.clone());
-        let leadership = leadership_gained(self.leader.clone());
+        let leadership = leadership_gained(&self.claim);
         let member = self.member.clone();
         let pace = self.exports.pace.clone();
         let (ctx, creator) = self.context(hub_api, views.services, views.ises, synced.clone());
@@ -260,7 +249,7 @@ impl MemberExporter {
             ises,
             events,
             public_ips: self.public_ips,
-            leader: self.leader,
+            claim: self.claim,
             observer: self.observer,
             views,
             failures: Streaks::default(),

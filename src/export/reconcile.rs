@@ -49,7 +49,7 @@ pub(super) async fn reconcile(se: Arc<ServiceExport>, ctx: Arc<Context>) -> Resu
 /// is carried out; a 409 (stale view, concurrent writer) re-observes from the API.
 async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, Action), Error> {
     ctx.views.wait().await;
-    if !*ctx.leader.borrow() {
+    if !ctx.claim.may_write() {
         // Standby: caches stay warm; becoming leader reconciles everything.
         return Ok((Outcome::Skipped, Action::await_change()));
     }
@@ -385,9 +385,6 @@ async fn observe_public_ip(
 /// Exponential (1 s doubling to 5 min), jittered, per object, never sooner than a server
 /// asked; reset by a success ([`crate::controller::failed`]).
 pub(super) fn error_policy(se: &ServiceExport, error: &Error, ctx: Arc<Context>) -> Action {
-    if matches!(error, Error::NotLeader { .. }) {
-        return Action::await_change();
-    }
     let key = ObjectRef::from_obj_with(se, ctx.se_version);
     crate::controller::failed(error, &ctx.failures, key)
 }

@@ -54,7 +54,7 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
     // engagements, rotations, shutdown).
     let background = TaskTracker::new();
     let mut ticker = tokio::time::interval(shared.config.rescan_interval);
-    let mut ownership = shared.shards.as_ref().map(|s| s.subscribe());
+    let mut ownership = shared.ownership.shards().map(|s| s.subscribe());
     loop {
         sync_members(&shared, &mut engaged, &background).await;
         tokio::select! {
@@ -131,7 +131,7 @@ async fn sync_members(
     if shared.config.cleanup_on_remove {
         removal::resume_cleanups(shared, &desired, background).await;
     }
-    if let Some(shards) = &shared.shards {
+    if let Some(shards) = shared.ownership.shards() {
         let cleaning = shared.cleanups.lock().members();
         shards.set_wanted(desired.keys().cloned().chain(cleaning));
         shared.state.set_owners(shards.owners());

@@ -299,7 +299,7 @@ fn inputs(
         member_client: client.clone(),
         events_client: client,
         hub_client,
-        leader: shared.leader.clone(),
+        claim: shared.ownership.claim_of(name),
         observer: shared.observer_for(),
         instance: cfg.instance.clone(),
         concurrency: cfg.member_limits.reconcile_concurrency,

@@ -1,9 +1,8 @@
 //! The multi-member runtime: the kubeconfig directory and its vetting (`registry`, `vet`), a
 //! member admitted once as a [`Member`] value (`admission`), the loop that engages and stops
 //! members to match the directory (`engagement`), one engagement per member with its
-//! API-server probe (`member`), leader election and member shards on fenced leases (`lease`,
-//! the state machine both use; `leader`, `shard`), the removal of a member that left with its
-//! durable record (`removal`, `--cleanup-on-remove`), typed errors (`error`), and the state the
+//! API-server probe (`member`) for the members this replica owns ([`crate::ownership`]), the
+//! removal of a member that left with its durable record (`removal`, `--cleanup-on-remove`), typed errors (`error`), and the state the
 //! health endpoints show (`state`).
 //!
 //! `fleet` starts and stops members; it knows nothing of ServiceExport conditions.
@@ -11,12 +10,9 @@
 mod admission;
 mod engagement;
 mod error;
-pub mod leader;
-pub mod lease;
 mod member;
 pub mod registry;
 mod removal;
-pub mod shard;
 pub mod state;
 pub mod vet;
 
@@ -25,7 +21,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::Api;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::jobs::Controllers;
@@ -110,11 +105,9 @@ pub struct Shared {
     pub observer: Arc<dyn ReconcileObserver>,
     pub hooks: Arc<dyn MemberHooks>,
     pub azure: Option<Arc<dyn MemberAzure>>,
-    pub leader: watch::Receiver<bool>,
-    /// Closes every member client's writes when this replica does not hold its lease.
-    pub fence: crate::client::Fence,
-    /// Sharded mode: the members this replica owns, each with its own fence.
-    pub shards: Option<Arc<shard::Shards>>,
+    /// Who writes: the fence of every member client's writes, and (sharded) the members this
+    /// replica owns, each with its own fence.
+    pub ownership: crate::ownership::Ownership,
     /// Removed members whose cleanup is recorded or running: they keep their shards (and
     /// their cleanup is fenced by them) until it is done.
     pub cleanups: parking_lot::Mutex<Cleanups>,
@@ -136,12 +129,12 @@ const ENGAGING_SLOT: Duration = Duration::from_secs(5);
 impl Shared {
     /// Whether this replica runs `member` (always, unless sharded).
     fn owns(&self, member: &str) -> bool {
-        self.shards.as_ref().is_none_or(|s| s.owns(member))
+        self.ownership.owns(member)
     }
 
-    /// Whether this replica writes for `member` now: it leads (or nobody does) and owns it.
+    /// Whether this replica writes for `member` now: its fence holds.
     fn writes_for(&self, member: &str) -> bool {
-        *self.leader.borrow() && self.owns(member)
+        self.ownership.may_write(member)
     }
 
     /// The cleanup records, written through `member`'s fence.
@@ -152,10 +145,7 @@ impl Shared {
 
     /// The fence of `member`'s writes.
     pub(crate) fn fence_of(&self, member: &str) -> crate::client::Fence {
-        match &self.shards {
-            Some(shards) => shards.fence(member),
-            None => self.fence.clone(),
-        }
+        self.ownership.fence_of(member)
     }
 
     fn observer_for(self: &Arc<Self>) -> Arc<dyn ReconcileObserver> {

@@ -112,7 +112,7 @@ struct Shared {
     members: RwLock<BTreeMap<String, MemberEntry>>,
     hub_client: RwLock<Option<Arc<ClientStats>>>,
     fleet: RwLock<Option<Arc<FleetState>>>,
-    leader: RwLock<Option<tokio::sync::watch::Receiver<bool>>>,
+    leader: RwLock<Option<crate::ownership::Claim>>,
     azure: RwLock<Option<AzureSource>>,
 }
 
@@ -293,7 +293,7 @@ impl Metrics {
 
     /// Whether this replica writes (holds the leader Lease, or election is off, or members are
     /// sharded), read at scrape time: `fleetnet_leader`.
-    pub fn set_leader(&self, leader: tokio::sync::watch::Receiver<bool>) {
+    pub fn set_leader(&self, leader: crate::ownership::Claim) {
         *self.shared.leader.write() = Some(leader);
     }
 

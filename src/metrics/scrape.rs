@@ -1,6 +1,6 @@
 //! The scrape-time series: leadership, hub reachability, member state, API requests,
-//! rate-limiter wait and Azure counters, read from the leader flag, [`crate::fleet::FleetState`],
-//! each client's [`ClientStats`] and the Azure source when encoded.
+//! rate-limiter wait and Azure counters, read from the process's [`crate::ownership::Claim`],
+//! [`crate::fleet::FleetState`], each client's [`ClientStats`] and the Azure source when encoded.
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
@@ -233,7 +233,7 @@ fn encode_process(e: &mut DescriptorEncoder, shared: &Shared) -> fmt::Result {
     let flag = |v: bool| vec![(vec![], ConstGauge::new(i64::from(v)))];
     if let Some(leader) = shared.leader.read().as_ref() {
         let help = "1 while this replica writes: it holds the leader Lease, leader election is off, or members are sharded (each by its own Lease).";
-        family(e, ("fleetnet_leader", help, None), flag(*leader.borrow()))?;
+        family(e, ("fleetnet_leader", help, None), flag(leader.may_write()))?;
     }
     if let Some(fleet) = shared.fleet.read().as_ref() {
         let help = "1 when the hub's API server answered this replica's last probe.";

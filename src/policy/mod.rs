@@ -20,30 +20,29 @@
 //! and is counted; no slot is held while a retry waits. Long-running requests (watches,
 //! [`Repeat::Never`]) skip the bucket, the slots and the deadline, and are never retried here.
 
-use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use http::{Method, Request, Response, Uri};
-use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 use tower::layer::util::{Identity, Stack};
 use tower::retry::RetryLayer;
 use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 
-use crate::client::fence::{Fence, Gate};
+use crate::ownership::fence::{Fence, Gate};
 
 mod backoff;
 mod retry;
+mod stats;
 pub use backoff::ResetByTime;
 pub use retry::{
     Attempts, MAX_RETRY_AFTER, Resend, RetryLimits, RetryPolicy, backoff, decide, retry_after,
 };
+pub use stats::{ClientStats, RequestCount};
 
 /// Which failed attempts of a request may be sent again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,99 +87,11 @@ impl RequestKind {
     }
 }
 
-fn is_write_verb(verb: &str) -> bool {
+pub(crate) fn is_write_verb(verb: &str) -> bool {
     matches!(
         verb,
         "create" | "update" | "patch" | "delete" | "deletecollection"
     )
-}
-
-/// Requests of one (verb, resource, code).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct RequestCount {
-    pub verb: &'static str,
-    pub resource: String,
-    /// HTTP status, or `None` when no response arrived (transport error, timeout).
-    pub code: Option<u16>,
-    pub count: u64,
-}
-
-impl RequestCount {
-    /// Whether the request changed state.
-    pub fn is_write(&self) -> bool {
-        is_write_verb(self.verb)
-    }
-}
-
-/// `(verb, resource, status code)`.
-type RequestKey = (&'static str, String, Option<u16>);
-
-/// The counters of one stack, read by `/metrics` and by tests. Cheap to update from many tasks.
-#[derive(Debug, Default)]
-pub struct ClientStats {
-    requests: Mutex<BTreeMap<RequestKey, u64>>,
-    wait_micros: AtomicU64,
-    retries: AtomicU64,
-}
-
-impl ClientStats {
-    fn record(&self, kind: &RequestKind, code: Option<u16>) {
-        let mut map = self.requests.lock();
-        *map.entry((kind.verb, kind.resource.clone(), code))
-            .or_default() += 1;
-    }
-
-    fn add_wait(&self, waited: Duration) {
-        let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
-        self.wait_micros.fetch_add(micros, Ordering::Relaxed);
-    }
-
-    /// Attempts sent again by the retry layer (each is also counted as a request).
-    pub fn retries(&self) -> u64 {
-        self.retries.load(Ordering::Relaxed)
-    }
-
-    /// Every counter, sorted.
-    pub fn snapshot(&self) -> Vec<RequestCount> {
-        let map = self.requests.lock();
-        map.iter()
-            .map(|((verb, resource, code), count)| RequestCount {
-                verb,
-                resource: resource.clone(),
-                code: *code,
-                count: *count,
-            })
-            .collect()
-    }
-
-    /// Total requests matching `pred`.
-    pub fn count_where(&self, pred: impl Fn(&RequestCount) -> bool) -> u64 {
-        self.snapshot()
-            .iter()
-            .filter(|c| pred(c))
-            .map(|c| c.count)
-            .sum()
-    }
-
-    /// Every attempt sent.
-    pub fn requests(&self) -> u64 {
-        self.count_where(|_| true)
-    }
-
-    /// 429 answers.
-    pub fn throttled(&self) -> u64 {
-        self.count_where(|c| c.code == Some(429))
-    }
-
-    /// Requests that change state (create, update, patch, delete), Events not counted.
-    pub fn writes_excluding_events(&self) -> u64 {
-        self.count_where(|c| c.is_write() && c.resource != "events")
-    }
-
-    /// Time spent waiting for a token or a slot.
-    pub fn waited(&self) -> Duration {
-        Duration::from_micros(self.wait_micros.load(Ordering::Relaxed))
-    }
 }
 
 /// A token bucket of `qps` tokens a second and `burst` at once, to share (clone the `Arc`)
@@ -265,37 +176,7 @@ impl Step {
         let long_running = kind.repeat == Repeat::Never;
         match self.clone() {
             Step::Classify(_) => attempt,
-            Step::Count { stats, trace } => {
-                let span = match trace {
-                    true => tracing::debug_span!(
-                        target: "fleetnet_hub::client",
-                        "k8s.request",
-                        k8s.verb = kind.verb,
-                        k8s.resource = %kind.resource,
-                        http.method = %target.0,
-                        http.url = %target.1,
-                        http.status_code = tracing::field::Empty,
-                        otel.kind = "client",
-                        otel.status_code = tracing::field::Empty,
-                    ),
-                    false => tracing::Span::none(),
-                };
-                let kind = kind.clone();
-                let counted = async move {
-                    let res = attempt.await;
-                    let code = res.as_ref().map(|r| r.status().as_u16()).ok();
-                    if let Some(code) = code {
-                        let span = tracing::Span::current();
-                        span.record("http.status_code", code);
-                        if code >= 400 {
-                            span.record("otel.status_code", "ERROR");
-                        }
-                    }
-                    stats.record(&kind, code);
-                    res
-                };
-                Box::pin(tracing::Instrument::instrument(counted, span))
-            }
+            Step::Count { stats, trace } => counted(&stats, trace, kind, target, attempt),
             _ if long_running => attempt,
             Step::RateLimit { bucket, own, stats } => {
                 let bucket = own
@@ -323,27 +204,76 @@ impl Step {
                     attempt.await
                 })
             }
-            Step::Timeout(limit) => {
-                let (verb, resource) = (kind.verb, kind.resource.clone());
-                // The last step before the request leaves: a fenced write is refused here if
-                // its hold ran out while it waited, and may not outlive what is left of it.
-                let gate = gate.cloned();
-                Box::pin(async move {
-                    let after = match gate.as_ref().map_or(Ok(None), Gate::admit)? {
-                        Some(left) => limit.min(left),
-                        None => limit,
-                    };
-                    tokio::time::timeout(after, attempt).await.map_err(|_| {
-                        Box::new(TimedOut {
-                            verb,
-                            resource,
-                            after,
-                        })
-                    })?
-                })
-            }
+            Step::Timeout(limit) => deadline(limit, kind, gate, attempt),
         }
     }
+}
+
+/// `attempt` counted in `stats` by kind and status (`None`: no answer); with `trace`, in a
+/// `k8s.request` span (an OpenTelemetry client span) with its verb, resource, method, URL and
+/// status.
+fn counted<RB: Send + 'static>(
+    stats: &Arc<ClientStats>,
+    trace: bool,
+    kind: &RequestKind,
+    target: &(Method, Uri),
+    attempt: Reply<RB>,
+) -> Reply<RB> {
+    let span = match trace {
+        true => tracing::debug_span!(
+            target: "fleetnet_hub::client",
+            "k8s.request",
+            k8s.verb = kind.verb,
+            k8s.resource = %kind.resource,
+            http.method = %target.0,
+            http.url = %target.1,
+            http.status_code = tracing::field::Empty,
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+        ),
+        false => tracing::Span::none(),
+    };
+    let (kind, stats) = (kind.clone(), stats.clone());
+    let counted = async move {
+        let res = attempt.await;
+        let code = res.as_ref().map(|r| r.status().as_u16()).ok();
+        if let Some(code) = code {
+            let span = tracing::Span::current();
+            span.record("http.status_code", code);
+            if code >= 400 {
+                span.record("otel.status_code", "ERROR");
+            }
+        }
+        stats.record(&kind, code);
+        res
+    };
+    Box::pin(tracing::Instrument::instrument(counted, span))
+}
+
+/// `attempt` under a deadline of `limit`. The last step before the request leaves: a fenced
+/// write is refused here if its hold ran out while it waited, and may not outlive what is
+/// left of it.
+fn deadline<RB: Send + 'static>(
+    limit: Duration,
+    kind: &RequestKind,
+    gate: Option<&Gate>,
+    attempt: Reply<RB>,
+) -> Reply<RB> {
+    let (verb, resource) = (kind.verb, kind.resource.clone());
+    let gate = gate.cloned();
+    Box::pin(async move {
+        let after = match gate.as_ref().map_or(Ok(None), Gate::admit)? {
+            Some(left) => limit.min(left),
+            None => limit,
+        };
+        tokio::time::timeout(after, attempt).await.map_err(|_| {
+            Box::new(TimedOut {
+                verb,
+                resource,
+                after,
+            })
+        })?
+    })
 }
 
 /// `wait`, unless the write's fence closes first (then its refusal).

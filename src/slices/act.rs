@@ -37,7 +37,6 @@ pub(super) async fn perform(
 /// Deletes the exports that must go, each only if it is still the object the view showed.
 async fn delete_doomed(ctx: &Context, ns: &str, name: &str, plan: &Plan) -> Result<(), Error> {
     for doomed in &plan.delete {
-        ctx.ensure_leader(ns, name)?;
         let view_rv = view_rv(ctx, &doomed.name);
         match ctx
             .hub
@@ -70,7 +69,6 @@ async fn annotate(
     slice: &SliceView,
     change: &NameChange,
 ) -> Result<SliceView, Error> {
-    ctx.ensure_leader(ns, name)?;
     let annotations = match change {
         NameChange::Assign(unique) => json!({ UNIQUE_NAME_ANNOTATION: unique }),
         NameChange::Withdraw => json!({
@@ -109,7 +107,6 @@ async fn write_export(
     slice: Option<&SliceView>,
 ) -> Result<(), Error> {
     let err = |step| ApiFailure::of(&ctx.member, ns, name, step);
-    ctx.ensure_leader(ns, name)?;
     // What the view shows before this write: after it, the view may show the write itself,
     // and a write remembered over its own version would never be forgotten.
     let unique = write.name().to_string();

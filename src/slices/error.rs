@@ -8,15 +8,6 @@ pub enum Error {
     /// An API call failed.
     #[error("member {}: {} for EndpointSlice {}/{}: {}", .0.member, .0.step.as_str(), .0.namespace, .0.name, .0.source)]
     Kube(#[from] ApiFailure<Step>),
-    /// Writes are not allowed (this replica does not hold the leader lease).
-    #[error(
-        "member {member}: not writing for EndpointSlice {namespace}/{name}: this replica is not the leader"
-    )]
-    NotLeader {
-        member: String,
-        namespace: String,
-        name: String,
-    },
 }
 
 /// The step of a reconcile that failed; also the stable `error` metric label.
@@ -66,17 +57,17 @@ impl crate::controller::Failure for Error {
     fn retry_after(&self) -> Option<std::time::Duration> {
         match self {
             Self::Kube(failed) => failed.retry_after(),
-            _ => None,
         }
     }
 }
 
 impl Error {
-    /// Stable label for metrics: the failed step or `not_leader`.
+    /// Stable label for metrics: the failed step or `not_leader` (a write the fence refused:
+    /// the lease was lost meanwhile).
     pub fn category(&self) -> &'static str {
         match self {
+            _ if crate::ownership::refused(self) => "not_leader",
             Self::Kube(failed) => failed.step.as_str(),
-            Self::NotLeader { .. } => "not_leader",
         }
     }
 
@@ -90,7 +81,6 @@ impl Error {
                 Some(404) if failed.step == Step::UpdateEndpointSliceExport => Some(true),
                 _ => None,
             },
-            Self::NotLeader { .. } => None,
         }
     }
 }

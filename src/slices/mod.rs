@@ -21,7 +21,6 @@ use std::sync::Arc;
 use futures::{Future, FutureExt};
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use decide::Outcome;
@@ -66,7 +65,7 @@ impl<S: Needs> Job<S> for EndpointSliceJob {
             // Mapped to slices, which the job paces.
             exports: inputs.shared.service_exports().subscribe(0),
             concurrency: inputs.concurrency,
-            leader: inputs.leader.clone(),
+            claim: inputs.claim.clone(),
             observer: inputs.observer.clone(),
             max_export_bytes: inputs.shared.max_export_bytes(),
         };
@@ -90,8 +89,8 @@ pub struct MemberSliceExporter {
     pub exports: Subscription,
     /// Reconciles running at once; 0: unbounded.
     pub concurrency: u16,
-    /// `true` while this replica may write.
-    pub leader: watch::Receiver<bool>,
+    /// Whether this replica may write for the member (the hold its clients' fence reads).
+    pub claim: crate::ownership::Claim,
     pub observer: Arc<dyn ReconcileObserver>,
     /// The most bytes one EndpointSliceExport may have (`--max-export-bytes`).
     pub max_export_bytes: u32,
@@ -109,7 +108,9 @@ pub(crate) struct Context {
     exports: Store<ServiceExportView>,
     hub_view: Store<ExportView>,
     hub_namespace: String,
-    leader: watch::Receiver<bool>,
+
+    /// Whether this replica may write for the member (the hold its clients' fence reads).
+    claim: crate::ownership::Claim,
     observer: Arc<dyn ReconcileObserver>,
     views: Synced,
     /// Consecutive failures per slice; cleared on success, forgotten an hour after the last.
@@ -117,20 +118,6 @@ pub(crate) struct Context {
     own_slices: OwnWrites<ObjectRef<SliceView>, SliceView>,
     own_exports: OwnWrites<String, Option<ExportView>>,
     max_export_bytes: u32,
-}
-
-impl Context {
-    fn ensure_leader(&self, ns: &str, name: &str) -> Result<(), Error> {
-        if *self.leader.borrow() {
-            Ok(())
-        } else {
-            Err(Error::NotLeader {
-                member: self.member.clone(),
-                namespace: ns.into(),
-                name: name.into(),
-            })
-        }
-    }
 }
 
 impl MemberSliceExporter {
@@ -162,7 +149,7 @@ impl MemberSliceExporter {
         let synced = health
             .synced(None, &views::WATCHED)
             .and(self.exports.synced.clone());
-        let leadership = leadership_gained(self.leader.clone());
+        let leadership = leadership_gained(&self.claim);
         let store = views.slices.clone();
         let ctx = Arc::new(Context {
             member: self.member,
@@ -173,7 +160,7 @@ impl MemberSliceExporter {
             exports: self.exports.store.clone(),
             hub_view: views.hub,
             hub_namespace: self.hub_namespace,
-            leader: self.leader,
+            claim: self.claim,
             observer: self.observer,
             views: synced.clone(),
             failures: Streaks::default(),

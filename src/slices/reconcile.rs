@@ -63,7 +63,7 @@ async fn observe_decide_act(
     viewed: Option<Arc<SliceView>>,
 ) -> Result<(Outcome, Action), Error> {
     ctx.views.wait().await;
-    if !*ctx.leader.borrow() {
+    if !ctx.claim.may_write() {
         return Ok((Outcome::Skipped, Action::await_change()));
     }
     let key = ObjectRef::<SliceView>::new(name).within(ns);
@@ -264,7 +264,7 @@ async fn read_named(ctx: &Context, ns: &str, name: &str, live: &mut Live) -> Res
 pub(super) async fn sweep(ctx: Arc<Context>, mut absent: mpsc::Receiver<Absent>) {
     ctx.views.wait().await;
     sweep_all(&ctx).await;
-    let mut leader = ctx.leader.clone();
+    let mut gained = Box::pin(futures::StreamExt::fuse(ctx.claim.gained()));
     let mut every = tokio::time::interval(SWEEP_EVERY);
     every.tick().await;
     loop {
@@ -273,12 +273,8 @@ pub(super) async fn sweep(ctx: Arc<Context>, mut absent: mpsc::Receiver<Absent>)
                 Some((ns, name)) => look_at(&ctx, &ns, &name).await,
                 None => std::future::pending().await,
             },
-            changed = leader.changed() => match changed {
-                Ok(()) if *leader.borrow_and_update() => sweep_all(&ctx).await,
-                Ok(()) => {}
-                // No leader election: leadership never changes.
-                Err(_) => std::future::pending().await,
-            },
+            // Ends when the claim can no longer change (no election, or it is over).
+            Some(()) = futures::StreamExt::next(&mut gained) => sweep_all(&ctx).await,
             _ = every.tick() => sweep_all(&ctx).await,
         }
     }
@@ -300,7 +296,7 @@ async fn sweep_all(ctx: &Context) {
 
 /// A slice the view does not have: reconciled on live reads (the controller has the others).
 async fn look_at(ctx: &Context, ns: &str, name: &str) {
-    if !*ctx.leader.borrow() || ctx.slices.get(&ObjectRef::new(name).within(ns)).is_some() {
+    if !ctx.claim.may_write() || ctx.slices.get(&ObjectRef::new(name).within(ns)).is_some() {
         return;
     }
     // Errors are logged and counted by `traced`; the next event or sweep tries again. Boxed:
@@ -311,9 +307,6 @@ async fn look_at(ctx: &Context, ns: &str, name: &str) {
 /// Exponential (1 s doubling to 5 min), jittered, per slice, never sooner than a server
 /// asked; reset by a success ([`crate::controller::failed`]).
 pub(super) fn error_policy(slice: Arc<SliceView>, error: &Error, ctx: Arc<Context>) -> Action {
-    if matches!(error, Error::NotLeader { .. }) {
-        return Action::await_change();
-    }
     let key = ObjectRef::from_obj(slice.as_ref());
     crate::controller::failed(error, &ctx.failures, key)
 }

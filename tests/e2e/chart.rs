@@ -286,7 +286,10 @@ async fn sharded_rendering_is_accepted_and_its_lease_rbac_suffices(
                     && holder(l).starts_with("fleetnet-hub-0_")
             });
             let holds = members.iter().all(|m| {
-                use fleetnet_hub::fleet::shard::{DEFAULT_SHARDS, shard_lease, shard_of};
+                use fleetnet_hub::ownership::{
+                    placement::shard_of,
+                    shard::{DEFAULT_SHARDS, shard_lease},
+                };
                 let shard = shard_lease(&id, shard_of(m, DEFAULT_SHARDS));
                 list.iter().any(|l| {
                     l.metadata.name.as_deref() == Some(shard.as_str())

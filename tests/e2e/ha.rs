@@ -27,7 +27,7 @@ fn config(fleet: &Fleet, dir: &Path, identity: &str) -> Config {
             name: "fleetnet-hub".into(),
             identity: identity.into(),
             shard_members: false,
-            shards: fleetnet_hub::fleet::shard::DEFAULT_SHARDS,
+            shards: fleetnet_hub::ownership::shard::DEFAULT_SHARDS,
         }))
         .build()
         .expect("a valid configuration")
@@ -50,7 +50,7 @@ async fn a_holder_whose_renew_hangs_stops_writing_before_its_lease_can_expire() 
     .await
     .expect("starts");
     eventually("leading", || async {
-        (*running.leader.borrow()).then_some(())
+        running.claim.may_write().then_some(())
     })
     .await;
     eventually("m1 ready", || async {
@@ -68,7 +68,7 @@ async fn a_holder_whose_renew_hangs_stops_writing_before_its_lease_can_expire() 
     signal(hub_pid, "-STOP");
     let paused = Instant::now();
     let lost = eventually("leadership given up", || async {
-        (!*running.leader.borrow()).then(|| paused.elapsed())
+        (!running.claim.may_write()).then(|| paused.elapsed())
     })
     .await;
     // Held at most until the last renew's start + the 10 s renew deadline: always before the
@@ -91,7 +91,7 @@ async fn a_holder_whose_renew_hangs_stops_writing_before_its_lease_can_expire() 
 
     signal(hub_pid, "-CONT");
     eventually("leading again", || async {
-        (*running.leader.borrow()).then_some(())
+        running.claim.may_write().then_some(())
     })
     .await;
     let regained = paused.elapsed();

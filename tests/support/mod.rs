@@ -41,7 +41,6 @@ use fleetnet_hub::controller::NoObserver;
 use fleetnet_hub::export::{MemberExporter, PublicIpLookup, Settings};
 use fleetnet_hub::service_exports::ServiceExportFeed;
 use fleetnet_testenv::Fleet;
-use tokio::sync::watch;
 
 /// One member's running exporter and the counters of its clients.
 pub struct RunningExporter {
@@ -120,7 +119,6 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
         Some(limits) => limited_client(member, &member_kubeconfig, limits, Arc::default()).await,
         None => member_client.clone(),
     };
-    let (_leader_tx, leader) = watch::channel(true);
     let mut feed = ServiceExportFeed::watch(
         &member_client,
         opts.version.unwrap_or_default(),
@@ -142,7 +140,7 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
             allowed_resource_groups: opts.allowed_resource_groups.clone(),
         },
         public_ips: opts.public_ips.clone(),
-        leader,
+        claim: fleetnet_hub::ownership::Claim::of(fleetnet_hub::ownership::Fence::open()),
         observer: Arc::new(NoObserver),
         instance: "test".into(),
     };
@@ -152,8 +150,6 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
     });
     let feed = feed.run(std::future::pending());
     let task = tokio::spawn(async move {
-        // Keeps the leadership sender alive as long as the controller runs.
-        let _leader_tx = _leader_tx;
         // The feed runs as long as the exporter.
         tokio::select! {
             () = run => {}

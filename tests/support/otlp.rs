@@ -23,7 +23,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use prost::Message;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 
 use crate::support::{CONVERGE, counted_client};
 
@@ -373,7 +373,6 @@ pub async fn start_observed(
     )
     .await;
     let hub_client = counted_client("hub", fleet.hub().kubeconfig_path(), hub_stats.clone()).await;
-    let (leader_tx, leader) = watch::channel(true);
     let mut feed =
         ServiceExportFeed::watch(&member_client, Default::default(), member, observer.clone());
     let exporter = MemberExporter {
@@ -391,7 +390,7 @@ pub async fn start_observed(
             allowed_resource_groups: vec![],
         },
         public_ips: None,
-        leader,
+        claim: fleetnet_hub::ownership::Claim::of(fleetnet_hub::ownership::Fence::open()),
         observer,
         instance: "observability-test".into(),
     };
@@ -401,7 +400,6 @@ pub async fn start_observed(
     });
     let feed = feed.run(std::future::pending());
     let task = tokio::spawn(async move {
-        let _leader_tx = leader_tx;
         // The feed runs as long as the exporter.
         tokio::select! {
             () = run => {}

@@ -31,13 +31,13 @@ pub const LEASE_NS: &str = "default";
 /// The lease duration the binary uses.
 pub const LEASE_DURATION: Duration = Duration::from_secs(15);
 /// `--shards` of every replica: 17 puts the tests' six members (m1..m6) in six shards of their
-/// own (a unit test of `fleet::shard` checks it), so ownership moves member by member.
+/// own (a unit test of `ownership::placement` checks it), so ownership moves member by member.
 pub const SHARDS: u16 = 17;
 
 /// The Lease name of `member`'s shard.
 pub fn shard_lease_of(member: &str) -> String {
-    let shard = fleetnet_hub::fleet::shard::shard_of(member, SHARDS);
-    fleetnet_hub::fleet::shard::shard_lease(PREFIX, shard)
+    let shard = fleetnet_hub::ownership::placement::shard_of(member, SHARDS);
+    fleetnet_hub::ownership::shard::shard_lease(PREFIX, shard)
 }
 
 /// How a replica reaches the clusters.

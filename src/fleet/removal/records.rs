@@ -171,7 +171,7 @@ pub enum RecordError {
 pub fn record_name(prefix: &str, member: &str) -> String {
     format!(
         "{prefix}-cleanup-{}",
-        crate::fleet::shard::name_part(member)
+        crate::ownership::lease::name_part(member)
     )
 }
 

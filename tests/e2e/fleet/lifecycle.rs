@@ -155,7 +155,7 @@ async fn cleanup_on_remove_and_leader_election() {
         name: "fleetnet-hub".into(),
         identity: "replica-a".into(),
         shard_members: false,
-        shards: fleetnet_hub::fleet::shard::DEFAULT_SHARDS,
+        shards: fleetnet_hub::ownership::shard::DEFAULT_SHARDS,
     });
     let mut standby_cfg = cfg.clone();
     standby_cfg.leader_election = Some(LeaderElection {
@@ -163,27 +163,27 @@ async fn cleanup_on_remove_and_leader_election() {
         name: "fleetnet-hub".into(),
         identity: "replica-b".into(),
         shard_members: false,
-        shards: fleetnet_hub::fleet::shard::DEFAULT_SHARDS,
+        shards: fleetnet_hub::ownership::shard::DEFAULT_SHARDS,
     });
 
     let leader = app::start(cfg, Extensions::default())
         .await
         .expect("starts");
     eventually("replica-a leads", || async {
-        leader.leader.borrow().then_some(())
+        leader.claim.may_write().then_some(())
     })
     .await;
     let standby = app::start(standby_cfg, Extensions::default())
         .await
         .expect("standby starts");
     wait_phase(&standby, "alpha", Phase::Ready).await;
-    assert!(!*standby.leader.borrow(), "one leader at a time");
+    assert!(!standby.claim.may_write(), "one leader at a time");
     export_and_wait(&fleet, "alpha", "ns1", "web").await;
 
     // The leader stops (releasing its lease): the standby takes over and keeps exporting.
     leader.shutdown().await;
     eventually("replica-b leads", || async {
-        standby.leader.borrow().then_some(())
+        standby.claim.may_write().then_some(())
     })
     .await;
     export_and_wait(&fleet, "alpha", "ns1", "after-failover").await;

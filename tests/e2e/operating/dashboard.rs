@@ -281,7 +281,7 @@ async fn dashboard_and_alerts_evaluate_against_a_real_prometheus_scraping_two_re
             name: "fleetnet-hub".into(),
             identity: identity.into(),
             shard_members: false,
-            shards: fleetnet_hub::fleet::shard::DEFAULT_SHARDS,
+            shards: fleetnet_hub::ownership::shard::DEFAULT_SHARDS,
         });
         cfg
     };
@@ -289,7 +289,7 @@ async fn dashboard_and_alerts_evaluate_against_a_real_prometheus_scraping_two_re
         .await
         .expect("replica a starts");
     eventually("replica-a leads", || async {
-        leader.leader.borrow().then_some(())
+        leader.claim.may_write().then_some(())
     })
     .await;
     let standby = app::start(replica("replica-b"), Extensions::default())

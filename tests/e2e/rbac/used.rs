@@ -86,7 +86,7 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
             name: lease_name.clone(),
             identity: "rbac-test".into(),
             shard_members: false,
-            shards: fleetnet_hub::fleet::shard::DEFAULT_SHARDS,
+            shards: fleetnet_hub::ownership::shard::DEFAULT_SHARDS,
         }))
         .bind_addresses("127.0.0.1:0", "127.0.0.1:0")
         .build()
@@ -94,7 +94,10 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
     let running = app::start(config, Extensions::default())
         .await
         .expect("controller starts");
-    eventually("leader", || async { running.leader.borrow().then_some(()) }).await;
+    eventually("leader", || async {
+        running.claim.may_write().then_some(())
+    })
+    .await;
 
     let m1 = &admins["member-1"];
     let m2 = &admins["member-2"];

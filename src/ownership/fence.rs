@@ -39,7 +39,7 @@ impl Hold {
 pub struct Fence(watch::Receiver<Hold>);
 
 impl Fence {
-    /// A fence that never closes (no leader election).
+    /// A fence that never closes (no election; a sharded replica's process-wide fence).
     pub fn open() -> Self {
         Self(watch::channel(Hold::Always).1)
     }
@@ -47,6 +47,23 @@ impl Fence {
     /// Follows `hold`, as the lease loop sends it.
     pub fn new(hold: watch::Receiver<Hold>) -> Self {
         Self(hold)
+    }
+
+    /// Whether a write may leave now: the same question [`Gate::admit`] asks.
+    pub fn holds_now(&self) -> bool {
+        self.0.borrow().valid_at(Instant::now())
+    }
+
+    /// Resolves once the fence holds; `None` if it does not and never will (its lease loop
+    /// is gone).
+    pub async fn opened(&self) -> Option<()> {
+        let mut rx = self.0.clone();
+        loop {
+            if rx.borrow_and_update().valid_at(Instant::now()) {
+                return Some(());
+            }
+            rx.changed().await.ok()?;
+        }
     }
 }
 
@@ -162,7 +179,10 @@ impl Fence {
                 Hold::Until(until) => {
                     tokio::select! {
                         _ = tokio::time::sleep_until(until) => return,
-                        changed = rx.changed() => if changed.is_err() { return },
+                        changed = rx.changed() => {
+                            // A renewal that came after the hold ran out: closed meanwhile.
+                            if changed.is_err() || Instant::now() >= until { return }
+                        }
                     }
                 }
                 Hold::Always => {

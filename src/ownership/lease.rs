@@ -11,9 +11,10 @@ use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
-use crate::client::Hold;
+use super::fence::Hold;
 
 /// Lease timing, as client-go's defaults.
 #[derive(Debug, Clone)]
@@ -233,6 +234,20 @@ pub async fn write(
     }
 }
 
+/// A lease name part from any string: lower-case alphanumerics and '-', at most 40 characters,
+/// plus a hash of the whole so two identities never collide.
+pub fn name_part(s: &str) -> String {
+    let clean: String = s
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .take(40)
+        .collect();
+    let digest = Sha256::digest(s.as_bytes());
+    let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{short}", clean.trim_matches('-'))
+}
+
 /// Deletes a lease nobody renews any more, on condition that it is still as it was listed
 /// (a replica that came back and renewed it in between keeps it). Every replica sees the
 /// same abandoned leases; whoever is second gets a 404 or a 409, which is the answer too.
@@ -401,5 +416,17 @@ mod tests {
         };
         let acquired = spec_for(Step::Acquire, Some(&one_less), &c, now);
         assert_eq!(acquired.lease_transitions, Some(i32::MAX));
+    }
+
+    #[test]
+    fn lease_name_parts_are_valid_and_distinct() {
+        let a = name_part("Pod_A.example/1_deadbeef");
+        assert!(
+            a.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+            "{a}"
+        );
+        assert_ne!(name_part("a_b"), name_part("a-b"));
+        assert!(name_part(&"x".repeat(200)).len() <= 49);
     }
 }

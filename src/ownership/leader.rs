@@ -3,7 +3,7 @@
 //!
 //! - A renew attempt is bounded by what is left of the hold.
 //! - The hold is a local deadline ([`lease::hold_after`]): the write fence
-//!   ([`crate::client::Fence`]) closes at that instant by the clock alone, before anyone else
+//!   ([`super::Fence`]) closes at that instant by the clock alone, before anyone else
 //!   may take the lease.
 //! - Lease requests go through their own client and budget, never behind members' writes.
 
@@ -15,20 +15,20 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::fence::Hold;
 use super::lease::{self, LeaseConfig, Observed, Record, Written};
-use crate::client::Hold;
 
-/// Runs the election until `shutdown`. `hold` carries the write fence's deadline; `leader`
-/// follows whether the hold is valid (for what only needs to know: re-list on gaining it).
-/// On shutdown a held lease is released so a standby takes over without waiting it out.
+/// Runs the election until `shutdown`. `hold` carries the write fence's deadline, which every
+/// [`super::Claim`] reads too (for what only needs to know: re-list on gaining it). On
+/// shutdown a held lease is released so a standby takes over without waiting it out.
 pub async fn run(
     api: Api<Lease>,
     cfg: LeaseConfig,
-    leader: watch::Sender<bool>,
     hold: watch::Sender<Hold>,
     shutdown: CancellationToken,
 ) {
     let mut observed: Option<Observed> = None;
+    let mut leading = false;
     loop {
         let start = Instant::now();
         let budget = lease::attempt_budget(*hold.borrow(), start, &cfg);
@@ -52,12 +52,12 @@ pub async fn run(
         if !valid && !matches!(*hold.borrow(), Hold::Never) {
             hold.send_replace(Hold::Never);
         }
-        if valid != *leader.borrow() {
+        if valid != leading {
             tracing::info!(lease = %cfg.name, identity = %cfg.identity, leading = valid, "leadership changed");
-            leader.send_replace(valid);
+            leading = valid;
         }
         // Wake at the next retry, or sooner when the hold runs out (the fence closes by the
-        // clock anyway; this keeps `leader` honest too).
+        // clock anyway; this marks the hold given up and logs the change).
         let wake = match *hold.borrow() {
             Hold::Until(t) => (Instant::now() + cfg.retry_period).min(t),
             _ => Instant::now() + cfg.retry_period,
@@ -67,38 +67,42 @@ pub async fn run(
             _ = tokio::time::sleep_until(wake) => {}
         }
     }
-    let was_leading = leader.send_replace(false);
     // The fence closes before the lease is given up.
     hold.send_replace(Hold::Never);
-    if was_leading {
-        let release = async {
-            let current = api.get_opt(&cfg.name).await?;
-            let observed = current.as_ref().map(|l| {
-                Observed::update(
-                    None,
-                    Record::of(&l.spec.clone().unwrap_or_default()),
-                    Instant::now(),
-                )
-            });
-            let step = lease::step(observed.as_ref(), &cfg.identity, false, Instant::now());
-            lease::write(
-                &api,
-                &cfg,
-                &cfg.name,
-                &BTreeMap::new(),
-                step,
-                current.as_ref(),
+    if leading {
+        release(&api, &cfg).await;
+    }
+}
+
+/// Gives the lease up (holder cleared), within a renew deadline.
+async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
+    let release = async {
+        let current = api.get_opt(&cfg.name).await?;
+        let observed = current.as_ref().map(|l| {
+            Observed::update(
+                None,
+                Record::of(&l.spec.clone().unwrap_or_default()),
+                Instant::now(),
             )
-            .await
-        };
-        match tokio::time::timeout(cfg.renew_deadline, release).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(lease = %cfg.name, error = %e, "could not release the lease")
-            }
-            Err(_) => {
-                tracing::warn!(lease = %cfg.name, "releasing the lease did not answer in time")
-            }
+        });
+        let step = lease::step(observed.as_ref(), &cfg.identity, false, Instant::now());
+        lease::write(
+            api,
+            cfg,
+            &cfg.name,
+            &BTreeMap::new(),
+            step,
+            current.as_ref(),
+        )
+        .await
+    };
+    match tokio::time::timeout(cfg.renew_deadline, release).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(lease = %cfg.name, error = %e, "could not release the lease")
+        }
+        Err(_) => {
+            tracing::warn!(lease = %cfg.name, "releasing the lease did not answer in time")
         }
     }
 }

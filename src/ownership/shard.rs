@@ -23,13 +23,13 @@ use futures::future::join_all;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams, ListParams};
 use parking_lot::Mutex;
-use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::lease::{self, LeaseConfig, Observed, Record, Step, Written};
-use crate::client::{Fence, Hold};
+use super::fence::{Fence, Hold};
+use super::lease::{self, LeaseConfig, Observed, Record, Step, Written, name_part};
+use super::placement::{assign, shard_of};
 
 /// Label of the replicas' announcement leases; its value is the lease name prefix.
 pub const REPLICA_LABEL: &str = "fleetnet.azure.com/replica-of";
@@ -39,114 +39,9 @@ pub const LEASE_LABEL: &str = "fleetnet.azure.com/lease-of";
 /// fleet's size; divisible by 2, 3, 4, 6 and 8 replicas, so that their shares can be even.
 pub const DEFAULT_SHARDS: u16 = 24;
 
-fn hash64(parts: &[&str]) -> u64 {
-    let digest = Sha256::digest(parts.join("\u{0}").as_bytes());
-    let mut first = [0u8; 8];
-    first.copy_from_slice(&digest[..8]);
-    u64::from_be_bytes(first)
-}
-
-/// The shard of `member` among `count` (at least 1): stable for a member name, whatever
-/// else is in the fleet.
-pub fn shard_of(member: &str, count: u16) -> u16 {
-    let count = u64::from(count.max(1));
-    u16::try_from(hash64(&[member]) % count).unwrap_or(0)
-}
-
 /// The Lease name of shard `shard` under `prefix`.
 pub fn shard_lease(prefix: &str, shard: u16) -> String {
     format!("{prefix}-shard-{shard}")
-}
-
-/// The owner of every shard that has members (`weights[s]`: members in shard `s`), from who
-/// holds what now (`holders[s]`): each live replica keeps what it holds, best-scored first,
-/// while its load in members is below its share (ceil(members / replicas)); every other shard,
-/// heaviest first, goes to the replica that scores it highest among those it fits (load and
-/// shard within the share), or, fitting none, to the least loaded. A replica coming takes only
-/// what the others are over their new share by; a replica going leaves only its own shards to
-/// move. The answer is carried to the point where applying the rule again changes nothing, so
-/// the next round (holders = this answer) moves nothing. Every replica computes the same answer
-/// from the same leases and members.
-pub fn assign<'a>(
-    weights: &[usize],
-    replicas: &BTreeSet<&'a str>,
-    holders: &[Option<&str>],
-) -> Vec<Option<&'a str>> {
-    let mut owners = assign_once(weights, replicas, holders);
-    for _ in 0..weights.len() {
-        let again = assign_once(weights, replicas, &owners);
-        if again == owners {
-            break;
-        }
-        owners = again;
-    }
-    owners
-}
-
-fn assign_once<'a>(
-    weights: &[usize],
-    replicas: &BTreeSet<&'a str>,
-    holders: &[Option<&str>],
-) -> Vec<Option<&'a str>> {
-    let mut owners: Vec<Option<&'a str>> = vec![None; weights.len()];
-    if replicas.is_empty() {
-        return owners;
-    }
-    let share = weights.iter().sum::<usize>().div_ceil(replicas.len());
-    let score = |shard: usize, replica: &str| hash64(&[&format!("shard-{shard}"), replica]);
-    let mut load: BTreeMap<&'a str, usize> = replicas.iter().map(|r| (*r, 0)).collect();
-    for replica in replicas {
-        let mut kept: Vec<usize> = (0..weights.len())
-            .filter(|s| weights[*s] > 0 && holders.get(*s).copied().flatten() == Some(*replica))
-            .collect();
-        kept.sort_by_key(|s| std::cmp::Reverse((score(*s, replica), *s)));
-        for shard in kept {
-            let l = load.entry(replica).or_insert(0);
-            if *l < share {
-                *l += weights[shard];
-                owners[shard] = Some(*replica);
-            }
-        }
-    }
-    let mut left: Vec<usize> = (0..weights.len())
-        .filter(|s| weights[*s] > 0 && owners[*s].is_none())
-        .collect();
-    left.sort_by_key(|s| (std::cmp::Reverse(weights[*s]), *s));
-    for shard in left {
-        let load_of = |r: &&str| load.get(r).copied().unwrap_or(0);
-        let fits = replicas
-            .iter()
-            .filter(|r| load_of(r) + weights[shard] <= share)
-            .max_by_key(|r| (score(shard, r), **r));
-        // Some replica is below its share while members are left to place.
-        let owner = fits.or_else(|| {
-            replicas
-                .iter()
-                .min_by_key(|r| (load_of(r), std::cmp::Reverse(score(shard, r))))
-        });
-        if let Some(owner) = owner {
-            *load.entry(owner).or_insert(0) += weights[shard];
-            owners[shard] = Some(*owner);
-        }
-    }
-    owners
-}
-
-/// A lease name part from any string: lower-case alphanumerics and '-', at most 40 characters,
-/// plus a hash of the whole so two identities never collide.
-pub(super) fn name_part(s: &str) -> String {
-    let clean: String = s
-        .to_ascii_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .take(40)
-        .collect();
-    let digest = Sha256::digest(s.as_bytes());
-    format!(
-        "{}-{}",
-        clean.trim_matches('-'),
-        super::registry::hex(&digest[..4])
-    )
 }
 
 /// What this replica keeps about one shard's Lease.
