@@ -43,7 +43,7 @@ pub enum Output {
     Json,
 }
 
-/// One row of the report. `server` is printable ([`crate::fleet::vet::printable_server`]) and
+/// One row of the report. `server` is printable ([`crate::client::printable_server`]) and
 /// `problem` never quotes the kubeconfig.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct MemberCheck {

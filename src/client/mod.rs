@@ -13,6 +13,7 @@ pub mod bounded;
 mod classify;
 mod connections;
 pub mod exec;
+mod printable;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,6 +42,7 @@ pub use connections::HUB_LANES;
 use connections::{Bounds, Lane, Proxy, connections};
 #[cfg(test)]
 use connections::{MEMBERS_PER_LANE, lane_for};
+pub use printable::{printable_proxy, printable_server};
 
 /// Limits of one client's outbound requests.
 #[derive(Debug, Clone)]
@@ -213,7 +215,7 @@ pub async fn member_clients(
     let proxy = config
         .proxy_url
         .as_ref()
-        .map(|url| crate::fleet::vet::printable_proxy(&url.to_string()));
+        .map(|url| printable::printable_proxy(&url.to_string()));
     let client = member_client_of(name, &config, limits, stats, fence)?;
     Ok(MemberClients {
         client,

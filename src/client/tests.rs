@@ -399,3 +399,20 @@ fn proxied_config(scheme: &str) -> kube::Config {
     config.proxy_url = Some(url.parse().expect("url"));
     config
 }
+
+/// Through a whole client stack (buffer, retry, counting), a fenced write fails with an
+/// error [`crate::ownership::refused`] recognises, without reaching any server.
+#[tokio::test]
+async fn a_client_reports_its_fenced_writes_as_refused() {
+    let config = kube::Config::new("http://127.0.0.1:1".parse().expect("url"));
+    let limits = Limits::default();
+    let closed =
+        crate::ownership::Fence::new(tokio::sync::watch::channel(crate::ownership::Hold::Never).1);
+    let stats = std::sync::Arc::default();
+    let client = build_over("t", config, 1, &limits, stats, closed);
+    let api = kube::Api::<ConfigMap>::namespaced(client.expect("client"), "ns");
+    let created = api.create(&Default::default(), &ConfigMap::default()).await;
+    assert!(crate::ownership::refused(&created.expect_err("fenced")));
+    let other = kube::Error::Service("connection refused".into());
+    assert!(!crate::ownership::refused(&other));
+}

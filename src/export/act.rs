@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use super::Context;
+use super::context::Context;
 use super::decide::{HubWrite, MetadataChange, Plan, ise_name};
 use super::error::{Error, Step};
 use crate::api::{

@@ -10,7 +10,7 @@ use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::mpsc;
 
-use super::Context;
+use super::context::Context;
 use super::decide::ise_name;
 use crate::api::{InternalServiceExport, ServiceExport};
 use crate::controller::only_uid;

@@ -9,6 +9,7 @@
 
 mod act;
 pub mod cleanup;
+mod context;
 mod dangling;
 pub mod decide;
 mod error;
@@ -21,7 +22,7 @@ use std::sync::Arc;
 
 use futures::{Future, FutureExt};
 use kube::api::Api;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use tokio_util::sync::CancellationToken;
 
 pub use decide::{Outcome, Quotas, Settings};
@@ -30,8 +31,7 @@ pub use public_ip::{
     LookupError, PublicIp, PublicIpAccess, PublicIpLookup, resource_group_allowed,
 };
 
-use crate::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
-use crate::controller::ApiFailure;
+use crate::api::InternalServiceExport;
 use crate::controller::events::{Creator, Events};
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::queue::Lossy;
@@ -39,7 +39,8 @@ use crate::controller::runner::Runner;
 use crate::controller::streaks::Streaks;
 use crate::controller::views::WatchHealth;
 use crate::controller::{Job, MemberInputs, ReconcileObserver, Running, Synced, leadership_gained};
-use crate::service_exports::{ServiceExportFeed, ServiceExportView, Subscription};
+use crate::service_exports::{ServiceExportFeed, Subscription};
+use context::Context;
 use watches::Views;
 
 /// The job's name, as `--controllers` spells it.
@@ -110,48 +111,6 @@ pub struct MemberExporter {
     pub observer: Arc<dyn ReconcileObserver>,
     /// Reporting instance for Events (pod name).
     pub instance: String,
-}
-
-/// Shared by every reconcile of one member.
-pub struct Context {
-    pub member: String,
-    pub settings: Settings,
-    pub member_client: kube::Client,
-    pub se_version: ServiceExportVersion,
-    /// The hub writer, scoped to the member's namespace: it cannot address any other.
-    pub hub: Api<InternalServiceExport>,
-    pub hub_namespace: String,
-    pub(crate) services: Store<projections::ServiceView>,
-    pub(crate) ises: Store<projections::IseView>,
-    events: Events,
-    pub public_ips: Option<Arc<dyn PublicIpLookup>>,
-
-    /// Whether this replica may write for the member (the hold its clients' fence reads).
-    pub claim: crate::ownership::Claim,
-    pub observer: Arc<dyn ReconcileObserver>,
-    /// No reconcile decides before every view has listed once.
-    views: Synced,
-    failures: Streaks<ObjectRef<ServiceExport>>,
-    /// Consecutive rechecks (a public IP not listed yet, a UID-mismatch unexport) per export.
-    rechecks: Streaks<ObjectRef<ServiceExport>>,
-    /// ISEs (by name) and ServiceExports this exporter wrote that the views may not show yet.
-    own_ises: OwnWrites<String, Option<InternalServiceExport>>,
-    own_exports: OwnWrites<ObjectRef<ServiceExport>, ServiceExport>,
-    /// The member's ServiceExports (the feed's store): the line for the export quota.
-    exports: Store<ServiceExportView>,
-}
-
-impl Context {
-    /// This export's ISE, read live from the hub.
-    async fn read_ise(&self, ns: &str, name: &str) -> Result<Option<InternalServiceExport>, Error> {
-        let read = self.hub.get_opt(&decide::ise_name(ns, name)).await;
-        Ok(read.map_err(ApiFailure::of(
-            &self.member,
-            ns,
-            name,
-            Step::GetInternalServiceExport,
-        ))?)
-    }
 }
 
 impl MemberExporter {

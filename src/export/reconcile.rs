@@ -11,13 +11,16 @@ use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use tracing::{Instrument, field};
 
+use super::act;
+use super::context::Context;
 use super::decide::quota::{self, Age};
 use super::decide::{
     self, Observation, Outcome, PublicIpObservation, PublicIpQuery, Standing, decide, ise_name,
     public_ip_query,
 };
 use super::error::Conflict;
-use super::{Context, Error, LookupError, Step, act};
+use super::error::{Error, Step};
+use super::public_ip::LookupError;
 use crate::api::{InternalServiceExport, ServiceExport};
 use crate::controller::ApiFailure;
 use crate::controller::runner::Action;

@@ -177,7 +177,7 @@ async fn connect(
         .map_err(|e| redacted(origin, e))?;
     // Shown on /members, in `check` and in logs: the vetting refuses credentials in the URL,
     // and this keeps it so should a URL ever get past it.
-    clients.server = vet::printable_server(&clients.server);
+    clients.server = crate::client::printable_server(&clients.server);
     Ok(MemberClient {
         clients,
         tls_verify_disabled: vetted.tls_verify_disabled,

@@ -476,39 +476,6 @@ fn proxy_allowed(proxy: &Value, policy: TrustPolicy) -> Result<(), &'static str>
     Ok(())
 }
 
-/// A proxy URL as it may be printed: `http://host:port` (or `http://host`), without user info
-/// (the proxy's credentials), path, query or fragment; `<not a URL>` when it cannot be read as
-/// one.
-pub fn printable_proxy(proxy: &str) -> String {
-    const NOT_A_URL: &str = "<not a URL>";
-    let before = proxy.split(['?', '#']).next().unwrap_or_default();
-    let Ok(uri) = before.parse::<http::Uri>() else {
-        return NOT_A_URL.into();
-    };
-    let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
-        return NOT_A_URL.into();
-    };
-    match authority.port_u16() {
-        Some(port) => format!("{scheme}://{}:{port}", authority.host()),
-        None => format!("{scheme}://{}", authority.host()),
-    }
-}
-
-/// A member's server URL as it may be printed: scheme, host, port and path, without user info,
-/// query or fragment (where a secret could sit); `<not a URL>` when it cannot be read as one.
-pub fn printable_server(server: &str) -> String {
-    const NOT_A_URL: &str = "<not a URL>";
-    let before = server.split(['?', '#']).next().unwrap_or_default();
-    let Ok(uri) = before.parse::<http::Uri>() else {
-        return NOT_A_URL.into();
-    };
-    let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
-        return NOT_A_URL.into();
-    };
-    let host = authority.as_str().rsplit('@').next().unwrap_or_default();
-    format!("{scheme}://{host}{}", uri.path())
-}
-
 /// `localhost`, 127.0.0.0/8 or ::1, as written: a name is not resolved (it could resolve
 /// anywhere).
 fn is_loopback(host: &str) -> bool {

@@ -291,21 +291,4 @@ mod tests {
         let waited = tokio::time::timeout(Duration::from_secs(100), open.closed()).await;
         assert!(waited.is_err(), "an open fence never closes");
     }
-
-    /// Through a whole client stack (buffer, retry, counting), a fenced write fails with an
-    /// error [`refused`] recognises, without reaching any server.
-    #[tokio::test]
-    async fn a_client_reports_its_fenced_writes_as_refused() {
-        use k8s_openapi::api::core::v1::ConfigMap;
-        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("url"));
-        let limits = crate::client::Limits::default();
-        let closed = Fence::new(watch::channel(Hold::Never).1);
-        let stats = std::sync::Arc::default();
-        let client = crate::client::build_over("t", config, 1, &limits, stats, closed);
-        let api = kube::Api::<ConfigMap>::namespaced(client.expect("client"), "ns");
-        let created = api.create(&Default::default(), &ConfigMap::default()).await;
-        assert!(refused(&created.expect_err("fenced")));
-        let other = kube::Error::Service("connection refused".into());
-        assert!(!refused(&other));
-    }
 }

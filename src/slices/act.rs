@@ -5,9 +5,10 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 
+use super::context::Context;
 use super::decide::{HubWrite, NameChange, Plan};
+use super::error::{Error, Step};
 use super::model::{ExportView, SliceView};
-use super::{Context, Error, Step};
 use crate::api::{
     EndpointSliceExportSpec, GROUP, LAST_SEEN_GENERATION_ANNOTATION,
     LAST_SEEN_TIMESTAMP_ANNOTATION, UNIQUE_NAME_ANNOTATION,

@@ -11,6 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 pub use super::model::SERVICE_NAME_LABEL;
 use super::model::{ExportVerdict, ExportView, SliceView, digest};
+
+/// The job's name, as `--controllers` spells it (and its metric labels' prefix).
+pub const NAME: &str = "endpointslice";
 use crate::api::{
     ADDRESS_TYPE_IPV4, EndpointSliceExport, EndpointSliceExportSpec, ExportedEndpoint,
     ExportedObjectReference, OwnerServiceReference,
@@ -70,7 +73,7 @@ impl crate::controller::Outcome for Outcome {
     /// `endpointslice:<label>`.
     fn reconciled(self) -> crate::controller::Reconciled {
         crate::controller::Reconciled::Done {
-            job: Some(super::NAME),
+            job: Some(NAME),
             outcome: self.label(),
             reason: None,
         }

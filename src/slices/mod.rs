@@ -10,6 +10,7 @@
 //! exports whose slice it does not know.
 
 mod act;
+mod context;
 pub mod decide;
 mod error;
 mod model;
@@ -20,13 +21,12 @@ use std::sync::Arc;
 
 use futures::{Future, FutureExt};
 use kube::api::Api;
-use kube::runtime::reflector::{ObjectRef, Store};
 use tokio_util::sync::CancellationToken;
 
-pub use decide::Outcome;
+pub use decide::{NAME, Outcome};
 pub use error::{Error, Step};
 
-use crate::api::{EndpointSliceExport, ServiceExportVersion};
+use crate::api::EndpointSliceExport;
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::pace::Pace;
 use crate::controller::queue::Lossy;
@@ -34,11 +34,8 @@ use crate::controller::runner::Runner;
 use crate::controller::streaks::Streaks;
 use crate::controller::views::WatchHealth;
 use crate::controller::{Job, MemberInputs, ReconcileObserver, Running, Synced, leadership_gained};
-use crate::service_exports::{ServiceExportFeed, ServiceExportView, Subscription};
-use model::{ExportView, SliceView};
-
-/// The job's name, as `--controllers` spells it (and its metric labels' prefix).
-pub const NAME: &str = "endpointslice";
+use crate::service_exports::{ServiceExportFeed, Subscription};
+use context::Context;
 
 /// The EndpointSlice job, as the registry lists it.
 pub struct EndpointSliceJob;
@@ -94,30 +91,6 @@ pub struct MemberSliceExporter {
     pub observer: Arc<dyn ReconcileObserver>,
     /// The most bytes one EndpointSliceExport may have (`--max-export-bytes`).
     pub max_export_bytes: u32,
-}
-
-/// Shared by every reconcile of one member's slices.
-pub(crate) struct Context {
-    member: String,
-    member_client: kube::Client,
-    se_version: ServiceExportVersion,
-    /// The hub writer, scoped to the member's namespace.
-    hub: Api<EndpointSliceExport>,
-    slices: Store<SliceView>,
-    /// The feed's; a slice's export verdict is read from it.
-    exports: Store<ServiceExportView>,
-    hub_view: Store<ExportView>,
-    hub_namespace: String,
-
-    /// Whether this replica may write for the member (the hold its clients' fence reads).
-    claim: crate::ownership::Claim,
-    observer: Arc<dyn ReconcileObserver>,
-    views: Synced,
-    /// Consecutive failures per slice; cleared on success, forgotten an hour after the last.
-    failures: Streaks<ObjectRef<SliceView>>,
-    own_slices: OwnWrites<ObjectRef<SliceView>, SliceView>,
-    own_exports: OwnWrites<String, Option<ExportView>>,
-    max_export_bytes: u32,
 }
 
 impl MemberSliceExporter {

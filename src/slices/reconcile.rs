@@ -12,10 +12,12 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::sync::mpsc;
 use tracing::field;
 
+use super::act;
+use super::context::Context;
 use super::decide::{Observation, Outcome, Plan, decide, decide_gone, is_dns1123_subdomain};
+use super::error::{Error, Step};
 use super::model::{ExportVerdict, ExportView, SliceView};
 use super::views::{Absent, referred};
-use super::{Context, Error, Step, act};
 use crate::controller::ApiFailure;
 use crate::controller::runner::Action;
 

@@ -145,7 +145,7 @@ Checks that the schema cannot express; included once, from the Deployment.
 The name of member .member's cleanup record under prefix .id, as src/fleet/cleanup.rs record_name
 derives it (shard.rs name_part): the member name (a DNS-1123 label, so nothing to replace) cut to
 40 characters and trimmed of '-', then the first 4 bytes of its SHA-256 in lowercase hex.
-tests/rbac.rs proves the two agree: the controller deletes a record with only this grant.
+tests/e2e/rbac/ proves the two agree: the controller deletes a record with only this grant.
 */ -}}
 {{- define "fleetnet-hub.cleanupRecordName" -}}
 {{- printf "%s-cleanup-%s-%s" .id (trunc 40 .member | trimAll "-") (sha256sum .member | trunc 8) -}}
