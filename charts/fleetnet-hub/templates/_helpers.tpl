@@ -142,7 +142,7 @@ Checks that the schema cannot express; included once, from the Deployment.
 {{- end -}}
 
 {{- /*
-The name of member .member's cleanup record under prefix .id, as src/fleet/cleanup.rs record_name
+The name of member .member's cleanup record under prefix .id, as src/fleet/removal/records.rs record_name
 derives it (shard.rs name_part): the member name (a DNS-1123 label, so nothing to replace) cut to
 40 characters and trimmed of '-', then the first 4 bytes of its SHA-256 in lowercase hex.
 tests/e2e/rbac/ proves the two agree: the controller deletes a record with only this grant.
