@@ -144,7 +144,7 @@ async fn sync_members(
         azure.reload();
     }
     for (name, source) in desired {
-        if !shared.owns(&name) {
+        if !shared.ownership.owns(&name) {
             continue;
         }
         if source.unreadable && engaged.get(&name).is_some_and(|e| e.task.is_some()) {
@@ -181,7 +181,7 @@ fn stop_departed(
 ) {
     let gone: Vec<String> = engaged
         .keys()
-        .filter(|n| !desired.contains_key(*n) || !shared.owns(n))
+        .filter(|n| !desired.contains_key(*n) || !shared.ownership.owns(n))
         .cloned()
         .collect();
     for name in gone {
@@ -198,7 +198,7 @@ fn stop_departed(
         shared.state.remove(&name);
         // Only the lease holder cleans up (its clients' writes are fenced anyway), and only
         // a member that left the fleet, not one that moved to another replica.
-        let clean = removed && shared.config.cleanup_on_remove && shared.writes_for(&name);
+        let clean = removed && shared.config.cleanup_on_remove && shared.ownership.may_write(&name);
         if clean {
             shared.cleanups.lock().start(&name);
         }

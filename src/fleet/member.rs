@@ -210,7 +210,7 @@ async fn run_once(
         member.connection.vetted(&member.origin)?,
         &cfg.member_limits,
         stats.clone(),
-        shared.fence_of(name),
+        shared.ownership.fence_of(name),
     ))
     .await?;
     if tls_verify_disabled {
@@ -236,7 +236,9 @@ async fn run_once(
     // The member's view of the shared hub client, for both exporters: one line in the hub
     // budget, every write fenced by this member's hold; kept until its tasks are over.
     let hub_namespace = &member.hub_namespace;
-    let _hub_view = shared.hub_views.add(hub_namespace, shared.fence_of(name));
+    let _hub_view = shared
+        .hub_views
+        .add(hub_namespace, shared.ownership.fence_of(name));
     let hub = shared.hub_views.client();
     // One ServiceExport watch for the jobs; the member's client serves its Events too, in
     // their own budget.

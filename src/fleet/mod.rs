@@ -127,25 +127,10 @@ pub const ENGAGING_AT_ONCE: usize = 32;
 const ENGAGING_SLOT: Duration = Duration::from_secs(5);
 
 impl Shared {
-    /// Whether this replica runs `member` (always, unless sharded).
-    fn owns(&self, member: &str) -> bool {
-        self.ownership.owns(member)
-    }
-
-    /// Whether this replica writes for `member` now: its fence holds.
-    fn writes_for(&self, member: &str) -> bool {
-        self.ownership.may_write(member)
-    }
-
     /// The cleanup records, written through `member`'s fence.
     fn records(&self, member: &str) -> Api<k8s_openapi::api::core::v1::Secret> {
-        let client = crate::client::member_view(&self.hub_client, self.fence_of(member));
+        let client = crate::client::member_view(&self.hub_client, self.ownership.fence_of(member));
         Api::namespaced(client, &self.config.records_namespace)
-    }
-
-    /// The fence of `member`'s writes.
-    pub(crate) fn fence_of(&self, member: &str) -> crate::client::Fence {
-        self.ownership.fence_of(member)
     }
 
     fn observer_for(self: &Arc<Self>) -> Arc<dyn ReconcileObserver> {

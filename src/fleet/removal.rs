@@ -90,7 +90,7 @@ pub(super) async fn resume_cleanups(
     }
     shared.state.set_cleanups(shown);
     for p in pending {
-        if running.contains(&p.member) || !shared.writes_for(&p.member) {
+        if running.contains(&p.member) || !shared.ownership.may_write(&p.member) {
             continue;
         }
         let shared = shared.clone();
@@ -140,7 +140,7 @@ async fn withdraw(shared: &Arc<Shared>, name: &str, kubeconfig: Option<&str>) ->
     // Not validated: a member refused for its namespace may still have left a record.
     let ns = registry::namespace_of(&shared.config.namespace_prefix, name);
     // Fenced by the member's lease (sharded), which is kept until the cleanup is done.
-    let fence = shared.fence_of(name);
+    let fence = shared.ownership.fence_of(name);
     let hub = crate::client::member_view(&shared.hub_client, fence.clone());
     let member = match kubeconfig {
         Some(kubeconfig) => member::member_client(
