@@ -12,9 +12,10 @@ use crate::client::Limits;
 mod value;
 
 pub use value::{
-    Config, ConfigBuilder, ConfigError, DEFAULT_HEALTH_PROBE_BIND_ADDRESS, DEFAULT_HUB_API_BURST,
-    DEFAULT_HUB_API_QPS, DEFAULT_LEADER_ELECTION_ID, DEFAULT_MEMBER_SYNC_TIMEOUT,
-    DEFAULT_METRICS_BIND_ADDRESS, LeaderElection, RESCAN_INTERVAL, instance, release_namespace,
+    Config, ConfigBuilder, ConfigError, DEFAULT_FLEET_SYSTEM_NAMESPACE,
+    DEFAULT_HEALTH_PROBE_BIND_ADDRESS, DEFAULT_HUB_API_BURST, DEFAULT_HUB_API_QPS,
+    DEFAULT_LEADER_ELECTION_ID, DEFAULT_MEMBER_SYNC_TIMEOUT, DEFAULT_METRICS_BIND_ADDRESS,
+    LeaderElection, RESCAN_INTERVAL, instance, release_namespace,
 };
 
 /// Per-member settings (`--member-config`).

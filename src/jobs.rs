@@ -23,6 +23,11 @@ pub struct Shared {
     pub public_ips: Option<Arc<dyn PublicIpLookup>>,
     /// The most bytes one EndpointSliceExport may have (`--max-export-bytes`).
     pub max_export_bytes: u32,
+    /// The member namespace of derived Services and imported EndpointSlices
+    /// (`--fleet-system-namespace`).
+    pub fleet_system_namespace: String,
+    /// Which networking agents the membership job reports for (`--agent-types`).
+    pub agent_types: crate::api::AgentTypes,
 }
 
 /// What a member gives each job.
@@ -62,6 +67,14 @@ impl Default for Controllers {
         Self {
             selected: (1 << JOBS.len()) - 1,
         }
+    }
+}
+
+impl std::fmt::Display for Controllers {
+    /// The names of the jobs that run, comma-separated, as `--controllers` takes them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<_> = self.selected().map(|job| job.name()).collect();
+        f.write_str(&names.join(","))
     }
 }
 

@@ -113,8 +113,16 @@ pub struct RunArgs {
     cleanup_on_remove: bool,
     /// Which exporters run for every member, comma-separated: `serviceexport` (ServiceExport →
     /// InternalServiceExport), `endpointslice` (EndpointSlice → EndpointSliceExport).
-    #[arg(long, env = "FLEETNET_CONTROLLERS", default_value = "serviceexport,endpointslice", value_parser = Controllers::parse)]
+    #[arg(long, env = "FLEETNET_CONTROLLERS", default_value_t = Controllers::default(), value_parser = Controllers::parse)]
     controllers: Controllers,
+    /// The member namespace of derived Services and imported EndpointSlices (the reference
+    /// agents' `--fleet-system-namespace`).
+    #[arg(long, env = "FLEETNET_FLEET_SYSTEM_NAMESPACE", default_value = fleetnet_hub::config::DEFAULT_FLEET_SYSTEM_NAMESPACE)]
+    fleet_system_namespace: String,
+    /// The networking agents the membership job reports for, comma-separated:
+    /// `MultiClusterServiceAgent`, `ServiceExportImportAgent` (the reference agents' `--agent-types`).
+    #[arg(long, env = "FLEETNET_AGENT_TYPES", default_value_t = fleetnet_hub::api::AgentTypes::default(), value_parser = fleetnet_hub::api::AgentTypes::parse)]
+    agent_types: fleetnet_hub::api::AgentTypes,
     /// Export Traffic Manager fields (weight, type, load balancer, public IP).
     #[arg(long, env = "FLEETNET_ENABLE_TRAFFIC_MANAGER")]
     enable_traffic_manager: bool,
@@ -291,6 +299,8 @@ impl RunArgs {
             .instance(instance)
             .trust(self.trust.policy())
             .controllers(self.controllers)
+            .fleet_system_namespace(&self.fleet_system_namespace)
+            .agent_types(self.agent_types)
             .quotas(fleetnet_hub::export::Quotas {
                 max_exports: self.max_exports_per_member,
                 max_export_bytes: self.max_export_bytes,

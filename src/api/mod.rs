@@ -53,8 +53,12 @@ macro_rules! object {
 mod conditions;
 mod crd;
 mod endpoint_slice_export;
+mod endpoint_slice_import;
+mod internal_member_cluster;
 mod internal_service_export;
+mod multi_cluster_service;
 mod service_export;
+mod service_import;
 
 pub use conditions::{
     CONDITION_CONFLICT, CONDITION_VALID, ConditionSpec, condition_matches, find_condition,
@@ -67,11 +71,24 @@ pub use endpoint_slice_export::{
     ADDRESS_TYPE_IPV4, Endpoint as ExportedEndpoint, EndpointPort, EndpointSliceExport,
     EndpointSliceExportSpec, OwnerServiceReference,
 };
+pub use endpoint_slice_import::EndpointSliceImport;
+pub use internal_member_cluster::{
+    AGENT_JOINED, AgentStatus, AgentTypes, CLUSTER_STATE_JOIN, CLUSTER_STATE_LEAVE,
+    FLEET_CLUSTER_GROUP, InternalMemberCluster, InternalMemberClusterSpec,
+    InternalMemberClusterStatus, MULTI_CLUSTER_SERVICE_AGENT, SERVICE_EXPORT_IMPORT_AGENT,
+};
 pub use internal_service_export::{
     ExportedObjectReference, InternalServiceExport, InternalServiceExportSpec,
     InternalServiceExportStatus, ServicePort,
 };
+pub use multi_cluster_service::{
+    MultiClusterService, MultiClusterServiceSpec, MultiClusterServiceStatus, ServiceImportRef,
+};
 pub use service_export::{ServiceExport, ServiceExportStatus, ServiceExportVersion};
+pub use service_import::{
+    ClusterStatus, InternalServiceImport, InternalServiceImportSpec, ServiceImport,
+    ServiceImportStatus,
+};
 
 /// The API group of every fleet-networking type.
 pub const GROUP: &str = "networking.fleet.azure.com";

@@ -6,11 +6,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::MemberConfigFile;
+use crate::api::AgentTypes;
 use crate::client::Limits;
 use crate::export::Quotas;
 use crate::fleet::registry::DEFAULT_NAMESPACE_PREFIX;
 use crate::fleet::{Controllers, RuntimeConfig, TrustPolicy};
 
+/// `--fleet-system-namespace`'s default, the reference agents' too.
+pub const DEFAULT_FLEET_SYSTEM_NAMESPACE: &str = "fleet-system";
 /// `--hub-api-qps`'s default: the hub budget, shared by all members.
 pub const DEFAULT_HUB_API_QPS: f64 = 100.0;
 /// `--hub-api-burst`'s default.
@@ -69,6 +72,8 @@ pub enum ConfigError {
     /// The `--member-config` file could not be read or parsed (the message names it).
     #[error("{0}")]
     MemberConfig(String),
+    #[error("--fleet-system-namespace: {0}")]
+    FleetSystemNamespace(String),
     #[error("--kubeconfig-dir {} is not a directory", .0.display())]
     KubeconfigDir(PathBuf),
 }
@@ -102,6 +107,8 @@ impl Config {
                 trust: TrustPolicy::default(),
                 controllers: Controllers::default(),
                 quotas: Quotas::default(),
+                fleet_system_namespace: DEFAULT_FLEET_SYSTEM_NAMESPACE.into(),
+                agent_types: AgentTypes::default(),
             },
             leader_election: None,
             metrics_bind_address: DEFAULT_METRICS_BIND_ADDRESS.into(),
@@ -203,6 +210,18 @@ impl ConfigBuilder {
         self
     }
 
+    /// `--fleet-system-namespace`.
+    pub fn fleet_system_namespace(mut self, namespace: &str) -> Self {
+        self.config.runtime.fleet_system_namespace = namespace.into();
+        self
+    }
+
+    /// `--agent-types`.
+    pub fn agent_types(mut self, types: AgentTypes) -> Self {
+        self.config.runtime.agent_types = types;
+        self
+    }
+
     /// `--max-exports-per-member`, `--max-export-bytes`.
     pub fn quotas(mut self, quotas: Quotas) -> Self {
         self.config.runtime.quotas = quotas;
@@ -246,6 +265,10 @@ impl ConfigBuilder {
         }
         crate::fleet::registry::validate_namespace_prefix(&config.runtime.namespace_prefix)
             .map_err(ConfigError::NamespacePrefix)?;
+        crate::fleet::registry::validate_member_name(&config.runtime.fleet_system_namespace)
+            .map_err(|e| {
+                ConfigError::FleetSystemNamespace(e.replace("member name", "namespace"))
+            })?;
         Ok(config)
     }
 }

@@ -316,6 +316,8 @@ fn inputs(
             },
             public_ips,
             max_export_bytes: cfg.quotas.max_export_bytes,
+            fleet_system_namespace: cfg.fleet_system_namespace.clone(),
+            agent_types: cfg.agent_types,
         },
     }
 }

@@ -65,6 +65,11 @@ pub struct RuntimeConfig {
     pub controllers: Controllers,
     /// What each member may write to the hub (`--max-exports-per-member`, `--max-export-bytes`).
     pub quotas: crate::export::Quotas,
+    /// Where a member's derived Services and imported EndpointSlices live
+    /// (`--fleet-system-namespace`).
+    pub fleet_system_namespace: String,
+    /// Which networking agents the membership job reports for (`--agent-types`).
+    pub agent_types: crate::api::AgentTypes,
 }
 
 /// Notified when a member engagement starts and when a member leaves (metrics series).

@@ -132,11 +132,12 @@ impl FleetBuilder {
             .collect();
         futures::future::try_join_all(all.iter_mut().map(|c| c.wait_ready(spawned))).await?;
 
-        let crds = if self.crds.is_empty() {
+        let mut crds = if self.crds.is_empty() {
             CrdFiles::load(&self.crds_dir)?
         } else {
             CrdFiles::sort(self.crds, Path::new("(given CRDs)"))?
         };
+        crds.add_import_side()?;
         prepare(&hub, &members, crds, &self.namespace_prefix).await?;
 
         let fleet = Fleet {
@@ -263,6 +264,41 @@ impl Fleet {
     }
 }
 
+/// The CRDs of the import side and of membership, as published (tests/fixtures), built into
+/// the binary so that the sandbox needs no checkout.
+const IMPORT_SIDE_CRDS: [(&str, &str); 5] = [
+    (
+        "networking.fleet.azure.com_serviceimports.yaml",
+        include_str!(
+            "../../fixtures/fleet-networking-crds/networking.fleet.azure.com_serviceimports.yaml"
+        ),
+    ),
+    (
+        "networking.fleet.azure.com_multiclusterservices.yaml",
+        include_str!(
+            "../../fixtures/fleet-networking-crds/networking.fleet.azure.com_multiclusterservices.yaml"
+        ),
+    ),
+    (
+        "networking.fleet.azure.com_internalserviceimports.yaml",
+        include_str!(
+            "../../fixtures/fleet-networking-crds/networking.fleet.azure.com_internalserviceimports.yaml"
+        ),
+    ),
+    (
+        "networking.fleet.azure.com_endpointsliceimports.yaml",
+        include_str!(
+            "../../fixtures/fleet-networking-crds/networking.fleet.azure.com_endpointsliceimports.yaml"
+        ),
+    ),
+    (
+        "cluster.kubernetes-fleet.io_internalmemberclusters.yaml",
+        include_str!(
+            "../../fixtures/fleet-crds/cluster.kubernetes-fleet.io_internalmemberclusters.yaml"
+        ),
+    ),
+];
+
 #[derive(Debug, Clone)]
 struct CrdFiles {
     member: Vec<CustomResourceDefinition>,
@@ -290,6 +326,27 @@ impl CrdFiles {
             crds.extend(docs);
         }
         Self::sort(crds, dir)
+    }
+
+    /// The import side's and membership's CRDs as fleet-networking and fleet publish them
+    /// (ServiceImport and MultiClusterService in every member; InternalServiceImport,
+    /// EndpointSliceImport and fleet's InternalMemberCluster in the hub), unless given already.
+    fn add_import_side(&mut self) -> Result<()> {
+        for (file, text) in IMPORT_SIDE_CRDS {
+            let crd: CustomResourceDefinition =
+                serde_saphyr::from_str(text).map_err(|e| Error::Manifest {
+                    path: PathBuf::from(file),
+                    message: e.to_string(),
+                })?;
+            let side = match crd.spec.names.kind.as_str() {
+                "ServiceImport" | "MultiClusterService" => &mut self.member,
+                _ => &mut self.hub,
+            };
+            if !side.iter().any(|c| c.metadata.name == crd.metadata.name) {
+                side.push(crd);
+            }
+        }
+        Ok(())
     }
 
     /// ServiceExport (and anything member-side) goes to members; InternalServiceExport to the
