@@ -47,7 +47,14 @@ impl Feed<ServiceExportView> {
         observer: Arc<dyn ReconcileObserver>,
     ) -> Self {
         let api = Api::<ServiceExportView>::all_with(client.clone(), &version);
-        Self::over(api, version, SERVICE_EXPORTS, member, observer)
+        // Its failures are told as the ServiceExport job's: the watch is of its objects.
+        Self::over(
+            api,
+            version,
+            (SERVICE_EXPORTS, "serviceexport"),
+            member,
+            observer,
+        )
     }
 }
 

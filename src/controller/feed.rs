@@ -56,18 +56,18 @@ where
     K::DynamicType: Hash + Eq + Clone + Send + Sync + Unpin,
 {
     /// The watch of `api` (every object of its kind, of type `dyntype`) for `member`, as its
-    /// `view`; its failures and first list are reported to `observer`. Its readiness handle
-    /// counts the objects the view holds ([`Synced::objects`]).
+    /// `view`; its failures and first list are reported to `observer` as job `job`'s. Its
+    /// readiness handle counts the objects the view holds ([`Synced::objects`]).
     pub fn over(
         api: Api<K>,
         dyntype: K::DynamicType,
-        view: View,
+        (view, job): (View, &'static str),
         member: &str,
         observer: Arc<dyn ReconcileObserver>,
     ) -> Self {
         let writer = reflector::store::Writer::<K>::new(dyntype.clone());
         let store = writer.as_reader();
-        let health = Arc::new(WatchHealth::new(member, observer));
+        let health = Arc::new(WatchHealth::new(member, job, observer));
         let size = {
             let store = store.clone();
             move || store.len()

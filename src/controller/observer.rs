@@ -57,10 +57,10 @@ pub trait ReconcileObserver: Send + Sync + 'static {
     fn export_latency(&self, member: &str, latency: Duration);
     /// The hub's conflict verdict reached the ServiceExport `latency` after its export time.
     fn conflict_reflected(&self, member: &str, latency: Duration);
-    /// The controller reported an error outside a reconcile (a watch failing, for example).
-    fn controller_error(&self, member: &str, error: &str);
-    /// Every watch that had failed has listed again: the member's views are current.
-    fn watches_recovered(&self, _member: &str) {}
+    /// A watch of job `job` fails (`member_side`: a watch of the member; else of the hub).
+    fn watch_failed(&self, member: &str, job: &'static str, member_side: bool, error: &str);
+    /// Every watch of job `job` that had failed has listed again: its views are current.
+    fn watches_recovered(&self, _member: &str, _job: &'static str) {}
     /// An EndpointSliceExport was created, updated or deleted (`op`).
     fn slice_write(&self, _member: &str, _op: &'static str) {}
     /// An item was dropped from a bounded queue (`queue`) of `member` because it was full.
@@ -73,7 +73,7 @@ pub struct NoObserver;
 
 impl ReconcileObserver for NoObserver {
     fn reconcile_started(&self, _: &str) {}
-    fn controller_error(&self, _: &str, _: &str) {}
+    fn watch_failed(&self, _: &str, _: &'static str, _: bool, _: &str) {}
     fn reconciled(&self, _: &str, _: Reconciled, _: Duration) {}
     fn hub_write(&self, _: &str, _: &'static str) {}
     fn export_latency(&self, _: &str, _: Duration) {}

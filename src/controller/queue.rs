@@ -69,7 +69,7 @@ impl ReconcileObserver for Drops {
     fn hub_write(&self, _: &str, _: &'static str) {}
     fn export_latency(&self, _: &str, _: std::time::Duration) {}
     fn conflict_reflected(&self, _: &str, _: std::time::Duration) {}
-    fn controller_error(&self, _: &str, _: &str) {}
+    fn watch_failed(&self, _: &str, _: &'static str, _: bool, _: &str) {}
     fn dropped(&self, member: &str, queue: &'static str) {
         self.0.lock().push((member.to_string(), queue));
     }

@@ -81,6 +81,20 @@ impl Synced {
         self.wait_for(|member, _| member).await;
     }
 
+    /// Whether every watch has listed by now.
+    pub fn listed_now(&self) -> bool {
+        self.exporters
+            .iter()
+            .all(|(listed, member, hub)| *listed.borrow() & (member | hub) == member | hub)
+    }
+
+    /// Whether the member's own watches have listed by now.
+    pub fn member_listed_now(&self) -> bool {
+        self.exporters
+            .iter()
+            .all(|(listed, member, _)| *listed.borrow() & member == *member)
+    }
+
     async fn wait_for(&self, views: impl Fn(u8, u8) -> u8) {
         for (listed, member, hub) in &self.exporters {
             let wanted = views(*member, *hub);
@@ -106,6 +120,8 @@ impl Synced {
 /// observer.
 pub(crate) struct WatchHealth {
     member: String,
+    /// The job whose watches these are.
+    job: &'static str,
     observer: Arc<dyn ReconcileObserver>,
     /// The views that have listed, one bit each (one channel: each costs ~0.5 KiB, per member).
     listed: watch::Sender<u8>,
@@ -114,9 +130,14 @@ pub(crate) struct WatchHealth {
 }
 
 impl WatchHealth {
-    pub(crate) fn new(member: &str, observer: Arc<dyn ReconcileObserver>) -> Self {
+    pub(crate) fn new(
+        member: &str,
+        job: &'static str,
+        observer: Arc<dyn ReconcileObserver>,
+    ) -> Self {
         Self {
             member: member.to_string(),
+            job,
             observer,
             listed: watch::channel(0).0,
             failing: Mutex::new(0),
@@ -165,16 +186,17 @@ impl WatchHealth {
             was && *failing == 0
         };
         if recovered {
-            tracing::info!(member = %self.member, "watches recovered");
-            self.observer.watches_recovered(&self.member);
+            tracing::info!(member = %self.member, job = self.job, "watches recovered");
+            self.observer.watches_recovered(&self.member, self.job);
         }
     }
 
     fn failed(&self, view: View, error: &watcher::Error) {
         *self.failing.lock() |= view.bit;
-        tracing::warn!(member = %self.member, view = ?view, error = %error, "watch failed; retrying with backoff");
+        tracing::warn!(member = %self.member, job = self.job, view = ?view, error = %error, "watch failed; retrying with backoff");
+        let error = format!("{view:?} watch: {error}");
         self.observer
-            .controller_error(&self.member, &format!("{view:?} watch: {error}"));
+            .watch_failed(&self.member, self.job, !view.in_hub, &error);
     }
 }
 

@@ -122,7 +122,7 @@ impl MemberExporter {
     ) -> (impl Future<Output = ()> + Send, Synced) {
         let hub_api: Api<InternalServiceExport> =
             Api::namespaced(self.hub_client.clone(), &self.hub_namespace);
-        let health = Arc::new(WatchHealth::new(&self.member, self.observer.clone()));
+        let health = Arc::new(WatchHealth::new(&self.member, NAME, self.observer.clone()));
         let (dangling_tx, dangling_rx) = Lossy::channel(
             dangling::QUEUE,
             &self.member,

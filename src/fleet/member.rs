@@ -245,11 +245,14 @@ async fn run_once(
     let exports = ServiceExportFeed::watch(&client, version, name, shared.observer_for());
     let mut inputs = inputs(member, shared, client, hub, exports);
     let mut runs = Vec::new();
-    let mut synced = Synced::default();
+    let mut jobs = Vec::new();
+    shared
+        .state
+        .jobs_started(name, cfg.controllers.selected().map(|job| job.name()));
     for job in cfg.controllers.selected() {
-        let Running { run, synced: s } = job.start(&mut inputs, cancel.clone());
+        let Running { run, synced } = job.start(&mut inputs, cancel.clone());
         runs.push(run);
-        synced = synced.and(s);
+        jobs.push((job.name(), synced));
     }
     let exports = inputs.shared.service_exports;
     let stop = cancel.clone();
@@ -265,7 +268,7 @@ async fn run_once(
     let _watcher = AbortOnDropHandle::new(tokio::spawn(track_sync(
         state.clone(),
         name.to_string(),
-        synced,
+        jobs,
         cfg.member_sync_timeout,
         engaging,
     )));
@@ -342,31 +345,54 @@ async fn engaging_slot(
 }
 
 /// Frees the member's engaging slot once its own watches have listed, and moves its phase to
-/// Ready once the hub's has too; past `timeout` it shows Failing until they do. Never blocks
-/// anything else.
+/// Ready once the hub's have too, and each job's to Ready once its own watches have. Past
+/// `timeout`: a member whose own watches have not listed shows Failing until they do; one whose
+/// own watches have is Ready, and only the jobs whose hub watches have not listed show failing
+/// (a CRD the hub lacks costs that job, not the member's others). Never blocks anything else.
 async fn track_sync(
     state: Arc<FleetState>,
     member: String,
-    synced: Synced,
+    jobs: Vec<(&'static str, Synced)>,
     timeout: Duration,
     engaging: tokio::sync::oneshot::Sender<()>,
 ) {
-    let listed = tokio::time::timeout(timeout, async {
-        // The engaging slot bounds the work of connecting and listing the member; the hub's
-        // list waits in the hub budget's line, which is no reason to hold back the others.
-        synced.member_listed().await;
-        drop(engaging);
-        synced.wait().await;
-    })
-    .await;
-    if listed.is_err() {
-        let e = Error::SyncTimeout(timeout).to_string();
-        tracing::warn!(member = %member, "{e}");
-        state.record(&member, Event::Failed(e));
-        synced.wait().await;
-    }
-    state.record(&member, Event::Synced);
-    tracing::info!(member = %member, exports = synced.objects(), "member synced");
+    let all = jobs.iter().fold(Synced::default(), |all, (_, synced)| {
+        all.and(synced.clone())
+    });
+    let each_job = futures::future::join_all(jobs.iter().map(|(job, synced)| {
+        let (state, member) = (&state, &member);
+        async move {
+            synced.wait().await;
+            state.job_ready(member, job);
+        }
+    }));
+    let member_synced = async {
+        let listed = tokio::time::timeout(timeout, async {
+            // The engaging slot bounds the work of connecting and listing the member; the
+            // hub's list waits in the hub budget's line, which is no reason to hold back the
+            // others.
+            all.member_listed().await;
+            drop(engaging);
+            all.wait().await;
+        })
+        .await;
+        if listed.is_err() {
+            let e = Error::SyncTimeout(timeout).to_string();
+            tracing::warn!(member = %member, "{e}");
+            if !all.member_listed_now() {
+                state.record(&member, Event::Failed(e.clone()));
+                all.member_listed().await;
+            }
+            for (job, synced) in &jobs {
+                if !synced.listed_now() {
+                    state.job_failed(&member, job, &e, false);
+                }
+            }
+        }
+        state.record(&member, Event::Synced);
+        tracing::info!(member = %member, exports = all.objects(), "member synced");
+    };
+    futures::future::join(member_synced, each_job).await;
 }
 
 /// How often a running member's API server is asked whether it answers, and how long it may take.

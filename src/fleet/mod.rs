@@ -29,7 +29,7 @@ pub use engagement::run;
 pub use error::Error;
 pub use member::{MemberClient, member_client};
 pub use removal::Cleanups;
-pub use state::{Event, FleetState, MemberStatus, Phase};
+pub use state::{Event, FleetState, JobPhase, JobStatus, MemberStatus, Phase};
 pub use vet::TrustPolicy;
 
 use crate::client::{ClientStats, Limits};
@@ -175,13 +175,13 @@ impl ReconcileObserver for StateObserver {
     fn conflict_reflected(&self, member: &str, latency: Duration) {
         self.inner.conflict_reflected(member, latency);
     }
-    fn controller_error(&self, member: &str, error: &str) {
-        self.state.record(member, Event::Failed(error.to_string()));
-        self.inner.controller_error(member, error);
+    fn watch_failed(&self, member: &str, job: &'static str, member_side: bool, error: &str) {
+        self.state.job_failed(member, job, error, member_side);
+        self.inner.watch_failed(member, job, member_side, error);
     }
-    fn watches_recovered(&self, member: &str) {
-        self.state.record(member, Event::Recovered(None));
-        self.inner.watches_recovered(member);
+    fn watches_recovered(&self, member: &str, job: &'static str) {
+        self.state.job_ready(member, job);
+        self.inner.watches_recovered(member, job);
     }
 }
 

@@ -63,6 +63,34 @@ pub struct MemberStatus {
     /// The proxy the member's connection goes through (its kubeconfig's `proxy-url`, allowed
     /// by `--allow-member-proxy`), as `http://host:port`: never its credentials.
     pub proxy: Option<String>,
+    /// Each job that runs for the member, by name: one job failing (its hub watch, a CRD the
+    /// hub lacks) neither stops nor hides the others.
+    pub jobs: BTreeMap<&'static str, JobStatus>,
+}
+
+/// What one job of a member is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobPhase {
+    /// Its watches have not all listed yet.
+    Syncing,
+    /// Every watch of the job has listed; reconciling.
+    Ready,
+    /// A watch of the job fails, or did not list in time.
+    Failing,
+}
+
+/// The state of one job of a member, as `/members` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobStatus {
+    pub phase: JobPhase,
+    /// Why it is failing (kept after recovery until the next failure).
+    pub last_error: Option<String>,
+    /// Whether the failure is on the member's side (then the member is failing too).
+    #[serde(skip)]
+    pub member_side: bool,
+    /// When the phase last changed.
+    pub since: Timestamp,
 }
 
 /// What happened to a member engagement, as the task that saw it reports it. Every phase change
@@ -97,6 +125,7 @@ impl MemberStatus {
             refused: false,
             tls_verify_disabled: false,
             proxy: None,
+            jobs: BTreeMap::new(),
         }
     }
 
@@ -206,6 +235,63 @@ impl FleetState {
                 true
             }
             None => false,
+        }
+    }
+
+    /// The member's `jobs` are starting: each syncing.
+    pub fn jobs_started(&self, name: &str, jobs: impl IntoIterator<Item = &'static str>) {
+        let now = Timestamp::now();
+        if let Some(s) = self.write().get_mut(name) {
+            s.jobs = jobs
+                .into_iter()
+                .map(|job| {
+                    let status = JobStatus {
+                        phase: JobPhase::Syncing,
+                        last_error: None,
+                        member_side: false,
+                        since: now,
+                    };
+                    (job, status)
+                })
+                .collect();
+        }
+    }
+
+    /// Job `job` of member `name` fails (`member_side`: a watch of the member, which fails
+    /// the member too; else one of the hub, which costs only the job).
+    pub fn job_failed(&self, name: &str, job: &'static str, error: &str, member_side: bool) {
+        if member_side {
+            self.record(name, Event::Failed(format!("{job}: {error}")));
+        }
+        if let Some(status) = self.write().get_mut(name).and_then(|s| s.jobs.get_mut(job)) {
+            if status.phase != JobPhase::Failing {
+                status.since = Timestamp::now();
+            }
+            status.phase = JobPhase::Failing;
+            status.last_error = Some(error.to_string());
+            status.member_side = member_side;
+        }
+    }
+
+    /// Every watch of job `job` of member `name` has listed (again): the job is ready, and so
+    /// is the member once no job fails on its side.
+    pub fn job_ready(&self, name: &str, job: &'static str) {
+        let member_failing_job = {
+            let mut members = self.write();
+            let Some(member) = members.get_mut(name) else {
+                return;
+            };
+            if let Some(status) = member.jobs.get_mut(job) {
+                if status.phase != JobPhase::Ready {
+                    status.since = Timestamp::now();
+                }
+                status.phase = JobPhase::Ready;
+                status.member_side = false;
+            }
+            member.jobs.values().any(|j| j.member_side)
+        };
+        if !member_failing_job {
+            self.record(name, Event::Recovered(None));
         }
     }
 
@@ -328,6 +414,38 @@ mod tests {
             !state.record("gone", Event::Synced),
             "an unknown member stays unknown"
         );
+    }
+
+    #[test]
+    fn a_job_failing_on_the_hub_side_costs_only_that_job() {
+        let state = FleetState::default();
+        state.engage("a", "h1");
+        state.jobs_started("a", ["serviceexport", "endpointslice"]);
+        state.record("a", Event::Synced);
+        state.job_ready("a", "serviceexport");
+        state.job_failed("a", "endpointslice", "EndpointSliceExports watch: 404", false);
+        let a = state.member("a").expect("a");
+        assert_eq!(a.phase, Phase::Ready, "a hub-side failure is the job's");
+        assert_eq!(a.jobs["endpointslice"].phase, JobPhase::Failing);
+        assert_eq!(a.jobs["serviceexport"].phase, JobPhase::Ready);
+
+        state.job_failed("a", "serviceexport", "ServiceExports watch: too large", true);
+        let a = state.member("a").expect("a");
+        assert_eq!(a.phase, Phase::Failing, "a member-side failure is the member's");
+        assert_eq!(
+            a.last_error.as_deref(),
+            Some("serviceexport: ServiceExports watch: too large")
+        );
+        state.job_ready("a", "endpointslice");
+        assert_eq!(
+            state.member("a").map(|m| m.phase),
+            Some(Phase::Failing),
+            "another job still fails on the member's side"
+        );
+        state.job_ready("a", "serviceexport");
+        let a = state.member("a").expect("a");
+        assert_eq!(a.phase, Phase::Ready);
+        assert!(a.jobs.values().all(|j| j.phase == JobPhase::Ready));
     }
 
     #[test]

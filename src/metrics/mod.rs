@@ -432,7 +432,7 @@ impl ReconcileObserver for Metrics {
             .observe(export_duration_ms(latency));
     }
 
-    fn controller_error(&self, member: &str, _error: &str) {
+    fn watch_failed(&self, member: &str, _job: &'static str, _member_side: bool, _error: &str) {
         self.ensure_member(member);
         self.controller_errors
             .get_or_create(&member_labels(member))

@@ -13,7 +13,7 @@ use prometheus_client::registry::Unit;
 
 use super::{AzureCounters, Labels, Shared, label, member_labels};
 use crate::client::{ClientStats, RequestCount};
-use crate::fleet::{MemberStatus, Phase};
+use crate::fleet::{JobPhase, MemberStatus, Phase};
 
 /// Bytes the process's allocator reports: what live objects take and what it keeps resident.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +115,20 @@ fn encode_members(e: &mut DescriptorEncoder, states: &[(String, MemberStatus)]) 
     let help = "1 when the member's connection goes through the proxy its kubeconfig names (--allow-member-proxy).";
     let proxied = flag(|s| s.proxy.is_some());
     family(e, ("fleetnet_member_proxied", help, None), proxied)?;
+    // Only failing jobs have a series: a healthy fleet pays nothing per job.
+    let failing_jobs = states.iter().flat_map(|(name, s)| {
+        let failing = s.jobs.iter().filter(|(_, j)| j.phase == JobPhase::Failing);
+        failing.map(move |(job, _)| {
+            let labels = vec![("member", label(name)), ("job", (*job).to_string())];
+            (labels, ConstGauge::new(1))
+        })
+    });
+    let help = "1 for each job of a member that is failing (a watch failing, or not listed in time); no series for the others.";
+    family(
+        e,
+        ("fleetnet_member_job_failing", help, None),
+        failing_jobs.collect(),
+    )?;
     let synced = states.iter().filter_map(|(name, s)| {
         let seconds = s.last_sync?.as_millisecond() as f64 / 1000.0;
         Some((member_labels(name), ConstGauge::new(seconds)))

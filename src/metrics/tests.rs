@@ -91,7 +91,7 @@ fn observer_calls_become_series_and_removal_drops_them() {
         Duration::from_millis(5),
     );
     m.reconcile_started("a"); // still running
-    m.controller_error("a", "watch failed");
+    m.watch_failed("a", "serviceexport", true, "watch failed");
 
     let text = m.encode();
     assert!(text.ends_with("# EOF\n"), "{text}");

@@ -102,7 +102,7 @@ impl MemberSliceExporter {
     ) -> (impl Future<Output = ()> + Send, Synced) {
         let hub_api: Api<EndpointSliceExport> =
             Api::namespaced(self.hub_client.clone(), &self.hub_namespace);
-        let health = Arc::new(WatchHealth::new(&self.member, self.observer.clone()));
+        let health = Arc::new(WatchHealth::new(&self.member, NAME, self.observer.clone()));
         let (absent_tx, absent_rx) = Lossy::channel(
             views::ABSENT_QUEUE,
             &self.member,
