@@ -6,6 +6,7 @@
 //! cargo run --release -p fleetnet-bench -- --members 10 --exports 250 --churn 10 --duration 30 --svg docs/bench.svg
 //! cargo build --release -p fleetnet-hub && cargo run --release -p fleetnet-bench -- --failover --members 20 --exports 10
 //! cargo build --release -p fleetnet-hub && cargo run --release -p fleetnet-bench -- --endpoint-slices --members 10 --exports 250 --churn 10 --duration 30
+//! cargo build --release -p fleetnet-hub && cargo run --release -p fleetnet-bench -- --slice-imports --members 10 --exports 100 --churn 10 --duration 30
 //! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --table --quiet 60
 //! cargo run --release -p fleetnet-bench -- --fairness --members 6 --exports 2000 --churn 5 --kube-api-qps 500 --kube-api-burst 500
 //! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --fleet-size --members 300 --member-servers 5 --exports 10 --replicas 3 --quiet 60
@@ -17,6 +18,7 @@ mod failover;
 mod fleet_size;
 mod fleet_size_report;
 mod hostile;
+mod imports_bench;
 mod replicas;
 mod slices_bench;
 mod soak;
@@ -133,7 +135,13 @@ struct Cli {
     /// `--duration` (see `slices.rs`).
     #[arg(long, conflicts_with_all = ["failover", "fairness", "fleet_size", "sweep", "replay"])]
     endpoint_slices: bool,
-    /// Ready endpoints per EndpointSlice for `--endpoint-slices`.
+    /// Measure the EndpointSliceImport job instead: `--members` members importing `--exports`
+    /// EndpointSliceImports each (`--endpoints` endpoints); cold import, RSS per member, hub
+    /// change → member slice latency at `--churn` per second (default 10) for `--duration`
+    /// (see `imports_bench.rs`).
+    #[arg(long, conflicts_with_all = ["failover", "fairness", "fleet_size", "sweep", "replay", "endpoint_slices"])]
+    slice_imports: bool,
+    /// Ready endpoints per EndpointSlice for `--endpoint-slices` and `--slice-imports`.
     #[arg(long, default_value_t = 3)]
     endpoints: usize,
     /// The `fleetnet-hub` binary for `--failover` and `--fleet-size` (default: next to this
@@ -248,6 +256,9 @@ async fn main_inner(cli: Cli) -> Result<(), String> {
     if cli.endpoint_slices {
         return run_endpoint_slices(&cli).await;
     }
+    if cli.slice_imports {
+        return run_slice_imports(&cli).await;
+    }
     if cli.soak {
         return run_soak(&cli).await;
     }
@@ -345,6 +356,25 @@ async fn run_endpoint_slices(cli: &Cli) -> Result<(), String> {
         .await
         .map_err(|e| format!("{e:#}"))?;
     println!("{}", slices_bench::slices_markdown(&report));
+    write_json(cli.json.as_deref(), &report)
+}
+
+/// `--slice-imports`: the EndpointSliceImport job's cold import and churn.
+async fn run_slice_imports(cli: &Cli) -> Result<(), String> {
+    let config = slices_bench::SlicesConfig {
+        members: cli.members,
+        services: cli.exports,
+        endpoints: cli.endpoints,
+        rate: cli.churn.unwrap_or(10.0),
+        duration: seconds("duration", cli.duration)?,
+        budget_args: cli.budgets.to_args(),
+        binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
+        timeout: seconds("converge-timeout", cli.converge_timeout)?,
+    };
+    let report = imports_bench::run_imports(&config)
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    println!("{}", imports_bench::imports_markdown(&report));
     write_json(cli.json.as_deref(), &report)
 }
 

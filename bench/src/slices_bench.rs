@@ -108,7 +108,7 @@ fn addresses(member: usize, service: usize, n: usize, generation: u32) -> Vec<St
 }
 
 /// Writes of `resource` the apiserver behind `client` answered (any code).
-async fn writes_of(client: &kube::Client, resource: &str) -> anyhow::Result<u64> {
+pub(crate) async fn writes_of(client: &kube::Client, resource: &str) -> anyhow::Result<u64> {
     let mut counts = ServerCounts::every_resource();
     let text = client
         .request_text(http::Request::get("/metrics").body(vec![])?)
@@ -122,7 +122,7 @@ async fn writes_of(client: &kube::Client, resource: &str) -> anyhow::Result<u64>
         .sum())
 }
 
-async fn sum_writes(clients: &[kube::Client], resource: &str) -> anyhow::Result<u64> {
+pub(crate) async fn sum_writes(clients: &[kube::Client], resource: &str) -> anyhow::Result<u64> {
     let mut total = 0;
     for c in clients {
         total += writes_of(c, resource).await?;
@@ -257,7 +257,18 @@ async fn start_exporter(config: &SlicesConfig, fleet: &Fleet) -> anyhow::Result<
         "[bench] {} members × {} exported Services; starting the EndpointSlice exporter",
         config.members, config.services
     );
-    let mut args = vec!["--controllers".to_string(), "endpointslice".to_string()];
+    start_binary(config, fleet, "endpointslice", "slices-bench").await
+}
+
+/// Starts the binary running job `job` only (logs named `name`), and waits until every
+/// member is ready in it.
+pub(crate) async fn start_binary(
+    config: &SlicesConfig,
+    fleet: &Fleet,
+    job: &str,
+    name: &str,
+) -> anyhow::Result<Replica> {
+    let mut args = vec!["--controllers".to_string(), job.to_string()];
     args.extend(config.budget_args.iter().cloned());
     let spec = Spec {
         binary: config.binary.clone(),
@@ -268,7 +279,7 @@ async fn start_exporter(config: &SlicesConfig, fleet: &Fleet) -> anyhow::Result<
         args,
         rust_log: "warn".into(),
     };
-    let mut process = spec.start("slices-bench")?;
+    let mut process = spec.start(name)?;
     let engaged = Instant::now();
     loop {
         process.check_alive()?;
@@ -403,7 +414,7 @@ async fn churn(
 
 /// Waits until the binary's allocator has given back what a burst freed (jemalloc's dirty
 /// pages decay in about a second; 32 s leaves room), so that RSS is what the process holds.
-async fn settle_memory() {
+pub(crate) async fn settle_memory() {
     tokio::time::sleep(Duration::from_secs(32)).await;
 }
 

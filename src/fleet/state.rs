@@ -423,15 +423,29 @@ mod tests {
         state.jobs_started("a", ["serviceexport", "endpointslice"]);
         state.record("a", Event::Synced);
         state.job_ready("a", "serviceexport");
-        state.job_failed("a", "endpointslice", "EndpointSliceExports watch: 404", false);
+        state.job_failed(
+            "a",
+            "endpointslice",
+            "EndpointSliceExports watch: 404",
+            false,
+        );
         let a = state.member("a").expect("a");
         assert_eq!(a.phase, Phase::Ready, "a hub-side failure is the job's");
         assert_eq!(a.jobs["endpointslice"].phase, JobPhase::Failing);
         assert_eq!(a.jobs["serviceexport"].phase, JobPhase::Ready);
 
-        state.job_failed("a", "serviceexport", "ServiceExports watch: too large", true);
+        state.job_failed(
+            "a",
+            "serviceexport",
+            "ServiceExports watch: too large",
+            true,
+        );
         let a = state.member("a").expect("a");
-        assert_eq!(a.phase, Phase::Failing, "a member-side failure is the member's");
+        assert_eq!(
+            a.phase,
+            Phase::Failing,
+            "a member-side failure is the member's"
+        );
         assert_eq!(
             a.last_error.as_deref(),
             Some("serviceexport: ServiceExports watch: too large")
