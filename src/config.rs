@@ -3,7 +3,10 @@
 //! value parsers (shared by `fleetnet-hub` and `fleetnet-bench`).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
+
+use parking_lot::RwLock;
 
 use serde::Deserialize;
 
@@ -30,6 +33,9 @@ pub struct MemberSettings {
     /// looked up.
     #[serde(default)]
     pub azure_resource_groups: Vec<String>,
+    /// The member's namespace in the hub when it is not `<prefix><member>` (the reference
+    /// agents' hub namespace of a member registered under another name).
+    pub hub_namespace: Option<String>,
 }
 
 /// The `--member-config` file: `members: { <name>: MemberSettings }`.
@@ -54,7 +60,9 @@ impl MemberConfigFile {
                         "members"
                             | "azureSubscriptionId"
                             | "azureResourceGroup"
+                            | "azureResourceGroups"
                             | "traceSamplingRatio"
+                            | "hubNamespace"
                     ) || crate::fleet::registry::validate_member_name(key).is_ok()
                 };
                 format!(
@@ -63,6 +71,55 @@ impl MemberConfigFile {
                     crate::fleet::vet::parse_error::yaml_error(&text, &e, &known)
                 )
             })
+    }
+}
+
+/// The `--member-config` file as last read well: read at start (an invalid file fails it) and
+/// again at every rescan of the members ([`MemberConfig::reload`]), so a member added or
+/// changed at runtime gets its settings without a restart; an edit that cannot be read or
+/// parsed keeps the last good settings (and says so in the log, once per rescan). Without a
+/// file every member has the defaults.
+#[derive(Debug, Default)]
+pub struct MemberConfig {
+    path: Option<PathBuf>,
+    last_good: RwLock<MemberConfigFile>,
+}
+
+impl MemberConfig {
+    /// Reads the file at `path`, if any.
+    pub fn load(path: Option<PathBuf>) -> Result<Self, String> {
+        let file = match &path {
+            Some(path) => MemberConfigFile::load(path)?,
+            None => MemberConfigFile::default(),
+        };
+        Ok(Self {
+            path,
+            last_good: RwLock::new(file),
+        })
+    }
+
+    /// Reads the file again; keeps the last good settings when it cannot.
+    pub fn reload(&self) {
+        let Some(path) = &self.path else { return };
+        match MemberConfigFile::load(path) {
+            Ok(file) => *self.last_good.write() = file,
+            Err(e) => tracing::warn!(error = %e, "keeping the last valid member config"),
+        }
+    }
+
+    /// Member `name`'s settings (the defaults when the file does not name it).
+    pub fn member(&self, name: &str) -> MemberSettings {
+        self.last_good
+            .read()
+            .members
+            .get(name)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Every member the file names, with its settings.
+    pub fn members(&self) -> BTreeMap<String, MemberSettings> {
+        self.last_good.read().members.clone()
     }
 }
 

@@ -352,11 +352,9 @@ async fn run(config: RunConfig) -> anyhow::Result<()> {
         let fleet = fleetnet_hub::azure::AzureFleet::new(azure)?;
         let stats = fleet.stats_handle();
         ext.azure_counters = Some(std::sync::Arc::new(move || stats.snapshot()));
-        let (path, members) = config.config.member_config.clone().unzip();
         ext.azure = Some(std::sync::Arc::new(AzureMembers::new(
             fleet,
-            path,
-            members.unwrap_or_default(),
+            config.config.runtime.member_config.clone(),
             config.azure_resource_group,
         )));
     }
@@ -385,14 +383,9 @@ fn init_telemetry(
     if let Some(run) = run {
         config.log_format = run.log_format.parse()?;
         config.sampling.default_ratio = run.config.trace_sampling_ratio;
-        let members = run
-            .config
-            .member_config
-            .iter()
-            .flat_map(|(_, f)| &f.members);
-        for (member, settings) in members {
+        for (member, settings) in run.config.runtime.member_config.members() {
             if let Some(ratio) = settings.trace_sampling_ratio {
-                config.sampling.members.insert(member.clone(), ratio);
+                config.sampling.members.insert(member, ratio);
             }
         }
     }

@@ -1,28 +1,20 @@
 //! Azure per member: which subscription and resource groups each member's public IPs are
 //! looked up in (`--member-config`, else the process defaults).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
 use super::client::AzureFleet;
-use crate::config::MemberConfigFile;
+use crate::config::MemberConfig;
 use crate::export::{LookupError, PublicIp, PublicIpAccess, PublicIpLookup};
 use crate::fleet::MemberAzure;
 
-/// Azure per member: subscription and default resource group from `--member-config`,
-/// falling back to the process defaults; one shared client per subscription.
-///
-/// The file is read again once per directory rescan ([`MemberAzure::reload`]), so a member
-/// added at runtime gets its settings without a restart, and a member whose settings change is
-/// re-engaged. A file that became unreadable or invalid keeps the last good settings (and says
-/// so in the log, once per rescan).
+/// Azure per member: subscription and default resource group from `--member-config` (the
+/// fleet's [`MemberConfig`], read again at every rescan: a member whose settings change is
+/// re-engaged), falling back to the process defaults; one shared client per subscription.
 pub struct AzureMembers {
     fleet: AzureFleet,
-    path: Option<PathBuf>,
+    settings: Arc<MemberConfig>,
     default_resource_group: String,
-    last_good: Mutex<MemberConfigFile>,
 }
 
 /// A member's Azure settings after the fallbacks.
@@ -37,25 +29,22 @@ pub struct ResolvedAzure {
 }
 
 impl AzureMembers {
-    /// `initial` is the member config already read at start (an invalid file fails start-up).
+    /// `settings` is the process's member config (the one the fleet reads again).
     pub fn new(
         fleet: AzureFleet,
-        path: Option<PathBuf>,
-        initial: MemberConfigFile,
+        settings: Arc<MemberConfig>,
         default_resource_group: String,
     ) -> Self {
         Self {
             fleet,
-            path,
+            settings,
             default_resource_group,
-            last_good: Mutex::new(initial),
         }
     }
 
-    /// The member's settings as of the last [`MemberAzure::reload`].
+    /// The member's settings as of the last rescan.
     pub fn resolve(&self, member: &str) -> ResolvedAzure {
-        let settings = self.last_good.lock().members.get(member).cloned();
-        let settings = settings.unwrap_or_default();
+        let settings = self.settings.member(member);
         ResolvedAzure {
             subscription: settings
                 .azure_subscription_id
@@ -75,14 +64,6 @@ impl AzureMembers {
 }
 
 impl MemberAzure for AzureMembers {
-    fn reload(&self) {
-        let Some(path) = &self.path else { return };
-        match MemberConfigFile::load(path) {
-            Ok(file) => *self.last_good.lock() = file,
-            Err(e) => tracing::warn!(error = %e, "keeping the last valid member config"),
-        }
-    }
-
     fn for_member(&self, member: &str) -> PublicIpAccess {
         let resolved = self.resolve(member);
         let lookup: Arc<dyn PublicIpLookup> = match self.fleet.member(
@@ -136,20 +117,17 @@ mod tests {
     use super::*;
     use crate::azure::{AzureConfig, CredentialKind};
 
-    fn azure_members(path: &std::path::Path) -> AzureMembers {
+    fn azure_members(path: &std::path::Path) -> (AzureMembers, Arc<MemberConfig>) {
         let fleet = AzureFleet::new(AzureConfig {
             credential: CredentialKind::AzureCli,
             default_subscription_id: Some("00000000-0000-0000-0000-000000000001".into()),
             ..AzureConfig::default()
         })
         .expect("azure fleet");
-        let initial = MemberConfigFile::load(path).expect("initial member config");
-        AzureMembers::new(
-            fleet,
-            Some(path.to_path_buf()),
-            initial,
-            "default-rg".into(),
-        )
+        let settings = MemberConfig::load(Some(path.to_path_buf())).expect("member config");
+        let settings = Arc::new(settings);
+        let members = AzureMembers::new(fleet, settings.clone(), "default-rg".into());
+        (members, settings)
     }
 
     #[test]
@@ -161,7 +139,7 @@ mod tests {
             "members:\n  east:\n    azureSubscriptionId: 00000000-0000-0000-0000-0000000000e1\n    azureResourceGroup: mc_east\n",
         )
         .expect("write");
-        let members = azure_members(&path);
+        let (members, settings) = azure_members(&path);
         assert_eq!(
             members.resolve("east"),
             ResolvedAzure {
@@ -188,7 +166,7 @@ mod tests {
             "members:\n  east:\n    azureSubscriptionId: 00000000-0000-0000-0000-0000000000e1\n    azureResourceGroup: mc_east_2\n  west:\n    azureResourceGroup: mc_west\n",
         )
         .expect("write");
-        members.reload();
+        settings.reload();
         assert_eq!(members.resolve("west").resource_group, "mc_west");
         assert_ne!(members.settings_key("east"), east_before);
         assert_ne!(members.settings_key("west"), west_before);
@@ -205,10 +183,10 @@ mod tests {
 
         // A broken edit does not take the members' settings away.
         std::fs::write(&path, "members: [not, a, map").expect("write");
-        members.reload();
+        settings.reload();
         assert_eq!(members.resolve("west").resource_group, "mc_west");
         std::fs::remove_file(&path).expect("remove");
-        members.reload();
+        settings.reload();
         assert_eq!(members.resolve("east").resource_group, "mc_east_2");
     }
 
@@ -224,7 +202,7 @@ mod tests {
             "members:\n  east:\n    azureResourceGroup: mc_east\n    azureResourceGroups: [' mc_east_lb ', '']\n",
         )
         .expect("write");
-        let members = azure_members(&path);
+        let (members, settings) = azure_members(&path);
         let east = members.for_member("east");
         assert_eq!(east.default_resource_group, "mc_east");
         assert_eq!(east.allowed_resource_groups, vec!["mc_east_lb".to_string()]);
@@ -260,7 +238,7 @@ mod tests {
             "members:\n  east:\n    azureResourceGroup: mc_east\n    azureResourceGroups: [mc_east_lb, mc_shared]\n",
         )
         .expect("write");
-        members.reload();
+        settings.reload();
         assert_ne!(members.settings_key("east"), before, "re-engaged");
         assert_eq!(
             members.for_member("east").allowed_resource_groups,

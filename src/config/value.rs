@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::MemberConfigFile;
+use super::MemberConfig;
 use crate::api::AgentTypes;
 use crate::client::Limits;
 use crate::export::Quotas;
@@ -58,8 +58,6 @@ pub struct Config {
     pub health_probe_bind_address: String,
     /// Fraction of reconciles traced, for members without their own ratio.
     pub trace_sampling_ratio: f64,
-    /// `--member-config`: where it is (re-read at every rescan) and what it held at start.
-    pub member_config: Option<(PathBuf, MemberConfigFile)>,
 }
 
 /// A configuration that cannot run; the message names the flag.
@@ -109,12 +107,12 @@ impl Config {
                 quotas: Quotas::default(),
                 fleet_system_namespace: DEFAULT_FLEET_SYSTEM_NAMESPACE.into(),
                 agent_types: AgentTypes::default(),
+                member_config: std::sync::Arc::default(),
             },
             leader_election: None,
             metrics_bind_address: DEFAULT_METRICS_BIND_ADDRESS.into(),
             health_probe_bind_address: DEFAULT_HEALTH_PROBE_BIND_ADDRESS.into(),
             trace_sampling_ratio: 1.0,
-            member_config: None,
         };
         ConfigBuilder {
             config,
@@ -256,10 +254,8 @@ impl ConfigBuilder {
     /// Validates the settings and reads the `--member-config` file, once.
     pub fn build(self) -> Result<Config, ConfigError> {
         let mut config = self.config;
-        if let Some(path) = self.member_config {
-            let file = MemberConfigFile::load(&path).map_err(ConfigError::MemberConfig)?;
-            config.member_config = Some((path, file));
-        }
+        let members = MemberConfig::load(self.member_config).map_err(ConfigError::MemberConfig)?;
+        config.runtime.member_config = std::sync::Arc::new(members);
         if !(0.0..=1.0).contains(&config.trace_sampling_ratio) {
             return Err(ConfigError::TraceSamplingRatio(config.trace_sampling_ratio));
         }
@@ -302,7 +298,9 @@ mod tests {
         assert_eq!(config.hub_limits.qps, DEFAULT_HUB_API_QPS);
         assert_eq!(config.runtime.namespace_prefix, DEFAULT_NAMESPACE_PREFIX);
         assert_eq!(config.runtime.member_sync_timeout, Duration::from_secs(60));
-        assert!(config.leader_election.is_none() && config.member_config.is_none());
+        assert!(
+            config.leader_election.is_none() && config.runtime.member_config.members().is_empty()
+        );
         let bad = Config::builder(None, "/tmp")
             .trace_sampling_ratio(1.5)
             .build();

@@ -17,7 +17,8 @@ const DRAIN: Duration = Duration::from_secs(15);
 
 struct Engagement {
     hash: String,
-    /// The member's Azure settings when it was engaged ([`super::MemberAzure::settings_key`]).
+    /// The member's Azure settings ([`super::MemberAzure::settings_key`]) and hub namespace
+    /// when it was engaged.
     settings: String,
     /// Shared with the member's task (one copy, not two, of each member's kubeconfig).
     kubeconfig: Option<Arc<str>>,
@@ -136,13 +137,12 @@ async fn sync_members(
         shards.set_wanted(desired.keys().cloned().chain(cleaning));
         shared.state.set_owners(shards.owners());
     }
+    shared.config.member_config.reload();
     let azure = shared
         .azure
         .as_ref()
         .filter(|_| shared.config.traffic_manager);
-    if let Some(azure) = azure {
-        azure.reload();
-    }
+    let mut namespaces = hub_namespaces(shared, &desired);
     for (name, source) in desired {
         if !shared.ownership.owns(&name) {
             continue;
@@ -151,7 +151,15 @@ async fn sync_members(
             tracing::warn!(member = %name, file = %source.path.display(), "kubeconfig unreadable this time; the member keeps running on the one it has");
             continue;
         }
-        let settings = azure.map(|a| a.settings_key(&name)).unwrap_or_default();
+        let hub_namespace = namespaces
+            .remove(&name)
+            .unwrap_or_else(|| Err(format!("member {name:?}: no hub namespace")));
+        // A changed namespace re-engages the member, like changed Azure settings.
+        let settings = format!(
+            "{}|{}",
+            azure.map(|a| a.settings_key(&name)).unwrap_or_default(),
+            hub_namespace.as_deref().unwrap_or_default()
+        );
         if engaged
             .get(&name)
             .is_some_and(|e| e.hash == source.hash && e.settings == settings)
@@ -166,9 +174,28 @@ async fn sync_members(
             }
             background.spawn(old.stop());
         }
-        let engagement = engage(shared, &name, source, settings);
+        let engagement = engage(shared, &name, source, settings, hub_namespace);
         engaged.insert(name, engagement);
     }
+}
+
+/// The hub namespace of every member of the directory: its `hubNamespace` in the member config,
+/// else `<prefix><member>`; one two members would share is refused for both.
+fn hub_namespaces(
+    shared: &Shared,
+    desired: &BTreeMap<String, registry::MemberSource>,
+) -> BTreeMap<String, Result<String, String>> {
+    let settings: Vec<(&str, Option<String>)> = desired
+        .keys()
+        .map(|name| {
+            let ns = shared.config.member_config.member(name).hub_namespace;
+            (name.as_str(), ns)
+        })
+        .collect();
+    registry::hub_namespaces(
+        &shared.config.namespace_prefix,
+        settings.iter().map(|(name, ns)| (*name, ns.as_deref())),
+    )
 }
 
 /// Stops the members that left the directory or are owned by another replica now; a member
@@ -222,16 +249,14 @@ fn engage(
     name: &str,
     source: registry::MemberSource,
     settings: String,
+    hub_namespace: Result<String, String>,
 ) -> Engagement {
     shared.state.engage(name, &source.hash[..12]);
     let cancel = CancellationToken::new();
     let admissible = source
         .kubeconfig
         .map_err(Error::Source)
-        .and_then(|kubeconfig| {
-            let namespace = registry::hub_namespace(&shared.config.namespace_prefix, name);
-            Ok((kubeconfig, namespace.map_err(Error::HubNamespace)?))
-        });
+        .and_then(|kubeconfig| Ok((kubeconfig, hub_namespace.map_err(Error::HubNamespace)?)));
     let (task, kubeconfig) = match admissible {
         Ok((kubeconfig, hub_namespace)) => {
             let kubeconfig: Arc<str> = kubeconfig.into();

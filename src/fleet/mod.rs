@@ -70,6 +70,8 @@ pub struct RuntimeConfig {
     pub fleet_system_namespace: String,
     /// Which networking agents the membership job reports for (`--agent-types`).
     pub agent_types: crate::api::AgentTypes,
+    /// Per-member settings (`--member-config`), read again at every rescan.
+    pub member_config: Arc<crate::config::MemberConfig>,
 }
 
 /// Notified when a member engagement starts and when a member leaves (metrics series).
@@ -92,8 +94,6 @@ impl MemberHooks for NoHooks {
 /// Per-member Azure access: the lookup for the member's subscription, its default resource
 /// group and the other groups it may read.
 pub trait MemberAzure: Send + Sync + 'static {
-    /// Reads the members' settings again; called once per rescan, before any of the below.
-    fn reload(&self);
     fn for_member(&self, member: &str) -> PublicIpAccess;
     /// Changes when the member's Azure settings change: the member is then re-engaged.
     fn settings_key(&self, member: &str) -> String;

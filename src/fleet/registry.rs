@@ -94,6 +94,54 @@ pub fn hub_namespace(prefix: &str, member: &str) -> Result<String, String> {
     Ok(ns)
 }
 
+/// The hub namespace of each member named in `members` (each with its `hubNamespace` setting,
+/// if any): that setting when given (it must be a valid namespace name), else
+/// `<prefix><member>` ([`hub_namespace`]). A namespace two members would share is refused for
+/// both, each naming the other: one member's writes must never land in another's namespace.
+pub fn hub_namespaces<'a>(
+    prefix: &str,
+    members: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+) -> BTreeMap<String, Result<String, String>> {
+    let mut namespaces: BTreeMap<String, Result<String, String>> = members
+        .into_iter()
+        .map(|(member, setting)| {
+            let ns = match setting {
+                Some(ns) => validate_member_name(ns)
+                    .map(|()| ns.to_string())
+                    .map_err(|e| {
+                        let e = e.replace("member name", "namespace");
+                        format!("hubNamespace of member {member:?} in the member config: {e}")
+                    }),
+                None => hub_namespace(prefix, member),
+            };
+            (member.to_string(), ns)
+        })
+        .collect();
+    let mut users: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (member, ns) in &namespaces {
+        if let Ok(ns) = ns {
+            users.entry(ns.clone()).or_default().push(member.clone());
+        }
+    }
+    for (ns, sharing) in users.into_iter().filter(|(_, m)| m.len() > 1) {
+        for member in &sharing {
+            let others: Vec<&str> = sharing
+                .iter()
+                .filter(|m| *m != member)
+                .map(String::as_str)
+                .collect();
+            namespaces.insert(
+                member.clone(),
+                Err(format!(
+                    "hub namespace {ns:?} of member {member:?} is also the one of {}: refused",
+                    others.join(", ")
+                )),
+            );
+        }
+    }
+    namespaces
+}
+
 /// Reads the directory. Errors of one file are that member's error; an unreadable directory
 /// is the caller's (it keeps the members it has). Two or more files naming one member
 /// (`a.yaml`, `a.yml`) refuse that member, naming them all. Nothing in the directory can block
@@ -513,6 +561,31 @@ mod tests {
         assert!(
             e.contains("outside the kubeconfig directory") && !e.contains("hub-sa-token"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn hub_namespaces_take_the_setting_and_refuse_a_shared_one() {
+        let ns = hub_namespaces(
+            "fleet-member-",
+            [
+                ("a", None),
+                ("b", Some("team-b")),
+                ("c", Some("fleet-member-a")),
+                ("d", Some("Not_A_Label")),
+            ],
+        );
+        assert_eq!(ns["b"].as_deref(), Ok("team-b"));
+        let shared = ns["a"].as_ref().expect_err("a shares its namespace with c");
+        assert!(
+            shared.contains("\"fleet-member-a\"") && shared.contains('c'),
+            "{shared}"
+        );
+        assert!(ns["c"].as_ref().is_err_and(|e| e.contains("of a")));
+        let invalid = ns["d"].as_ref().expect_err("not a namespace name");
+        assert!(
+            invalid.contains("hubNamespace of member \"d\""),
+            "{invalid}"
         );
     }
 

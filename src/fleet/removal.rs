@@ -137,8 +137,14 @@ async fn clean_up(shared: &Arc<Shared>, pending: records::Pending) {
 
 /// `--cleanup-on-remove`: withdraws a member that left the fleet (see `export::cleanup`).
 async fn withdraw(shared: &Arc<Shared>, name: &str, kubeconfig: Option<&str>) -> Result<(), Error> {
-    // Not validated: a member refused for its namespace may still have left a record.
-    let ns = registry::namespace_of(&shared.config.namespace_prefix, name);
+    // Not validated: a member refused for its namespace may still have left a record. Its
+    // `hubNamespace` setting, while the member config still names it.
+    let ns = shared
+        .config
+        .member_config
+        .member(name)
+        .hub_namespace
+        .unwrap_or_else(|| registry::namespace_of(&shared.config.namespace_prefix, name));
     // Fenced by the member's lease (sharded), which is kept until the cleanup is done.
     let fence = shared.ownership.fence_of(name);
     let hub = crate::client::member_view(&shared.hub_client, fence.clone());

@@ -22,8 +22,7 @@ use fleetnet_hub::app::{self, Extensions};
 use fleetnet_hub::azure::AzureMembers;
 use fleetnet_hub::azure::{AzureConfig, AzureFleet};
 use fleetnet_hub::client::Limits;
-use fleetnet_hub::config::Config;
-use fleetnet_hub::config::MemberConfigFile;
+use fleetnet_hub::config::ConfigBuilder;
 use fleetnet_testenv::Fleet;
 use support::*;
 
@@ -46,14 +45,12 @@ fn azure_config(arm: &FakeArm) -> AzureConfig {
 }
 
 /// With the Traffic Manager feature on and a 1 s rescan.
-fn app_config(fleet: &Fleet, dir: &Path) -> Config {
+fn tm_config_builder(fleet: &Fleet, dir: &Path) -> ConfigBuilder {
     support::config_builder(fleet, dir)
         .hub_limits(Limits::default())
         .member_sync_timeout(Duration::from_secs(120))
         .traffic_manager(true)
         .rescan_interval(Duration::from_secs(1))
-        .build()
-        .expect("a valid configuration")
 }
 
 /// An external LoadBalancer Service `web/front` with its ServiceExport; no ingress IP yet.
@@ -76,14 +73,17 @@ async fn start_with_member_config(
     std::fs::write(&config_path, members_yaml).expect("member config");
     let azure = AzureFleet::new(azure_config(arm)).expect("azure client");
     let counters = azure.stats_handle();
+    let config = tm_config_builder(fleet, &fleet.member_kubeconfig_dir())
+        .member_config(Some(config_path.clone()))
+        .build()
+        .expect("member config parses");
     let members = AzureMembers::new(
         azure,
-        Some(config_path.clone()),
-        MemberConfigFile::load(&config_path).expect("member config parses"),
+        config.runtime.member_config.clone(),
         "unused-default-rg".into(),
     );
     let running = app::start(
-        app_config(fleet, &fleet.member_kubeconfig_dir()),
+        config,
         Extensions {
             azure: Some(Arc::new(members)),
             azure_counters: Some(Arc::new(move || counters.snapshot())),

@@ -1,6 +1,7 @@
 //! The multi-member runtime on real apiservers: several members at once, members joining,
 //! leaving and rotating their kubeconfig, member and hub outages, a malformed kubeconfig.
 
+mod hub_namespace;
 mod jobs;
 mod lifecycle;
 mod outages;

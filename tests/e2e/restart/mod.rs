@@ -28,7 +28,6 @@ use fleetnet_hub::azure::AzureMembers;
 use fleetnet_hub::azure::{AzureConfig, AzureFleet};
 use fleetnet_hub::client::Limits;
 use fleetnet_hub::config::Config;
-use fleetnet_hub::config::MemberConfigFile;
 use fleetnet_hub::fleet::Phase;
 use fleetnet_testenv::{COUNTED_RESOURCES, Fleet, WRITE_VERBS};
 use futures::StreamExt;

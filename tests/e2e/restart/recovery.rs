@@ -31,14 +31,17 @@ async fn a_public_ip_that_appears_later_reaches_the_ise_without_a_service_change
     })
     .expect("azure client");
     let counters = azure.stats_handle();
+    let dir = kubeconfig_dir(&fleet, "restart-kubeconfigs", &[M]);
+    let config = config_builder(&fleet, &dir)
+        .member_config(Some(config_path.clone()))
+        .traffic_manager(true)
+        .build()
+        .expect("member config parses");
     let members = AzureMembers::new(
         azure,
-        Some(config_path.clone()),
-        MemberConfigFile::load(&config_path).expect("member config parses"),
+        config.runtime.member_config.clone(),
         "unused-default-rg".into(),
     );
-    let mut config = app_config(&fleet, &kubeconfig_dir(&fleet, "restart-kubeconfigs", &[M]));
-    config.runtime.traffic_manager = true;
     let running = app::start(
         config,
         Extensions {
