@@ -112,8 +112,9 @@ pub struct RunArgs {
     #[arg(long, env = "FLEETNET_CLEANUP_ON_REMOVE")]
     cleanup_on_remove: bool,
     /// Which exporters run for every member, comma-separated: `serviceexport` (ServiceExport →
-    /// InternalServiceExport), `endpointslice` (EndpointSlice → EndpointSliceExport).
-    #[arg(long, env = "FLEETNET_CONTROLLERS", default_value = "serviceexport,endpointslice", value_parser = Controllers::parse)]
+    /// InternalServiceExport), `endpointslice` (EndpointSlice → EndpointSliceExport),
+    /// `endpointsliceexport` (exports whose slice is gone or renamed deleted).
+    #[arg(long, env = "FLEETNET_CONTROLLERS", default_value = "serviceexport,endpointslice,endpointsliceexport", value_parser = Controllers::parse)]
     controllers: Controllers,
     /// Export Traffic Manager fields (weight, type, load balancer, public IP).
     #[arg(long, env = "FLEETNET_ENABLE_TRAFFIC_MANAGER")]

@@ -316,6 +316,7 @@ fn inputs(
             },
             public_ips,
             max_export_bytes: cfg.quotas.max_export_bytes,
+            controllers: cfg.controllers,
         },
     }
 }

@@ -127,7 +127,7 @@ fn observe_decide(
     let referring = referring(ctx, ns, name);
     let referring: Vec<&ExportView> = referring.iter().map(Arc::as_ref).collect();
     let Some(seen) = &slice else {
-        return (slice, decide_gone(&referring));
+        return (slice, decide_gone(ctx.halves, &referring));
     };
     let export = match &live.export {
         Some(export) => export.clone().map(Arc::new),
@@ -141,6 +141,7 @@ fn observe_decide(
     let suffix = format!("{:05x}", rand::random_range(0..0x100000u32));
     let plan = decide(&Observation {
         member: &ctx.member,
+        halves: ctx.halves,
         slice: seen,
         export: export.as_deref(),
         named: named.as_deref(),
@@ -319,8 +320,9 @@ mod tests {
 
     #[test]
     fn a_recheck_requeues_and_anything_else_waits_for_a_change() {
-        assert_eq!(requeue(&decide_gone(&[])), Action::await_change());
-        let mut plan = decide_gone(&[]);
+        let both = super::super::decide::Halves::BOTH;
+        assert_eq!(requeue(&decide_gone(both, &[])), Action::await_change());
+        let mut plan = decide_gone(both, &[]);
         plan.recheck = true;
         assert_eq!(requeue(&plan), Action::requeue(RECHECK));
     }
