@@ -9,6 +9,7 @@
 //! controller, one function each, against that job alone (`--controllers endpointslice`).
 //! Writes are counted server-side, from each apiserver's `apiserver_request_total`.
 
+mod adoption;
 mod reference;
 mod reference_specs;
 mod restarts;
