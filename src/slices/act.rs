@@ -225,7 +225,11 @@ mod tests {
             unique: None,
             last_seen: Some(seen),
         };
-        assert!(annotations_of(&seen_only).get(UNIQUE_NAME_ANNOTATION).is_none());
+        assert!(
+            annotations_of(&seen_only)
+                .get(UNIQUE_NAME_ANNOTATION)
+                .is_none()
+        );
         let gone = annotations_of(&NameChange::Withdraw);
         for key in [
             UNIQUE_NAME_ANNOTATION,

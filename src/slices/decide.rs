@@ -11,9 +11,9 @@ use std::net::Ipv4Addr;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-pub use super::model::SERVICE_NAME_LABEL;
 pub use super::last_seen::LastSeen;
 use super::last_seen::since;
+pub use super::model::SERVICE_NAME_LABEL;
 use super::model::{ExportVerdict, ExportView, SliceView, digest};
 
 /// The job's name, as `--controllers` spells it (and its metric labels' prefix).
@@ -205,7 +205,10 @@ pub fn decide(o: &Observation<'_>) -> Plan {
     if !exportable(slice, o.export) {
         return unexport(o);
     }
-    let valid = slice.unique_name.as_ref().filter(|n| is_dns1123_subdomain(n));
+    let valid = slice
+        .unique_name
+        .as_ref()
+        .filter(|n| is_dns1123_subdomain(n));
     let slice_uid = slice.metadata.uid.as_deref().unwrap_or_default();
     // A name is kept while its export in the hub is absent or this very slice's; a tampered
     // name, or one another slice's export holds, gets a new one (the reference drops it and
@@ -279,7 +282,9 @@ fn unexport(o: &Observation<'_>) -> Plan {
     if slice.unique_name.is_some() {
         let slice_uid = slice.metadata.uid.as_deref().unwrap_or_default();
         let linked = o.named.filter(|e| e.slice_uid == slice_uid);
-        for e in doomed(linked.as_slice(), |e| !plan.delete.iter().any(|d| d.name == e.name)) {
+        for e in doomed(linked.as_slice(), |e| {
+            !plan.delete.iter().any(|d| d.name == e.name)
+        }) {
             plan.delete.push(e);
         }
         plan.name = Some(NameChange::Withdraw);

@@ -6,8 +6,8 @@
 
 use jiff::Timestamp;
 
-use super::model::SliceView;
 use super::model::ExportView;
+use super::model::SliceView;
 
 /// The pair as it is to be written on the slice.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,8 +96,14 @@ mod tests {
     fn a_missing_stale_unparsable_or_future_pair_is_replaced_by_now_in_whole_seconds() {
         for (what, s) in [
             ("absent", slice(3, None)),
-            ("other generation", slice(3, Some(("2", "2026-12-05T09:00:00Z")))),
-            ("bad generation", slice(3, Some(("three", "2026-12-05T09:00:00Z")))),
+            (
+                "other generation",
+                slice(3, Some(("2", "2026-12-05T09:00:00Z"))),
+            ),
+            (
+                "bad generation",
+                slice(3, Some(("three", "2026-12-05T09:00:00Z"))),
+            ),
             ("bad timestamp", slice(3, Some(("3", "yesterday")))),
             ("future", slice(3, Some(("3", "2026-12-05T10:00:01Z")))),
         ] {

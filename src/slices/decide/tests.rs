@@ -211,7 +211,10 @@ fn a_first_export_names_the_slice_then_creates_its_export_with_ready_addresses_o
         ),
         ("m1", "", "work/web-abcde")
     );
-    assert_eq!(r.api_version, None, "the reference's client leaves TypeMeta empty");
+    assert_eq!(
+        r.api_version, None,
+        "the reference's client leaves TypeMeta empty"
+    );
     assert_eq!(
         (r.uid.as_str(), r.resource_version.as_str(), r.generation),
         ("slice-uid", "42", 3)
@@ -263,7 +266,10 @@ fn an_endpoint_change_stamps_the_new_generation_then_updates_the_export() {
     assert_eq!(name, "n-1");
     assert_eq!(spec.endpoints.len(), 3);
     let r = &spec.endpoint_slice_reference;
-    assert_eq!((r.generation, r.exported_since.clone()), (4, Some(Time(now()))));
+    assert_eq!(
+        (r.generation, r.exported_since.clone()),
+        (4, Some(Time(now())))
+    );
     assert_eq!(plan.writes(), 2);
     assert!(!plan.withdraws());
 }
@@ -357,7 +363,10 @@ fn an_annotated_ipv6_slice_is_left_as_it_is() {
     let se = export("True", "False");
     let mut v6 = stamped(slice(), "n-1");
     v6.address_type = "IPv6".into();
-    assert_eq!(run_halves(EXPORT_ONLY, &v6, Some(&se), None, &[]).writes(), 0);
+    assert_eq!(
+        run_halves(EXPORT_ONLY, &v6, Some(&se), None, &[]).writes(),
+        0
+    );
 }
 
 /// Reference specs "should remove exported dangling endpointslice", "... from unexported
@@ -416,7 +425,10 @@ fn withdrawing_alone_deletes_only_the_slices_own_named_export() {
     assert_eq!(plan.name, Some(NameChange::Withdraw));
     let tampered = named(slice(), "Not_A_Name");
     let plan = run_halves(EXPORT_ONLY, &tampered, None, None, &[]);
-    assert_eq!((plan.delete.len(), plan.name), (0, Some(NameChange::Withdraw)));
+    assert_eq!(
+        (plan.delete.len(), plan.name),
+        (0, Some(NameChange::Withdraw))
+    );
 }
 
 /// Reference spec "should export the endpointslice with the invalid unique name annotation
@@ -446,7 +458,10 @@ fn a_tampered_name_gets_a_new_one() {
         let Some(HubWrite::Create(ese)) = &plan.hub else {
             panic!("expected a create: {plan:?}")
         };
-        assert_eq!(ese.spec.endpoint_slice_reference.exported_since, Some(seen()));
+        assert_eq!(
+            ese.spec.endpoint_slice_reference.exported_since,
+            Some(seen())
+        );
         let deleted: Vec<&str> = plan.delete.iter().map(|d| d.name.as_str()).collect();
         let expected: &[&str] = if halves.cleanup { &["n-1"] } else { &[] };
         assert_eq!(deleted, expected, "{halves:?}");

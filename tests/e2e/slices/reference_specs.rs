@@ -81,7 +81,12 @@ fn managed_slice() -> EndpointSlice {
 
 /// A ServiceExport `app` with these conditions `(type, status, reason)`.
 async fn service_export(member: &kube::Client, conditions: &[(&str, &str, &str)]) {
-    if exports(member, NS).get_opt(SVC).await.expect("get").is_none() {
+    if exports(member, NS)
+        .get_opt(SVC)
+        .await
+        .expect("get")
+        .is_none()
+    {
         create_export(member, NS, SVC, &[]).await;
     }
     set_conditions(member, conditions).await;
@@ -114,7 +119,10 @@ const CONFLICTED: (&str, &str, &str) = ("Conflict", "True", "ServiceIsConflicted
 /// client leaves TypeMeta empty, so kind and API version are.
 fn reference_of(slice: &EndpointSlice, since: Timestamp) -> ExportedObjectReference {
     let m = &slice.metadata;
-    let (ns, name) = (m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default());
+    let (ns, name) = (
+        m.namespace.clone().unwrap_or_default(),
+        m.name.clone().unwrap_or_default(),
+    );
     ExportedObjectReference {
         cluster_id: M.into(),
         kind: String::new(),
@@ -190,7 +198,10 @@ where
 
 /// `endpointSliceUniqueNameIsNotAssignedActual`.
 async fn unique_name_is_not_assigned(member: &kube::Client) -> Check {
-    let slice = slices(member, NS).get(SLICE).await.map_err(|e| e.to_string())?;
+    let slice = slices(member, NS)
+        .get(SLICE)
+        .await
+        .map_err(|e| e.to_string())?;
     match unique_name_of(&slice) {
         Some(name) => Err(format!("unique name {name} assigned")),
         None => Ok(()),
@@ -211,7 +222,11 @@ async fn is_not_exported(hub: &kube::Client, hub_ns: &str) -> Check {
 }
 
 /// The exports of the member's hub namespace when there are `n`.
-async fn exports_are(hub: &kube::Client, hub_ns: &str, n: usize) -> Result<Vec<EndpointSliceExport>, String> {
+async fn exports_are(
+    hub: &kube::Client,
+    hub_ns: &str,
+    n: usize,
+) -> Result<Vec<EndpointSliceExport>, String> {
     let items = slice_exports(hub, hub_ns)
         .list(&Default::default())
         .await
@@ -230,19 +245,29 @@ async fn stamped(
     name: &str,
     start: Timestamp,
 ) -> Result<(EndpointSlice, Timestamp), String> {
-    let slice = slices(member, NS).get(name).await.map_err(|e| e.to_string())?;
+    let slice = slices(member, NS)
+        .get(name)
+        .await
+        .map_err(|e| e.to_string())?;
     let prefix = format!("{M}-{NS}-{name}-");
     let unique = unique_name_of(&slice).unwrap_or_default();
     if !unique.starts_with(&prefix) {
         return Err(format!("unique name {unique:?}, want prefix {prefix}"));
     }
     let annotation = |key| {
-        slice.metadata.annotations.as_ref().and_then(|a| a.get(key)).cloned()
+        slice
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .cloned()
     };
     let generation = slice.metadata.generation.unwrap_or_default().to_string();
     let seen_generation = annotation(LAST_SEEN_GENERATION_ANNOTATION);
     if seen_generation.as_deref() != Some(generation.as_str()) {
-        return Err(format!("last seen generation {seen_generation:?}, want {generation}"));
+        return Err(format!(
+            "last seen generation {seen_generation:?}, want {generation}"
+        ));
     }
     let seen: Timestamp = annotation(LAST_SEEN_TIMESTAMP_ANNOTATION)
         .ok_or("last seen timestamp absent")?
@@ -256,13 +281,20 @@ async fn stamped(
 
 /// Waits until `name` is stamped and exported (the only export), its reference the
 /// reference's; returns the slice, its export and its last-seen time.
-async fn exported(s: &Suite, name: &str, start: Timestamp) -> (EndpointSlice, EndpointSliceExport, Timestamp) {
+async fn exported(
+    s: &Suite,
+    name: &str,
+    start: Timestamp,
+) -> (EndpointSlice, EndpointSliceExport, Timestamp) {
     eventually_ok("the slice stamped and exported", || async {
         let (slice, seen) = stamped(&s.member, name, start).await?;
         let mut all = exports_are(&s.hub, &s.hub_ns, 1).await?;
         let want = reference_of(&slice, seen);
         if all[0].spec.endpoint_slice_reference != want {
-            return Err(format!("reference {:?}, want {want:?}", all[0].spec.endpoint_slice_reference));
+            return Err(format!(
+                "reference {:?}, want {want:?}",
+                all[0].spec.endpoint_slice_reference
+            ));
         }
         Ok((slice, all.remove(0), seen))
     })
@@ -272,12 +304,16 @@ async fn exported(s: &Suite, name: &str, start: Timestamp) -> (EndpointSlice, En
 // ---- AfterEach ----
 
 async fn delete_slice(s: &Suite, name: &str) {
-    let _ = slices(&s.member, NS).delete(name, &DeleteParams::default()).await;
+    let _ = slices(&s.member, NS)
+        .delete(name, &DeleteParams::default())
+        .await;
     wait_gone(&slices(&s.member, NS), name).await;
 }
 
 async fn delete_service_export(s: &Suite) {
-    let _ = exports(&s.member, NS).delete(SVC, &DeleteParams::default()).await;
+    let _ = exports(&s.member, NS)
+        .delete(SVC, &DeleteParams::default())
+        .await;
     wait_gone(&exports(&s.member, NS), SVC).await;
 }
 
@@ -286,7 +322,10 @@ async fn delete_all_exports(s: &Suite) {
         .delete_collection(&DeleteParams::default(), &Default::default())
         .await
         .expect("DeleteAllOf EndpointSliceExports");
-    eventually_ok("all EndpointSliceExports deleted", || is_not_exported(&s.hub, &s.hub_ns)).await;
+    eventually_ok("all EndpointSliceExports deleted", || {
+        is_not_exported(&s.hub, &s.hub_ns)
+    })
+    .await;
 }
 
 /// The checks of every "should not export" spec: no unique name, no export, eventually and
@@ -318,7 +357,11 @@ async fn annotate_as_exported(s: &Suite, since: Timestamp, finalizers: &[&str]) 
         metadata["finalizers"] = json!(finalizers);
     }
     slices(&s.member, NS)
-        .patch(SLICE, &PatchParams::default(), &Patch::Merge(&json!({"metadata": metadata})))
+        .patch(
+            SLICE,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": metadata})),
+        )
         .await
         .expect("annotate the slice");
 }
@@ -326,7 +369,10 @@ async fn annotate_as_exported(s: &Suite, since: Timestamp, finalizers: &[&str]) 
 /// The hub's export of the slice as the reference's unexport specs create it.
 async fn create_reference_export(s: &Suite, slice: &EndpointSlice, since: Timestamp) {
     slice_exports(&s.hub, &s.hub_ns)
-        .create(&PostParams::default(), &export_template(&unique_name(), slice, since))
+        .create(
+            &PostParams::default(),
+            &export_template(&unique_name(), slice, since),
+        )
         .await
         .expect("create the EndpointSliceExport");
 }

@@ -60,15 +60,22 @@ async fn should_update_exported_endpointslice(s: &Suite) {
             .get(&export_name)
             .await
             .map_err(|e| e.to_string())?;
-        let addresses: Vec<Vec<String>> =
-            export.spec.endpoints.iter().map(|e| e.addresses.clone()).collect();
+        let addresses: Vec<Vec<String>> = export
+            .spec
+            .endpoints
+            .iter()
+            .map(|e| e.addresses.clone())
+            .collect();
         if addresses != [vec![IPV4.to_string()], vec![ALT_IPV4.to_string()]] {
             return Err(format!("endpoints {addresses:?}"));
         }
         let want = reference_of(&slice, seen);
         match export.spec.endpoint_slice_reference == want {
             true => Ok(()),
-            false => Err(format!("reference {:?}, want {want:?}", export.spec.endpoint_slice_reference)),
+            false => Err(format!(
+                "reference {:?}, want {want:?}",
+                export.spec.endpoint_slice_reference
+            )),
         }
     })
     .await;
@@ -77,9 +84,16 @@ async fn should_update_exported_endpointslice(s: &Suite) {
 
 /// Replaces the slice's endpoints (one per address, no conditions), as an Update would.
 async fn set_endpoint_addresses(s: &Suite, addresses: &[&str]) {
-    let endpoints: Vec<_> = addresses.iter().map(|a| json!({"addresses": [a]})).collect();
+    let endpoints: Vec<_> = addresses
+        .iter()
+        .map(|a| json!({"addresses": [a]}))
+        .collect();
     slices(&s.member, NS)
-        .patch(SLICE, &PatchParams::default(), &Patch::Merge(&json!({"endpoints": endpoints})))
+        .patch(
+            SLICE,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"endpoints": endpoints})),
+        )
         .await
         .expect("update the slice");
 }
@@ -94,10 +108,19 @@ async fn tamper(s: &Suite, name: &str) {
 async fn exported_again(s: &Suite, original: &str, since: Timestamp) {
     let slice = get_slice(&s.member, SLICE).await;
     let renamed = unique_name_of(&slice).expect("a unique name");
-    assert!(renamed.starts_with(&format!("{M}-{NS}-{SLICE}-")), "{renamed}");
+    assert!(
+        renamed.starts_with(&format!("{M}-{NS}-{SLICE}-")),
+        "{renamed}"
+    );
     assert_ne!(renamed, original);
-    let export = slice_exports(&s.hub, &s.hub_ns).get(&renamed).await.expect("the new export");
-    assert_eq!(export.spec.endpoint_slice_reference, reference_of(&slice, since));
+    let export = slice_exports(&s.hub, &s.hub_ns)
+        .get(&renamed)
+        .await
+        .expect("the new export");
+    assert_eq!(
+        export.spec.endpoint_slice_reference,
+        reference_of(&slice, since)
+    );
 }
 
 /// Context "exported endpointslice with tampered invalid unique name annotation".
@@ -111,7 +134,12 @@ async fn should_export_the_endpointslice_with_the_invalid_unique_name_annotation
         exports_are(&s.hub, &s.hub_ns, 2).await.map(drop)
     })
     .await;
-    exported_again(s, original.metadata.name.as_deref().unwrap_or_default(), seen).await;
+    exported_again(
+        s,
+        original.metadata.name.as_deref().unwrap_or_default(),
+        seen,
+    )
+    .await;
     clean_up(s, &[SLICE]).await;
 }
 
@@ -139,22 +167,28 @@ async fn should_export_the_endpointslice_with_the_used_unique_name_annotation_ag
         .await
         .expect("the other slice's export");
 
-    let (original, seen) = eventually_ok("the slice stamped and exported beside the other", || async {
-        let (slice, seen) = stamped(&s.member, SLICE, start).await?;
-        let all = exports_are(&s.hub, &s.hub_ns, 2).await?;
-        let own = all
-            .iter()
-            .find(|e| {
-                let r = &e.spec.endpoint_slice_reference;
-                r.name == SLICE && Some(&r.uid) == slice.metadata.uid.as_ref()
-            })
-            .ok_or("the slice's export not found")?;
-        let want = reference_of(&slice, seen);
-        if own.spec.endpoint_slice_reference != want {
-            return Err(format!("reference {:?}, want {want:?}", own.spec.endpoint_slice_reference));
-        }
-        Ok((own.metadata.name.clone().unwrap_or_default(), seen))
-    })
+    let (original, seen) = eventually_ok(
+        "the slice stamped and exported beside the other",
+        || async {
+            let (slice, seen) = stamped(&s.member, SLICE, start).await?;
+            let all = exports_are(&s.hub, &s.hub_ns, 2).await?;
+            let own = all
+                .iter()
+                .find(|e| {
+                    let r = &e.spec.endpoint_slice_reference;
+                    r.name == SLICE && Some(&r.uid) == slice.metadata.uid.as_ref()
+                })
+                .ok_or("the slice's export not found")?;
+            let want = reference_of(&slice, seen);
+            if own.spec.endpoint_slice_reference != want {
+                return Err(format!(
+                    "reference {:?}, want {want:?}",
+                    own.spec.endpoint_slice_reference
+                ));
+            }
+            Ok((own.metadata.name.clone().unwrap_or_default(), seen))
+        },
+    )
     .await;
     tamper(s, &unique_name()).await;
     eventually_ok("exported again", || async {
@@ -191,7 +225,10 @@ async fn unexported_when(s: &Suite, conditions: &[(&str, &str, &str)]) {
     exported(s, SLICE, start).await;
     set_conditions(&s.member, conditions).await;
     eventually_ok("every annotation removed", || async {
-        let slice = slices(&s.member, NS).get(SLICE).await.map_err(|e| e.to_string())?;
+        let slice = slices(&s.member, NS)
+            .get(SLICE)
+            .await
+            .map_err(|e| e.to_string())?;
         match slice.metadata.annotations.unwrap_or_default() {
             a if a.is_empty() => Ok(()),
             a => Err(format!("annotations {a:?}, want none")),
