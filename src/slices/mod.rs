@@ -164,7 +164,7 @@ impl MemberSliceExporter {
             &health,
             absent_tx,
             &pace,
-            self.halves.export,
+            self.halves,
         );
         let synced = health
             .synced(None, views::watched(self.halves.export))

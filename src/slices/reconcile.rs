@@ -288,6 +288,11 @@ pub(super) async fn sweep(ctx: Arc<Context>, mut absent: mpsc::Receiver<Absent>)
 const SWEEP_EVERY: Duration = Duration::from_secs(300);
 
 async fn sweep_all(ctx: &Context) {
+    if !ctx.halves.cleanup {
+        // The EndpointSlice controller alone ignores an export whose slice it does not see;
+        // the slices of no Service that it withdraws come from their own watch.
+        return;
+    }
     let mut keys: Vec<(String, String)> =
         ctx.hub_view.state().iter().map(|e| referred(e)).collect();
     keys.sort();

@@ -12,6 +12,7 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
+use super::decide::Halves;
 use super::model::{ExportView, SERVICE_NAME_LABEL, SliceView};
 use crate::api::EndpointSliceExport;
 use crate::controller::pace::Pace;
@@ -63,7 +64,7 @@ impl Views {
         health: &Arc<WatchHealth>,
         queue: Lossy<Absent>,
         pace: &Arc<Pace<SliceView>>,
-        export: bool,
+        halves: Halves,
     ) -> (Self, BoxFuture<'static, ()>) {
         let (slices, slices_writer) = reflector::store::<SliceView>();
         let (hub_view, hub_writer) = reflector::store::<ExportView>();
@@ -94,7 +95,7 @@ impl Views {
             .stream()
             .flat_map(move |se| futures::stream::iter(slices_of(&by_service, &se)))
             .boxed();
-        let unlabelled = if export {
+        let unlabelled = if halves.export {
             unlabelled_events(client, health, queue.clone())
         } else {
             futures::stream::empty().boxed()
@@ -114,7 +115,11 @@ impl Views {
         )
         .inspect(health.inspector(ENDPOINT_SLICE_EXPORTS))
         .inspect(move |event| {
-            if let Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event {
+            // The cleanup's: an export whose slice the view does not know (gone, or of no
+            // Service) is looked at live.
+            if let Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event
+                && halves.cleanup
+            {
                 let (ns, name) = referred(e);
                 if known.get(&ObjectRef::new(&name).within(&ns)).is_none() {
                     queue.push((ns, name));

@@ -377,6 +377,7 @@ async fn create_reference_export(s: &Suite, slice: &EndpointSlice, since: Timest
         .expect("create the EndpointSliceExport");
 }
 
+mod endpointsliceexport;
 mod export;
 mod skip;
 mod unexport;
