@@ -78,9 +78,10 @@ impl<S: Needs> Job<S> for EndpointSliceExportJob {
 
     fn start(&self, inputs: &mut MemberInputs<S>, shutdown: CancellationToken) -> Running {
         if inputs.shared.runs(NAME) {
-            // The EndpointSlice job's exporter runs both halves: one set of watches.
+            // The EndpointSlice job's exporter runs both halves: one set of watches. This one
+            // only lasts as long as a job does.
             return Running {
-                run: futures::future::ready(()).boxed(),
+                run: async move { shutdown.cancelled().await }.boxed(),
                 synced: Synced::default(),
             };
         }
