@@ -12,6 +12,7 @@ use super::model::SliceView;
 /// The pair as it is to be written on the slice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LastSeen {
+    /// The slice's generation when it was seen.
     pub generation: i64,
     /// RFC 3339, whole seconds, UTC (Go's `time.RFC3339` of a UTC clock).
     pub timestamp: String,
