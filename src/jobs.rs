@@ -7,10 +7,14 @@ use std::sync::Arc;
 use crate::controller::{Job, MemberInputs};
 use crate::export::{self, PublicIpLookup, ServiceExportJob};
 use crate::service_exports::ServiceExportFeed;
-use crate::slices::{self, EndpointSliceJob};
+use crate::slices::{self, EndpointSliceExportJob, EndpointSliceJob};
 
 /// Every job, in the order a member starts them. A new job is its folder and one line here.
-pub static JOBS: &[&dyn Job<Shared>] = &[&ServiceExportJob, &EndpointSliceJob];
+pub static JOBS: &[&dyn Job<Shared>] = &[
+    &ServiceExportJob,
+    &EndpointSliceJob,
+    &EndpointSliceExportJob,
+];
 
 /// What a member gives its jobs beyond the kit's inputs: the watch they share and the
 /// settings of each.
@@ -28,6 +32,8 @@ pub struct Shared {
     pub fleet_system_namespace: String,
     /// Which networking agents the membership job reports for (`--agent-types`).
     pub agent_types: crate::api::AgentTypes,
+    /// The jobs that run (`--controllers`): jobs that share an exporter look at each other.
+    pub controllers: Controllers,
 }
 
 /// What a member gives each job.
@@ -50,6 +56,10 @@ impl slices::Needs for Shared {
 
     fn max_export_bytes(&self) -> u32 {
         self.max_export_bytes
+    }
+
+    fn runs(&self, job: &str) -> bool {
+        self.controllers.runs(job)
     }
 }
 
@@ -122,7 +132,7 @@ mod tests {
     #[test]
     fn controllers_are_named_one_by_one_and_unknown_names_are_refused() {
         assert_eq!(
-            Controllers::parse("serviceexport,endpointslice"),
+            Controllers::parse("serviceexport,endpointslice,endpointsliceexport"),
             Ok(Controllers::default())
         );
         let slices_only = Controllers::parse(" endpointslice ").expect("parses");
@@ -130,11 +140,11 @@ mod tests {
         let e = Controllers::parse("serviceexport,endpointslices").expect_err("typo");
         assert_eq!(
             e,
-            "unknown controller \"endpointslices\"; known: serviceexport, endpointslice"
+            "unknown controller \"endpointslices\"; known: serviceexport, endpointslice, endpointsliceexport"
         );
         assert_eq!(
             Controllers::parse("").expect_err("none"),
-            "no controller named; known: serviceexport, endpointslice"
+            "no controller named; known: serviceexport, endpointslice, endpointsliceexport"
         );
     }
 }

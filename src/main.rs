@@ -112,7 +112,8 @@ pub struct RunArgs {
     #[arg(long, env = "FLEETNET_CLEANUP_ON_REMOVE")]
     cleanup_on_remove: bool,
     /// Which exporters run for every member, comma-separated: `serviceexport` (ServiceExport →
-    /// InternalServiceExport), `endpointslice` (EndpointSlice → EndpointSliceExport).
+    /// InternalServiceExport), `endpointslice` (EndpointSlice → EndpointSliceExport),
+    /// `endpointsliceexport` (exports whose slice is gone or renamed deleted). Default: every job.
     #[arg(long, env = "FLEETNET_CONTROLLERS", default_value_t = Controllers::default(), value_parser = Controllers::parse)]
     controllers: Controllers,
     /// The member namespace of derived Services and imported EndpointSlices (the reference

@@ -70,14 +70,7 @@ async fn annotate(
     slice: &SliceView,
     change: &NameChange,
 ) -> Result<SliceView, Error> {
-    let annotations = match change {
-        NameChange::Assign(unique) => json!({ UNIQUE_NAME_ANNOTATION: unique }),
-        NameChange::Withdraw => json!({
-            UNIQUE_NAME_ANNOTATION: null,
-            LAST_SEEN_GENERATION_ANNOTATION: null,
-            LAST_SEEN_TIMESTAMP_ANNOTATION: null,
-        }),
-    };
+    let annotations = annotations_of(change);
     let slices: Api<SliceView> = Api::namespaced(ctx.member_client.clone(), ns);
     let body = json!({"metadata": {"annotations": annotations}});
     let after = slices
@@ -95,6 +88,32 @@ async fn annotate(
         after.clone(),
     );
     Ok(after)
+}
+
+/// The merge patch of the slice's annotations that makes `change`. A first export stamps the
+/// unique name and the last-seen pair in one write (the reference makes two).
+fn annotations_of(change: &NameChange) -> Value {
+    match change {
+        NameChange::Stamp { unique, last_seen } => {
+            let mut annotations = serde_json::Map::new();
+            if let Some(unique) = unique {
+                annotations.insert(UNIQUE_NAME_ANNOTATION.into(), json!(unique));
+            }
+            if let Some(seen) = last_seen {
+                annotations.insert(
+                    LAST_SEEN_GENERATION_ANNOTATION.into(),
+                    json!(seen.generation.to_string()),
+                );
+                annotations.insert(LAST_SEEN_TIMESTAMP_ANNOTATION.into(), json!(seen.timestamp));
+            }
+            Value::Object(annotations)
+        }
+        NameChange::Withdraw => json!({
+            UNIQUE_NAME_ANNOTATION: null,
+            LAST_SEEN_GENERATION_ANNOTATION: null,
+            LAST_SEEN_TIMESTAMP_ANNOTATION: null,
+        }),
+    }
 }
 
 /// Creates or updates the slice's own export, referring to the slice as annotated (when it
@@ -184,6 +203,42 @@ fn spec_patch(spec: &EndpointSliceExportSpec) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stamp_sets_only_what_it_names_and_a_withdrawal_removes_all_three() {
+        use super::super::decide::LastSeen;
+        let seen = LastSeen {
+            generation: 4,
+            timestamp: "2026-12-05T10:00:00Z".into(),
+        };
+        let both = NameChange::Stamp {
+            unique: Some("m1-work-web-1a2b3".into()),
+            last_seen: Some(seen.clone()),
+        };
+        assert_eq!(
+            annotations_of(&both),
+            json!({UNIQUE_NAME_ANNOTATION: "m1-work-web-1a2b3",
+                LAST_SEEN_GENERATION_ANNOTATION: "4",
+                LAST_SEEN_TIMESTAMP_ANNOTATION: "2026-12-05T10:00:00Z"})
+        );
+        let seen_only = NameChange::Stamp {
+            unique: None,
+            last_seen: Some(seen),
+        };
+        assert!(
+            annotations_of(&seen_only)
+                .get(UNIQUE_NAME_ANNOTATION)
+                .is_none()
+        );
+        let gone = annotations_of(&NameChange::Withdraw);
+        for key in [
+            UNIQUE_NAME_ANNOTATION,
+            LAST_SEEN_GENERATION_ANNOTATION,
+            LAST_SEEN_TIMESTAMP_ANNOTATION,
+        ] {
+            assert_eq!(gone[key], Value::Null, "{key}");
+        }
+    }
 
     #[test]
     fn an_update_without_ports_removes_them() {

@@ -14,6 +14,8 @@ use crate::service_exports::ServiceExportView;
 
 /// Shared by every reconcile of one member's slices.
 pub(crate) struct Context {
+    /// Which of the reference's two controllers this exporter runs.
+    pub(super) halves: super::decide::Halves,
     pub(super) member: String,
     pub(super) member_client: kube::Client,
     pub(super) se_version: ServiceExportVersion,

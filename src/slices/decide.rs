@@ -1,19 +1,43 @@
 //! What one EndpointSlice needs, decided from what was observed: a pure function, no I/O.
 //!
 //! The rules are fleet-networking's member EndpointSlice controller's (export, skip, unexport,
-//! unique names) and its EndpointSliceExport controller's (an export whose slice is gone, or
-//! whose slice's unique name is another, is removed), decided together per slice.
+//! unique names, last-seen annotations: the `endpointslice` job) and its EndpointSliceExport
+//! controller's (an export whose slice is gone, or whose slice's unique name is another, is
+//! removed: the `endpointsliceexport` job), decided together per slice when both run
+//! ([`Halves`]).
 
 use std::net::Ipv4Addr;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+pub use super::last_seen::LastSeen;
+use super::last_seen::since;
 pub use super::model::SERVICE_NAME_LABEL;
 use super::model::{ExportVerdict, ExportView, SliceView, digest};
 
 /// The job's name, as `--controllers` spells it (and its metric labels' prefix).
 pub const NAME: &str = "endpointslice";
+/// The name of the cleanup half on its own, as `--controllers` spells it.
+pub const CLEANUP_NAME: &str = "endpointsliceexport";
+
+/// Which of the reference's two member controllers a member's exporter runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Halves {
+    /// The EndpointSlice controller: exports, names, stamps and unexports slices.
+    pub export: bool,
+    /// The EndpointSliceExport controller: deletes the exports whose slice is gone or whose
+    /// slice's unique name is another.
+    pub cleanup: bool,
+}
+
+impl Halves {
+    /// Both, as the member agent runs them.
+    pub const BOTH: Self = Self {
+        export: true,
+        cleanup: true,
+    };
+}
 use crate::api::{
     ADDRESS_TYPE_IPV4, EndpointSliceExport, EndpointSliceExportSpec, ExportedEndpoint,
     ExportedObjectReference, OwnerServiceReference,
@@ -22,6 +46,7 @@ use crate::api::{
 /// Everything one decision reads.
 pub struct Observation<'a> {
     pub member: &'a str,
+    pub halves: Halves,
     pub slice: &'a SliceView,
     /// The ServiceExport of the slice's Service, if any.
     pub export: Option<&'a ExportVerdict>,
@@ -80,12 +105,16 @@ impl crate::controller::Outcome for Outcome {
     }
 }
 
-/// The member write: the slice's unique-name annotation.
+/// The member write: the slice's annotations.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NameChange {
-    /// Set (a first name, or a new one for a tampered or taken name).
-    Assign(String),
-    /// Remove it (and the agents' last-seen annotations): the slice is withdrawn.
+    /// Set what is given (`None`: left as it is): a unique name (a first one, or a new one for a
+    /// tampered or taken name) and the last-seen pair.
+    Stamp {
+        unique: Option<String>,
+        last_seen: Option<LastSeen>,
+    },
+    /// Remove the unique name and the last-seen pair: the slice is withdrawn.
     Withdraw,
 }
 
@@ -158,60 +187,47 @@ impl Plan {
 /// Decides one slice that exists (in the view or live).
 pub fn decide(o: &Observation<'_>) -> Plan {
     let slice = o.slice;
-    let annotation = slice.unique_name.as_ref();
-    // Only IPv4 slices are ever exported, and the address type never changes: nothing to do,
-    // as in fleet-networking (an annotated one is left as it is).
-    if slice.address_type != ADDRESS_TYPE_IPV4 {
-        return Plan::new(Outcome::Skipped);
-    }
-    if !exportable(slice, o.export) {
+    if !o.halves.export {
         let mut plan = Plan::new(Outcome::Skipped);
-        plan.delete = doomed(o.referring, |_| true);
-        if annotation.is_some() {
-            plan.name = Some(NameChange::Withdraw);
-        }
-        if plan.writes() > 0 {
+        plan.delete = cleanup(o, slice.unique_name.as_deref());
+        if !plan.delete.is_empty() {
             plan.outcome = Outcome::Unexported;
         }
         return plan;
     }
-    let valid = annotation.filter(|n| is_dns1123_subdomain(n));
+    // Only IPv4 slices are ever exported, and the address type never changes: nothing to do,
+    // as in fleet-networking (an annotated one is left as it is).
+    if slice.address_type != ADDRESS_TYPE_IPV4 {
+        let mut plan = Plan::new(Outcome::Skipped);
+        plan.delete = cleanup(o, slice.unique_name.as_deref());
+        return plan;
+    }
+    if !exportable(slice, o.export) {
+        return unexport(o);
+    }
+    let valid = slice
+        .unique_name
+        .as_ref()
+        .filter(|n| is_dns1123_subdomain(n));
     let slice_uid = slice.metadata.uid.as_deref().unwrap_or_default();
     // A name is kept while its export in the hub is absent or this very slice's; a tampered
-    // name, or one another slice's export holds, gets a new one.
+    // name, or one another slice's export holds, gets a new one (the reference drops it and
+    // assigns one on its next pass: the same end, one write less).
     let kept = valid.filter(|_| o.named.is_none_or(|e| e.slice_uid == slice_uid));
     let (name, existing) = match kept {
         Some(name) => (name.clone(), o.named),
         None => (new_unique_name(o.member, slice, o.suffix), None),
     };
     let mut plan = Plan::new(Outcome::Unchanged);
-    if kept.is_none() {
-        plan.name = Some(NameChange::Assign(name.clone()));
+    let (exported_since, last_seen) = since(slice, existing, o.now);
+    let unique = kept.is_none().then(|| name.clone());
+    if unique.is_some() || last_seen.is_some() {
+        plan.name = Some(NameChange::Stamp { unique, last_seen });
     }
-    plan.delete = doomed(o.referring, |e| e.name != name);
-    let (spec, malformed) = export_spec(o.member, slice, existing, o.now);
+    plan.delete = cleanup(o, Some(&name));
+    let (spec, malformed) = export_spec(o.member, slice, Time(exported_since));
     plan.malformed = malformed;
-    match existing {
-        Some(e) if e.deleting => {
-            plan.recheck = true;
-            plan.outcome = Outcome::Waiting;
-        }
-        Some(e) if e.digest == digest(&spec) => {}
-        Some(_) => {
-            plan.hub = Some(HubWrite::Update {
-                name,
-                spec: Box::new(spec),
-            });
-            plan.outcome = Outcome::Updated;
-        }
-        None => {
-            let mut export = EndpointSliceExport::default();
-            export.metadata.name = Some(name);
-            export.spec = spec;
-            plan.hub = Some(HubWrite::Create(Box::new(export)));
-            plan.outcome = Outcome::Exported;
-        }
-    }
+    plan.outcome = hub_write(&mut plan, existing, name, spec);
     if let Some(bytes) = plan.hub.as_ref().map(written_bytes)
         && bytes > usize::try_from(o.max_bytes).unwrap_or(usize::MAX)
     {
@@ -221,6 +237,71 @@ pub fn decide(o: &Observation<'_>) -> Plan {
         plan.outcome = Outcome::TooLarge;
     }
     plan
+}
+
+/// Sets the plan's hub write for the slice's own export under `name`: created when absent,
+/// updated when it says something else, waited for while terminating.
+fn hub_write(
+    plan: &mut Plan,
+    existing: Option<&ExportView>,
+    name: String,
+    spec: EndpointSliceExportSpec,
+) -> Outcome {
+    match existing {
+        Some(e) if e.deleting => {
+            plan.recheck = true;
+            Outcome::Waiting
+        }
+        Some(e) if e.digest == digest(&spec) => Outcome::Unchanged,
+        Some(_) => {
+            plan.hub = Some(HubWrite::Update {
+                name,
+                spec: Box::new(spec),
+            });
+            Outcome::Updated
+        }
+        None => {
+            let mut export = EndpointSliceExport::default();
+            export.metadata.name = Some(name);
+            export.spec = spec;
+            plan.hub = Some(HubWrite::Create(Box::new(export)));
+            Outcome::Exported
+        }
+    }
+}
+
+/// A slice that may not be exported (no Service, its ServiceExport absent, invalid, in conflict
+/// or being deleted, or the slice being deleted): skipped if it never was; else its export goes
+/// (the one its name names, when that one is this slice's) and then its annotations.
+fn unexport(o: &Observation<'_>) -> Plan {
+    let slice = o.slice;
+    let mut plan = Plan::new(Outcome::Skipped);
+    // With the cleanup half, every export of the slice goes: none matches a name it no
+    // longer has.
+    plan.delete = cleanup(o, None);
+    if slice.unique_name.is_some() {
+        let slice_uid = slice.metadata.uid.as_deref().unwrap_or_default();
+        let linked = o.named.filter(|e| e.slice_uid == slice_uid);
+        for e in doomed(linked.as_slice(), |e| {
+            !plan.delete.iter().any(|d| d.name == e.name)
+        }) {
+            plan.delete.push(e);
+        }
+        plan.name = Some(NameChange::Withdraw);
+    }
+    if plan.writes() > 0 {
+        plan.outcome = Outcome::Unexported;
+    }
+    plan
+}
+
+/// The cleanup half's deletes: the exports of the slice not under `keep` (its unique name),
+/// when that half runs.
+fn cleanup(o: &Observation<'_>, keep: Option<&str>) -> Vec<Doomed> {
+    if !o.halves.cleanup {
+        return vec![];
+    }
+    doomed(o.referring, |e| Some(e.name.as_str()) != keep)
 }
 
 /// The size of the export `write` leaves in the hub (its JSON; `usize::MAX` if it cannot be
@@ -239,10 +320,13 @@ fn written_bytes(write: &HubWrite) -> usize {
     }
 }
 
-/// Decides a slice the member no longer has (read live): its leftover exports go.
-pub fn decide_gone(referring: &[&ExportView]) -> Plan {
+/// Decides a slice the member no longer has (read live): its leftover exports go, with the
+/// cleanup half (the EndpointSlice controller alone ignores a slice it cannot read).
+pub fn decide_gone(halves: Halves, referring: &[&ExportView]) -> Plan {
     let mut plan = Plan::new(Outcome::Gone);
-    plan.delete = doomed(referring, |_| true);
+    if halves.cleanup {
+        plan.delete = doomed(referring, |_| true);
+    }
     plan
 }
 
@@ -265,14 +349,14 @@ fn doomed(referring: &[&ExportView], keep_not: impl Fn(&ExportView) -> bool) -> 
         .collect()
 }
 
-/// The export of `slice`: ready endpoints' IPv4 addresses, its ports and references. Its
-/// `exportedSince` is kept from `existing` while the slice's generation is the one exported.
+/// The export of `slice`: ready endpoints' IPv4 addresses, its ports and references, as the
+/// reference writes them (the slice's kind and API version empty: its client leaves an object's
+/// TypeMeta empty), exported since `exported_since` (the last-seen timestamp).
 /// Also returns the addresses left out for not being IPv4 addresses.
 fn export_spec(
     member: &str,
     slice: &SliceView,
-    existing: Option<&ExportView>,
-    now: Timestamp,
+    exported_since: Time,
 ) -> (EndpointSliceExportSpec, Vec<String>) {
     let mut malformed = vec![];
     let endpoints = slice
@@ -294,10 +378,6 @@ fn export_spec(
     let ns = slice.metadata.namespace.clone().unwrap_or_default();
     let name = slice.metadata.name.clone().unwrap_or_default();
     let generation = slice.metadata.generation.unwrap_or_default();
-    let exported_since = existing
-        .filter(|e| e.generation == generation)
-        .and_then(|e| e.exported_since.clone())
-        .unwrap_or(Time(now));
     let service = slice.service.clone().unwrap_or_default();
     let spec = EndpointSliceExportSpec {
         address_type: ADDRESS_TYPE_IPV4.into(),
@@ -305,8 +385,8 @@ fn export_spec(
         ports,
         endpoint_slice_reference: ExportedObjectReference {
             cluster_id: member.into(),
-            kind: "EndpointSlice".into(),
-            api_version: Some("discovery.k8s.io/v1".into()),
+            kind: String::new(),
+            api_version: None,
             namespaced_name: format!("{ns}/{name}"),
             namespace: ns.clone(),
             name,

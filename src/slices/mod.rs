@@ -1,6 +1,7 @@
-//! The EndpointSlice job (EndpointSlice → EndpointSliceExport), on the controller kit:
-//! fleet-networking's member EndpointSlice and EndpointSliceExport controllers, run from the
-//! hub. Observe → decide (pure) → act.
+//! The EndpointSlice jobs (EndpointSlice → EndpointSliceExport), on the controller kit:
+//! fleet-networking's member EndpointSlice controller (`endpointslice`) and EndpointSliceExport
+//! controller (`endpointsliceexport`), run from the hub, each selectable alone as the reference
+//! runs them, and one exporter per member when both run. Observe → decide (pure) → act.
 //!
 //! One [`MemberSliceExporter`] per member: a runner over the member's EndpointSlices that
 //! belong to a Service, also triggered by the member's ServiceExports (the slices of that
@@ -13,6 +14,7 @@ mod act;
 mod context;
 pub mod decide;
 mod error;
+mod last_seen;
 mod model;
 mod reconcile;
 mod views;
@@ -23,7 +25,7 @@ use futures::{Future, FutureExt};
 use kube::api::Api;
 use tokio_util::sync::CancellationToken;
 
-pub use decide::{NAME, Outcome};
+pub use decide::{CLEANUP_NAME, Halves, NAME, Outcome};
 pub use error::{Error, Step};
 
 use crate::api::EndpointSliceExport;
@@ -37,15 +39,22 @@ use crate::controller::{Job, MemberInputs, ReconcileObserver, Running, Synced, l
 use crate::service_exports::{ServiceExportFeed, Subscription};
 use context::Context;
 
-/// The EndpointSlice job, as the registry lists it.
+/// The EndpointSlice job (the reference's EndpointSlice controller; with the cleanup job
+/// selected too, both in one exporter), as the registry lists it.
 pub struct EndpointSliceJob;
 
-/// What the EndpointSlice job needs of a member beyond the kit's inputs.
+/// The EndpointSliceExport job (the reference's EndpointSliceExport controller), as the registry
+/// lists it: on its own only when the EndpointSlice job does not run, which otherwise runs it.
+pub struct EndpointSliceExportJob;
+
+/// What the EndpointSlice jobs need of a member beyond the kit's inputs.
 pub trait Needs {
     /// The member's ServiceExport watch, shared by the jobs.
     fn service_exports(&mut self) -> &mut ServiceExportFeed;
     /// The most bytes one EndpointSliceExport may have (`--max-export-bytes`).
     fn max_export_bytes(&self) -> u32;
+    /// Whether the job named `job` runs (`--controllers`).
+    fn runs(&self, job: &str) -> bool;
 }
 
 impl<S: Needs> Job<S> for EndpointSliceJob {
@@ -54,28 +63,66 @@ impl<S: Needs> Job<S> for EndpointSliceJob {
     }
 
     fn start(&self, inputs: &mut MemberInputs<S>, shutdown: CancellationToken) -> Running {
-        let slices = MemberSliceExporter {
-            member: inputs.member.clone(),
-            member_client: inputs.member_client.clone(),
-            hub_client: inputs.hub_client.clone(),
-            hub_namespace: inputs.hub_namespace.clone(),
-            // Mapped to slices, which the job paces.
-            exports: inputs.shared.service_exports().subscribe(0),
-            concurrency: inputs.concurrency,
-            claim: inputs.claim.clone(),
-            observer: inputs.observer.clone(),
-            max_export_bytes: inputs.shared.max_export_bytes(),
+        let halves = Halves {
+            export: true,
+            cleanup: inputs.shared.runs(CLEANUP_NAME),
         };
-        let (run, synced) = slices.start(async move { shutdown.cancelled().await });
-        Running {
-            run: run.boxed(),
-            synced,
+        start(inputs, halves, shutdown)
+    }
+}
+
+impl<S: Needs> Job<S> for EndpointSliceExportJob {
+    fn name(&self) -> &'static str {
+        CLEANUP_NAME
+    }
+
+    fn start(&self, inputs: &mut MemberInputs<S>, shutdown: CancellationToken) -> Running {
+        if inputs.shared.runs(NAME) {
+            // The EndpointSlice job's exporter runs both halves: one set of watches. This one
+            // only lasts as long as a job does.
+            return Running {
+                run: async move { shutdown.cancelled().await }.boxed(),
+                synced: Synced::default(),
+            };
         }
+        let halves = Halves {
+            export: false,
+            cleanup: true,
+        };
+        start(inputs, halves, shutdown)
+    }
+}
+
+/// Starts the member's exporter of `halves`.
+fn start<S: Needs>(
+    inputs: &mut MemberInputs<S>,
+    halves: Halves,
+    shutdown: CancellationToken,
+) -> Running {
+    let slices = MemberSliceExporter {
+        halves,
+        member: inputs.member.clone(),
+        member_client: inputs.member_client.clone(),
+        hub_client: inputs.hub_client.clone(),
+        hub_namespace: inputs.hub_namespace.clone(),
+        // Mapped to slices, which the job paces.
+        exports: inputs.shared.service_exports().subscribe(0),
+        concurrency: inputs.concurrency,
+        claim: inputs.claim.clone(),
+        observer: inputs.observer.clone(),
+        max_export_bytes: inputs.shared.max_export_bytes(),
+    };
+    let (run, synced) = slices.start(async move { shutdown.cancelled().await });
+    Running {
+        run: run.boxed(),
+        synced,
     }
 }
 
 /// Everything one member's EndpointSlice exporter needs.
 pub struct MemberSliceExporter {
+    /// Which of the reference's two controllers it runs.
+    pub halves: Halves,
     /// Member name, also its cluster ID in `endpointSliceReference.clusterId`.
     pub member: String,
     pub member_client: kube::Client,
@@ -118,13 +165,15 @@ impl MemberSliceExporter {
             &health,
             absent_tx,
             &pace,
+            self.halves,
         );
         let synced = health
-            .synced(None, &views::WATCHED)
+            .synced(None, views::watched(self.halves.export))
             .and(self.exports.synced.clone());
         let leadership = leadership_gained(&self.claim);
         let store = views.slices.clone();
         let ctx = Arc::new(Context {
+            halves: self.halves,
             member: self.member,
             member_client: self.member_client,
             se_version,

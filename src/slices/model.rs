@@ -33,8 +33,10 @@ pub struct SliceView {
     pub service: Option<String>,
     /// The fleet-unique-name annotation.
     pub unique_name: Option<String>,
-    /// The member agents' last-seen annotations are present (removed on withdrawal).
-    pub agent_annotations: bool,
+    /// The `last-seen-generation` annotation, as written ([`super::last_seen`]).
+    pub last_seen_generation: Option<String>,
+    /// The `last-seen-timestamp` annotation, as written.
+    pub last_seen_timestamp: Option<String>,
 }
 
 /// One endpoint: its addresses and whether it is ready (`None`: unknown).
@@ -51,10 +53,10 @@ impl From<EndpointSlice> for SliceView {
             .labels
             .take()
             .and_then(|mut l| l.remove(SERVICE_NAME_LABEL));
-        let annotations = metadata.annotations.take().unwrap_or_default();
-        let agent_annotations = annotations.contains_key(LAST_SEEN_GENERATION_ANNOTATION)
-            || annotations.contains_key(LAST_SEEN_TIMESTAMP_ANNOTATION);
-        let unique_name = annotations.get(UNIQUE_NAME_ANNOTATION).cloned();
+        let mut annotations = metadata.annotations.take().unwrap_or_default();
+        let unique_name = annotations.remove(UNIQUE_NAME_ANNOTATION);
+        let last_seen_generation = annotations.remove(LAST_SEEN_GENERATION_ANNOTATION);
+        let last_seen_timestamp = annotations.remove(LAST_SEEN_TIMESTAMP_ANNOTATION);
         Self {
             metadata: identity(metadata),
             address_type: slice.address_type,
@@ -80,7 +82,8 @@ impl From<EndpointSlice> for SliceView {
                 .collect(),
             service,
             unique_name,
-            agent_annotations,
+            last_seen_generation,
+            last_seen_timestamp,
         }
     }
 }
@@ -166,9 +169,9 @@ fn identity(meta: ObjectMeta) -> ObjectMeta {
     }
 }
 
-/// A digest of what an export says, the slice's kind and API version aside (an export written by
-/// a member agent whose cache left TypeMeta empty is not rewritten for that alone). Stable within
-/// a process, which is all it is compared in.
+/// A digest of what an export says, the slice's kind and API version aside (the reference's
+/// are empty, its client leaving TypeMeta empty; an export an earlier version wrote with them is
+/// not rewritten for that alone). Stable within a process, which is all it is compared in.
 pub fn digest(spec: &EndpointSliceExportSpec) -> u64 {
     let mut spec = spec.clone();
     spec.endpoint_slice_reference.kind = String::new();
@@ -259,7 +262,8 @@ mod tests {
         let v = SliceView::from(raw);
         assert_eq!(v.service.as_deref(), Some("web"));
         assert_eq!(v.unique_name.as_deref(), Some("n-1"));
-        assert!(v.agent_annotations);
+        assert_eq!(v.last_seen_generation.as_deref(), Some("2"));
+        assert_eq!(v.last_seen_timestamp, None);
         assert_eq!(
             v.endpoints,
             [SliceEndpoint {

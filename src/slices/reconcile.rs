@@ -127,7 +127,7 @@ fn observe_decide(
     let referring = referring(ctx, ns, name);
     let referring: Vec<&ExportView> = referring.iter().map(Arc::as_ref).collect();
     let Some(seen) = &slice else {
-        return (slice, decide_gone(&referring));
+        return (slice, decide_gone(ctx.halves, &referring));
     };
     let export = match &live.export {
         Some(export) => export.clone().map(Arc::new),
@@ -141,6 +141,7 @@ fn observe_decide(
     let suffix = format!("{:05x}", rand::random_range(0..0x100000u32));
     let plan = decide(&Observation {
         member: &ctx.member,
+        halves: ctx.halves,
         slice: seen,
         export: export.as_deref(),
         named: named.as_deref(),
@@ -287,6 +288,11 @@ pub(super) async fn sweep(ctx: Arc<Context>, mut absent: mpsc::Receiver<Absent>)
 const SWEEP_EVERY: Duration = Duration::from_secs(300);
 
 async fn sweep_all(ctx: &Context) {
+    if !ctx.halves.cleanup {
+        // The EndpointSlice controller alone ignores an export whose slice it does not see;
+        // the slices of no Service that it withdraws come from their own watch.
+        return;
+    }
     let mut keys: Vec<(String, String)> =
         ctx.hub_view.state().iter().map(|e| referred(e)).collect();
     keys.sort();
@@ -319,8 +325,9 @@ mod tests {
 
     #[test]
     fn a_recheck_requeues_and_anything_else_waits_for_a_change() {
-        assert_eq!(requeue(&decide_gone(&[])), Action::await_change());
-        let mut plan = decide_gone(&[]);
+        let both = super::super::decide::Halves::BOTH;
+        assert_eq!(requeue(&decide_gone(both, &[])), Action::await_change());
+        let mut plan = decide_gone(both, &[]);
         plan.recheck = true;
         assert_eq!(requeue(&plan), Action::requeue(RECHECK));
     }

@@ -12,6 +12,7 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
+use super::decide::Halves;
 use super::model::{ExportView, SERVICE_NAME_LABEL, SliceView};
 use crate::api::EndpointSliceExport;
 use crate::controller::pace::Pace;
@@ -25,9 +26,17 @@ const ENDPOINT_SLICES: View = View::member(3, "EndpointSlices");
 /// The EndpointSliceExports of the member's hub namespace.
 const ENDPOINT_SLICE_EXPORTS: View = View::hub(4, "EndpointSliceExports");
 
-/// The watches whose first lists the job waits for.
-/// (The ServiceExports are the shared watch's.)
-pub(super) const WATCHED: [View; 2] = [ENDPOINT_SLICES, ENDPOINT_SLICE_EXPORTS];
+/// The member's EndpointSlices of no Service: none is kept; those with a unique name (exported
+/// once, as the reference's controller, which watches every slice, would withdraw them) are
+/// looked at live.
+const UNLABELLED_SLICES: View = View::member(5, "EndpointSlices of no Service");
+
+/// The watches whose first lists the job waits for, with the EndpointSlice controller's half
+/// (`export`) or without. (The ServiceExports are the shared watch's.)
+pub(super) fn watched(export: bool) -> &'static [View] {
+    const BOTH: [View; 3] = [ENDPOINT_SLICES, ENDPOINT_SLICE_EXPORTS, UNLABELLED_SLICES];
+    if export { &BOTH } else { &BOTH[..2] }
+}
 
 /// How long one watch of the hub's exports lasts before it is re-established. kube's default
 /// (295 s, for clients with a read timeout; ours has none, and h2 pings find a dead connection)
@@ -55,6 +64,7 @@ impl Views {
         health: &Arc<WatchHealth>,
         queue: Lossy<Absent>,
         pace: &Arc<Pace<SliceView>>,
+        halves: Halves,
     ) -> (Self, BoxFuture<'static, ()>) {
         let (slices, slices_writer) = reflector::store::<SliceView>();
         let (hub_view, hub_writer) = reflector::store::<ExportView>();
@@ -85,6 +95,11 @@ impl Views {
             .stream()
             .flat_map(move |se| futures::stream::iter(slices_of(&by_service, &se)))
             .boxed();
+        let unlabelled = if halves.export {
+            unlabelled_events(client, health, queue.clone())
+        } else {
+            futures::stream::empty().boxed()
+        };
         let known = slices.clone();
         let hub_events = reflector::reflector(
             hub_writer,
@@ -100,7 +115,11 @@ impl Views {
         )
         .inspect(health.inspector(ENDPOINT_SLICE_EXPORTS))
         .inspect(move |event| {
-            if let Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event {
+            // The cleanup's: an export whose slice the view does not know (gone, or of no
+            // Service) is looked at live.
+            if let Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event
+                && halves.cleanup
+            {
                 let (ns, name) = referred(e);
                 if known.get(&ObjectRef::new(&name).within(&ns)).is_none() {
                     queue.push((ns, name));
@@ -116,6 +135,7 @@ impl Views {
             slice_events,
             export_events,
             hub_events,
+            unlabelled,
         ]));
         let views = Self {
             slices,
@@ -123,6 +143,30 @@ impl Views {
         };
         (views, triggers)
     }
+}
+
+/// The watch of the slices of no Service: each one with a unique name goes to `queue`, to be
+/// looked at live; it yields nothing itself.
+fn unlabelled_events(
+    client: &kube::Client,
+    health: &Arc<WatchHealth>,
+    queue: Lossy<Absent>,
+) -> futures::stream::BoxStream<'static, ObjectRef<SliceView>> {
+    view_watch(
+        Api::<SliceView>::all(client.clone()),
+        watcher::Config::default().labels(&format!("!{SERVICE_NAME_LABEL}")),
+        || 0,
+    )
+    .inspect(health.inspector(UNLABELLED_SLICES))
+    .filter_map(move |event| {
+        if let Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) = event
+            && s.unique_name.is_some()
+        {
+            queue.push((s.namespace().unwrap_or_default(), s.name_any()));
+        }
+        futures::future::ready(None)
+    })
+    .boxed()
 }
 
 /// The slice an export refers to: `(namespace, name)`.

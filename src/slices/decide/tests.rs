@@ -5,11 +5,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::*;
 use crate::api::{
-    CONDITION_CONFLICT, CONDITION_VALID, ServiceExport, ServiceExportStatus, UNIQUE_NAME_ANNOTATION,
+    CONDITION_CONFLICT, CONDITION_VALID, LAST_SEEN_GENERATION_ANNOTATION,
+    LAST_SEEN_TIMESTAMP_ANNOTATION, ServiceExport, ServiceExportStatus, UNIQUE_NAME_ANNOTATION,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 const NOW: &str = "2026-12-05T10:00:00Z";
+/// When a stamped slice's generation was first seen.
+const SEEN: &str = "2026-12-05T09:00:00Z";
 
 fn now() -> Timestamp {
     NOW.parse().expect("timestamp")
@@ -54,12 +57,27 @@ fn endpoint(addresses: &[&str], ready: Option<bool>) -> Endpoint {
     }
 }
 
+/// `s` with the unique name `name` only.
 fn named(mut s: EndpointSlice, name: &str) -> EndpointSlice {
     s.metadata
         .annotations
         .get_or_insert_with(Default::default)
         .insert(UNIQUE_NAME_ANNOTATION.into(), name.into());
     s
+}
+
+/// `s` as an export leaves it: named `name`, its generation seen at [`SEEN`].
+fn stamped(s: EndpointSlice, name: &str) -> EndpointSlice {
+    let generation = s.metadata.generation.unwrap_or_default().to_string();
+    let mut s = named(s, name);
+    let annotations = s.metadata.annotations.get_or_insert_with(Default::default);
+    annotations.insert(LAST_SEEN_GENERATION_ANNOTATION.into(), generation);
+    annotations.insert(LAST_SEEN_TIMESTAMP_ANNOTATION.into(), SEEN.into());
+    s
+}
+
+fn seen() -> Time {
+    Time(SEEN.parse().expect("timestamp"))
 }
 
 fn condition(type_: &str, status: &str) -> Condition {
@@ -86,12 +104,13 @@ fn export(valid: &str, conflict: &str) -> ServiceExport {
     se
 }
 
-/// The export `decide` would create for `slice` under `name`, as the hub would hold it.
+/// The export `decide` would create for `slice` under `name` (exported since [`SEEN`]), as
+/// the hub would hold it.
 fn hub_copy(slice: &EndpointSlice, name: &str) -> EndpointSliceExport {
     let mut e = EndpointSliceExport::default();
     e.metadata.name = Some(name.into());
     e.metadata.uid = Some(format!("{name}-uid"));
-    e.spec = export_spec("m1", &SliceView::from(slice.clone()), None, now()).0;
+    e.spec = export_spec("m1", &SliceView::from(slice.clone()), seen()).0;
     e
 }
 
@@ -101,12 +120,34 @@ fn run(
     named: Option<&EndpointSliceExport>,
     referring: &[&EndpointSliceExport],
 ) -> Plan {
-    // The default `--max-export-bytes`.
-    let max_bytes = 64 * 1024;
-    run_limited(slice, export, named, referring, max_bytes)
+    run_halves(Halves::BOTH, slice, export, named, referring)
 }
 
+fn run_halves(
+    halves: Halves,
+    slice: &EndpointSlice,
+    export: Option<&ServiceExport>,
+    named: Option<&EndpointSliceExport>,
+    referring: &[&EndpointSliceExport],
+) -> Plan {
+    // The default `--max-export-bytes`.
+    let max_bytes = 64 * 1024;
+    run_limited(halves, slice, export, named, referring, max_bytes)
+}
+
+/// The EndpointSlice controller alone (`--controllers endpointslice`).
+const EXPORT_ONLY: Halves = Halves {
+    export: true,
+    cleanup: false,
+};
+/// The EndpointSliceExport controller alone (`--controllers endpointsliceexport`).
+const CLEANUP_ONLY: Halves = Halves {
+    export: false,
+    cleanup: true,
+};
+
 fn run_limited(
+    halves: Halves,
     slice: &EndpointSlice,
     export: Option<&ServiceExport>,
     named: Option<&EndpointSliceExport>,
@@ -123,6 +164,7 @@ fn run_limited(
     let referring: Vec<&ExportView> = referring.iter().collect();
     decide(&Observation {
         member: "m1",
+        halves,
         slice: &slice,
         export: export.as_ref(),
         named: named.as_ref(),
@@ -138,7 +180,17 @@ fn a_first_export_names_the_slice_then_creates_its_export_with_ready_addresses_o
     let se = export("True", "False");
     let plan = run(&slice(), Some(&se), None, &[]);
     let name = "m1-work-web-abcde-1a2b3";
-    assert_eq!(plan.name, Some(NameChange::Assign(name.into())));
+    // The name and the last-seen pair, in one write, before the export.
+    assert_eq!(
+        plan.name,
+        Some(NameChange::Stamp {
+            unique: Some(name.into()),
+            last_seen: Some(LastSeen {
+                generation: 3,
+                timestamp: NOW.into()
+            })
+        })
+    );
     let Some(HubWrite::Create(ese)) = &plan.hub else {
         panic!("expected a create: {plan:?}")
     };
@@ -157,7 +209,11 @@ fn a_first_export_names_the_slice_then_creates_its_export_with_ready_addresses_o
             r.kind.as_str(),
             r.namespaced_name.as_str()
         ),
-        ("m1", "EndpointSlice", "work/web-abcde")
+        ("m1", "", "work/web-abcde")
+    );
+    assert_eq!(
+        r.api_version, None,
+        "the reference's client leaves TypeMeta empty"
     );
     assert_eq!(
         (r.uid.as_str(), r.resource_version.as_str(), r.generation),
@@ -173,20 +229,20 @@ fn a_first_export_names_the_slice_then_creates_its_export_with_ready_addresses_o
 #[test]
 fn a_converged_slice_writes_nothing() {
     let se = export("True", "False");
-    let s = named(slice(), "m1-work-web-abcde-1a2b3");
+    let s = stamped(slice(), "m1-work-web-abcde-1a2b3");
     let hub = hub_copy(&s, "m1-work-web-abcde-1a2b3");
     let plan = run(&s, Some(&se), Some(&hub), &[&hub]);
     assert_eq!(plan.writes(), 0, "{plan:?}");
     assert_eq!(plan.outcome, Outcome::Unchanged);
 }
 
+/// Reference spec "should update exported endpointslice": a new generation is stamped on the
+/// slice, then the export follows with it, exported since now.
 #[test]
-fn an_endpoint_change_is_one_update_with_a_new_exported_since() {
+fn an_endpoint_change_stamps_the_new_generation_then_updates_the_export() {
     let se = export("True", "False");
-    let s = named(slice(), "n-1");
-    let mut hub = hub_copy(&s, "n-1");
-    hub.spec.endpoint_slice_reference.exported_since =
-        Some(Time("2026-01-01T00:00:00Z".parse().expect("t")));
+    let s = stamped(slice(), "n-1");
+    let hub = hub_copy(&s, "n-1");
     let mut changed = s.clone();
     changed
         .endpoints
@@ -194,31 +250,86 @@ fn an_endpoint_change_is_one_update_with_a_new_exported_since() {
         .push(endpoint(&["10.0.0.9"], Some(true)));
     changed.metadata.generation = Some(4);
     let plan = run(&changed, Some(&se), Some(&hub), &[&hub]);
+    assert_eq!(
+        plan.name,
+        Some(NameChange::Stamp {
+            unique: None,
+            last_seen: Some(LastSeen {
+                generation: 4,
+                timestamp: NOW.into()
+            })
+        })
+    );
     let Some(HubWrite::Update { name, spec }) = &plan.hub else {
         panic!("expected an update: {plan:?}")
     };
     assert_eq!(name, "n-1");
     assert_eq!(spec.endpoints.len(), 3);
+    let r = &spec.endpoint_slice_reference;
     assert_eq!(
-        spec.endpoint_slice_reference.exported_since,
-        Some(Time(now()))
+        (r.generation, r.exported_since.clone()),
+        (4, Some(Time(now())))
     );
-    assert_eq!(plan.writes(), 1);
-    // Same generation: the export time stays.
-    let plan = run(&s, Some(&se), Some(&hub), &[&hub]);
-    assert_eq!(plan.writes(), 0, "{plan:?}");
+    assert_eq!(plan.writes(), 2);
+    assert!(!plan.withdraws());
 }
 
+/// The last-seen pair is where `exportedSince` comes from (kept across restarts): an export
+/// that says otherwise is corrected, as the reference's update does.
 #[test]
-fn an_agent_written_export_without_kind_is_not_rewritten() {
+fn the_export_time_is_the_slices_last_seen_timestamp() {
+    let se = export("True", "False");
+    let s = stamped(slice(), "n-1");
+    let mut hub = hub_copy(&s, "n-1");
+    hub.spec.endpoint_slice_reference.exported_since =
+        Some(Time("2026-01-01T00:00:00Z".parse().expect("t")));
+    let plan = run(&s, Some(&se), Some(&hub), &[&hub]);
+    assert_eq!(plan.name, None);
+    let Some(HubWrite::Update { spec, .. }) = &plan.hub else {
+        panic!("expected an update: {plan:?}")
+    };
+    assert_eq!(spec.endpoint_slice_reference.exported_since, Some(seen()));
+}
+
+/// Migration from the agent: a slice it annotated and the export it wrote (TypeMeta empty) are
+/// taken over without a write; so is an export an earlier version wrote with the kind set.
+#[test]
+fn an_agent_exported_slice_is_adopted_without_a_write() {
+    let se = export("True", "False");
+    let s = stamped(slice(), "n-1");
+    let agent = hub_copy(&s, "n-1");
+    assert_eq!(agent.spec.endpoint_slice_reference.kind, "");
+    assert_eq!(run(&s, Some(&se), Some(&agent), &[&agent]).writes(), 0);
+    let mut earlier = agent.clone();
+    earlier.spec.endpoint_slice_reference.kind = "EndpointSlice".into();
+    earlier.spec.endpoint_slice_reference.api_version = Some("discovery.k8s.io/v1".into());
+    assert_eq!(run(&s, Some(&se), Some(&earlier), &[&earlier]).writes(), 0);
+}
+
+/// A slice an earlier version exported, without the last-seen pair: stamped with its export's
+/// time, the export left as it is.
+#[test]
+fn a_slice_exported_before_the_pair_existed_is_stamped_with_its_exports_time() {
     let se = export("True", "False");
     let s = named(slice(), "n-1");
-    let mut hub = hub_copy(&s, "n-1");
-    hub.spec.endpoint_slice_reference.kind = String::new();
-    hub.spec.endpoint_slice_reference.api_version = None;
-    assert_eq!(run(&s, Some(&se), Some(&hub), &[&hub]).writes(), 0);
+    let hub = hub_copy(&s, "n-1");
+    let plan = run(&s, Some(&se), Some(&hub), &[&hub]);
+    assert_eq!(
+        plan.name,
+        Some(NameChange::Stamp {
+            unique: None,
+            last_seen: Some(LastSeen {
+                generation: 3,
+                timestamp: SEEN.into()
+            })
+        })
+    );
+    assert_eq!(plan.hub, None);
 }
 
+/// Reference specs "should not export ipv6 endpointslice", "... dangling endpointslice",
+/// "... associated with unexported service", "... with invalid exported service" (and
+/// conflicted): nothing written, whichever halves run.
 #[test]
 fn skipped_when_not_ipv4_unlabelled_unexported_invalid_or_conflicted() {
     let good = export("True", "False");
@@ -237,64 +348,128 @@ fn skipped_when_not_ipv4_unlabelled_unexported_invalid_or_conflicted() {
         ("conflicted", &slice(), Some(&conflicted)),
         ("pending", &slice(), Some(&pending)),
     ];
-    for (what, s, se) in cases {
-        let plan = run(s, se, None, &[]);
-        assert_eq!(plan.writes(), 0, "{what}: {plan:?}");
-        assert_eq!(plan.outcome, Outcome::Skipped, "{what}");
+    for halves in [Halves::BOTH, EXPORT_ONLY, CLEANUP_ONLY] {
+        for (what, s, se) in cases {
+            let plan = run_halves(halves, s, se, None, &[]);
+            assert_eq!(plan.writes(), 0, "{what}: {plan:?}");
+            assert_eq!(plan.outcome, Outcome::Skipped, "{what}");
+        }
     }
 }
 
+/// An annotated IPv6 slice is left as it is, as the reference leaves it.
 #[test]
-fn an_exported_slice_is_withdrawn_when_its_export_stops_being_eligible() {
-    let s = named(slice(), "n-1");
+fn an_annotated_ipv6_slice_is_left_as_it_is() {
+    let se = export("True", "False");
+    let mut v6 = stamped(slice(), "n-1");
+    v6.address_type = "IPv6".into();
+    assert_eq!(
+        run_halves(EXPORT_ONLY, &v6, Some(&se), None, &[]).writes(),
+        0
+    );
+}
+
+/// Reference specs "should remove exported dangling endpointslice", "... from unexported
+/// service", "... from invalid service", "... from conflicted exported service", "should
+/// remove exported but deleted endpointslice", "should unexport endpointslices when service
+/// export becomes invalid" (and conflicted): the export its name names goes, then the
+/// unique name and the last-seen pair.
+#[test]
+fn an_exported_slice_is_withdrawn_when_it_stops_being_exportable() {
+    let s = stamped(slice(), "n-1");
     let hub = hub_copy(&s, "n-1");
     let invalid = export("False", "False");
+    let conflicted = export("True", "True");
     let mut deleting = export("True", "False");
     deleting.metadata.deletion_timestamp = Some(Time(now()));
     let mut slice_deleting = s.clone();
     slice_deleting.metadata.deletion_timestamp = Some(Time(now()));
+    let mut dangling = s.clone();
+    dangling.metadata.labels = None;
     let good = export("True", "False");
-    for (what, sl, se) in [
-        ("ServiceExport deleted", &s, None),
-        ("invalid", &s, Some(&invalid)),
-        ("ServiceExport deleting", &s, Some(&deleting)),
-        ("slice deleting", &slice_deleting, Some(&good)),
-    ] {
-        let plan = run(sl, se, Some(&hub), &[&hub]);
-        assert_eq!(
-            plan.delete,
-            [Doomed {
-                name: "n-1".into(),
-                uid: Some("n-1-uid".into())
-            }],
-            "{what}"
-        );
-        assert_eq!(plan.name, Some(NameChange::Withdraw), "{what}");
-        assert!(plan.withdraws());
-        assert_eq!(plan.outcome, Outcome::Unexported);
+    for halves in [Halves::BOTH, EXPORT_ONLY] {
+        for (what, sl, se) in [
+            ("no ServiceExport", &s, None),
+            ("invalid", &s, Some(&invalid)),
+            ("conflicted", &s, Some(&conflicted)),
+            ("ServiceExport deleting", &s, Some(&deleting)),
+            ("slice deleting", &slice_deleting, Some(&good)),
+            ("no Service", &dangling, Some(&good)),
+        ] {
+            let plan = run_halves(halves, sl, se, Some(&hub), &[&hub]);
+            assert_eq!(
+                plan.delete,
+                [Doomed {
+                    name: "n-1".into(),
+                    uid: Some("n-1-uid".into())
+                }],
+                "{what}"
+            );
+            assert_eq!(plan.name, Some(NameChange::Withdraw), "{what}");
+            assert!(plan.withdraws());
+            assert_eq!(plan.outcome, Outcome::Unexported);
+        }
     }
 }
 
+/// The EndpointSlice controller deletes only the export its name names, and only if that
+/// export is this slice's; a name it cannot use still goes.
 #[test]
-fn a_tampered_name_gets_a_new_one_and_the_old_export_goes() {
-    let se = export("True", "False");
-    let old = named(slice(), "n-1");
-    let hub = hub_copy(&old, "n-1");
+fn withdrawing_alone_deletes_only_the_slices_own_named_export() {
+    let s = stamped(slice(), "n-1");
+    let mut other = slice();
+    other.metadata.uid = Some("other-uid".into());
+    let theirs = hub_copy(&other, "n-1");
+    let plan = run_halves(EXPORT_ONLY, &s, None, Some(&theirs), &[&theirs]);
+    assert!(plan.delete.is_empty(), "not this slice's: {plan:?}");
+    assert_eq!(plan.name, Some(NameChange::Withdraw));
     let tampered = named(slice(), "Not_A_Name");
-    let plan = run(&tampered, Some(&se), None, &[&hub]);
+    let plan = run_halves(EXPORT_ONLY, &tampered, None, None, &[]);
     assert_eq!(
-        plan.name,
-        Some(NameChange::Assign("m1-work-web-abcde-1a2b3".into()))
+        (plan.delete.len(), plan.name),
+        (0, Some(NameChange::Withdraw))
     );
-    assert!(matches!(plan.hub, Some(HubWrite::Create(_))));
-    assert_eq!(
-        plan.delete.len(),
-        1,
-        "the export under the old name: {plan:?}"
-    );
-    assert_eq!(plan.delete[0].name, "n-1");
 }
 
+/// Reference spec "should export the endpointslice with the invalid unique name annotation
+/// again with a new assigned unique name": the old export stays (the EndpointSliceExport
+/// controller removes it when it runs); the pair, still of this generation, is kept.
+#[test]
+fn a_tampered_name_gets_a_new_one() {
+    let se = export("True", "False");
+    let old = stamped(slice(), "n-1");
+    let hub = hub_copy(&old, "n-1");
+    let mut tampered = old.clone();
+    tampered
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(UNIQUE_NAME_ANNOTATION.into(), "x_y".into());
+    let new_name = "m1-work-web-abcde-1a2b3";
+    for halves in [EXPORT_ONLY, Halves::BOTH] {
+        let plan = run_halves(halves, &tampered, Some(&se), None, &[&hub]);
+        assert_eq!(
+            plan.name,
+            Some(NameChange::Stamp {
+                unique: Some(new_name.into()),
+                last_seen: None
+            })
+        );
+        let Some(HubWrite::Create(ese)) = &plan.hub else {
+            panic!("expected a create: {plan:?}")
+        };
+        assert_eq!(
+            ese.spec.endpoint_slice_reference.exported_since,
+            Some(seen())
+        );
+        let deleted: Vec<&str> = plan.delete.iter().map(|d| d.name.as_str()).collect();
+        let expected: &[&str] = if halves.cleanup { &["n-1"] } else { &[] };
+        assert_eq!(deleted, expected, "{halves:?}");
+    }
+}
+
+/// Reference spec "should export the endpointslice with the used unique name annotation again
+/// with a new assigned unique name".
 #[test]
 fn a_name_another_slices_export_holds_gets_a_new_one() {
     let se = export("True", "False");
@@ -302,11 +477,14 @@ fn a_name_another_slices_export_holds_gets_a_new_one() {
     other.metadata.name = Some("other".into());
     other.metadata.uid = Some("other-uid".into());
     let theirs = hub_copy(&other, "n-1");
-    let copied = named(slice(), "n-1");
+    let copied = stamped(slice(), "n-1");
     let plan = run(&copied, Some(&se), Some(&theirs), &[]);
     assert_eq!(
         plan.name,
-        Some(NameChange::Assign("m1-work-web-abcde-1a2b3".into()))
+        Some(NameChange::Stamp {
+            unique: Some("m1-work-web-abcde-1a2b3".into()),
+            last_seen: None
+        })
     );
     assert!(matches!(plan.hub, Some(HubWrite::Create(_))));
     assert!(plan.delete.is_empty(), "the other slice's export stays");
@@ -315,7 +493,7 @@ fn a_name_another_slices_export_holds_gets_a_new_one() {
 #[test]
 fn a_terminating_export_is_waited_for() {
     let se = export("True", "False");
-    let s = named(slice(), "n-1");
+    let s = stamped(slice(), "n-1");
     let mut hub = hub_copy(&s, "n-1");
     hub.metadata.deletion_timestamp = Some(Time(now()));
     let plan = run(&s, Some(&se), Some(&hub), &[&hub]);
@@ -324,30 +502,36 @@ fn a_terminating_export_is_waited_for() {
     assert_eq!(plan.outcome, Outcome::Waiting);
 }
 
+/// The EndpointSliceExport controller: an export whose slice is gone goes (the EndpointSlice
+/// controller alone ignores a slice it cannot read).
 #[test]
-fn a_gone_slice_takes_its_exports_with_it() {
-    let s = named(slice(), "n-1");
-    let hub = hub_copy(&s, "n-1");
-    let plan = decide_gone(&[&ExportView::from(hub)]);
-    assert_eq!(plan.delete.len(), 1);
-    assert!(plan.withdraws());
-    assert_eq!(decide_gone(&[]).writes(), 0);
+fn a_gone_slice_takes_its_exports_with_it_when_the_cleanup_runs() {
+    let s = stamped(slice(), "n-1");
+    let hub = ExportView::from(hub_copy(&s, "n-1"));
+    for halves in [Halves::BOTH, CLEANUP_ONLY] {
+        let plan = decide_gone(halves, &[&hub]);
+        assert_eq!(plan.delete.len(), 1);
+        assert!(plan.withdraws());
+        assert_eq!(decide_gone(halves, &[]).writes(), 0);
+    }
+    assert_eq!(decide_gone(EXPORT_ONLY, &[&hub]).writes(), 0);
 }
 
+/// The EndpointSliceExport controller alone: the exports of a slice not under its unique name
+/// go; nothing else is written, neither the slice nor an export.
 #[test]
-fn malformed_addresses_are_left_out_and_named() {
+fn the_cleanup_alone_deletes_exports_not_under_the_slices_name() {
     let se = export("True", "False");
-    let mut s = slice();
-    s.endpoints = Some(vec![
-        endpoint(&["10.0.0.1", "fe80::1"], None),
-        endpoint(&["nope"], None),
-    ]);
-    let plan = run(&s, Some(&se), None, &[]);
-    assert_eq!(plan.malformed, ["fe80::1", "nope"]);
-    let Some(HubWrite::Create(ese)) = &plan.hub else {
-        panic!("expected a create")
-    };
-    assert_eq!(ese.spec.endpoints.len(), 1);
+    let s = stamped(slice(), "n-1");
+    let own = hub_copy(&s, "n-1");
+    let old = hub_copy(&s, "n-0");
+    let plan = run_halves(CLEANUP_ONLY, &s, Some(&se), Some(&own), &[&own, &old]);
+    let deleted: Vec<&str> = plan.delete.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(deleted, ["n-0"]);
+    assert_eq!((plan.name, plan.hub), (None, None));
+    // A slice without a name: every export of it goes; nor is it exported.
+    let plan = run_halves(CLEANUP_ONLY, &slice(), Some(&se), None, &[&own]);
+    assert_eq!((plan.delete.len(), plan.name, plan.hub), (1, None, None));
 }
 
 #[test]
@@ -368,41 +552,4 @@ fn unique_names_are_dns_subdomains_even_for_long_inputs() {
     assert!(is_dns1123_subdomain(&odd));
 }
 
-/// A slice with `n` ready endpoints.
-fn large(n: u32) -> EndpointSlice {
-    let mut s = slice();
-    s.endpoints = Some(
-        (0..n)
-            .map(|i| endpoint(&[&format!("10.1.{}.{}", i / 250, i % 250)], Some(true)))
-            .collect(),
-    );
-    s
-}
-
-#[test]
-fn a_slice_whose_export_is_too_large_is_not_written() {
-    let se = export("True", "False");
-    let plan = run_limited(&large(200), Some(&se), None, &[], 4096);
-    assert_eq!(plan.hub, None, "{plan:?}");
-    assert_eq!(plan.outcome, Outcome::TooLarge);
-    assert!(plan.too_large.is_some_and(|b| b > 4096), "{plan:?}");
-    // Within the limit it is.
-    let plan = run_limited(&slice(), Some(&se), None, &[], 4096);
-    assert!(matches!(plan.hub, Some(HubWrite::Create(_))), "{plan:?}");
-    assert_eq!(plan.too_large, None);
-}
-
-#[test]
-fn an_exported_slice_grown_too_large_keeps_its_export() {
-    let se = export("True", "False");
-    let small = named(slice(), "n-1");
-    let hub = hub_copy(&small, "n-1");
-    let grown = named(large(200), "n-1");
-    let plan = run_limited(&grown, Some(&se), Some(&hub), &[&hub], 4096);
-    assert_eq!(plan.hub, None, "not updated: {plan:?}");
-    assert!(
-        plan.delete.is_empty() && !plan.withdraws(),
-        "nor withdrawn: {plan:?}"
-    );
-    assert_eq!(plan.outcome, Outcome::TooLarge);
-}
+mod limits;

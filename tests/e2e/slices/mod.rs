@@ -2,12 +2,16 @@
 //! member agent, exactly as fleet-networking's member EndpointSlice and EndpointSliceExport
 //! controllers write them; against real apiservers.
 //!
-//! Most tests run only the EndpointSlice exporter (`--controllers endpointslice`) and set the
-//! ServiceExports' Valid/Conflict conditions by hand, as fleet-networking's own tests of that
-//! controller do; one runs both exporters with the hub's verdict written onto the ISE.
+//! Most tests run only the EndpointSlice jobs (`--controllers endpointslice,endpointsliceexport`)
+//! and set the ServiceExports' Valid/Conflict conditions by hand, as fleet-networking's own tests
+//! of that controller do; one runs every job with the hub's verdict written onto the ISE.
+//! `reference_specs` mirrors fleet-networking's own integration specs of its EndpointSlice
+//! controller, one function each, against that job alone (`--controllers endpointslice`).
 //! Writes are counted server-side, from each apiserver's `apiserver_request_total`.
 
+mod adoption;
 mod reference;
+mod reference_specs;
 mod restarts;
 
 use crate::support;
@@ -28,8 +32,9 @@ use support::*;
 const M: &str = "m1";
 const NS: &str = "work";
 
+/// Both halves of the member agent's EndpointSlice export.
 fn slices_only() -> Controllers {
-    Controllers::parse("endpointslice").expect("a known job")
+    Controllers::parse("endpointslice,endpointsliceexport").expect("known jobs")
 }
 
 /// A fleet of member `M` with namespace `NS`: the fleet, a hub client, a client of `M`, and

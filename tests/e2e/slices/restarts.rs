@@ -26,7 +26,7 @@ impl Process {
             .arg(fleet.hub().kubeconfig_path())
             .arg("--kubeconfig-dir")
             .arg(dir)
-            .args(["--controllers", "endpointslice"])
+            .args(["--controllers", "endpointslice,endpointsliceexport"])
             .args(["--health-probe-bind-address", &health.to_string()])
             .args(["--metrics-bind-address", "127.0.0.1:0"])
             .args(["--kube-api-qps", "200", "--kube-api-burst", "400"])
