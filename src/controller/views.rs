@@ -194,9 +194,24 @@ impl WatchHealth {
     fn failed(&self, view: View, error: &watcher::Error) {
         *self.failing.lock() |= view.bit;
         tracing::warn!(member = %self.member, job = self.job, view = ?view, error = %error, "watch failed; retrying with backoff");
-        let error = format!("{view:?} watch: {error}");
+        // A kind the cluster does not serve (its CRD not installed) is the job's problem; any
+        // other failure of a member watch (what the member sends, its connection) is the member's.
+        let unserved = not_served(error);
+        let error = match unserved {
+            true => format!("{view:?} watch: not served by the cluster (is its CRD installed?): {error}"),
+            false => format!("{view:?} watch: {error}"),
+        };
         self.observer
-            .watch_failed(&self.member, self.job, !view.in_hub, &error);
+            .watch_failed(&self.member, self.job, !view.in_hub && !unserved, &error);
+    }
+}
+
+/// Whether a watch failed because the cluster does not serve its kind (404 on the list).
+fn not_served(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status)) => status.code == 404,
+        _ => false,
     }
 }
 

@@ -9,7 +9,7 @@ use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument;
 
 use super::admission::{Candidate, Member};
-use super::state::{Event, FleetState, Phase};
+use super::state::{Event, FleetState, JobPhase, Phase};
 use super::vet::{self, TrustPolicy, Vetted};
 use super::{Error, Shared};
 use crate::api::ServiceExportVersion;
@@ -345,11 +345,11 @@ async fn engaging_slot(
     Some(release)
 }
 
-/// Frees the member's engaging slot once its own watches have listed, and moves its phase to
-/// Ready once the hub's have too, and each job's to Ready once its own watches have. Past
-/// `timeout`: a member whose own watches have not listed shows Failing until they do; one whose
-/// own watches have is Ready, and only the jobs whose hub watches have not listed show failing
-/// (a CRD the hub lacks costs that job, not the member's others). Never blocks anything else.
+/// Frees the member's engaging slot once its own watches have listed, moves its phase to Ready
+/// once every job's watches have, and each job's to Ready once its own have. Past `timeout`
+/// the jobs not listed yet show failing (a CRD the member or the hub lacks costs that job, not
+/// the others) and the member is Ready, unless none of its jobs could list the member at all:
+/// then the member shows Failing until one can. Never blocks anything else.
 async fn track_sync(
     state: Arc<FleetState>,
     member: String,
@@ -357,9 +357,9 @@ async fn track_sync(
     timeout: Duration,
     engaging: tokio::sync::oneshot::Sender<()>,
 ) {
-    let all = jobs.iter().fold(Synced::default(), |all, (_, synced)| {
-        all.and(synced.clone())
-    });
+    let all = jobs
+        .iter()
+        .fold(Synced::default(), |all, (_, synced)| all.and(synced.clone()));
     let each_job = futures::future::join_all(jobs.iter().map(|(job, synced)| {
         let (state, member) = (&state, &member);
         async move {
@@ -371,29 +371,59 @@ async fn track_sync(
         let listed = tokio::time::timeout(timeout, async {
             // The engaging slot bounds the work of connecting and listing the member; the
             // hub's list waits in the hub budget's line, which is no reason to hold back the
-            // others.
-            all.member_listed().await;
+            // others. A job whose kind is not served will not list: it is settled as failing.
+            tokio::select! {
+                () = all.member_listed() => {}
+                () = settled(&state, &member, &jobs) => {}
+            }
             drop(engaging);
-            all.wait().await;
+            tokio::select! {
+                () = all.wait() => {}
+                () = settled(&state, &member, &jobs) => {}
+            }
         })
         .await;
         if listed.is_err() {
             let e = Error::SyncTimeout(timeout).to_string();
             tracing::warn!(member = %member, "{e}");
-            if !all.member_listed_now() {
-                state.record(&member, Event::Failed(e.clone()));
-                all.member_listed().await;
-            }
             for (job, synced) in &jobs {
                 if !synced.listed_now() {
                     state.job_failed(&member, job, &e, false);
                 }
+            }
+            if !jobs.is_empty() && !jobs.iter().any(|(_, synced)| synced.member_listed_now()) {
+                state.record(&member, Event::Failed(e));
+                let listing = jobs.iter().map(|(_, synced)| Box::pin(synced.member_listed()));
+                futures::future::select_all(listing).await;
             }
         }
         state.record(&member, Event::Synced);
         tracing::info!(member = %member, exports = all.objects(), "member synced");
     };
     futures::future::join(member_synced, each_job).await;
+}
+
+/// Resolves once every job has listed or fails on its own (its kind not served, see
+/// `controller::views`), and at least one has listed the member: nothing is left to wait for.
+async fn settled(state: &FleetState, member: &str, jobs: &[(&'static str, Synced)]) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let Some(status) = state.member(member) else {
+            continue;
+        };
+        let alone = |job: &str| {
+            status
+                .jobs
+                .get(job)
+                .is_some_and(|j| j.phase == JobPhase::Failing && !j.member_side)
+        };
+        let done = jobs
+            .iter()
+            .all(|(job, synced)| synced.listed_now() || alone(job));
+        if done && jobs.iter().any(|(_, synced)| synced.member_listed_now()) {
+            return;
+        }
+    }
 }
 
 /// How often a running member's API server is asked whether it answers, and how long it may take.
