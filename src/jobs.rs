@@ -7,10 +7,16 @@ use std::sync::Arc;
 use crate::controller::{Job, MemberInputs};
 use crate::export::{self, PublicIpLookup, ServiceExportJob};
 use crate::service_exports::ServiceExportFeed;
+use crate::service_imports::{self, InternalServiceImportJob, ServiceImportJob};
 use crate::slices::{self, EndpointSliceJob};
 
 /// Every job, in the order a member starts them. A new job is its folder and one line here.
-pub static JOBS: &[&dyn Job<Shared>] = &[&ServiceExportJob, &EndpointSliceJob];
+pub static JOBS: &[&dyn Job<Shared>] = &[
+    &ServiceExportJob,
+    &EndpointSliceJob,
+    &ServiceImportJob,
+    &InternalServiceImportJob,
+];
 
 /// What a member gives its jobs beyond the kit's inputs: the watch they share and the
 /// settings of each.
@@ -28,6 +34,8 @@ pub struct Shared {
     pub fleet_system_namespace: String,
     /// Which networking agents the membership job reports for (`--agent-types`).
     pub agent_types: crate::api::AgentTypes,
+    /// The jobs that run for the member (`--controllers`).
+    pub controllers: Controllers,
 }
 
 /// What a member gives each job.
@@ -50,6 +58,12 @@ impl slices::Needs for Shared {
 
     fn max_export_bytes(&self) -> u32 {
         self.max_export_bytes
+    }
+}
+
+impl service_imports::Needs for Shared {
+    fn service_import_job_runs(&self) -> bool {
+        self.controllers.runs(service_imports::NAME)
     }
 }
 
@@ -122,19 +136,23 @@ mod tests {
     #[test]
     fn controllers_are_named_one_by_one_and_unknown_names_are_refused() {
         assert_eq!(
-            Controllers::parse("serviceexport,endpointslice"),
+            Controllers::parse("serviceexport,endpointslice,serviceimport,internalserviceimport"),
             Ok(Controllers::default())
         );
+        let imports = Controllers::parse("internalserviceimport").expect("parses");
+        assert!(imports.runs("internalserviceimport") && !imports.runs("serviceimport"));
         let slices_only = Controllers::parse(" endpointslice ").expect("parses");
         assert!(slices_only.runs("endpointslice") && !slices_only.runs("serviceexport"));
         let e = Controllers::parse("serviceexport,endpointslices").expect_err("typo");
         assert_eq!(
             e,
-            "unknown controller \"endpointslices\"; known: serviceexport, endpointslice"
+            "unknown controller \"endpointslices\"; known: serviceexport, endpointslice, \
+             serviceimport, internalserviceimport"
         );
         assert_eq!(
             Controllers::parse("").expect_err("none"),
-            "no controller named; known: serviceexport, endpointslice"
+            "no controller named; known: serviceexport, endpointslice, serviceimport, \
+             internalserviceimport"
         );
     }
 }

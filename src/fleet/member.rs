@@ -318,6 +318,7 @@ fn inputs(
             max_export_bytes: cfg.quotas.max_export_bytes,
             fleet_system_namespace: cfg.fleet_system_namespace.clone(),
             agent_types: cfg.agent_types,
+            controllers: cfg.controllers,
         },
     }
 }
