@@ -1,0 +1,53 @@
+//! Converged means no write, also after a restart; what one verdict change costs.
+
+use super::*;
+
+/// Imports created and given verdicts, the binary stopped and started again: the second
+/// start writes nothing (adoption of what the first wrote, as of what an agent wrote). One
+/// verdict change costs the reference's two writes: the ServiceImport's status, then the
+/// copy's reference to the version that status write made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_writes_nothing_and_a_verdict_change_costs_two_writes() {
+    const N: usize = 5;
+    let (fleet, hub, member, hub_ns) = one_member().await;
+    let both = || selected("serviceimport,internalserviceimport");
+    let first = start_in_process(&fleet, both()).await;
+    for i in 0..N {
+        create_import(&member, NS, &format!("svc-{i}")).await;
+    }
+    for i in 0..N {
+        let name = format!("svc-{i}");
+        wait_finalized(&member, NS, &name).await;
+        let copy = format!("{NS}-{name}");
+        eventually(&format!("{copy} created"), || async {
+            internals(&hub, &hub_ns)
+                .get_opt(&copy)
+                .await
+                .ok()?
+                .map(|_| ())
+        })
+        .await;
+        set_hub_status(&hub, &hub_ns, &copy, verdict("ClusterSetIP")).await;
+        wait_status(&member, NS, &name, &verdict("ClusterSetIP")).await;
+    }
+    let converged = settled_writes(&member, &hub, Duration::from_secs(2)).await;
+    // Per import: the test's create, our finalizer and copy; the hub's verdict, our status
+    // write and the copy's new version.
+    assert_eq!(converged as usize, 6 * N, "writes to converge");
+
+    first.shutdown().await;
+    let second = start_in_process(&fleet, both()).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        import_writes(&member, &hub).await,
+        converged,
+        "writes after a restart"
+    );
+
+    // One verdict change: the hub's write, then two of ours.
+    set_hub_status(&hub, &hub_ns, &format!("{NS}-svc-0"), verdict("Headless")).await;
+    wait_status(&member, NS, "svc-0", &verdict("Headless")).await;
+    let after = settled_writes(&member, &hub, Duration::from_secs(2)).await;
+    assert_eq!(after - converged, 3.0, "writes for one verdict change");
+    second.shutdown().await;
+}
