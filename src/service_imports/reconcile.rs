@@ -71,7 +71,8 @@ async fn forward_steps(
     let mut outcome = Outcome::Unchanged;
     for _ in 0..MAX_STEPS {
         let step = decide::forward(&ctx.member, &si, isi.as_ref());
-        tracing::debug!(?step, "decided");
+        let seen = isi.as_ref().map(|i| i.resource_version.clone());
+        tracing::debug!(?step, si = %si.resource_version, ?seen, "decided");
         let result = match &step {
             Forward::Nothing => return done(outcome),
             Forward::AddFinalizer => ctx.set_finalizer(&si, true).await.map(|s| si = s),

@@ -115,6 +115,9 @@ async fn both_halves_reflect_the_verdict_and_make_a_deleted_copy_again() {
         .delete(&copy, &DeleteParams::default())
         .await
         .expect("delete the copy");
+    // Made again; its status is empty until the hub decides again, and so the ServiceImport's
+    // becomes (as the reference copies it), a write the copy's reference follows.
+    wait_status(&member, NS, "web", &json!({})).await;
     let si = imports(&member, NS).get("web").await.expect("get");
     wait_reference(&hub, &hub_ns, &copy, &expected_reference(&si)).await;
 
