@@ -51,3 +51,43 @@ async fn a_restart_writes_nothing_and_a_verdict_change_costs_two_writes() {
     assert_eq!(after - converged, 3.0, "writes for one verdict change");
     second.shutdown().await;
 }
+
+/// What a member agent made (the finalizer, the copy with its production cache's TypeMeta
+/// filled in, the verdict reflected) is adopted as it is: no write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_an_agent_made_is_adopted_without_a_write() {
+    let (fleet, hub, member, hub_ns) = one_member().await;
+    let mut si = create_import(&member, NS, "agent-made").await;
+    si.metadata.finalizers = Some(vec![FINALIZER.into()]);
+    let si = imports(&member, NS)
+        .replace("agent-made", &PostParams::default(), &si)
+        .await
+        .expect("the agent's finalizer");
+    let copy = format!("{NS}-agent-made");
+    let mut reference = expected_reference(&si);
+    reference.kind = "ServiceImport".into();
+    reference.api_version = Some("networking.fleet.azure.com/v1alpha1".into());
+    let isi: InternalServiceImport = serde_json::from_value(json!({
+        "apiVersion": "networking.fleet.azure.com/v1alpha1",
+        "kind": "InternalServiceImport",
+        "metadata": {"name": copy, "namespace": hub_ns},
+        "spec": {"serviceImportReference": reference},
+    }))
+    .expect("an InternalServiceImport");
+    internals(&hub, &hub_ns)
+        .create(&PostParams::default(), &isi)
+        .await
+        .expect("the agent's copy");
+    let before = import_writes(&member, &hub).await;
+
+    let running = start_in_process(&fleet, selected("serviceimport")).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        import_writes(&member, &hub).await,
+        before,
+        "writes on adoption"
+    );
+    let kept = internals(&hub, &hub_ns).get(&copy).await.expect("get");
+    assert_eq!(kept.spec.service_import_reference, reference);
+    running.shutdown().await;
+}
