@@ -94,6 +94,9 @@ pub fn updated(existing: &ExportedObjectReference, si: &ImportView) -> ExportedO
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Back {
     Nothing,
+    /// It names no ServiceImport (an empty namespace or name): nothing to read or delete on
+    /// its word; the reference's read fails on it until it is fixed.
+    Invalid,
     /// Copy the hub's verdict into the ServiceImport's status.
     WriteStatus,
     /// Its ServiceImport is gone (its finalizer was removed by hand): delete it.
@@ -102,6 +105,10 @@ pub enum Back {
 
 /// See [`Back`].
 pub fn back(isi: &InternalView, si: Option<&ImportView>) -> Back {
+    let (ns, name) = isi.referred();
+    if ns.is_empty() || name.is_empty() {
+        return Back::Invalid;
+    }
     match si {
         None => Back::DeleteInternal,
         Some(si) if same_status(&si.status, &isi.status) => Back::Nothing,
@@ -139,6 +146,8 @@ pub enum Outcome {
     DanglingDeleted,
     /// The ServiceImport is gone; so is (or was already) its InternalServiceImport.
     Gone,
+    /// The InternalServiceImport names no ServiceImport.
+    InvalidReference,
 }
 
 impl Outcome {
@@ -152,6 +161,7 @@ impl Outcome {
             Self::Reflected => "reflected",
             Self::DanglingDeleted => "dangling_deleted",
             Self::Gone => "gone",
+            Self::InvalidReference => "invalid_reference",
         }
     }
 

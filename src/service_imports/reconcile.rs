@@ -171,6 +171,10 @@ async fn back_steps(ctx: &Context, name: &str) -> Result<(Labelled, Action), Err
     for _ in 0..=crate::controller::REREADS {
         let result = match decide::back(&isi, si.as_ref()) {
             Back::Nothing => return done(Outcome::Unchanged),
+            Back::Invalid => {
+                tracing::warn!(member = %ctx.member, copy = %isi.name, "InternalServiceImport names no ServiceImport; left alone");
+                return done(Outcome::InvalidReference);
+            }
             Back::DeleteInternal if !live => Err(None),
             Back::DeleteInternal => {
                 // Read live: the member has no such ServiceImport now.

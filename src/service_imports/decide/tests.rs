@@ -108,6 +108,8 @@ fn the_verdict_is_copied_when_it_differs_and_a_dangling_copy_is_deleted() {
     reflected.status = isi.status.clone();
     assert_eq!(back(&isi, Some(&reflected)), Back::Nothing);
     assert_eq!(back(&isi, None), Back::DeleteInternal);
+    isi.reference.name = String::new();
+    assert_eq!(back(&isi, None), Back::Invalid, "never deleted on its word");
 }
 
 #[test]
