@@ -15,7 +15,7 @@ mod act;
 mod context;
 pub mod decide;
 mod error;
-pub mod model;
+mod model;
 mod reconcile;
 mod views;
 
@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use decide::{BACK_NAME, NAME, Outcome};
 pub use error::{Error, Step};
+pub use model::SERVICE_IMPORT_FINALIZER;
 
 use crate::api::InternalServiceImport;
 use crate::controller::own_writes::OwnWrites;
