@@ -91,3 +91,62 @@ async fn what_an_agent_made_is_adopted_without_a_write() {
     assert_eq!(kept.spec.service_import_reference, reference);
     running.shutdown().await;
 }
+
+/// A member down: nothing is deleted on its account (a copy whose ServiceImport cannot be read
+/// is kept), and the verdict the hub wrote meanwhile reaches the ServiceImport once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_down_loses_no_copy_and_catches_up_with_the_verdict() {
+    let (mut fleet, hub, member, hub_ns) = one_member().await;
+    let running = start_in_process(&fleet, selected("serviceimport")).await;
+    create_import(&member, NS, "web").await;
+    wait_finalized(&member, NS, "web").await;
+    let copy = format!("{NS}-web");
+    eventually("copy created", || async {
+        internals(&hub, &hub_ns)
+            .get_opt(&copy)
+            .await
+            .ok()?
+            .map(|_| ())
+    })
+    .await;
+    let deletes = || async {
+        support::replicas::hub_requests(
+            &hub,
+            &["resource=\"internalserviceimports\"", "verb=\"DELETE\""],
+        )
+        .await
+    };
+    let deletes_before = deletes().await;
+
+    fleet.member_mut(M).stop();
+    // The hub's verdict, and a copy naming a ServiceImport the views never had.
+    set_hub_status(&hub, &hub_ns, &copy, verdict("ClusterSetIP")).await;
+    create_internal(&hub, &hub_ns, "unknown", (NS, "unknown"), None).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        deletes().await,
+        deletes_before,
+        "deleted while the member was down"
+    );
+    assert!(
+        internals(&hub, &hub_ns)
+            .get_opt("unknown")
+            .await
+            .expect("get")
+            .is_some()
+    );
+
+    fleet.member_mut(M).start().await.expect("member back");
+    let member = fleet.member(M).client().await.expect("member client");
+    wait_status(&member, NS, "web", &verdict("ClusterSetIP")).await;
+    // Read live now: the member has no such ServiceImport, and the copy goes.
+    wait_no_internal(&hub, &hub_ns, "unknown").await;
+    assert!(
+        internals(&hub, &hub_ns)
+            .get_opt(&copy)
+            .await
+            .expect("get")
+            .is_some()
+    );
+    running.shutdown().await;
+}
