@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::controller::{Job, MemberInputs};
 use crate::export::{self, PublicIpLookup, ServiceExportJob};
 use crate::service_exports::ServiceExportFeed;
+use crate::service_imports::{self, InternalServiceImportJob, ServiceImportJob};
 use crate::slices::{self, EndpointSliceExportJob, EndpointSliceJob};
 
 /// Every job, in the order a member starts them. A new job is its folder and one line here.
@@ -14,6 +15,8 @@ pub static JOBS: &[&dyn Job<Shared>] = &[
     &ServiceExportJob,
     &EndpointSliceJob,
     &EndpointSliceExportJob,
+    &ServiceImportJob,
+    &InternalServiceImportJob,
 ];
 
 /// What a member gives its jobs beyond the kit's inputs: the watch they share and the
@@ -60,6 +63,12 @@ impl slices::Needs for Shared {
 
     fn runs(&self, job: &str) -> bool {
         self.controllers.runs(job)
+    }
+}
+
+impl service_imports::Needs for Shared {
+    fn service_import_job_runs(&self) -> bool {
+        self.controllers.runs(service_imports::NAME)
     }
 }
 
@@ -132,19 +141,25 @@ mod tests {
     #[test]
     fn controllers_are_named_one_by_one_and_unknown_names_are_refused() {
         assert_eq!(
-            Controllers::parse("serviceexport,endpointslice,endpointsliceexport"),
+            Controllers::parse(
+                "serviceexport,endpointslice,endpointsliceexport,serviceimport,internalserviceimport"
+            ),
             Ok(Controllers::default())
         );
+        let imports = Controllers::parse("internalserviceimport").expect("parses");
+        assert!(imports.runs("internalserviceimport") && !imports.runs("serviceimport"));
         let slices_only = Controllers::parse(" endpointslice ").expect("parses");
         assert!(slices_only.runs("endpointslice") && !slices_only.runs("serviceexport"));
         let e = Controllers::parse("serviceexport,endpointslices").expect_err("typo");
         assert_eq!(
             e,
-            "unknown controller \"endpointslices\"; known: serviceexport, endpointslice, endpointsliceexport"
+            "unknown controller \"endpointslices\"; known: serviceexport, endpointslice, \
+             endpointsliceexport, serviceimport, internalserviceimport"
         );
         assert_eq!(
             Controllers::parse("").expect_err("none"),
-            "no controller named; known: serviceexport, endpointslice, endpointsliceexport"
+            "no controller named; known: serviceexport, endpointslice, endpointsliceexport, \
+             serviceimport, internalserviceimport"
         );
     }
 }

@@ -198,7 +198,9 @@ impl WatchHealth {
         // other failure of a member watch (what the member sends, its connection) is the member's.
         let unserved = not_served(error);
         let error = match unserved {
-            true => format!("{view:?} watch: not served by the cluster (is its CRD installed?): {error}"),
+            true => format!(
+                "{view:?} watch: not served by the cluster (is its CRD installed?): {error}"
+            ),
             false => format!("{view:?} watch: {error}"),
         };
         self.observer

@@ -357,9 +357,9 @@ async fn track_sync(
     timeout: Duration,
     engaging: tokio::sync::oneshot::Sender<()>,
 ) {
-    let all = jobs
-        .iter()
-        .fold(Synced::default(), |all, (_, synced)| all.and(synced.clone()));
+    let all = jobs.iter().fold(Synced::default(), |all, (_, synced)| {
+        all.and(synced.clone())
+    });
     let each_job = futures::future::join_all(jobs.iter().map(|(job, synced)| {
         let (state, member) = (&state, &member);
         async move {
@@ -393,7 +393,9 @@ async fn track_sync(
             }
             if !jobs.is_empty() && !jobs.iter().any(|(_, synced)| synced.member_listed_now()) {
                 state.record(&member, Event::Failed(e));
-                let listing = jobs.iter().map(|(_, synced)| Box::pin(synced.member_listed()));
+                let listing = jobs
+                    .iter()
+                    .map(|(_, synced)| Box::pin(synced.member_listed()));
                 futures::future::select_all(listing).await;
             }
         }

@@ -26,6 +26,7 @@ mod parity;
 mod rbac;
 mod restart;
 mod security;
+mod service_imports;
 mod sharding;
 mod slices;
 mod substrate;

@@ -1,0 +1,105 @@
+//! What the ServiceImport jobs keep of each object: projections, reduced as the watch
+//! delivers them. A member's ServiceImport keeps its identity, versions, finalizers and
+//! status; an InternalServiceImport its identity, the ServiceImport it refers to and its
+//! status (the hub's verdict).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::{
+    ExportedObjectReference, InternalServiceImport, ServiceImport, ServiceImportStatus,
+};
+
+/// The finalizer that keeps a ServiceImport until its InternalServiceImport is deleted.
+pub const SERVICE_IMPORT_FINALIZER: &str = "networking.fleet.azure.com/serviceimport-cleanup";
+
+/// A member's ServiceImport as decisions read it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ImportView {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub resource_version: String,
+    pub generation: i64,
+    pub created: Option<Time>,
+    /// It has a deletion timestamp.
+    pub deleting: bool,
+    pub finalizers: Vec<String>,
+    /// Absent and empty alike: fleet-networking compares the Go struct, where both are zero.
+    pub status: ServiceImportStatus,
+}
+
+impl ImportView {
+    /// Whether it carries the job's finalizer.
+    pub fn finalized(&self) -> bool {
+        self.finalizers
+            .iter()
+            .any(|f| f == SERVICE_IMPORT_FINALIZER)
+    }
+}
+
+impl From<ServiceImport> for ImportView {
+    fn from(si: ServiceImport) -> Self {
+        let meta = si.metadata;
+        Self {
+            name: meta.name.unwrap_or_default(),
+            namespace: meta.namespace.unwrap_or_default(),
+            uid: meta.uid.unwrap_or_default(),
+            resource_version: meta.resource_version.unwrap_or_default(),
+            generation: meta.generation.unwrap_or_default(),
+            created: meta.creation_timestamp,
+            deleting: meta.deletion_timestamp.is_some(),
+            finalizers: meta.finalizers.unwrap_or_default(),
+            status: si.status.unwrap_or_default(),
+        }
+    }
+}
+
+crate::controller::projection::keyed_by_name!(
+    ImportView,
+    "ServiceImport",
+    crate::api::GROUP,
+    "v1alpha1",
+    "serviceimports"
+);
+
+/// An InternalServiceImport as decisions read it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InternalView {
+    pub name: String,
+    pub namespace: String,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    /// The ServiceImport it stands for.
+    pub reference: ExportedObjectReference,
+    /// The hub's verdict; absent and empty alike.
+    pub status: ServiceImportStatus,
+}
+
+impl InternalView {
+    /// The ServiceImport it refers to: `(namespace, name)`.
+    pub fn referred(&self) -> (&str, &str) {
+        (&self.reference.namespace, &self.reference.name)
+    }
+}
+
+impl From<InternalServiceImport> for InternalView {
+    fn from(isi: InternalServiceImport) -> Self {
+        let meta = isi.metadata;
+        Self {
+            name: meta.name.unwrap_or_default(),
+            namespace: meta.namespace.unwrap_or_default(),
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            reference: isi.spec.service_import_reference,
+            status: isi.status.unwrap_or_default(),
+        }
+    }
+}
+
+crate::controller::projection::keyed_by_name!(
+    InternalView,
+    "InternalServiceImport",
+    crate::api::GROUP,
+    "v1alpha1",
+    "internalserviceimports"
+);

@@ -1,0 +1,148 @@
+//! The two views of the ServiceImport jobs, each of a projection (`model`): the member's
+//! ServiceImports (all namespaces) and the InternalServiceImports of the member's hub
+//! namespace; and what each change triggers. A ServiceImport's change triggers its forward
+//! reconcile and the back reconcile of every InternalServiceImport referring to it; an
+//! InternalServiceImport's change triggers its back reconcile and the forward reconcile of
+//! the ServiceImport it refers to (a deleted copy is made again).
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, TryStreamExt};
+use kube::api::Api;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+
+use super::model::{ImportView, InternalView};
+use crate::api::{InternalServiceImport, ServiceImport};
+use crate::controller::pace::Pace;
+use crate::controller::projection::project;
+use crate::controller::views::{View, WatchHealth, view_watch};
+
+/// The member's ServiceImports.
+const SERVICE_IMPORTS: View = View::member(0, "ServiceImports");
+/// The InternalServiceImports of the member's hub namespace.
+const INTERNAL_SERVICE_IMPORTS: View = View::hub(1, "InternalServiceImports");
+
+/// The watches whose first lists the jobs wait for.
+pub(super) const WATCHED: [View; 2] = [SERVICE_IMPORTS, INTERNAL_SERVICE_IMPORTS];
+
+/// How long one watch of the hub's copies lasts before it is re-established (as the
+/// EndpointSlice job's: a quiet fleet's hub requests grow with this rate).
+const HUB_WATCH_TIMEOUT_S: u32 = 1800;
+
+/// The paces of the halves that run: the forward one only when the `serviceimport` job does.
+pub(super) struct Paces {
+    pub(super) forward: Option<Arc<Pace<ImportView>>>,
+    pub(super) back: Arc<Pace<InternalView>>,
+}
+
+pub(super) struct Views {
+    pub(super) imports: Store<ImportView>,
+    pub(super) internals: Store<InternalView>,
+}
+
+impl Views {
+    /// Starts both watches; the future feeds their changes to `paces` (never ends).
+    pub(super) fn watch(
+        member: &kube::Client,
+        hub: &Api<InternalServiceImport>,
+        health: &Arc<WatchHealth>,
+        paces: Paces,
+    ) -> (Self, BoxFuture<'static, ()>) {
+        let (imports, imports_writer) = reflector::store::<ImportView>();
+        let (internals, internals_writer) = reflector::store::<InternalView>();
+        let import_events = reflector::reflector(
+            imports_writer,
+            view_watch(
+                Api::<ServiceImport>::all(member.clone()),
+                watcher::Config::default(),
+                {
+                    let imports = imports.clone();
+                    move || imports.len()
+                },
+            )
+            .map_ok(project::<ServiceImport, ImportView>),
+        )
+        .inspect(health.inspector(SERVICE_IMPORTS))
+        .touched_objects()
+        .filter_map(|s| futures::future::ready(s.ok()))
+        .map(Changed::Import);
+        let internal_events = reflector::reflector(
+            internals_writer,
+            view_watch(
+                hub.clone(),
+                watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S),
+                {
+                    let internals = internals.clone();
+                    move || internals.len()
+                },
+            )
+            .map_ok(project::<InternalServiceImport, InternalView>),
+        )
+        .inspect(health.inspector(INTERNAL_SERVICE_IMPORTS))
+        .touched_objects()
+        .filter_map(|i| futures::future::ready(i.ok()))
+        .map(Changed::Internal);
+        let by_reference = internals.clone();
+        let triggers = futures::stream::select(import_events, internal_events)
+            .for_each(move |changed| {
+                paces.trigger(&changed, &by_reference);
+                futures::future::ready(())
+            })
+            .boxed();
+        let views = Self { imports, internals };
+        (views, triggers)
+    }
+}
+
+/// One object a watch delivered (applied or deleted).
+enum Changed {
+    Import(ImportView),
+    Internal(InternalView),
+}
+
+impl Paces {
+    fn trigger(&self, changed: &Changed, internals: &Store<InternalView>) {
+        match changed {
+            Changed::Import(si) => {
+                if let Some(forward) = &self.forward {
+                    forward.trigger(import_key(&si.namespace, &si.name));
+                }
+                self.back
+                    .trigger_all(referring(internals, &si.namespace, &si.name));
+            }
+            Changed::Internal(isi) => {
+                if let Some(forward) = &self.forward {
+                    let (ns, name) = isi.referred();
+                    forward.trigger(import_key(ns, name));
+                }
+                self.back.trigger(internal_key(&isi.namespace, &isi.name));
+            }
+        }
+    }
+}
+
+/// A ServiceImport's name as the pace keeps it.
+pub(super) fn import_key(namespace: &str, name: &str) -> ObjectRef<ImportView> {
+    ObjectRef::new(name).within(namespace)
+}
+
+/// An InternalServiceImport's name as the pace keeps it.
+pub(super) fn internal_key(namespace: &str, name: &str) -> ObjectRef<InternalView> {
+    ObjectRef::new(name).within(namespace)
+}
+
+/// The InternalServiceImports in the view that refer to the ServiceImport `ns/name`.
+pub(super) fn referring(
+    internals: &Store<InternalView>,
+    ns: &str,
+    name: &str,
+) -> Vec<ObjectRef<InternalView>> {
+    internals
+        .state()
+        .iter()
+        .filter(|i| i.referred() == (ns, name))
+        .map(|i| internal_key(&i.namespace, &i.name))
+        .collect()
+}
