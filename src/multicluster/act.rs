@@ -179,6 +179,8 @@ impl<'a> Writes<'a> {
 
     async fn create_import(&mut self, name: &str, owner: &OwnerReference) -> Result<(), Error> {
         let si = ServiceImport {
+            api_version: Some(<ServiceImport as kube::Resource>::api_version(&()).into()),
+            kind: Some(<ServiceImport as kube::Resource>::kind(&()).into()),
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some(self.ns.into()),

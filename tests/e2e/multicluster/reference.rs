@@ -203,6 +203,7 @@ async fn service_import_owned_by_another_mcs() {
     let running = start(&fleet).await;
 
     let foreign: ServiceImport = serde_json::from_value(json!({
+        "apiVersion": "networking.fleet.azure.com/v1alpha1", "kind": "ServiceImport",
         "metadata": {"name": SVC, "namespace": NS, "ownerReferences": [{
             "apiVersion": "networking.fleet.azure.com/v1alpha1", "kind": "MultiClusterService",
             "name": "another-mcs", "uid": "12345", "controller": true, "blockOwnerDeletion": false
