@@ -1,9 +1,11 @@
 //! Every branch of the decision, without a cluster.
 
 use super::*;
+use crate::api::ServicePort;
 use crate::api::{ClusterStatus, MultiClusterServiceStatus, ServiceImportStatus};
 use k8s_openapi::api::core::v1::{ServiceSpec, ServiceStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 fn mcs(labels: &[(&str, &str)], finalized: bool) -> MultiClusterService {
     let mut mcs = MultiClusterService::default();
