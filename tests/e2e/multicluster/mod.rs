@@ -207,13 +207,19 @@ async fn requests(member: &kube::Client, resource: &str, verb: &str) -> f64 {
 
 /// Writes (POST, PUT, PATCH, DELETE) of MultiClusterServices, ServiceImports and Services.
 async fn job_writes(member: &kube::Client) -> f64 {
-    let mut total = 0.0;
+    writes_by(member).await.iter().map(|(_, n)| n).sum()
+}
+
+/// The writes of [`job_writes`], by `<resource> <verb>`.
+async fn writes_by(member: &kube::Client) -> Vec<(String, f64)> {
+    let mut all = vec![];
     for resource in ["multiclusterservices", "serviceimports", "services"] {
         for verb in ["POST", "PUT", "PATCH", "DELETE"] {
-            total += requests(member, resource, verb).await;
+            let n = requests(member, resource, verb).await;
+            all.push((format!("{resource} {verb}"), n));
         }
     }
-    total
+    all
 }
 
 /// The job's writes once they have not moved for `quiet`.
