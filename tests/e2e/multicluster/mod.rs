@@ -1,13 +1,15 @@
 //! Issue #44: fleet-networking's MultiClusterService controller (`mcs-controller-manager`) run
 //! from the hub for a member, against real apiservers: fleet-networking's own integration
 //! specs of `pkg/controllers/multiclusterservice` (`reference`), the Events, the internal load
-//! balancer, and a restart that writes nothing (`restarts`).
+//! balancer, a restart and a take-over from the agent that write nothing (`restarts`), a member
+//! without the fleet system namespace (`faults`).
 //!
 //! Only the MultiClusterService job runs (`--controllers multiclusterservice`). The hub's verdict
 //! on a ServiceImport (its status) is written by the test, as the ServiceImport job writes it
 //! from the hub's InternalServiceImport. The fleet system namespace is created by the test, as
 //! fleet's member agent would have it.
 
+mod faults;
 mod reference;
 mod restarts;
 
