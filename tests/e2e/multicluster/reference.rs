@@ -191,6 +191,29 @@ async fn should_create_service_import_and_derived_service() {
         "Unimported service my-ns/my-new-svc",
     )
     .await;
+    // Our own writes are read back before the views show them: no write found its view stale.
+    let text = member
+        .request_text(
+            http::Request::get("/metrics")
+                .body(vec![])
+                .expect("request"),
+        )
+        .await
+        .expect("apiserver metrics");
+    let conflicts: f64 = ["multiclusterservices", "serviceimports", "services"]
+        .iter()
+        .map(|r| {
+            sum(
+                &text,
+                "apiserver_request_total",
+                &[&format!("resource=\"{r}\""), "code=\"409\""],
+            )
+        })
+        .sum();
+    assert!(
+        conflicts == 0.0,
+        "{conflicts} writes refused for a stale view"
+    );
     running.shutdown().await;
 }
 
