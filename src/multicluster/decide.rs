@@ -33,8 +33,8 @@ pub const INTERNAL_LB_ANNOTATION: &str = "networking.fleet.azure.com/azure-load-
 /// ...which the derived Service carries as Azure's own annotation.
 pub const SERVICE_INTERNAL_LB_ANNOTATION: &str =
     "service.beta.kubernetes.io/azure-load-balancer-internal";
-/// The MultiClusterService's condition.
-pub const CONDITION_VALID: &str = "Valid";
+/// The MultiClusterService's condition (`Valid`).
+pub use crate::api::CONDITION_VALID;
 /// The owner reference's `apiVersion` and `kind`.
 pub const API_VERSION: &str = "networking.fleet.azure.com/v1alpha1";
 pub const KIND: &str = "MultiClusterService";
