@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::controller::{Job, MemberInputs};
 use crate::export::{self, PublicIpLookup, ServiceExportJob};
+use crate::multicluster::{self, MultiClusterServiceJob};
 use crate::service_exports::ServiceExportFeed;
 use crate::service_imports::{self, InternalServiceImportJob, ServiceImportJob};
 use crate::slices::{self, EndpointSliceExportJob, EndpointSliceJob};
@@ -17,6 +18,7 @@ pub static JOBS: &[&dyn Job<Shared>] = &[
     &EndpointSliceExportJob,
     &ServiceImportJob,
     &InternalServiceImportJob,
+    &MultiClusterServiceJob,
 ];
 
 /// What a member gives its jobs beyond the kit's inputs: the watch they share and the
@@ -69,6 +71,12 @@ impl slices::Needs for Shared {
 impl service_imports::Needs for Shared {
     fn service_import_job_runs(&self) -> bool {
         self.controllers.runs(service_imports::NAME)
+    }
+}
+
+impl multicluster::Needs for Shared {
+    fn fleet_system_namespace(&self) -> String {
+        self.fleet_system_namespace.clone()
     }
 }
 
@@ -138,12 +146,20 @@ impl Controllers {
 mod tests {
     use super::Controllers;
 
+    /// Every job, in the registry's order, as `--controllers` spells it.
+    const KNOWN: [&str; 6] = [
+        "serviceexport",
+        "endpointslice",
+        "endpointsliceexport",
+        "serviceimport",
+        "internalserviceimport",
+        "multiclusterservice",
+    ];
+
     #[test]
     fn controllers_are_named_one_by_one_and_unknown_names_are_refused() {
         assert_eq!(
-            Controllers::parse(
-                "serviceexport,endpointslice,endpointsliceexport,serviceimport,internalserviceimport"
-            ),
+            Controllers::parse(&KNOWN.join(",")),
             Ok(Controllers::default())
         );
         let imports = Controllers::parse("internalserviceimport").expect("parses");
@@ -153,13 +169,14 @@ mod tests {
         let e = Controllers::parse("serviceexport,endpointslices").expect_err("typo");
         assert_eq!(
             e,
-            "unknown controller \"endpointslices\"; known: serviceexport, endpointslice, \
-             endpointsliceexport, serviceimport, internalserviceimport"
+            format!(
+                "unknown controller \"endpointslices\"; known: {}",
+                KNOWN.join(", ")
+            )
         );
         assert_eq!(
             Controllers::parse("").expect_err("none"),
-            "no controller named; known: serviceexport, endpointslice, endpointsliceexport, \
-             serviceimport, internalserviceimport"
+            format!("no controller named; known: {}", KNOWN.join(", "))
         );
     }
 }

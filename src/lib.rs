@@ -16,6 +16,7 @@ pub mod http;
 pub mod jobs;
 pub mod memory;
 pub mod metrics;
+pub mod multicluster;
 pub mod ownership;
 pub mod policy;
 #[cfg(feature = "sandbox")]

@@ -20,6 +20,7 @@ mod hostile;
 mod http_server;
 mod limits;
 mod metrics;
+mod multicluster;
 mod operating;
 mod otlp_tls;
 mod parity;
