@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use crate::controller::{Job, MemberInputs};
 use crate::export::{self, PublicIpLookup, ServiceExportJob};
+use crate::membership::{self, MembershipJob};
 use crate::service_exports::ServiceExportFeed;
 use crate::slices::{self, EndpointSliceJob};
 
 /// Every job, in the order a member starts them. A new job is its folder and one line here.
-pub static JOBS: &[&dyn Job<Shared>] = &[&ServiceExportJob, &EndpointSliceJob];
+pub static JOBS: &[&dyn Job<Shared>] = &[&ServiceExportJob, &EndpointSliceJob, &MembershipJob];
 
 /// What a member gives its jobs beyond the kit's inputs: the watch they share and the
 /// settings of each.
@@ -50,6 +51,12 @@ impl slices::Needs for Shared {
 
     fn max_export_bytes(&self) -> u32 {
         self.max_export_bytes
+    }
+}
+
+impl membership::Needs for Shared {
+    fn agent_types(&self) -> crate::api::AgentTypes {
+        self.agent_types
     }
 }
 
@@ -122,7 +129,7 @@ mod tests {
     #[test]
     fn controllers_are_named_one_by_one_and_unknown_names_are_refused() {
         assert_eq!(
-            Controllers::parse("serviceexport,endpointslice"),
+            Controllers::parse("serviceexport,endpointslice,internalmembercluster"),
             Ok(Controllers::default())
         );
         let slices_only = Controllers::parse(" endpointslice ").expect("parses");
@@ -130,11 +137,11 @@ mod tests {
         let e = Controllers::parse("serviceexport,endpointslices").expect_err("typo");
         assert_eq!(
             e,
-            "unknown controller \"endpointslices\"; known: serviceexport, endpointslice"
+            "unknown controller \"endpointslices\"; known: serviceexport, endpointslice, internalmembercluster"
         );
         assert_eq!(
             Controllers::parse("").expect_err("none"),
-            "no controller named; known: serviceexport, endpointslice"
+            "no controller named; known: serviceexport, endpointslice, internalmembercluster"
         );
     }
 }

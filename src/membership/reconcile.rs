@@ -1,0 +1,160 @@
+//! One reconcile of the member's InternalMemberCluster: observe (the view, or our own write
+//! while the view is behind it, or a live read after a 409) → [`decide`] → act (probe the
+//! member, write the status; on leave, clean up first); how failures are requeued.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+use tracing::field;
+
+use super::act;
+use super::context::Context;
+use super::decide::{Observation, Outcome, Plan, decide, period};
+use super::error::Error;
+use crate::api::InternalMemberCluster;
+use crate::controller::runner::Action;
+
+/// How soon a leave looks again at what it deleted and is not gone yet (the reference polls).
+const LEAVE_POLL: Duration = Duration::from_secs(1);
+
+/// How soon a member whose API server did not answer is probed again (at most: its heartbeat
+/// period when shorter), so its heartbeat resumes soon after it answers again.
+const UNREACHABLE_RETRY: Duration = Duration::from_secs(5);
+
+/// Reconciles one InternalMemberCluster of the view: one trace per call, a root span
+/// `reconcile_internalmembercluster`.
+pub(super) async fn reconcile(
+    imc: Arc<InternalMemberCluster>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let name = imc.name_any();
+    let span = tracing::info_span!(
+        parent: None,
+        "reconcile_internalmembercluster",
+        fleet.member = %ctx.member,
+        k8s.namespace.name = %ctx.hub_namespace,
+        fleet.internalmembercluster.name = %name,
+        outcome = field::Empty,
+        requeue = field::Empty,
+        otel.status_code = field::Empty,
+    );
+    let key = ObjectRef::new(&name).within(&ctx.hub_namespace);
+    let work = observe_decide_act(&ctx, imc);
+    let observer = ctx.observer.as_ref();
+    crate::controller::reported(span, observer, &ctx.member, &ctx.failures, &key, work).await
+}
+
+async fn observe_decide_act(
+    ctx: &Context,
+    viewed: Arc<InternalMemberCluster>,
+) -> Result<(Outcome, Action), Error> {
+    ctx.views.wait().await;
+    if !ctx.claim.may_write() {
+        return Ok((Outcome::Skipped, Action::await_change()));
+    }
+    let name = viewed.name_any();
+    let rv = viewed.metadata.resource_version.clone();
+    let mut imc = ctx.own.over(&name, rv.as_deref()).unwrap_or(viewed);
+    let mut rereads = 0;
+    loop {
+        let result = match plan(ctx, &imc) {
+            Plan::Invalid => {
+                tracing::error!(state = %imc.spec.state, "cluster is of an invalid state");
+                return Ok((Outcome::InvalidState, Action::await_change()));
+            }
+            Plan::Join {
+                status,
+                next,
+                others,
+            } => join(ctx, &imc, status, next, &others).await,
+            Plan::Leave { cleanup, status } => {
+                for step in cleanup {
+                    if !act::clean(ctx, step).await? {
+                        return Ok((Outcome::Leaving, Action::requeue(LEAVE_POLL)));
+                    }
+                }
+                match status {
+                    None => Ok((Outcome::Gone, Action::await_change())),
+                    Some(status) => act::write_status(ctx, &imc, status)
+                        .await
+                        .map(|_| (Outcome::Left, Action::await_change())),
+                }
+            }
+        };
+        match result {
+            Err(e) if e.stale_view() && rereads < crate::controller::REREADS => {
+                rereads += 1;
+                tracing::debug!(error = %e, "changed since read; reading live");
+                match act::read_live(ctx, &name).await? {
+                    Some(live) => imc = Arc::new(live),
+                    None => return Ok((Outcome::Gone, Action::await_change())),
+                }
+            }
+            result => return result,
+        }
+    }
+}
+
+/// What the decision reads about `imc` now.
+fn plan(ctx: &Context, imc: &InternalMemberCluster) -> Plan {
+    let ours = ctx
+        .heartbeats
+        .lock()
+        .get(&imc.name_any())
+        .cloned()
+        .unwrap_or_default();
+    decide(&Observation {
+        imc,
+        agents: ctx.agents,
+        now: Timestamp::now(),
+        jitter: rand::random::<f64>(),
+        ours: &ours,
+    })
+}
+
+/// `Join`: reports another writer, then (when the decision writes) probes the member and
+/// writes the heartbeat.
+async fn join(
+    ctx: &Context,
+    imc: &InternalMemberCluster,
+    status: Option<crate::api::InternalMemberClusterStatus>,
+    next: Duration,
+    others: &[&'static str],
+) -> Result<(Outcome, Action), Error> {
+    if !others.is_empty() {
+        tracing::warn!(
+            member = %ctx.member,
+            agent_types = ?others,
+            "another writer heartbeats for this member's networking agents (is the member's \
+             fleet-networking agent still running?); its entries are left as it writes them"
+        );
+    }
+    let outcome = |wrote| match (others.is_empty(), wrote) {
+        (false, _) => Outcome::OtherWriter,
+        (true, true) => Outcome::Heartbeat,
+        (true, false) => Outcome::Joined,
+    };
+    let Some(status) = status else {
+        return Ok((outcome(false), Action::requeue(next)));
+    };
+    act::probe(ctx, imc).await?;
+    act::write_status(ctx, imc, status).await?;
+    Ok((outcome(true), Action::requeue(next)))
+}
+
+/// Requeues a failed reconcile: a member that did not answer is probed again soon (its
+/// heartbeat resumes as soon as it answers); anything else after the kit's backoff.
+pub(super) fn error_policy(
+    imc: Arc<InternalMemberCluster>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    if let Error::Unreachable { .. } = error {
+        return Action::requeue(UNREACHABLE_RETRY.min(period(&imc)));
+    }
+    let key = ObjectRef::new(&imc.name_any()).within(&ctx.hub_namespace);
+    crate::controller::failed(error, &ctx.failures, key)
+}
