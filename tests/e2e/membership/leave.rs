@@ -181,3 +181,33 @@ async fn a_leave_cut_by_a_restart_resumes() {
     assert_eq!(outcomes(&running, "gone"), 1.0);
     running.shutdown().await;
 }
+
+/// With the ServiceExport job running too (it holds the exports' cleanup finalizer and removes
+/// it, with the export's ISE, once an export is deleted): a leave leaves nothing behind, in the
+/// member or in the hub, before `AgentLeft`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leave_with_the_export_job_leaves_nothing_behind() {
+    let (fleet, hub, member, hub_ns) = one_member().await;
+    create_service(&member, &service(NS, "cart", 80)).await;
+    create_export(&member, NS, "cart", &[]).await;
+    create_imc(&hub, &hub_ns, Some(5), true).await;
+    let running = start(&fleet, "serviceexport,internalmembercluster").await;
+    wait_ise(&hub, &hub_ns, &format!("{NS}-cart"), |_| true).await;
+    wait_both(&hub, &hub_ns, "True", "AgentJoined").await;
+
+    let leaving = std::time::Instant::now();
+    set_state(&hub, &hub_ns, "Leave").await;
+    wait_both(&hub, &hub_ns, "False", "AgentLeft").await;
+    let took = leaving.elapsed();
+    assert_eq!(deleting(&exports(&member, NS), "cart").await, Some(true));
+    assert!(
+        ises(&hub, &hub_ns)
+            .get_opt(&format!("{NS}-cart"))
+            .await
+            .expect("get ISE")
+            .is_none(),
+        "the export's ISE is left behind"
+    );
+    assert!(took < Duration::from_secs(15), "left after {took:?}");
+    running.shutdown().await;
+}
