@@ -28,6 +28,8 @@ pub(crate) struct Context {
     pub(super) views: Synced,
     /// Consecutive failures per object; cleared on success.
     pub(super) failures: Streaks<ObjectRef<InternalMemberCluster>>,
+    /// How many times in a row a leave found what it deleted not gone yet.
+    pub(super) waiting: Streaks<String>,
     /// Our status writes, read while the view is behind them.
     pub(super) own: OwnWrites<String, Arc<InternalMemberCluster>>,
     /// The heartbeat we last wrote per object and agent type: one newer than it is someone

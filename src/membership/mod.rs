@@ -111,6 +111,7 @@ impl<S: Needs> Job<S> for MembershipJob {
             observer: inputs.observer.clone(),
             views: synced.clone(),
             failures: Streaks::default(),
+            waiting: Streaks::default(),
             own: OwnWrites::default(),
             heartbeats: Default::default(),
             se_version: Default::default(),

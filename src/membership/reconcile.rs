@@ -20,6 +20,19 @@ use crate::controller::runner::Action;
 /// How soon a leave looks again at what it deleted and is not gone yet (the reference polls).
 const LEAVE_POLL: Duration = Duration::from_secs(1);
 
+/// How many times a leave looks again each [`LEAVE_POLL`] before it backs off (as the
+/// reference's wait gives up and its controller backs off): an object whose finalizer nobody
+/// removes costs the member two lists per 5 minutes, not per second.
+const LEAVE_POLLS: u32 = 15;
+
+/// When a leave that has waited `waits` times in a row looks again.
+fn leave_poll(waits: u32) -> Duration {
+    match waits.checked_sub(LEAVE_POLLS) {
+        None | Some(0) => LEAVE_POLL,
+        Some(over) => crate::controller::backoff(over, rand::random::<f64>()).max(LEAVE_POLL),
+    }
+}
+
 /// How soon a member whose API server did not answer is probed again (at most: its heartbeat
 /// period when shorter), so its heartbeat resumes soon after it answers again.
 const UNREACHABLE_RETRY: Duration = Duration::from_secs(5);
@@ -73,9 +86,11 @@ async fn observe_decide_act(
             Plan::Leave { cleanup, status } => {
                 for step in cleanup {
                     if !act::clean(ctx, step).await? {
-                        return Ok((Outcome::Leaving, Action::requeue(LEAVE_POLL)));
+                        let waits = ctx.waiting.bump(name.clone());
+                        return Ok((Outcome::Leaving, Action::requeue(leave_poll(waits))));
                     }
                 }
+                ctx.waiting.clear(&name);
                 match status {
                     None => Ok((Outcome::Gone, Action::await_change())),
                     Some(status) => act::write_status(ctx, &imc, status)
@@ -146,15 +161,67 @@ async fn join(
 }
 
 /// Requeues a failed reconcile: a member that did not answer is probed again soon (its
-/// heartbeat resumes as soon as it answers); anything else after the kit's backoff.
+/// heartbeat resumes as soon as it answers); anything else after the kit's backoff, but never
+/// later than a heartbeat period (a hub back after an outage gets the heartbeat within one),
+/// nor sooner than a server asked.
 pub(super) fn error_policy(
     imc: Arc<InternalMemberCluster>,
     error: &Error,
     ctx: Arc<Context>,
 ) -> Action {
+    let period = period(&imc);
     if let Error::Unreachable { .. } = error {
-        return Action::requeue(UNREACHABLE_RETRY.min(period(&imc)));
+        return Action::requeue(UNREACHABLE_RETRY.min(period));
     }
     let key = ObjectRef::new(&imc.name_any()).within(&ctx.hub_namespace);
-    crate::controller::failed(error, &ctx.failures, key)
+    if crate::ownership::refused(error) {
+        return crate::controller::failed(error, &ctx.failures, key);
+    }
+    let failures = ctx.failures.bump(key);
+    Action::requeue(retry_delay(failures, rand::random::<f64>(), period, error))
+}
+
+/// The kit's backoff after `failures` in a row, at most `period`, at least what the server
+/// asked for (capped as the kit caps it).
+fn retry_delay(failures: u32, jitter: f64, period: Duration, error: &Error) -> Duration {
+    let asked = crate::controller::Failure::retry_after(error)
+        .unwrap_or_default()
+        .min(crate::controller::MAX_BACKOFF);
+    crate::controller::backoff(failures, jitter)
+        .min(period)
+        .max(asked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_leave_polls_each_second_then_backs_off_to_five_minutes() {
+        assert_eq!(leave_poll(1), LEAVE_POLL);
+        assert_eq!(leave_poll(LEAVE_POLLS), LEAVE_POLL);
+        assert!(leave_poll(LEAVE_POLLS + 4) >= Duration::from_secs(4));
+        assert!(leave_poll(LEAVE_POLLS + 30) <= crate::controller::MAX_BACKOFF);
+    }
+
+    #[test]
+    fn a_failed_heartbeat_is_retried_within_a_period_but_not_before_the_server_asked() {
+        use crate::controller::reconcile_tests::refusal;
+        use crate::controller::{ApiFailure, backoff};
+        let failed = |retry_after| {
+            Error::from(ApiFailure::of(
+                "m1",
+                "ns",
+                "m1",
+                super::super::Step::UpdateStatus,
+            )(refusal(503, retry_after)))
+        };
+        let period = Duration::from_secs(60);
+        assert_eq!(retry_delay(2, 0.5, period, &failed(0)), backoff(2, 0.5));
+        assert_eq!(retry_delay(20, 0.5, period, &failed(0)), period);
+        assert_eq!(
+            retry_delay(1, 0.5, period, &failed(90)),
+            Duration::from_secs(90)
+        );
+    }
 }
