@@ -191,3 +191,41 @@ async fn another_writer_of_an_agent_entry_is_told_not_fought() {
     assert!(outcomes(&running, "other_writer") >= 1.0, "not told");
     running.shutdown().await;
 }
+
+/// The hub down for a while (no heartbeat can be written): once it is back, the heartbeat
+/// comes within a period, not after a long backoff.
+#[tokio::test(flavor = "multi_thread")]
+async fn heartbeats_resume_within_a_period_once_the_hub_is_back() {
+    let (mut fleet, hub, _member, hub_ns) = one_member().await;
+    let period = 3;
+    create_imc(&hub, &hub_ns, Some(period), true).await;
+    let running = start(&fleet, "internalmembercluster").await;
+    wait_both(&hub, &hub_ns, "True", "AgentJoined").await;
+
+    fleet.hub_mut().kill();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    fleet.hub_mut().start().await.expect("hub back");
+    let back = Timestamp::now();
+    let hub = fleet.hub().client().await.expect("hub client");
+    let api = imcs(&hub, &hub_ns);
+    let beat = within(
+        Duration::from_secs(30),
+        "a heartbeat after the outage",
+        || {
+            let api = api.clone();
+            async move {
+                let imc = api.get(M).await.ok()?;
+                joined(&imc, SEI)
+                    .and_then(|j| j.3)
+                    .filter(|b| b.as_second() >= back.as_second())
+            }
+        },
+    )
+    .await;
+    let after = beat.duration_since(back).as_secs_f64();
+    assert!(
+        after <= f64::from(period) + 2.0,
+        "first heartbeat {after} s after the hub was back"
+    );
+    running.shutdown().await;
+}
