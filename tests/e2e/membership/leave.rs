@@ -11,11 +11,11 @@ use kube::api::ListParams;
 /// A finalizer the test holds, as a MultiClusterService or ServiceExport controller would.
 const HOLD: &str = "test.fleet.azure.com/hold";
 
-fn mcses(member: &kube::Client) -> Api<MultiClusterService> {
+pub(super) fn mcses(member: &kube::Client) -> Api<MultiClusterService> {
     Api::namespaced(member.clone(), NS)
 }
 
-async fn create_mcs(member: &kube::Client, name: &str, held: bool) {
+pub(super) async fn create_mcs(member: &kube::Client, name: &str, held: bool) {
     let finalizers: Vec<&str> = if held { vec![HOLD] } else { vec![] };
     let mcs: MultiClusterService = serde_json::from_value(json!({
         "apiVersion": "networking.fleet.azure.com/v1alpha1",

@@ -4,6 +4,7 @@
 //! fleet's hub does (spec.state, heartbeatPeriodSeconds) with fleet's MemberAgent entry in its
 //! status; writes are counted server-side (`apiserver_request_total`).
 
+mod handoff;
 mod join;
 mod leave;
 
