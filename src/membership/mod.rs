@@ -18,10 +18,12 @@ mod reconcile;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio_util::sync::CancellationToken;
 
@@ -66,39 +68,7 @@ impl<S: Needs> Job<S> for MembershipJob {
         let synced = health.synced(None, &[MEMBER_CLUSTERS]);
         let (view, writer) = reflector::store::<InternalMemberCluster>();
         let pace = Arc::new(Pace::new(inputs.concurrency));
-        let size = {
-            let view = view.clone();
-            move || view.len()
-        };
-        // Only a changed spec (a new generation) triggers, as the reference's predicate: our
-        // own status writes, and the other agents', come back through the watch too.
-        let mut generations = HashMap::new();
-        let triggers = view_watch(
-            hub.clone(),
-            watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S),
-            size,
-        )
-        // Not kept: fleet's agents' field ownership, a few KiB per member read by nobody (a
-        // status update without it leaves it as it is).
-        .map_ok(|event| event.modify(|o| o.metadata.managed_fields = None))
-        .reflect(writer)
-        .inspect(health.inspector(MEMBER_CLUSTERS))
-        .filter_map(move |event| {
-            let key = match event {
-                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                    let changed = generations.insert(o.name_any(), o.metadata.generation)
-                        != Some(o.metadata.generation);
-                    changed.then(|| ObjectRef::new(&o.name_any()).within(&namespace_of(&o)))
-                }
-                Ok(watcher::Event::Delete(o)) => {
-                    generations.remove(&o.name_any());
-                    None
-                }
-                _ => None,
-            };
-            futures::future::ready(key)
-        })
-        .boxed();
+        let triggers = triggers(&hub, &health, &view, writer);
         let triggers = pace.clone().take_from(triggers);
         let leadership = leadership_gained(&inputs.claim);
         let ctx = Arc::new(Context {
@@ -140,6 +110,48 @@ impl<S: Needs> Job<S> for MembershipJob {
             synced,
         }
     }
+}
+
+/// The view's watch, each object it shows with a new generation handed on as a trigger: only a
+/// changed spec triggers, as the reference's predicate has it (our own status writes, and the
+/// other agents', come back through the watch too).
+fn triggers(
+    hub: &Api<InternalMemberCluster>,
+    health: &Arc<WatchHealth>,
+    view: &Store<InternalMemberCluster>,
+    writer: Writer<InternalMemberCluster>,
+) -> BoxStream<'static, ObjectRef<InternalMemberCluster>> {
+    let size = {
+        let view = view.clone();
+        move || view.len()
+    };
+    let mut generations = HashMap::new();
+    view_watch(
+        hub.clone(),
+        watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S),
+        size,
+    )
+    // Not kept: fleet's agents' field ownership, a few KiB per member read by nobody (a status
+    // update without it leaves it as it is).
+    .map_ok(|event| event.modify(|o| o.metadata.managed_fields = None))
+    .reflect(writer)
+    .inspect(health.inspector(MEMBER_CLUSTERS))
+    .filter_map(move |event| {
+        let key = match event {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                let changed = generations.insert(o.name_any(), o.metadata.generation)
+                    != Some(o.metadata.generation);
+                changed.then(|| ObjectRef::new(&o.name_any()).within(&namespace_of(&o)))
+            }
+            Ok(watcher::Event::Delete(o)) => {
+                generations.remove(&o.name_any());
+                None
+            }
+            _ => None,
+        };
+        futures::future::ready(key)
+    })
+    .boxed()
 }
 
 fn namespace_of(o: &InternalMemberCluster) -> String {
