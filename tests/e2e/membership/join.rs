@@ -128,6 +128,12 @@ async fn a_member_that_does_not_answer_gets_no_heartbeat_until_it_does() {
         both(&still, "True", "AgentJoined"),
         "the conditions stay as they were"
     );
+    let unreachable = sum(
+        &running.metrics.encode(),
+        "fleetnet_reconcile_total",
+        &["outcome=\"error:member_unreachable\""],
+    );
+    assert!(unreachable >= 1.0, "the failed probe is not counted");
 
     fleet.member_mut(M).start().await.expect("member back");
     let api = imcs(&hub, &hub_ns);
