@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::controller::{Job, MemberInputs};
 use crate::export::{self, PublicIpLookup, ServiceExportJob};
+use crate::membership::{self, MembershipJob};
 use crate::multicluster::{self, MultiClusterServiceJob};
 use crate::service_exports::ServiceExportFeed;
 use crate::service_imports::{self, InternalServiceImportJob, ServiceImportJob};
@@ -19,6 +20,7 @@ pub static JOBS: &[&dyn Job<Shared>] = &[
     &ServiceImportJob,
     &InternalServiceImportJob,
     &MultiClusterServiceJob,
+    &MembershipJob,
 ];
 
 /// What a member gives its jobs beyond the kit's inputs: the watch they share and the
@@ -77,6 +79,12 @@ impl service_imports::Needs for Shared {
 impl multicluster::Needs for Shared {
     fn fleet_system_namespace(&self) -> String {
         self.fleet_system_namespace.clone()
+    }
+}
+
+impl membership::Needs for Shared {
+    fn agent_types(&self) -> crate::api::AgentTypes {
+        self.agent_types
     }
 }
 
@@ -147,13 +155,14 @@ mod tests {
     use super::Controllers;
 
     /// Every job, in the registry's order, as `--controllers` spells it.
-    const KNOWN: [&str; 6] = [
+    const KNOWN: [&str; 7] = [
         "serviceexport",
         "endpointslice",
         "endpointsliceexport",
         "serviceimport",
         "internalserviceimport",
         "multiclusterservice",
+        "internalmembercluster",
     ];
 
     #[test]

@@ -19,6 +19,7 @@ mod ha;
 mod hostile;
 mod http_server;
 mod limits;
+mod membership;
 mod metrics;
 mod multicluster;
 mod operating;
