@@ -15,8 +15,8 @@ use std::time::Duration;
 use fleetnet_hub::api::{
     InternalMemberCluster, MULTI_CLUSTER_SERVICE_AGENT as MCS, SERVICE_EXPORT_IMPORT_AGENT as SEI,
 };
-use fleetnet_hub::app::{self, Extensions, Running};
-use fleetnet_hub::fleet::{Controllers, Phase};
+use fleetnet_hub::app::Running;
+use fleetnet_hub::fleet::Controllers;
 use fleetnet_testenv::Fleet;
 use jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -40,24 +40,12 @@ async fn one_member() -> (Fleet, kube::Client, kube::Client, String) {
 /// The process with the membership job alone (`--controllers internalmembercluster`), or with
 /// `controllers`, ready.
 async fn start(fleet: &Fleet, controllers: &str) -> Running {
-    init_test_logs();
-    let mut config = app_config(
+    start_jobs(
         fleet,
-        &kubeconfig_dir(fleet, "membership-kubeconfigs", &[M]),
-    );
-    config.runtime.controllers = Controllers::parse(controllers).expect("known jobs");
-    let running = app::start(config, Extensions::default())
-        .await
-        .expect("starts");
-    within(Duration::from_secs(60), "member ready", || async {
-        let ready = running
-            .state
-            .member(M)
-            .is_some_and(|s| s.phase == Phase::Ready);
-        (ready && running.state.ready()).then_some(())
-    })
-    .await;
-    running
+        M,
+        Controllers::parse(controllers).expect("known jobs"),
+    )
+    .await
 }
 
 fn imcs(hub: &kube::Client, hub_ns: &str) -> Api<InternalMemberCluster> {
