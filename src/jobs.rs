@@ -7,10 +7,15 @@ use std::sync::Arc;
 use crate::controller::{Job, MemberInputs};
 use crate::export::{self, PublicIpLookup, ServiceExportJob};
 use crate::service_exports::ServiceExportFeed;
+use crate::slice_imports::{self, EndpointSliceImportJob};
 use crate::slices::{self, EndpointSliceJob};
 
 /// Every job, in the order a member starts them. A new job is its folder and one line here.
-pub static JOBS: &[&dyn Job<Shared>] = &[&ServiceExportJob, &EndpointSliceJob];
+pub static JOBS: &[&dyn Job<Shared>] = &[
+    &ServiceExportJob,
+    &EndpointSliceJob,
+    &EndpointSliceImportJob,
+];
 
 /// What a member gives its jobs beyond the kit's inputs: the watch they share and the
 /// settings of each.
@@ -50,6 +55,12 @@ impl slices::Needs for Shared {
 
     fn max_export_bytes(&self) -> u32 {
         self.max_export_bytes
+    }
+}
+
+impl slice_imports::Needs for Shared {
+    fn fleet_system_namespace(&self) -> &str {
+        &self.fleet_system_namespace
     }
 }
 
@@ -122,7 +133,7 @@ mod tests {
     #[test]
     fn controllers_are_named_one_by_one_and_unknown_names_are_refused() {
         assert_eq!(
-            Controllers::parse("serviceexport,endpointslice"),
+            Controllers::parse("serviceexport,endpointslice,endpointsliceimport"),
             Ok(Controllers::default())
         );
         let slices_only = Controllers::parse(" endpointslice ").expect("parses");
@@ -130,11 +141,11 @@ mod tests {
         let e = Controllers::parse("serviceexport,endpointslices").expect_err("typo");
         assert_eq!(
             e,
-            "unknown controller \"endpointslices\"; known: serviceexport, endpointslice"
+            "unknown controller \"endpointslices\"; known: serviceexport, endpointslice, endpointsliceimport"
         );
         assert_eq!(
             Controllers::parse("").expect_err("none"),
-            "no controller named; known: serviceexport, endpointslice"
+            "no controller named; known: serviceexport, endpointslice, endpointsliceimport"
         );
     }
 }

@@ -21,5 +21,6 @@ pub mod policy;
 #[cfg(feature = "sandbox")]
 pub mod sandbox;
 pub mod service_exports;
+pub mod slice_imports;
 pub mod slices;
 pub mod telemetry;
