@@ -27,6 +27,7 @@ mod rbac;
 mod restart;
 mod security;
 mod sharding;
+mod slice_imports;
 mod slices;
 mod substrate;
 mod telemetry;
