@@ -176,7 +176,8 @@ impl ReconcileObserver for StateObserver {
         self.inner.conflict_reflected(member, latency);
     }
     fn slice_import_duration(&self, origin: &str, member: &str, first: bool, took: Duration) {
-        self.inner.slice_import_duration(origin, member, first, took);
+        self.inner
+            .slice_import_duration(origin, member, first, took);
     }
     fn controller_error(&self, member: &str, error: &str) {
         self.state.record(member, Event::Failed(error.to_string()));

@@ -80,7 +80,11 @@ fn imported(member: &kube::Client) -> Api<EndpointSlice> {
 /// exported by `m2` one second ago, generation 1.
 fn import_of(hub_ns: &str, name: &str, finalized: bool) -> EndpointSliceImport {
     let since = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(1);
-    let finalizers: Vec<&str> = if finalized { vec![CLEANUP_FINALIZER] } else { vec![] };
+    let finalizers: Vec<&str> = if finalized {
+        vec![CLEANUP_FINALIZER]
+    } else {
+        vec![]
+    };
     serde_json::from_value(json!({
         "apiVersion": "networking.fleet.azure.com/v1alpha1",
         "kind": "EndpointSliceImport",
@@ -191,7 +195,10 @@ async fn addresses(member: &kube::Client, name: &str) -> Option<Vec<Vec<String>>
 async fn nothing_imported_for(member: &kube::Client, how_long: Duration) {
     let deadline = tokio::time::Instant::now() + how_long;
     while tokio::time::Instant::now() < deadline {
-        let all = imported(member).list(&Default::default()).await.expect("list");
+        let all = imported(member)
+            .list(&Default::default())
+            .await
+            .expect("list");
         assert!(all.items.is_empty(), "imported: {:?}", all.items);
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
@@ -221,7 +228,11 @@ async fn delete_import(hub: &kube::Client, hub_ns: &str, name: &str) {
 /// Requests an apiserver counted for `resource` with `verb`, any response code.
 async fn requests(client: &kube::Client, resource: &str, verb: &str) -> f64 {
     let text = client
-        .request_text(http::Request::get("/metrics").body(vec![]).expect("request"))
+        .request_text(
+            http::Request::get("/metrics")
+                .body(vec![])
+                .expect("request"),
+        )
         .await
         .expect("apiserver metrics");
     let resource = format!("resource=\"{resource}\"");
@@ -246,6 +257,10 @@ fn observed(running: &Running, first: bool) -> f64 {
     sum(
         &text,
         &format!("{HISTOGRAM}_count"),
-        &["origin_cluster_id=\"m2\"", "destination_cluster_id=\"m1\"", &first],
+        &[
+            "origin_cluster_id=\"m2\"",
+            "destination_cluster_id=\"m1\"",
+            &first,
+        ],
     )
 }

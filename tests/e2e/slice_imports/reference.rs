@@ -31,7 +31,10 @@ async fn without_a_valid_derived_service_nothing_is_imported_until_there_is_one(
     label_mcs(&member, DERIVED).await;
     nothing_imported_for(&member, Duration::from_secs(2)).await;
     let untouched = imports(&hub, &hub_ns).get(IMPORT).await.expect("import");
-    assert_eq!(untouched.metadata.finalizers, None, "no finalizer before an import");
+    assert_eq!(
+        untouched.metadata.finalizers, None,
+        "no finalizer before an import"
+    );
     // The Service gone, then made again: the waiting import goes through.
     services
         .patch(
@@ -70,17 +73,29 @@ async fn an_import_is_written_kept_updated_and_withdrawn_as_the_reference_does()
     assert_eq!(slice.address_type, "IPv4");
     assert_eq!(slice.ports, wanted.ports);
     let addresses_of = |s: &EndpointSlice| -> Vec<Vec<String>> {
-        s.endpoints.iter().flatten().map(|e| e.addresses.clone()).collect()
+        s.endpoints
+            .iter()
+            .flatten()
+            .map(|e| e.addresses.clone())
+            .collect()
     };
     assert_eq!(addresses_of(&slice), addresses_of(&wanted));
     assert!(
-        slice.endpoints.iter().flatten().all(|e| e.conditions.clone().unwrap_or_default()
-            == Default::default()
-            && e.hostname.is_none()
-            && e.target_ref.is_none()),
+        slice
+            .endpoints
+            .iter()
+            .flatten()
+            .all(
+                |e| e.conditions.clone().unwrap_or_default() == Default::default()
+                    && e.hostname.is_none()
+                    && e.target_ref.is_none()
+            ),
         "addresses only: {slice:?}"
     );
-    assert_eq!((observed(&running, true), observed(&running, false)), (1.0, 0.0));
+    assert_eq!(
+        (observed(&running, true), observed(&running, false)),
+        (1.0, 0.0)
+    );
 
     // Hybrid protocol: a UDP port beside a TCP one.
     let mut hybrid = import_of(&hub_ns, "m2-work-app-hybrid-3c4de", false);
@@ -138,13 +153,23 @@ async fn an_import_is_written_kept_updated_and_withdrawn_as_the_reference_does()
         addresses(&member, IMPORT).await.map(|_| ())
     })
     .await;
-    assert_eq!(observed(&running, false), 1.0, "drift is not a new generation");
+    assert_eq!(
+        observed(&running, false),
+        1.0,
+        "drift is not a new generation"
+    );
 
     // Withdrawn by the hub.
     delete_import(&hub, &hub_ns, IMPORT).await;
     wait_gone(&imported(&member), IMPORT).await;
     wait_gone(&imports(&hub, &hub_ns), IMPORT).await;
-    assert!(imported(&member).get_opt("m2-work-app-hybrid-3c4de").await.expect("get").is_some());
+    assert!(
+        imported(&member)
+            .get_opt("m2-work-app-hybrid-3c4de")
+            .await
+            .expect("get")
+            .is_some()
+    );
     running.shutdown().await;
 }
 
