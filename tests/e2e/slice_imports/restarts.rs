@@ -59,3 +59,37 @@ async fn a_restart_writes_nothing_and_observes_nothing_again() {
     );
     second.shutdown().await;
 }
+
+/// Taken over from an agent that had imported everything (the slice, the finalizer, the
+/// observed generation): not one write, no data point.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_converged_import_is_taken_over_without_a_write() {
+    let (fleet, hub, member, hub_ns) = one_member().await;
+    create_mcs(&member, Some(DERIVED)).await;
+    create_derived(&member, None).await;
+    imported(&member)
+        .create(&PostParams::default(), &agent_slice(IMPORT))
+        .await
+        .expect("agent's slice");
+    let mut import = import_of(&hub_ns, IMPORT, true);
+    import.metadata.annotations = Some(
+        [(
+            LAST_OBSERVED_GENERATION_ANNOTATION.to_string(),
+            "1".to_string(),
+        )]
+        .into(),
+    );
+    create_import(&hub, &hub_ns, &import).await;
+    let before = import_writes(&member, &hub).await;
+    let running = start(&fleet).await;
+    eventually("reconciled", || async {
+        let text = running.metrics.encode_prometheus();
+        let unchanged = ["outcome=\"endpointsliceimport:unchanged\""];
+        (sum(&text, "fleetnet_reconcile_total", &unchanged) >= 1.0).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(import_writes(&member, &hub).await, before, "a write");
+    assert_eq!(observed(&running, true) + observed(&running, false), 0.0);
+    running.shutdown().await;
+}
