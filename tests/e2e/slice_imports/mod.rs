@@ -8,6 +8,7 @@
 //! `--controllers endpointsliceimport`. Writes are counted server-side, from each
 //! apiserver's `apiserver_request_total`.
 
+mod faults;
 mod reference;
 mod restarts;
 
