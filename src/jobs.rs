@@ -10,6 +10,7 @@ use crate::membership::{self, MembershipJob};
 use crate::multicluster::{self, MultiClusterServiceJob};
 use crate::service_exports::ServiceExportFeed;
 use crate::service_imports::{self, InternalServiceImportJob, ServiceImportJob};
+use crate::slice_imports::{self, EndpointSliceImportJob};
 use crate::slices::{self, EndpointSliceExportJob, EndpointSliceJob};
 
 /// Every job, in the order a member starts them. A new job is its folder and one line here.
@@ -19,6 +20,7 @@ pub static JOBS: &[&dyn Job<Shared>] = &[
     &EndpointSliceExportJob,
     &ServiceImportJob,
     &InternalServiceImportJob,
+    &EndpointSliceImportJob,
     &MultiClusterServiceJob,
     &MembershipJob,
 ];
@@ -85,6 +87,12 @@ impl multicluster::Needs for Shared {
 impl membership::Needs for Shared {
     fn agent_types(&self) -> crate::api::AgentTypes {
         self.agent_types
+    }
+}
+
+impl slice_imports::Needs for Shared {
+    fn fleet_system_namespace(&self) -> &str {
+        &self.fleet_system_namespace
     }
 }
 
@@ -155,12 +163,13 @@ mod tests {
     use super::Controllers;
 
     /// Every job, in the registry's order, as `--controllers` spells it.
-    const KNOWN: [&str; 7] = [
+    const KNOWN: [&str; 8] = [
         "serviceexport",
         "endpointslice",
         "endpointsliceexport",
         "serviceimport",
         "internalserviceimport",
+        "endpointsliceimport",
         "multiclusterservice",
         "internalmembercluster",
     ];

@@ -24,5 +24,6 @@ pub mod policy;
 pub mod sandbox;
 pub mod service_exports;
 pub mod service_imports;
+pub mod slice_imports;
 pub mod slices;
 pub mod telemetry;

@@ -177,6 +177,10 @@ impl ReconcileObserver for StateObserver {
     fn conflict_reflected(&self, member: &str, latency: Duration) {
         self.inner.conflict_reflected(member, latency);
     }
+    fn slice_import_duration(&self, origin: &str, member: &str, first: bool, took: Duration) {
+        self.inner
+            .slice_import_duration(origin, member, first, took);
+    }
     fn watch_failed(&self, member: &str, job: &'static str, member_side: bool, error: &str) {
         self.state.job_failed(member, job, error, member_side);
         self.inner.watch_failed(member, job, member_side, error);

@@ -30,6 +30,7 @@ mod restart;
 mod security;
 mod service_imports;
 mod sharding;
+mod slice_imports;
 mod slices;
 mod substrate;
 mod telemetry;
