@@ -70,8 +70,21 @@ impl<S: Step> std::error::Error for ApiFailure<S> {
 pub(crate) trait Failure: std::error::Error + 'static {
     /// Stable label for metrics (`error:<category>`): the failed step, for example.
     fn category(&self) -> &'static str;
-    /// The wait a throttling server asked for, which the requeue must not undercut.
-    fn retry_after(&self) -> Option<Duration>;
+    /// The wait a throttling server asked for, which the requeue must not undercut: by default
+    /// the one in the first Kubernetes API error of the error's source chain.
+    fn retry_after(&self) -> Option<Duration>
+    where
+        Self: Sized,
+    {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(error) = source {
+            if let Some(kube) = error.downcast_ref::<kube::Error>() {
+                return retry_after(kube);
+            }
+            source = error.source();
+        }
+        None
+    }
 }
 
 /// The wait a Kubernetes API server asked for in its refusal (`Status.details.retryAfterSeconds`,

@@ -19,6 +19,15 @@ pub enum Reconciled {
 }
 
 impl Reconciled {
+    /// Ended well with `outcome`, of job `job` (its label `<job>:<outcome>`).
+    pub fn of(job: &'static str, outcome: &'static str) -> Self {
+        Self::Done {
+            job: Some(job),
+            outcome,
+            reason: None,
+        }
+    }
+
     /// Stable label, as metrics and spans carry it: `<outcome>`, `invalid:<reason>`,
     /// `endpointslice:<outcome>` or `error:<category>`.
     pub fn label(&self) -> String {

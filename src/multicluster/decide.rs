@@ -79,11 +79,7 @@ impl Outcome {
 impl crate::controller::Outcome for Outcome {
     /// `multiclusterservice:<label>`.
     fn reconciled(self) -> crate::controller::Reconciled {
-        crate::controller::Reconciled::Done {
-            job: Some(NAME),
-            outcome: self.label(),
-            reason: None,
-        }
+        crate::controller::Reconciled::of(NAME, self.label())
     }
 }
 

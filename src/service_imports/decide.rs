@@ -190,11 +190,7 @@ pub struct Labelled {
 impl crate::controller::Outcome for Labelled {
     /// `serviceimport:<label>` or `internalserviceimport:<label>`.
     fn reconciled(self) -> crate::controller::Reconciled {
-        crate::controller::Reconciled::Done {
-            job: Some(self.job),
-            outcome: self.outcome.label(),
-            reason: None,
-        }
+        crate::controller::Reconciled::of(self.job, self.outcome.label())
     }
 }
 

@@ -58,13 +58,6 @@ impl crate::controller::Failure for Error {
             Self::Kube(failed) => failed.step.as_str(),
         }
     }
-
-    /// The wait an API server asked for in its refusal.
-    fn retry_after(&self) -> Option<std::time::Duration> {
-        match self {
-            Self::Kube(failed) => failed.retry_after(),
-        }
-    }
 }
 
 impl Error {

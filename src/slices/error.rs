@@ -52,13 +52,6 @@ impl crate::controller::Failure for Error {
     fn category(&self) -> &'static str {
         Error::category(self)
     }
-
-    /// The wait an API server asked for in its refusal.
-    fn retry_after(&self) -> Option<std::time::Duration> {
-        match self {
-            Self::Kube(failed) => failed.retry_after(),
-        }
-    }
 }
 
 impl Error {
