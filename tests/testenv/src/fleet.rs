@@ -373,29 +373,33 @@ impl CrdFiles {
     }
 }
 
+/// Creates every CRD of `crds` first, then waits for each to be Established and servable: the
+/// apiserver sets them up together rather than one after another.
 async fn install_crds(
     cluster: String,
     client: kube::Client,
     crds: Vec<CustomResourceDefinition>,
 ) -> Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in crds {
+    let kube_err = |step: &str, name: &str| {
+        let (cluster, step) = (cluster.clone(), format!("{step} CRD {name}"));
+        move |source| Error::Kube {
+            cluster,
+            step,
+            source,
+        }
+    };
+    for crd in &crds {
         let name = crd.metadata.name.clone().unwrap_or_default();
-        let kube_err = |step: &str| {
-            let cluster = cluster.clone();
-            let step = format!("{step} CRD {name}");
-            move |source| Error::Kube {
-                cluster,
-                step,
-                source,
-            }
-        };
-        api.create(&PostParams::default(), &crd)
+        api.create(&PostParams::default(), crd)
             .await
-            .map_err(kube_err("create"))?;
-        let deadline = Instant::now() + Duration::from_secs(30);
+            .map_err(kube_err("create", &name))?;
+    }
+    for crd in &crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let got = api.get(&name).await.map_err(kube_err("get"))?;
+            let got = api.get(&name).await.map_err(kube_err("get", &name))?;
             let established = got
                 .status
                 .and_then(|s| s.conditions)
@@ -408,12 +412,12 @@ async fn install_crds(
             if Instant::now() > deadline {
                 return Err(Error::Cluster {
                     cluster,
-                    message: format!("CRD {name} not Established within 30 s"),
+                    message: format!("CRD {name} not Established within 60 s"),
                 });
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        wait_servable(&cluster, &client, &crd).await?;
+        wait_servable(&cluster, &client, crd).await?;
     }
     Ok(())
 }
@@ -443,7 +447,7 @@ async fn list_every_version(
             kube::api::GroupVersionKind::gvk(&crd.spec.group, &version.name, &crd.spec.names.kind);
         let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, &crd.spec.names.plural);
         let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             match api.list(&ListParams::default().limit(1)).await {
                 Ok(_) => break,
