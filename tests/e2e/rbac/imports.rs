@@ -158,6 +158,7 @@ async fn refused_update_reads_live(w: &Walk) {
     let copies: Api<InternalServiceImport> = Api::namespaced(hub.clone(), ns1);
     for round in 0..40u64 {
         if read_copy_live(w) {
+            eprintln!("a refused update read the copy live after {round} round(s)");
             return;
         }
         let burst = async {

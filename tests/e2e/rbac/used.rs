@@ -207,4 +207,17 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
         unused.is_empty(),
         "granted by the charts but never used by the controller: {unused:?}\n{table}"
     );
+
+    // `fleetnet-hub check` with exactly the member chart's identity (after the audit logs were
+    // read: its SelfSubjectAccessReviews are not the controller's): every permission it asks
+    // for, cluster-wide and in the fleet system namespace, is granted.
+    let file = dir.join("member-1.yaml");
+    let kubeconfig = std::fs::read_to_string(&file).expect("member-1's kubeconfig");
+    let trust = fleetnet_hub::fleet::TrustPolicy::default();
+    let row =
+        fleetnet_hub::check::check_member_in("member-1", &file, &kubeconfig, trust, SYSTEM).await;
+    assert!(
+        row.ok,
+        "`fleetnet-hub check` with the chart's RBAC: {row:?}"
+    );
 }
