@@ -86,3 +86,66 @@ async fn a_job_whose_hub_crd_is_missing_fails_alone_and_recovers() {
     assert_eq!(sample(&metrics, failing), None, "{metrics}");
     running.shutdown().await;
 }
+
+/// A member without the import side's CRDs (an export-only member, as most are today): the jobs
+/// that need them show failing as not served, the member is Ready as soon as its other jobs
+/// have listed (not after `--member-sync-timeout`), and its exports work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_without_the_import_crds_is_ready_and_exports() {
+    let fleet = Fleet::builder()
+        .members(["alpha"])
+        .start()
+        .await
+        .expect("fleet");
+    let member = fleet.member("alpha").client().await.expect("member");
+    let crds: Api<CustomResourceDefinition> = Api::all(member.clone());
+    for crd in [
+        "serviceimports.networking.fleet.azure.com",
+        "multiclusterservices.networking.fleet.azure.com",
+    ] {
+        crds.delete(crd, &DeleteParams::default())
+            .await
+            .expect("delete CRD");
+        eventually("the CRD is gone", || async {
+            crds.get_opt(crd)
+                .await
+                .expect("get")
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
+    let dir = member_dir(&fleet, &["alpha"]);
+    let config = config_builder(&fleet, &dir)
+        .member_sync_timeout(Duration::from_secs(120))
+        .build()
+        .expect("config");
+    let started = Instant::now();
+    let running = app::start(config, Extensions::default())
+        .await
+        .expect("starts");
+    wait_phase(&running, "alpha", Phase::Ready).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "ready without waiting for the sync timeout: {:?}",
+        started.elapsed()
+    );
+    let alpha = running.state.member("alpha").expect("alpha");
+    for job in ["serviceimport", "multiclusterservice"] {
+        let status = &alpha.jobs[job];
+        assert_eq!(
+            status.phase,
+            fleetnet_hub::fleet::JobPhase::Failing,
+            "{alpha:?}"
+        );
+        let error = status.last_error.as_deref().unwrap_or_default();
+        assert!(error.contains("not served"), "{job}: {error}");
+    }
+    assert_eq!(
+        alpha.jobs["serviceexport"].phase,
+        fleetnet_hub::fleet::JobPhase::Ready,
+        "{alpha:?}"
+    );
+    export_and_wait(&fleet, "alpha", "shop", "cart").await;
+    running.shutdown().await;
+}
