@@ -12,7 +12,11 @@ use super::*;
 
 /// Waits until the member's fleet system namespace has the derived Service `name` and it
 /// satisfies `holds`.
-async fn wait_derived(member: &kube::Client, name: &str, holds: impl Fn(&Service) -> bool) {
+pub(super) async fn wait_derived(
+    member: &kube::Client,
+    name: &str,
+    holds: impl Fn(&Service) -> bool,
+) {
     let api: Api<Service> = Api::namespaced(member.clone(), SYSTEM);
     let (api, holds) = (&api, &holds);
     eventually(&format!("derived Service {SYSTEM}/{name}"), || async move {
@@ -31,21 +35,26 @@ fn ports(svc: &Service) -> Vec<i32> {
     ports.into_iter().flatten().map(|p| p.port).collect()
 }
 
+/// Creates the MultiClusterService `shop/<name>` importing `name`.
+pub(super) async fn create_mcs(member: &kube::Client, name: &str) {
+    let mcs: MultiClusterService = serde_json::from_value(json!({
+        "apiVersion": "networking.fleet.azure.com/v1alpha1",
+        "kind": "MultiClusterService",
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": {"serviceImport": {"name": name}}
+    }))
+    .expect("a MultiClusterService");
+    Api::<MultiClusterService>::namespaced(member.clone(), "shop")
+        .create(&PostParams::default(), &mcs)
+        .await
+        .expect("create MultiClusterService");
+}
+
 /// Every path of the MultiClusterService job, on member-1's `shop/front`.
 pub(super) async fn walk(w: &Walk) {
     let (hub, m1, ns1) = (&w.hub, &w.m1, w.ns1.as_str());
     let mcses: Api<MultiClusterService> = Api::namespaced(m1.clone(), "shop");
-    let mcs: MultiClusterService = serde_json::from_value(json!({
-        "apiVersion": "networking.fleet.azure.com/v1alpha1",
-        "kind": "MultiClusterService",
-        "metadata": {"name": "front", "namespace": "shop"},
-        "spec": {"serviceImport": {"name": "front"}}
-    }))
-    .expect("a MultiClusterService");
-    mcses
-        .create(&PostParams::default(), &mcs)
-        .await
-        .expect("create MultiClusterService");
+    create_mcs(m1, "front").await;
     // Its import, made by the job and carried to the hub by the ServiceImport job.
     wait_internal(hub, ns1, "shop-front", |_| true).await;
     eventually("shop/front Valid=Unknown", || {
