@@ -6,9 +6,11 @@ use std::sync::Arc;
 
 use crate::controller::{Job, MemberInputs};
 use crate::export::{self, PublicIpLookup, ServiceExportJob};
+use crate::membership::{self, MembershipJob};
 use crate::multicluster::{self, MultiClusterServiceJob};
 use crate::service_exports::ServiceExportFeed;
 use crate::service_imports::{self, InternalServiceImportJob, ServiceImportJob};
+use crate::slice_imports::{self, EndpointSliceImportJob};
 use crate::slices::{self, EndpointSliceExportJob, EndpointSliceJob};
 
 /// Every job, in the order a member starts them. A new job is its folder and one line here.
@@ -18,7 +20,9 @@ pub static JOBS: &[&dyn Job<Shared>] = &[
     &EndpointSliceExportJob,
     &ServiceImportJob,
     &InternalServiceImportJob,
+    &EndpointSliceImportJob,
     &MultiClusterServiceJob,
+    &MembershipJob,
 ];
 
 /// What a member gives its jobs beyond the kit's inputs: the watch they share and the
@@ -77,6 +81,18 @@ impl service_imports::Needs for Shared {
 impl multicluster::Needs for Shared {
     fn fleet_system_namespace(&self) -> String {
         self.fleet_system_namespace.clone()
+    }
+}
+
+impl membership::Needs for Shared {
+    fn agent_types(&self) -> crate::api::AgentTypes {
+        self.agent_types
+    }
+}
+
+impl slice_imports::Needs for Shared {
+    fn fleet_system_namespace(&self) -> &str {
+        &self.fleet_system_namespace
     }
 }
 
@@ -147,13 +163,15 @@ mod tests {
     use super::Controllers;
 
     /// Every job, in the registry's order, as `--controllers` spells it.
-    const KNOWN: [&str; 6] = [
+    const KNOWN: [&str; 8] = [
         "serviceexport",
         "endpointslice",
         "endpointsliceexport",
         "serviceimport",
         "internalserviceimport",
+        "endpointsliceimport",
         "multiclusterservice",
+        "internalmembercluster",
     ];
 
     #[test]

@@ -1,6 +1,7 @@
 //! `fleetnet-hub sandbox` from a copy of the binary, away from the source tree: it finds its
 //! apiservers through the install script and the CRDs it carries (#15), comes up (both sample
-//! ISEs printed, then the "running" banner) and stops cleanly on SIGTERM.
+//! ISEs, their slices' exports and member-2's imported slices printed, then the "running"
+//! banner) and stops cleanly on SIGTERM.
 //!
 //! Where this test may (root, `unshare` present), the child runs in its own mount namespace with
 //! the checkout hidden under an empty tmpfs, so any read of the source tree would fail.
@@ -72,6 +73,15 @@ fn sandbox_runs_from_a_copied_binary_without_the_source_tree() {
         );
     }
 
+    // The whole loop: member-2 imports both members' demo/hello through a MultiClusterService.
+    assert!(
+        stdout.contains("derived Service fleet-system/demo-hello")
+            && ["10.244.0.10", "10.244.1.10"]
+                .iter()
+                .all(|address| stdout.contains(address)),
+        "no imported EndpointSlices printed:\n{stdout}"
+    );
+
     let stopped = Instant::now();
     let status = terminate(&mut child);
     stderr.extend(lines.try_iter().map(|(_, l)| l + "\n"));
@@ -81,7 +91,7 @@ fn sandbox_runs_from_a_copied_binary_without_the_source_tree() {
         "the sandbox used the source tree:\n{stderr}"
     );
     println!(
-        "sandbox from {} (source tree {}): up, 2 ISEs, 2 EndpointSliceExports, stopped in {:?}",
+        "sandbox from {} (source tree {}): up, 2 ISEs, 2 EndpointSliceExports, 2 imported slices, stopped in {:?}",
         exe.display(),
         if hide { "hidden" } else { "present" },
         stopped.elapsed()

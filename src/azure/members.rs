@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use super::client::AzureFleet;
-use crate::config::MemberConfig;
 use crate::export::{LookupError, PublicIp, PublicIpAccess, PublicIpLookup};
 use crate::fleet::MemberAzure;
+use crate::fleet::MemberConfig;
 
 /// Azure per member: subscription and default resource group from `--member-config` (the
 /// fleet's [`MemberConfig`], read again at every rescan: a member whose settings change is

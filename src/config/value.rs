@@ -5,10 +5,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::MemberConfig;
 use crate::api::AgentTypes;
 use crate::client::Limits;
 use crate::export::Quotas;
+use crate::fleet::MemberConfig;
 use crate::fleet::registry::DEFAULT_NAMESPACE_PREFIX;
 use crate::fleet::{Controllers, RuntimeConfig, TrustPolicy};
 

@@ -63,6 +63,16 @@ pub trait ReconcileObserver: Send + Sync + 'static {
     fn watches_recovered(&self, _member: &str, _job: &'static str) {}
     /// An EndpointSliceExport was created, updated or deleted (`op`).
     fn slice_write(&self, _member: &str, _op: &'static str) {}
+    /// An EndpointSlice exported by `origin` was imported into `destination` `took` after its
+    /// export (`exportedSince`), once per generation; `first_import`: its first.
+    fn slice_import_duration(
+        &self,
+        _origin: &str,
+        _destination: &str,
+        _first_import: bool,
+        _took: Duration,
+    ) {
+    }
     /// An item was dropped from a bounded queue (`queue`) of `member` because it was full.
     fn dropped(&self, _member: &str, _queue: &'static str) {}
 }

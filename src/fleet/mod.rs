@@ -13,6 +13,7 @@ mod error;
 mod member;
 pub mod registry;
 mod removal;
+mod settings;
 pub mod state;
 pub mod vet;
 
@@ -29,6 +30,7 @@ pub use engagement::run;
 pub use error::Error;
 pub use member::{MemberClient, member_client};
 pub use removal::Cleanups;
+pub use settings::{MemberConfig, MemberConfigFile, MemberSettings};
 pub use state::{Event, FleetState, JobPhase, JobStatus, MemberStatus, Phase};
 pub use vet::TrustPolicy;
 
@@ -71,7 +73,7 @@ pub struct RuntimeConfig {
     /// Which networking agents the membership job reports for (`--agent-types`).
     pub agent_types: crate::api::AgentTypes,
     /// Per-member settings (`--member-config`), read again at every rescan.
-    pub member_config: Arc<crate::config::MemberConfig>,
+    pub member_config: Arc<MemberConfig>,
 }
 
 /// Notified when a member engagement starts and when a member leaves (metrics series).
@@ -174,6 +176,10 @@ impl ReconcileObserver for StateObserver {
     }
     fn conflict_reflected(&self, member: &str, latency: Duration) {
         self.inner.conflict_reflected(member, latency);
+    }
+    fn slice_import_duration(&self, origin: &str, member: &str, first: bool, took: Duration) {
+        self.inner
+            .slice_import_duration(origin, member, first, took);
     }
     fn watch_failed(&self, member: &str, job: &'static str, member_side: bool, error: &str) {
         self.state.job_failed(member, job, error, member_side);

@@ -84,6 +84,20 @@ const EXPORT_DURATION_BUCKETS_MS: [f64; 6] = [1000.0, 2500.0, 5000.0, 10000.0, 2
 /// The reference caps a data point here so outliers do not skew averages.
 const EXPORT_DURATION_CAP_MS: u128 = 100_000;
 
+/// fleet-networking's export-import duration metric (its member EndpointSliceImport
+/// controller's), same buckets and cap.
+const IMPORT_DURATION_METRIC: &str =
+    "fleet_networking_endpointslice_export_import_duration_milliseconds";
+
+/// The labels of fleet-networking's import metric: where from, where to, whether first.
+fn import_labels(origin: &str, destination: &str, first: bool) -> Labels {
+    vec![
+        ("origin_cluster_id", label(origin)),
+        ("destination_cluster_id", label(destination)),
+        ("is_first_import", first.to_string()),
+    ]
+}
+
 /// The label of fleet-networking's metric: the member.
 fn origin(member: &str) -> Labels {
     vec![("origin_cluster_id", label(member))]
@@ -104,6 +118,8 @@ struct MemberEntry {
     member_client: Option<Arc<ClientStats>>,
     /// Outcome labels recorded, so that removal finds every series.
     outcomes: BTreeSet<String>,
+    /// Origins of the slices imported into the member (import duration series).
+    import_origins: BTreeSet<String>,
 }
 
 /// State read at scrape time, shared with the registry's collector.
@@ -131,6 +147,7 @@ pub struct Metrics {
     export_latency: ExemplarHistogram,
     conflict_latency: Histogram,
     export_duration: Family<Labels, Histogram, fn() -> Histogram>,
+    import_duration: Family<Labels, Histogram, fn() -> Histogram>,
 }
 
 impl fmt::Debug for Metrics {
@@ -174,6 +191,9 @@ impl Metrics {
             export_latency: HistogramWithExemplars::new(LATENCY_BUCKETS.into_iter()),
             conflict_latency: Histogram::new(LATENCY_BUCKETS),
             export_duration: Family::new_with_constructor(|| {
+                Histogram::new(EXPORT_DURATION_BUCKETS_MS)
+            }),
+            import_duration: Family::new_with_constructor(|| {
                 Histogram::new(EXPORT_DURATION_BUCKETS_MS)
             }),
         };
@@ -267,6 +287,12 @@ impl Metrics {
                 None,
                 self.export_duration.clone()
             ),
+            (
+                IMPORT_DURATION_METRIC,
+                "The duration of an endpointslice export",
+                None,
+                self.import_duration.clone()
+            ),
         );
     }
 
@@ -307,7 +333,14 @@ impl Metrics {
     /// member's exporter stopped (a reconcile still running would record it again).
     pub fn remove_member(&self, member: &str) {
         let entry = self.shared.members.write().remove(member);
-        for outcome in entry.map(|e| e.outcomes).unwrap_or_default() {
+        let entry = entry.unwrap_or_default();
+        for origin in &entry.import_origins {
+            for first in [true, false] {
+                self.import_duration
+                    .remove(&import_labels(origin, member, first));
+            }
+        }
+        for outcome in entry.outcomes {
             self.reconciles.remove(&vec![
                 ("member", label(member)),
                 ("outcome", label(&outcome)),
@@ -412,6 +445,27 @@ impl ReconcileObserver for Metrics {
         self.slice_writes
             .get_or_create(&vec![("op", op.to_string())])
             .inc();
+    }
+
+    fn slice_import_duration(&self, origin: &str, destination: &str, first: bool, took: Duration) {
+        let known = self
+            .shared
+            .members
+            .read()
+            .get(destination)
+            .is_some_and(|e| e.import_origins.contains(origin));
+        if !known {
+            self.shared
+                .members
+                .write()
+                .entry(destination.to_string())
+                .or_default()
+                .import_origins
+                .insert(origin.to_string());
+        }
+        self.import_duration
+            .get_or_create(&import_labels(origin, destination, first))
+            .observe(export_duration_ms(took));
     }
 
     fn dropped(&self, _member: &str, queue: &'static str) {

@@ -204,6 +204,34 @@ fn export_duration_follows_fleet_networking_rules() {
 }
 
 #[test]
+fn import_duration_is_fleet_networkings_histogram_by_origin_destination_and_first() {
+    let m = Metrics::new();
+    m.slice_import_duration("west", "east", true, Duration::from_millis(1000));
+    m.slice_import_duration("west", "east", false, Duration::from_secs(300));
+    m.slice_import_duration("west", "east", true, Duration::ZERO);
+    let text = m.encode_prometheus();
+    let series = "fleet_networking_endpointslice_export_import_duration_milliseconds";
+    assert!(
+        text.contains(&format!(
+            "# HELP {series} The duration of an endpointslice export"
+        )),
+        "{text}"
+    );
+    for want in [
+        format!(
+            r#"{series}_bucket{{origin_cluster_id="west",destination_cluster_id="east",is_first_import="true",le="1000"}} 2"#
+        ),
+        format!(
+            r#"{series}_sum{{origin_cluster_id="west",destination_cluster_id="east",is_first_import="false"}} 100000.0"#
+        ),
+    ] {
+        assert!(text.contains(&want), "missing {want} in\n{text}");
+    }
+    m.remove_member("east");
+    assert!(!m.encode().contains("destination_cluster_id=\"east\""));
+}
+
+#[test]
 fn no_exemplar_without_a_sampled_trace() {
     let m = Metrics::new();
     m.reconcile_started("a");

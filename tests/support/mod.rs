@@ -197,6 +197,31 @@ pub async fn wait_phase(
     .await;
 }
 
+/// The whole process for `fleet`'s one member `member`, running only `controllers`, once the
+/// member is Ready and so is the process.
+pub async fn start_jobs(
+    fleet: &Fleet,
+    member: &str,
+    controllers: fleetnet_hub::fleet::Controllers,
+) -> fleetnet_hub::app::Running {
+    init_test_logs();
+    let dir = kubeconfig_dir(fleet, &format!("{member}-kubeconfigs"), &[member]);
+    let mut config = app_config(fleet, &dir);
+    config.runtime.controllers = controllers;
+    let running = fleetnet_hub::app::start(config, fleetnet_hub::app::Extensions::default())
+        .await
+        .expect("starts");
+    within(Duration::from_secs(60), "member ready", || async {
+        let ready = running
+            .state
+            .member(member)
+            .is_some_and(|s| s.phase == fleetnet_hub::fleet::Phase::Ready);
+        (ready && running.state.ready()).then_some(())
+    })
+    .await;
+    running
+}
+
 /// The whole process's configuration for `fleet`, members from `dir`, generous hub budget,
 /// no leader election, ephemeral ports; tests set what they need before it is built.
 pub fn config_builder(fleet: &Fleet, dir: &std::path::Path) -> fleetnet_hub::config::ConfigBuilder {

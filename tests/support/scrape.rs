@@ -53,3 +53,19 @@ pub fn sum(text: &str, name: &str, labels: &[&str]) -> f64 {
         .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
         .sum()
 }
+
+/// Requests the apiserver behind `client` counted for `resource` with `verb` (`POST`, `PUT`,
+/// `PATCH`, `DELETE`, `GET`, …), any response code, from its own `apiserver_request_total`.
+pub async fn apiserver_requests(client: &kube::Client, resource: &str, verb: &str) -> f64 {
+    let text = client
+        .request_text(
+            http::Request::get("/metrics")
+                .body(vec![])
+                .expect("request"),
+        )
+        .await
+        .expect("apiserver metrics");
+    let resource = format!("resource=\"{resource}\"");
+    let verb = format!("verb=\"{verb}\"");
+    sum(&text, "apiserver_request_total", &[&resource, &verb])
+}

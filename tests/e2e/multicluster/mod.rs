@@ -18,8 +18,8 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use fleetnet_hub::api::{MultiClusterService, ServiceImport};
-use fleetnet_hub::app::{self, Extensions, Running};
-use fleetnet_hub::fleet::{Controllers, Phase};
+use fleetnet_hub::app::Running;
+use fleetnet_hub::fleet::Controllers;
 use fleetnet_hub::multicluster::decide::{DERIVED_SERVICE_LABEL, SERVICE_IMPORT_LABEL};
 use fleetnet_testenv::Fleet;
 use k8s_openapi::api::core::v1::Service;
@@ -46,22 +46,8 @@ async fn one_member() -> (Fleet, kube::Client) {
 
 /// The process, in this one, running only the MultiClusterService job; once `M` is ready.
 async fn start(fleet: &Fleet) -> Running {
-    init_test_logs();
-    let dir = kubeconfig_dir(fleet, "mcs-kubeconfigs", &[M]);
-    let mut config = app_config(fleet, &dir);
-    config.runtime.controllers = Controllers::parse("multiclusterservice").expect("a known job");
-    let running = app::start(config, Extensions::default())
-        .await
-        .expect("starts");
-    within(Duration::from_secs(60), "member ready", || async {
-        let ready = running
-            .state
-            .member(M)
-            .is_some_and(|s| s.phase == Phase::Ready);
-        (ready && running.state.ready()).then_some(())
-    })
-    .await;
-    running
+    let only = Controllers::parse("multiclusterservice").expect("a known job");
+    start_jobs(fleet, M, only).await
 }
 
 fn mcses(member: &kube::Client) -> Api<MultiClusterService> {
@@ -192,19 +178,9 @@ async fn wait_event(member: &kube::Client, name: &str, reason: &str, note: &str)
     .await;
 }
 
-/// Requests the member's apiserver counted for `resource` with `verb`, any response code.
-async fn requests(member: &kube::Client, resource: &str, verb: &str) -> f64 {
-    let text = member
-        .request_text(
-            http::Request::get("/metrics")
-                .body(vec![])
-                .expect("request"),
-        )
-        .await
-        .expect("apiserver metrics");
-    let resource = format!("resource=\"{resource}\"");
-    let verb = format!("verb=\"{verb}\"");
-    sum(&text, "apiserver_request_total", &[&resource, &verb])
+/// Requests an apiserver counted for `resource` with `verb`, any response code.
+async fn requests(client: &kube::Client, resource: &str, verb: &str) -> f64 {
+    apiserver_requests(client, resource, verb).await
 }
 
 /// Writes (POST, PUT, PATCH, DELETE) of MultiClusterServices, ServiceImports and Services.

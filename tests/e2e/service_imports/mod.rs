@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use fleetnet_hub::api::{
     ExportedObjectReference, InternalServiceImport, ServiceImport, ServiceImportStatus,
 };
-use fleetnet_hub::app::{self, Extensions, Running};
-use fleetnet_hub::fleet::{Controllers, Phase};
+use fleetnet_hub::app::Running;
+use fleetnet_hub::fleet::Controllers;
 use fleetnet_testenv::Fleet;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -42,21 +42,7 @@ async fn one_member() -> (Fleet, kube::Client, kube::Client, String) {
 }
 
 async fn start_in_process(fleet: &Fleet, controllers: Controllers) -> Running {
-    init_test_logs();
-    let mut config = app_config(fleet, &kubeconfig_dir(fleet, "imports-kubeconfigs", &[M]));
-    config.runtime.controllers = controllers;
-    let running = app::start(config, Extensions::default())
-        .await
-        .expect("starts");
-    within(Duration::from_secs(60), "member ready", || async {
-        let ready = running
-            .state
-            .member(M)
-            .is_some_and(|s| s.phase == Phase::Ready);
-        (ready && running.state.ready()).then_some(())
-    })
-    .await;
-    running
+    start_jobs(fleet, M, controllers).await
 }
 
 fn imports(member: &kube::Client, ns: &str) -> Api<ServiceImport> {

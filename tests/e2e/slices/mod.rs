@@ -21,8 +21,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fleetnet_hub::api::EndpointSliceExport;
-use fleetnet_hub::app::{self, Extensions, Running};
-use fleetnet_hub::fleet::{Controllers, Phase};
+use fleetnet_hub::app::Running;
+use fleetnet_hub::fleet::Controllers;
 use fleetnet_testenv::Fleet;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -49,21 +49,7 @@ async fn one_member() -> (Fleet, kube::Client, kube::Client, String) {
 }
 
 async fn start_in_process(fleet: &Fleet, controllers: Controllers) -> Running {
-    init_test_logs();
-    let mut config = app_config(fleet, &kubeconfig_dir(fleet, "slices-kubeconfigs", &[M]));
-    config.runtime.controllers = controllers;
-    let running = app::start(config, Extensions::default())
-        .await
-        .expect("starts");
-    within(Duration::from_secs(60), "member ready", || async {
-        let ready = running
-            .state
-            .member(M)
-            .is_some_and(|s| s.phase == Phase::Ready);
-        (ready && running.state.ready()).then_some(())
-    })
-    .await;
-    running
+    start_jobs(fleet, M, controllers).await
 }
 
 /// A ServiceExport `NS/name` whose status says `Valid=valid`, `Conflict=conflict`, as the
@@ -147,17 +133,7 @@ async fn wait_unnamed(member: &kube::Client, name: &str) {
 
 /// Requests an apiserver counted for `resource` with `verb`, any response code.
 async fn requests(client: &kube::Client, resource: &str, verb: &str) -> f64 {
-    let text = client
-        .request_text(
-            http::Request::get("/metrics")
-                .body(vec![])
-                .expect("request"),
-        )
-        .await
-        .expect("apiserver metrics");
-    let resource = format!("resource=\"{resource}\"");
-    let verb = format!("verb=\"{verb}\"");
-    sum(&text, "apiserver_request_total", &[&resource, &verb])
+    apiserver_requests(client, resource, verb).await
 }
 
 /// Writes an apiserver counted for `resource` (POST, PUT, PATCH, DELETE), any response code.

@@ -140,7 +140,7 @@ fn member_config_errors_are_placed_never_quoted() {
         ),
     ] {
         std::fs::write(&path, text).expect("write");
-        let e = crate::config::MemberConfigFile::load(&path).expect_err("invalid");
+        let e = crate::fleet::MemberConfigFile::load(&path).expect_err("invalid");
         assert!(
             e.starts_with(&format!("invalid member config {}: ", path.display())),
             "{e}"

@@ -1,6 +1,8 @@
 //! `fleetnet-hub sandbox`: a local hub and two members on real apiservers (the test
 //! substrate), the controller running against them, one sample export (Service + its
-//! EndpointSlice) per member.
+//! EndpointSlice) per member, and member-2 importing it through a MultiClusterService.
+
+mod imports;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -71,14 +73,42 @@ pub async fn run() -> Result<(), String> {
         );
         println!("{}", serde_saphyr::to_string(&ese.spec).unwrap_or_default());
     }
+    let fleet_system = crate::config::DEFAULT_FLEET_SYSTEM_NAMESPACE;
+    let importer = fleet
+        .member(imports::IMPORTER)
+        .client()
+        .await
+        .map_err(|e| e.to_string())?;
+    let hub_namespaces = MEMBERS.iter().map(|m| fleet.hub_namespace(m)).collect();
+    let import_stand_in = tokio::spawn(imports::stand_in_imports(hub.clone(), hub_namespaces));
+    imports::create_importer(&importer, fleet_system).await?;
+    let imported =
+        imports::wait_for_imported_slices(&importer, fleet_system, MEMBERS.len()).await?;
+    println!(
+        "--- {}: MultiClusterService demo/hello → derived Service {fleet_system}/demo-hello, imported EndpointSlices:",
+        imports::IMPORTER
+    );
+    for slice in &imported {
+        let addresses: Vec<&str> = slice
+            .endpoints
+            .iter()
+            .flatten()
+            .flat_map(|e| e.addresses.iter().map(String::as_str))
+            .collect();
+        println!(
+            "  {fleet_system}/{}: {}",
+            slice.metadata.name.as_deref().unwrap_or_default(),
+            addresses.join(", ")
+        );
+    }
     println!("fleetnet-hub sandbox is running.");
     println!(
-        "  hub:       kubectl --kubeconfig {} get internalserviceexports,endpointsliceexports -A",
+        "  hub:       kubectl --kubeconfig {} get internalserviceexports,endpointsliceexports,internalserviceimports,endpointsliceimports -A",
         fleet.hub().kubeconfig_path().display()
     );
     for m in fleet.members() {
         println!(
-            "  {:<10} kubectl --kubeconfig {} get serviceexports,endpointslices -A",
+            "  {:<10} kubectl --kubeconfig {} get serviceexports,multiclusterservices,serviceimports,services,endpointslices -A",
             format!("{}:", m.name()),
             m.kubeconfig_path().display()
         );
@@ -93,6 +123,7 @@ pub async fn run() -> Result<(), String> {
     eprintln!("stopping...");
     mirror.abort();
     verdicts.abort();
+    import_stand_in.abort();
     running.shutdown().await;
     drop(fleet);
     Ok(())

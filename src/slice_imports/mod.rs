@@ -1,0 +1,115 @@
+//! The EndpointSliceImport job (EndpointSliceImport → EndpointSlice), on the controller kit:
+//! fleet-networking's member EndpointSliceImport controller, run from the hub. Observe →
+//! decide (pure) → act.
+//!
+//! One runner per member over the EndpointSliceImports of its hub namespace, each imported
+//! as an EndpointSlice of the same name in the member's fleet system namespace, attached to
+//! the derived Service of the MultiClusterService that imports the import's Service. Also
+//! triggered by the member's MultiClusterServices, the derived Services appearing or going,
+//! and the imported slices themselves (edited or deleted by someone: put back).
+
+mod act;
+mod context;
+pub mod decide;
+mod error;
+mod reconcile;
+mod views;
+
+use std::sync::Arc;
+
+use futures::FutureExt;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::Api;
+use tokio_util::sync::CancellationToken;
+
+pub use decide::{NAME, Outcome};
+pub use error::{Error, Step};
+
+use crate::api::EndpointSliceImport;
+use crate::controller::own_writes::OwnWrites;
+use crate::controller::pace::Pace;
+use crate::controller::runner::Runner;
+use crate::controller::streaks::Streaks;
+use crate::controller::views::WatchHealth;
+use crate::controller::{Job, MemberInputs, Running, leadership_gained};
+use context::Context;
+
+/// The EndpointSliceImport job, as the registry lists it.
+pub struct EndpointSliceImportJob;
+
+/// What the EndpointSliceImport job needs of a member beyond the kit's inputs.
+pub trait Needs {
+    /// The member namespace of derived Services and imported slices
+    /// (`--fleet-system-namespace`).
+    fn fleet_system_namespace(&self) -> &str;
+}
+
+impl<S: Needs> Job<S> for EndpointSliceImportJob {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn start(&self, inputs: &mut MemberInputs<S>, shutdown: CancellationToken) -> Running {
+        let fleet_namespace = inputs.shared.fleet_system_namespace().to_string();
+        let hub: Api<EndpointSliceImport> =
+            Api::namespaced(inputs.hub_client.clone(), &inputs.hub_namespace);
+        let health = Arc::new(WatchHealth::new(
+            &inputs.member,
+            NAME,
+            inputs.observer.clone(),
+        ));
+        let pace = Arc::new(Pace::new(inputs.concurrency));
+        let scope = views::Scope {
+            member: &inputs.member_client,
+            hub: &hub,
+            hub_namespace: &inputs.hub_namespace,
+            fleet_namespace: &fleet_namespace,
+        };
+        let (views, triggers) = views::Views::watch(&scope, &health, &pace);
+        let synced = health.synced(None, &views::WATCHED);
+        let ctx = Arc::new(Context {
+            member: inputs.member.clone(),
+            hub_namespace: inputs.hub_namespace.clone(),
+            member_slices: Api::<EndpointSlice>::namespaced(
+                inputs.member_client.clone(),
+                &fleet_namespace,
+            ),
+            fleet_namespace,
+            hub,
+            imports: views.imports.clone(),
+            multi_cluster_services: views.multi_cluster_services,
+            services: views.services,
+            slices: views.slices,
+            claim: inputs.claim.clone(),
+            observer: inputs.observer.clone(),
+            views: synced.clone(),
+            failures: Streaks::default(),
+            own_imports: OwnWrites::default(),
+            own_slices: OwnWrites::default(),
+        });
+        let leadership = leadership_gained(&inputs.claim);
+        let runner = Runner {
+            pace: pace.clone(),
+            store: views.imports,
+            dyntype: (),
+            ctx,
+        };
+        let run = async move {
+            let reconciles = runner.run(
+                pace.stream(),
+                leadership,
+                async move { shutdown.cancelled().await },
+                |i, ctx| crate::memory::scratch_future(reconcile::reconcile(i, ctx)),
+                reconcile::error_policy,
+            );
+            tokio::select! {
+                () = reconciles => {}
+                () = triggers => {}
+            }
+        };
+        Running {
+            run: run.boxed(),
+            synced,
+        }
+    }
+}
