@@ -23,6 +23,7 @@ pub const MEMBER_PERMISSIONS: &[(&str, &str, &str)] = &[
     (GROUP, "serviceexports", "list"),
     (GROUP, "serviceexports", "watch"),
     (GROUP, "serviceexports", "patch"),
+    (GROUP, "serviceexports", "delete"),
     (GROUP, "serviceexports/status", "patch"),
     ("", "services", "get"),
     ("", "services", "list"),
@@ -43,6 +44,7 @@ pub const MEMBER_PERMISSIONS: &[(&str, &str, &str)] = &[
     (GROUP, "multiclusterservices", "list"),
     (GROUP, "multiclusterservices", "watch"),
     (GROUP, "multiclusterservices", "patch"),
+    (GROUP, "multiclusterservices", "delete"),
     (GROUP, "multiclusterservices/status", "patch"),
 ];
 
@@ -52,6 +54,9 @@ pub const FLEET_SYSTEM_PERMISSIONS: &[(&str, &str, &str)] = &[
     ("", "services", "create"),
     ("", "services", "patch"),
     ("", "services", "delete"),
+    ("discovery.k8s.io", "endpointslices", "create"),
+    ("discovery.k8s.io", "endpointslices", "update"),
+    ("discovery.k8s.io", "endpointslices", "delete"),
 ];
 
 /// How `check` prints its report.

@@ -519,14 +519,14 @@ for r in rules:
             grants.setdefault((g, res), set()).update(r["verbs"])
 # What tests/e2e/rbac proves the controller uses in a member (audit log of a real apiserver).
 want = {
-    ("networking.fleet.azure.com", "serviceexports"): {"get", "list", "watch", "patch"},
+    ("networking.fleet.azure.com", "serviceexports"): {"get", "list", "watch", "patch", "delete"},
     ("networking.fleet.azure.com", "serviceexports/status"): {"patch"},
     ("", "services"): {"get", "list", "watch"},
     ("events.k8s.io", "events"): {"create"},
     ("discovery.k8s.io", "endpointslices"): {"get", "list", "watch", "patch"},
     ("networking.fleet.azure.com", "serviceimports"): {"get", "list", "watch", "create", "patch", "delete"},
     ("networking.fleet.azure.com", "serviceimports/status"): {"update"},
-    ("networking.fleet.azure.com", "multiclusterservices"): {"get", "list", "watch", "patch"},
+    ("networking.fleet.azure.com", "multiclusterservices"): {"get", "list", "watch", "patch", "delete"},
     ("networking.fleet.azure.com", "multiclusterservices/status"): {"patch"},
 }
 assert grants == want, f"grants {grants} != {want}"
@@ -539,6 +539,7 @@ for r in ns_rules:
             ns_grants.setdefault((g, res), set()).update(r["verbs"])
 ns_want = {
     ("", "services"): {"create", "patch", "delete"},
+    ("discovery.k8s.io", "endpointslices"): {"create", "update", "delete"},
 }
 assert ns_grants == ns_want, f"fleet system namespace grants {ns_grants} != {ns_want}"
 docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
@@ -585,6 +586,9 @@ want = {
     ("networking.fleet.azure.com", "internalserviceexports"): {"get", "list", "watch", "create", "patch", "delete"},
     ("networking.fleet.azure.com", "endpointsliceexports"): {"get", "list", "watch", "create", "patch", "delete"},
     ("networking.fleet.azure.com", "internalserviceimports"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("networking.fleet.azure.com", "endpointsliceimports"): {"get", "list", "watch", "patch"},
+    ("cluster.kubernetes-fleet.io", "internalmemberclusters"): {"get", "list", "watch"},
+    ("cluster.kubernetes-fleet.io", "internalmemberclusters/status"): {"update"},
 }
 assert grants == want, f"grants {grants} != {want}"
 print("ok")

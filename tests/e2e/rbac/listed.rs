@@ -73,6 +73,13 @@ fn rendered_rbac_has_no_wildcard_and_exactly_the_listed_rules() {
             rules.push(rule(&scope, NET, ISE, &[], &hub_rw));
             rules.push(rule(&scope, NET, ESE, &[], &hub_rw));
             rules.push(rule(&scope, NET, ISI, &[], &hub_rw));
+            let read_patch = ["get", "list", "watch", "patch"];
+            rules.push(rule(&scope, NET, "endpointsliceimports", &[], &read_patch));
+            let imc = "internalmemberclusters";
+            let fleet = "cluster.kubernetes-fleet.io";
+            rules.push(rule(&scope, fleet, imc, &[], &["get", "list", "watch"]));
+            let status = format!("{imc}/status");
+            rules.push(rule(&scope, fleet, &status, &[], &["update"]));
         }
     };
     let release = format!("Role {RELEASE_NS}");
@@ -142,6 +149,13 @@ fn rendered_rbac_has_no_wildcard_and_exactly_the_listed_rules() {
     let every = ["get", "list", "watch", "create", "patch", "delete"];
     let want_member = vec![
         rule(&system, "", "services", &[], &["create", "patch", "delete"]),
+        rule(
+            &system,
+            "discovery.k8s.io",
+            "endpointslices",
+            &[],
+            &["create", "update", "delete"],
+        ),
         rule("ClusterRole", NET, "serviceimports", &[], &every),
         rule(
             "ClusterRole",
@@ -155,7 +169,7 @@ fn rendered_rbac_has_no_wildcard_and_exactly_the_listed_rules() {
             NET,
             "multiclusterservices",
             &[],
-            &["get", "list", "watch", "patch"],
+            &["get", "list", "watch", "patch", "delete"],
         ),
         rule(
             "ClusterRole",
@@ -169,7 +183,7 @@ fn rendered_rbac_has_no_wildcard_and_exactly_the_listed_rules() {
             NET,
             "serviceexports",
             &[],
-            &["get", "list", "watch", "patch"],
+            &["get", "list", "watch", "patch", "delete"],
         ),
         rule("ClusterRole", NET, "serviceexports/status", &[], &["patch"]),
         rule(

@@ -8,13 +8,16 @@
 //! ServiceAccount bound by its rendered ClusterRole (and its Role in the fleet system namespace),
 //! each with a bound (TokenRequest) token. The workload walks every path that calls the API, one
 //! function per job: the export jobs (`exports`), the ServiceImport jobs (`imports`), the
-//! MultiClusterService job (`multicluster`); leader election on a Lease (get, create, renew,
-//! release) and `--cleanup-on-remove` with a member's kubeconfig removed.
+//! MultiClusterService job (`multicluster`), the EndpointSliceImport job (`slice_imports`), the
+//! membership job (`membership`: heartbeats, then a leave); leader election on a Lease (get,
+//! create, renew, release) and `--cleanup-on-remove` with a member's kubeconfig removed.
 
 mod exports;
 mod imports;
 mod listed;
+mod membership;
 mod multicluster;
+mod slice_imports;
 mod used;
 
 use crate::support;

@@ -113,6 +113,8 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
     exports::walk(&walk).await;
     imports::walk(&walk).await;
     multicluster::walk(&walk).await;
+    slice_imports::walk(&walk).await;
+    membership::walk(&walk).await;
     exports::remove_member(&walk, &dir.join("member-2.yaml")).await;
 
     // Shutdown releases the Lease.
