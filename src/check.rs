@@ -1,6 +1,6 @@
 //! `fleetnet-hub check`: for every member of a kubeconfig directory, can fleetnet-hub work
 //! with it? Connects, finds the ServiceExport CRD, and asks the member (SelfSubjectAccessReview)
-//! for every permission the reconciler needs.
+//! for every permission the jobs need: cluster-wide, and in the fleet system namespace.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use kube::api::{Api, PostParams};
 use crate::api::GROUP;
 use crate::api::ServiceExportVersion;
 use crate::client::Limits;
+use crate::config::DEFAULT_FLEET_SYSTEM_NAMESPACE;
 use crate::fleet::{MemberClient, TrustPolicy, member_client, registry};
 
 /// `(group, resource, verb)` the reconciler needs in each member.
@@ -22,6 +23,7 @@ pub const MEMBER_PERMISSIONS: &[(&str, &str, &str)] = &[
     (GROUP, "serviceexports", "list"),
     (GROUP, "serviceexports", "watch"),
     (GROUP, "serviceexports", "patch"),
+    (GROUP, "serviceexports", "delete"),
     (GROUP, "serviceexports/status", "patch"),
     ("", "services", "get"),
     ("", "services", "list"),
@@ -31,6 +33,30 @@ pub const MEMBER_PERMISSIONS: &[(&str, &str, &str)] = &[
     ("discovery.k8s.io", "endpointslices", "list"),
     ("discovery.k8s.io", "endpointslices", "watch"),
     ("discovery.k8s.io", "endpointslices", "patch"),
+    (GROUP, "serviceimports", "get"),
+    (GROUP, "serviceimports", "list"),
+    (GROUP, "serviceimports", "watch"),
+    (GROUP, "serviceimports", "create"),
+    (GROUP, "serviceimports", "patch"),
+    (GROUP, "serviceimports", "delete"),
+    (GROUP, "serviceimports/status", "update"),
+    (GROUP, "multiclusterservices", "get"),
+    (GROUP, "multiclusterservices", "list"),
+    (GROUP, "multiclusterservices", "watch"),
+    (GROUP, "multiclusterservices", "patch"),
+    (GROUP, "multiclusterservices", "delete"),
+    (GROUP, "multiclusterservices/status", "patch"),
+];
+
+/// `(group, resource, verb)` the jobs need in each member's fleet system namespace only
+/// (`--fleet-system-namespace`): the objects they own there (the chart's Role).
+pub const FLEET_SYSTEM_PERMISSIONS: &[(&str, &str, &str)] = &[
+    ("", "services", "create"),
+    ("", "services", "patch"),
+    ("", "services", "delete"),
+    ("discovery.k8s.io", "endpointslices", "create"),
+    ("discovery.k8s.io", "endpointslices", "update"),
+    ("discovery.k8s.io", "endpointslices", "delete"),
 ];
 
 /// How `check` prints its report.
@@ -53,12 +79,21 @@ pub struct MemberCheck {
     pub problem: String,
 }
 
-/// The permissions of [`MEMBER_PERMISSIONS`] the member's identity lacks
-/// (SelfSubjectAccessReview), as `<verb> <group>/<resource>`.
-async fn missing_permissions(client: kube::Client) -> Result<Vec<String>, String> {
+/// The permissions of [`MEMBER_PERMISSIONS`] (cluster-wide) and [`FLEET_SYSTEM_PERMISSIONS`]
+/// (in `fleet_system_namespace`) the member's identity lacks (SelfSubjectAccessReview), as
+/// `<verb> <group>/<resource>[ in <namespace>]`.
+async fn missing_permissions(
+    client: kube::Client,
+    fleet_system_namespace: &str,
+) -> Result<Vec<String>, String> {
     let api: Api<SelfSubjectAccessReview> = Api::all(client);
+    let everywhere = MEMBER_PERMISSIONS.iter().map(|p| (p, None));
+    let in_fleet_system = FLEET_SYSTEM_PERMISSIONS
+        .iter()
+        .map(|p| (p, Some(fleet_system_namespace)));
     let mut missing = vec![];
-    for (group, resource, verb) in MEMBER_PERMISSIONS {
+    for ((group, resource, verb), namespace) in everywhere.chain(in_fleet_system) {
+        let whole = *resource;
         let (resource, subresource) = resource
             .split_once('/')
             .map_or((*resource, None), |(r, s)| (r, Some(s.to_string())));
@@ -69,16 +104,18 @@ async fn missing_permissions(client: kube::Client) -> Result<Vec<String>, String
                     resource: Some(resource.to_string()),
                     subresource,
                     verb: Some(verb.to_string()),
+                    namespace: namespace.map(str::to_string),
                     ..Default::default()
                 }),
                 ..Default::default()
             },
             ..Default::default()
         };
+        let place = namespace.map(|ns| format!(" in {ns}")).unwrap_or_default();
         match api.create(&PostParams::default(), &review).await {
             Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => {}
-            Ok(_) if group.is_empty() => missing.push(format!("{verb} {resource}")),
-            Ok(_) => missing.push(format!("{verb} {group}/{resource}")),
+            Ok(_) if group.is_empty() => missing.push(format!("{verb} {whole}{place}")),
+            Ok(_) => missing.push(format!("{verb} {group}/{whole}{place}")),
             Err(e) => return Err(format!("SelfSubjectAccessReview failed: {e}")),
         }
     }
@@ -96,12 +133,32 @@ impl MemberCheck {
     }
 }
 
-/// Checks one member kubeconfig, read from `file` (named in a refusal).
+/// Checks one member kubeconfig, read from `file` (named in a refusal), with the default
+/// fleet system namespace.
 pub async fn check_member(
     name: &str,
     file: &Path,
     kubeconfig: &str,
     trust: TrustPolicy,
+) -> MemberCheck {
+    check_member_in(
+        name,
+        file,
+        kubeconfig,
+        trust,
+        DEFAULT_FLEET_SYSTEM_NAMESPACE,
+    )
+    .await
+}
+
+/// Checks one member kubeconfig, read from `file` (named in a refusal); the jobs' writes are
+/// asked for in `fleet_system_namespace`.
+pub async fn check_member_in(
+    name: &str,
+    file: &Path,
+    kubeconfig: &str,
+    trust: TrustPolicy,
+    fleet_system_namespace: &str,
 ) -> MemberCheck {
     let (limits, fence) = (Limits::default(), crate::client::Fence::open());
     let origin = file.display().to_string();
@@ -118,19 +175,20 @@ pub async fn check_member(
     {
         Ok(member) => {
             let server = member.clients.server.clone();
-            MemberCheck::new(name, &server, usable(member).await)
+            let verdict = usable(member, fleet_system_namespace).await;
+            MemberCheck::new(name, &server, verdict)
         }
         Err(problem) => MemberCheck::new(name, "-", Err(problem.to_string())),
     }
 }
 
 /// `Ok(summary)` when fleetnet-hub can work with the member, else the problem.
-async fn usable(member: MemberClient) -> Result<String, String> {
+async fn usable(member: MemberClient, fleet_system_namespace: &str) -> Result<String, String> {
     let discovery = ServiceExportVersion::discover(&member.clients.client);
     let version = tokio::time::timeout(Duration::from_secs(15), discovery)
         .await
         .map_err(|_| "no answer within 15 s".to_string())??;
-    let missing = missing_permissions(member.clients.client).await?;
+    let missing = missing_permissions(member.clients.client, fleet_system_namespace).await?;
     if !missing.is_empty() {
         return Err(format!("missing RBAC: {}", missing.join(", ")));
     }
@@ -148,10 +206,20 @@ async fn usable(member: MemberClient) -> Result<String, String> {
     ))
 }
 
-/// Checks every member of `dir`, prints the report as `output` asks, fails if any member is
-/// unusable.
+/// Checks every member of `dir` (the default fleet system namespace), prints the report as
+/// `output` asks, fails if any member is unusable.
 pub async fn run(dir: &Path, trust: TrustPolicy, output: Output) -> Result<(), String> {
-    let rows = check_dir(dir, trust).await?;
+    run_in(dir, DEFAULT_FLEET_SYSTEM_NAMESPACE, trust, output).await
+}
+
+/// [`run`], asking for the jobs' writes in `fleet_system_namespace` (`--fleet-system-namespace`).
+pub async fn run_in(
+    dir: &Path,
+    fleet_system_namespace: &str,
+    trust: TrustPolicy,
+    output: Output,
+) -> Result<(), String> {
+    let rows = check_dir_in(dir, fleet_system_namespace, trust).await?;
     match output {
         Output::Text => print!("{}", table(&rows)),
         Output::Json => println!("{}", json(&rows)),
@@ -164,8 +232,18 @@ pub async fn run(dir: &Path, trust: TrustPolicy, output: Output) -> Result<(), S
     }
 }
 
-/// The rows of the report for every member of `dir`.
+/// The rows of the report for every member of `dir` (the default fleet system namespace).
 pub async fn check_dir(dir: &Path, trust: TrustPolicy) -> Result<Vec<MemberCheck>, String> {
+    check_dir_in(dir, DEFAULT_FLEET_SYSTEM_NAMESPACE, trust).await
+}
+
+/// The rows of the report for every member of `dir`, the jobs' writes asked for in
+/// `fleet_system_namespace`.
+pub async fn check_dir_in(
+    dir: &Path,
+    fleet_system_namespace: &str,
+    trust: TrustPolicy,
+) -> Result<Vec<MemberCheck>, String> {
     let members = registry::scan(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
     if members.is_empty() {
         return Err(format!("no member kubeconfigs in {}", dir.display()));
@@ -173,7 +251,10 @@ pub async fn check_dir(dir: &Path, trust: TrustPolicy) -> Result<Vec<MemberCheck
     let mut rows = vec![];
     for (name, source) in members {
         rows.push(match source.kubeconfig {
-            Ok(k) => check_member(&name, &source.path, &k, trust).await,
+            Ok(k) => {
+                let ns = fleet_system_namespace;
+                check_member_in(&name, &source.path, &k, trust, ns).await
+            }
             Err(e) => MemberCheck::new(&name, "-", Err(e)),
         });
     }

@@ -42,6 +42,10 @@ enum Command {
         /// `text` (a table) or `json`.
         #[arg(long, value_enum, default_value_t)]
         output: fleetnet_hub::check::Output,
+        /// The member namespace the jobs write derived Services and imported EndpointSlices in
+        /// (as `run --fleet-system-namespace`): its permissions are checked there.
+        #[arg(long, env = "FLEETNET_FLEET_SYSTEM_NAMESPACE", default_value = fleetnet_hub::config::DEFAULT_FLEET_SYSTEM_NAMESPACE)]
+        fleet_system_namespace: String,
     },
     /// Start a local hub and two members (real apiservers), run the controller against them.
     #[cfg(feature = "sandbox")]
@@ -466,11 +470,17 @@ async fn async_main() -> std::process::ExitCode {
                 kubeconfig_dir,
                 trust,
                 output,
+                fleet_system_namespace,
             },
             _,
-        ) => fleetnet_hub::check::run(&kubeconfig_dir, trust.policy(), output)
-            .await
-            .map_err(anyhow::Error::msg),
+        ) => fleetnet_hub::check::run_in(
+            &kubeconfig_dir,
+            &fleet_system_namespace,
+            trust.policy(),
+            output,
+        )
+        .await
+        .map_err(anyhow::Error::msg),
         #[cfg(feature = "sandbox")]
         (Command::Sandbox, _) => fleetnet_hub::sandbox::run()
             .await

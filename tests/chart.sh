@@ -4,7 +4,8 @@
 #
 #   - helm lint --strict of both charts, the hub chart once per value set in charts/fleetnet-hub/ci/;
 #   - the shared RBAC rule files: files/hub-member-role.yaml is one plain Role, files/
-#     member-clusterrole.yaml one plain ClusterRole, and the member chart's copy is identical;
+#     member-clusterrole.yaml one plain ClusterRole, files/member-fleet-system-role.yaml one plain
+#     Role, and the member chart's copies are identical;
 #   - charts/fleetnet-hub-member.yaml (the `kubectl apply` manifest) matches a fresh rendering;
 #   - helm template of the hub chart with each value set, and assertions on the objects
 #     (a python3 + PyYAML checker below);
@@ -503,13 +504,13 @@ print("ok")
 PY
 
 cat >"$tmp/member_rules.py" <<'PY'
-"""The member ClusterRole grants exactly what the controller uses, the rendered member manifest
-carries those rules verbatim and has no token Secret; argv[3], when given, is a rendering with
-tokenSecret.create=true."""
+"""The member ClusterRole and fleet system namespace Role grant exactly what the controller uses,
+the rendered member manifest carries those rules verbatim and has no token Secret; argv[4], when
+given, is a rendering with tokenSecret.create=true."""
 import sys
 import yaml
 
-path, rendered = sys.argv[1:3]
+path, fleet_system_path, rendered = sys.argv[1:4]
 rules = yaml.safe_load(open(path))["rules"]
 grants = {}
 for r in rules:
@@ -518,26 +519,49 @@ for r in rules:
             grants.setdefault((g, res), set()).update(r["verbs"])
 # What tests/e2e/rbac proves the controller uses in a member (audit log of a real apiserver).
 want = {
-    ("networking.fleet.azure.com", "serviceexports"): {"get", "list", "watch", "patch"},
+    ("networking.fleet.azure.com", "serviceexports"): {"get", "list", "watch", "patch", "delete"},
     ("networking.fleet.azure.com", "serviceexports/status"): {"patch"},
     ("", "services"): {"get", "list", "watch"},
     ("events.k8s.io", "events"): {"create"},
     ("discovery.k8s.io", "endpointslices"): {"get", "list", "watch", "patch"},
+    ("networking.fleet.azure.com", "serviceimports"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("networking.fleet.azure.com", "serviceimports/status"): {"update"},
+    ("networking.fleet.azure.com", "multiclusterservices"): {"get", "list", "watch", "patch", "delete"},
+    ("networking.fleet.azure.com", "multiclusterservices/status"): {"patch"},
 }
 assert grants == want, f"grants {grants} != {want}"
+# The writes in the fleet system namespace only (a Role there, never cluster-wide).
+ns_rules = yaml.safe_load(open(fleet_system_path))["rules"]
+ns_grants = {}
+for r in ns_rules:
+    for g in r["apiGroups"]:
+        for res in r["resources"]:
+            ns_grants.setdefault((g, res), set()).update(r["verbs"])
+ns_want = {
+    ("", "services"): {"create", "patch", "delete"},
+    ("discovery.k8s.io", "endpointslices"): {"create", "update", "delete"},
+}
+assert ns_grants == ns_want, f"fleet system namespace grants {ns_grants} != {ns_want}"
 docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
 kinds = sorted(d["kind"] for d in docs)
 # No legacy (non-expiring) token Secret by default: tokens are minted with `kubectl create token`.
-assert kinds == ["ClusterRole", "ClusterRoleBinding", "Namespace", "ServiceAccount"], kinds
+assert kinds == ["ClusterRole", "ClusterRoleBinding", "Namespace", "Role", "RoleBinding", "ServiceAccount"], kinds
 cr = next(d for d in docs if d["kind"] == "ClusterRole")
 assert cr["rules"] == rules, "rendered ClusterRole rules differ from files/member-clusterrole.yaml"
 crb = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
 sa = next(d for d in docs if d["kind"] == "ServiceAccount")
 assert crb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cr["metadata"]["name"]}
 assert crb["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}]
-if len(sys.argv) > 3:
+role = next(d for d in docs if d["kind"] == "Role")
+assert role["metadata"]["namespace"] == "fleet-system", role["metadata"]
+assert role["rules"] == ns_rules, "rendered Role rules differ from files/member-fleet-system-role.yaml"
+rb = next(d for d in docs if d["kind"] == "RoleBinding")
+assert rb["metadata"]["namespace"] == "fleet-system", rb["metadata"]
+assert rb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+assert rb["subjects"] == crb["subjects"]
+if len(sys.argv) > 4:
     # The opt-in legacy token Secret (tokenSecret.create=true) belongs to the same ServiceAccount.
-    with_secret = [d for d in yaml.safe_load_all(open(sys.argv[3])) if d]
+    with_secret = [d for d in yaml.safe_load_all(open(sys.argv[4])) if d]
     secrets = [d for d in with_secret if d["kind"] == "Secret"]
     assert len(secrets) == 1, secrets
     sec = secrets[0]
@@ -561,6 +585,10 @@ for r in rules:
 want = {
     ("networking.fleet.azure.com", "internalserviceexports"): {"get", "list", "watch", "create", "patch", "delete"},
     ("networking.fleet.azure.com", "endpointsliceexports"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("networking.fleet.azure.com", "internalserviceimports"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("networking.fleet.azure.com", "endpointsliceimports"): {"get", "list", "watch", "patch"},
+    ("cluster.kubernetes-fleet.io", "internalmemberclusters"): {"get", "list", "watch"},
+    ("cluster.kubernetes-fleet.io", "internalmemberclusters/status"): {"update"},
 }
 assert grants == want, f"grants {grants} != {want}"
 print("ok")
@@ -582,12 +610,16 @@ run_check "helm package charts/fleetnet-hub-member" "$HELM" package "$member_cha
 # --- the plain RBAC rule files -------------------------------------------------------------------------
 run_check "files/hub-member-role.yaml is one plain Role fleetnet-hub-member" \
   "$PY" "$tmp/rulefiles.py" "$hub_chart/files/hub-member-role.yaml" Role fleetnet-hub-member
-run_check "files/hub-member-role.yaml grants exactly InternalServiceExports get list watch create patch delete" \
+run_check "files/hub-member-role.yaml grants exactly what the jobs use in a member's hub namespace" \
   "$PY" "$tmp/hub_rules.py" "$hub_chart/files/hub-member-role.yaml"
 run_check "files/member-clusterrole.yaml is one plain ClusterRole fleetnet-hub-member" \
   "$PY" "$tmp/rulefiles.py" "$hub_chart/files/member-clusterrole.yaml" ClusterRole fleetnet-hub-member
 run_check "member chart's files/member-clusterrole.yaml is identical to the hub chart's" \
   cmp "$hub_chart/files/member-clusterrole.yaml" "$member_chart/files/member-clusterrole.yaml"
+run_check "files/member-fleet-system-role.yaml is one plain Role fleetnet-hub-member" \
+  "$PY" "$tmp/rulefiles.py" "$hub_chart/files/member-fleet-system-role.yaml" Role fleetnet-hub-member
+run_check "member chart's files/member-fleet-system-role.yaml is identical to the hub chart's" \
+  cmp "$hub_chart/files/member-fleet-system-role.yaml" "$member_chart/files/member-fleet-system-role.yaml"
 
 # --- the member manifest (kubectl apply) ---------------------------------------------------------------
 render_member_manifest() {
@@ -609,8 +641,8 @@ if render_member_manifest >"$out/fleetnet-hub-member.yaml" 2>"$tmp/member.err"; 
     diff -u -B "$member_manifest" "$out/fleetnet-hub-member.yaml"
   if "$HELM" template --kube-version "$kube_version" fleetnet-hub-member "$member_chart" --namespace "$release_ns" \
     --set tokenSecret.create=true >"$tmp/member-token-secret.yaml" 2>"$tmp/member.err"; then
-    run_check "member ClusterRole: exactly the used grants, rendered verbatim; token Secret only on request" \
-      "$PY" "$tmp/member_rules.py" "$hub_chart/files/member-clusterrole.yaml" "$member_manifest" "$tmp/member-token-secret.yaml"
+    run_check "member ClusterRole and fleet system Role: exactly the used grants, rendered verbatim; token Secret only on request" \
+      "$PY" "$tmp/member_rules.py" "$hub_chart/files/member-clusterrole.yaml" "$hub_chart/files/member-fleet-system-role.yaml" "$member_manifest" "$tmp/member-token-secret.yaml"
   else
     fail "helm template charts/fleetnet-hub-member --set tokenSecret.create=true"
     sed 's/^/       | /' "$tmp/member.err"

@@ -26,3 +26,13 @@ fleetnet-hub chart and the Rust tests). */}}
 {{- define "fleetnet-hub-member.tokenSecretName" -}}
 {{- default (printf "%s-token" .Values.serviceAccount.name) .Values.tokenSecret.name -}}
 {{- end -}}
+
+{{/* The Role manifest from files/member-fleet-system-role.yaml (a plain manifest shared with the
+fleetnet-hub chart and the Rust tests). */}}
+{{- define "fleetnet-hub-member.fleetSystemRole" -}}
+{{- $role := .Files.Get "files/member-fleet-system-role.yaml" | fromYaml -}}
+{{- if or (ne (get $role "kind") "Role") (not (get $role "rules")) -}}
+{{- fail "files/member-fleet-system-role.yaml must be a single Role with rules" -}}
+{{- end -}}
+{{- toYaml $role -}}
+{{- end -}}

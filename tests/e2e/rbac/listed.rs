@@ -63,6 +63,7 @@ fn rule(scope: &str, group: &str, resource: &str, names: &[&str], verbs: &[&str]
 fn rendered_rbac_has_no_wildcard_and_exactly_the_listed_rules() {
     const ISE: &str = "internalserviceexports";
     const ESE: &str = "endpointsliceexports";
+    const ISI: &str = "internalserviceimports";
     const NET: &str = "networking.fleet.azure.com";
     let hub_rw = ["get", "list", "watch", "create", "patch", "delete"];
     let members_value = format!("members={{{}}}", MEMBERS.join(","));
@@ -71,6 +72,14 @@ fn rendered_rbac_has_no_wildcard_and_exactly_the_listed_rules() {
             let scope = format!("Role fleet-member-{m}");
             rules.push(rule(&scope, NET, ISE, &[], &hub_rw));
             rules.push(rule(&scope, NET, ESE, &[], &hub_rw));
+            rules.push(rule(&scope, NET, ISI, &[], &hub_rw));
+            let read_patch = ["get", "list", "watch", "patch"];
+            rules.push(rule(&scope, NET, "endpointsliceimports", &[], &read_patch));
+            let imc = "internalmemberclusters";
+            let fleet = "cluster.kubernetes-fleet.io";
+            rules.push(rule(&scope, fleet, imc, &[], &["get", "list", "watch"]));
+            let status = format!("{imc}/status");
+            rules.push(rule(&scope, fleet, &status, &[], &["update"]));
         }
     };
     let release = format!("Role {RELEASE_NS}");
@@ -133,15 +142,48 @@ fn rendered_rbac_has_no_wildcard_and_exactly_the_listed_rules() {
             "replicaCount=3",
         ],
     );
-    // The member side: one ClusterRole, since ServiceExports, Services and EndpointSlices are
-    // watched in every namespace of a member.
+    // The member side: one ClusterRole, since the objects read and the users' objects written
+    // are in every namespace of a member; the objects fleetnet-hub owns there are written through
+    // a Role in the fleet system namespace only.
+    let system = format!("Role {SYSTEM}");
+    let every = ["get", "list", "watch", "create", "patch", "delete"];
     let want_member = vec![
+        rule(&system, "", "services", &[], &["create", "patch", "delete"]),
+        rule(
+            &system,
+            "discovery.k8s.io",
+            "endpointslices",
+            &[],
+            &["create", "update", "delete"],
+        ),
+        rule("ClusterRole", NET, "serviceimports", &[], &every),
+        rule(
+            "ClusterRole",
+            NET,
+            "serviceimports/status",
+            &[],
+            &["update"],
+        ),
+        rule(
+            "ClusterRole",
+            NET,
+            "multiclusterservices",
+            &[],
+            &["get", "list", "watch", "patch", "delete"],
+        ),
+        rule(
+            "ClusterRole",
+            NET,
+            "multiclusterservices/status",
+            &[],
+            &["patch"],
+        ),
         rule(
             "ClusterRole",
             NET,
             "serviceexports",
             &[],
-            &["get", "list", "watch", "patch"],
+            &["get", "list", "watch", "patch", "delete"],
         ),
         rule("ClusterRole", NET, "serviceexports/status", &[], &["patch"]),
         rule(

@@ -3,23 +3,28 @@
 //! the charts grant a verb the controller never uses, or the controller uses one they do not grant
 //! (or the apiserver answers 403).
 //!
-//! The controller runs in-process (`app::start`) with exactly the charts' identities: the hub
-//! chart's ServiceAccount bound by its rendered Roles, the member chart's ServiceAccount bound by
-//! its rendered ClusterRole, each with a bound (TokenRequest) token. The workload walks every path
-//! that calls the API: export, a Service change, the hub's conflict verdict copied back, a weight
-//! annotation (0: unexport; removed: export again, a repeated Event created anew), the Service
-//! deleted (NotFound: live reads, ISE deleted), a ServiceExport deleted (unexport, finalizer
-//! removed), a dangling ISE removed, leader election on a Lease (get, create, renew, release) and
-//! `--cleanup-on-remove` with a member's kubeconfig removed.
+//! The controller runs in-process (`app::start`) with every job and exactly the charts'
+//! identities: the hub chart's ServiceAccount bound by its rendered Roles, the member chart's
+//! ServiceAccount bound by its rendered ClusterRole (and its Role in the fleet system namespace),
+//! each with a bound (TokenRequest) token. The workload walks every path that calls the API, one
+//! function per job: the export jobs (`exports`), the ServiceImport jobs (`imports`), the
+//! MultiClusterService job (`multicluster`), the EndpointSliceImport job (`slice_imports`), the
+//! membership job (`membership`: heartbeats, then a leave); leader election on a Lease (get,
+//! create, renew, release) and `--cleanup-on-remove` with a member's kubeconfig removed.
 
+mod exports;
+mod imports;
 mod listed;
+mod membership;
+mod multicluster;
+mod slice_imports;
 mod used;
 
 use crate::support;
 use crate::support::audit;
 use crate::support::chart::{RELEASE_NS, of_kind, render};
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fleetnet_hub::api::{InternalServiceExport, WEIGHT_ANNOTATION};
@@ -35,6 +40,21 @@ use support::*;
 
 const RELEASE: &str = "fleetnet-hub";
 const MEMBERS: [&str; 2] = ["member-1", "member-2"];
+/// The members' fleet system namespace (the member chart's `fleetSystemNamespace` default and the
+/// controller's `--fleet-system-namespace` default).
+const SYSTEM: &str = "fleet-system";
+
+/// What the workloads walk with: admin clients of the hub and the members, the members' hub
+/// namespaces, and the hub's audit log with the controller's user there.
+struct Walk {
+    hub: kube::Client,
+    m1: kube::Client,
+    m2: kube::Client,
+    ns1: String,
+    ns2: String,
+    hub_log: PathBuf,
+    hub_user: String,
+}
 
 /// Server-side applies the rendered identity and RBAC objects (nothing else) to a cluster.
 async fn apply_rbac(client: &kube::Client, docs: &[Value]) -> usize {

@@ -56,9 +56,11 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
     let mut admins = std::collections::BTreeMap::new();
     for m in MEMBERS {
         let client = fleet.member(m).client().await.expect("member admin");
-        fleetnet_testenv::ensure_namespace(&client, m, RELEASE_NS)
-            .await
-            .expect("release namespace");
+        for ns in [RELEASE_NS, SYSTEM] {
+            fleetnet_testenv::ensure_namespace(&client, m, ns)
+                .await
+                .expect("namespace");
+        }
         assert!(apply_rbac(&client, &member_docs).await > 0);
         let staged = scratch.join(format!("{m}.staged"));
         token_kubeconfig(fleet.member(m), &member_sa, &staged).await;
@@ -99,186 +101,21 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
     })
     .await;
 
-    let m1 = &admins["member-1"];
-    let m2 = &admins["member-2"];
-    let ns1 = fleet.hub_namespace("member-1");
-    let ns2 = fleet.hub_namespace("member-2");
-    namespace(m1, "shop").await;
-    namespace(m2, "web").await;
-
-    // Export: member-1 shop/cart and shop/pay, member-2 web/app.
-    for (client, ns, name) in [
-        (m1, "shop", "cart"),
-        (m1, "shop", "pay"),
-        (m2, "web", "app"),
-    ] {
-        create_service(client, &service(ns, name, 80)).await;
-        create_export(client, ns, name, &[]).await;
-    }
-    wait_ise(&hub, &ns1, "shop-cart", |_| true).await;
-    wait_ise(&hub, &ns1, "shop-pay", |_| true).await;
-    wait_ise(&hub, &ns2, "web-app", |_| true).await;
-    wait_condition(m1, "shop", "cart", "Valid", "True", "ServiceIsValid").await;
-
-    // A Service change: the ISE's spec is patched.
-    Api::<Service>::namespaced(m1.clone(), "shop")
-        .patch(
-            "cart",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"ports": [{"name": "http", "port": 8080}]}})),
-        )
-        .await
-        .expect("change port");
-    wait_ise(&hub, &ns1, "shop-cart", |i| {
-        i.spec.ports.first().is_some_and(|p| p.port == 8080)
-    })
-    .await;
-
-    // The hub's verdict (as fleet-networking's hub controller writes it) is copied back.
-    ises(&hub, &ns1)
-        .patch_status(
-            "shop-cart",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"status": {"conditions": [{
-                "type": "Conflict", "status": "False", "reason": "NoConflictFound",
-                "message": "service shop/cart is exported without conflict",
-                "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1
-            }]}})),
-        )
-        .await
-        .expect("hub verdict");
-    wait_condition(m1, "shop", "cart", "Conflict", "False", "NoConflictFound").await;
-
-    // An EndpointSlice of the exported Service: exported, updated, then withdrawn when it is no
-    // longer the Service's (live reads of the slice and its export before the withdrawal).
-    let cart_slices = slices(m1, "shop");
-    cart_slices
-        .create(
-            &PostParams::default(),
-            &endpoint_slice("shop", "cart-1", "cart", &["10.0.0.1"]),
-        )
-        .await
-        .expect("create slice");
-    wait_slice_export(&hub, &ns1, "shop", "cart-1", |_| true).await;
-    cart_slices
-        .patch(
-            "cart-1",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"endpoints": [
-                {"addresses": ["10.0.0.1"], "conditions": {"ready": true}},
-                {"addresses": ["10.0.0.2"], "conditions": {"ready": true}}
-            ]})),
-        )
-        .await
-        .expect("add an endpoint");
-    wait_slice_export(&hub, &ns1, "shop", "cart-1", |e| {
-        e.spec.endpoints.len() == 2
-    })
-    .await;
-    cart_slices
-        .patch(
-            "cart-1",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"metadata": {"labels": {"kubernetes.io/service-name": null}}})),
-        )
-        .await
-        .expect("unlabel");
-    wait_slice_unexported(&hub, &ns1, "shop", "cart-1").await;
-    eventually("cart-1's unique name removed", || {
-        let api = cart_slices.clone();
-        async move {
-            let s = api.get("cart-1").await.ok()?;
-            unique_name_of(&s).is_none().then_some(())
-        }
-    })
-    .await;
-
-    // Weight 0 unexports; removing the annotation exports again (the same Events again: the
-    // recorder patches their series).
-    let weight = |w: Value| json!({"metadata": {"annotations": {WEIGHT_ANNOTATION: w}}});
-    exports(m1, "shop")
-        .patch(
-            "cart",
-            &PatchParams::default(),
-            &Patch::Merge(&weight(json!("0"))),
-        )
-        .await
-        .expect("weight 0");
-    wait_ise_gone(&hub, &ns1, "shop-cart").await;
-    exports(m1, "shop")
-        .patch(
-            "cart",
-            &PatchParams::default(),
-            &Patch::Merge(&weight(Value::Null)),
-        )
-        .await
-        .expect("weight removed");
-    wait_ise(&hub, &ns1, "shop-cart", |_| true).await;
-    wait_condition(m1, "shop", "cart", "Valid", "True", "ServiceIsValid").await;
-
-    // The Service deleted: NotFound, the ISE goes.
-    Api::<Service>::namespaced(m1.clone(), "shop")
-        .delete("cart", &DeleteParams::default())
-        .await
-        .expect("delete service");
-    wait_condition(m1, "shop", "cart", "Valid", "False", "ServiceNotFound").await;
-    wait_ise_gone(&hub, &ns1, "shop-cart").await;
-
-    // A ServiceExport deleted: unexport, then the finalizer goes and so does the export.
-    exports(m1, "shop")
-        .delete("pay", &DeleteParams::default())
-        .await
-        .expect("delete export");
-    wait_ise_gone(&hub, &ns1, "shop-pay").await;
-    eventually("shop/pay gone", || {
-        let api = exports(m1, "shop");
-        async move {
-            api.get_opt("pay")
-                .await
-                .ok()
-                .flatten()
-                .is_none()
-                .then_some(())
-        }
-    })
-    .await;
-
-    // A dangling ISE (member-1's, no ServiceExport behind it) is removed.
-    let ghost: InternalServiceExport = serde_json::from_value(json!({
-        "apiVersion": "networking.fleet.azure.com/v1alpha1",
-        "kind": "InternalServiceExport",
-        "metadata": {"name": "shop-ghost", "namespace": ns1},
-        "spec": {
-            "ports": [{"port": 80, "protocol": "TCP"}],
-            "serviceReference": {
-                "clusterId": "member-1", "kind": "Service", "namespace": "shop", "name": "ghost",
-                "resourceVersion": "1", "generation": 1, "uid": "00000000-0000-0000-0000-00000000beef",
-                "namespacedName": "shop/ghost"
-            }
-        }
-    }))
-    .expect("ISE");
-    ises(&hub, &ns1)
-        .create(&PostParams::default(), &ghost)
-        .await
-        .expect("create dangling ISE");
-    wait_ise_gone(&hub, &ns1, "shop-ghost").await;
-
-    // --cleanup-on-remove: member-2's kubeconfig removed; its ISE goes, its finalizer too.
-    std::fs::remove_file(dir.join("member-2.yaml")).expect("remove member-2");
-    wait_ise_gone(&hub, &ns2, "web-app").await;
-    eventually("web/app finalizer removed", || {
-        let api = exports(m2, "web");
-        async move {
-            let se = api.get_opt("app").await.ok().flatten()?;
-            se.metadata
-                .finalizers
-                .unwrap_or_default()
-                .is_empty()
-                .then_some(())
-        }
-    })
-    .await;
+    let walk = Walk {
+        hub: hub.clone(),
+        m1: admins["member-1"].clone(),
+        m2: admins["member-2"].clone(),
+        ns1: fleet.hub_namespace("member-1"),
+        ns2: fleet.hub_namespace("member-2"),
+        hub_log: log_of("hub"),
+        hub_user: hub_user.clone(),
+    };
+    exports::walk(&walk).await;
+    imports::walk(&walk).await;
+    multicluster::walk(&walk).await;
+    slice_imports::walk(&walk).await;
+    membership::walk(&walk).await;
+    exports::remove_member(&walk, &dir.join("member-2.yaml")).await;
 
     // Shutdown releases the Lease.
     running.shutdown().await;
@@ -311,27 +148,44 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
     let table = cmp.table();
     eprintln!("\nRBAC: used (kube-apiserver audit logs) vs granted (rendered charts)\n{table}\n");
 
-    // `fleetnet-hub check` asks each member for a fixed list of permissions: report where that
-    // list and the proven use disagree (the list lives in src/check.rs).
-    let used_member: std::collections::BTreeSet<(String, String, String)> = cmp
+    // `fleetnet-hub check` asks each member for fixed lists of permissions (cluster-wide, and in
+    // the fleet system namespace): report where those lists and the proven use disagree (the
+    // lists live in src/check.rs).
+    type Asked = (String, String, String, String);
+    let used_member: std::collections::BTreeSet<Asked> = cmp
         .rows
         .iter()
         .filter(|((cluster, ..), row)| cluster == "member" && !row.seen.is_empty())
-        .map(|((_, g, r, v, _), _)| (g.clone(), r.clone(), v.clone()))
+        .map(|((_, g, r, v, scope), _)| (g.clone(), r.clone(), v.clone(), scope.clone()))
         .collect();
-    let asked: std::collections::BTreeSet<(String, String, String)> =
-        fleetnet_hub::check::MEMBER_PERMISSIONS
-            .iter()
-            .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
+    let asked_in = |list: &[(&str, &str, &str)], scope: &str| -> Vec<Asked> {
+        list.iter()
+            .map(|(g, r, v)| {
+                (
+                    g.to_string(),
+                    r.to_string(),
+                    v.to_string(),
+                    scope.to_string(),
+                )
+            })
+            .collect()
+    };
+    let asked: std::collections::BTreeSet<Asked> =
+        asked_in(fleetnet_hub::check::MEMBER_PERMISSIONS, "(all)")
+            .into_iter()
+            .chain(asked_in(
+                fleetnet_hub::check::FLEET_SYSTEM_PERMISSIONS,
+                SYSTEM,
+            ))
             .collect();
     assert_eq!(
         asked.difference(&used_member).collect::<Vec<_>>(),
-        Vec::<&(String, String, String)>::new(),
-        "`fleetnet-hub check` (src/check.rs MEMBER_PERMISSIONS) requires what the controller never uses"
+        Vec::<&Asked>::new(),
+        "`fleetnet-hub check` (src/check.rs) requires what the controller never uses"
     );
     assert_eq!(
         used_member.difference(&asked).collect::<Vec<_>>(),
-        Vec::<&(String, String, String)>::new(),
+        Vec::<&Asked>::new(),
         "`fleetnet-hub check` does not ask for what the controller uses"
     );
 
@@ -354,5 +208,18 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
     assert!(
         unused.is_empty(),
         "granted by the charts but never used by the controller: {unused:?}\n{table}"
+    );
+
+    // `fleetnet-hub check` with exactly the member chart's identity (after the audit logs were
+    // read: its SelfSubjectAccessReviews are not the controller's): every permission it asks
+    // for, cluster-wide and in the fleet system namespace, is granted.
+    let file = dir.join("member-1.yaml");
+    let kubeconfig = std::fs::read_to_string(&file).expect("member-1's kubeconfig");
+    let trust = fleetnet_hub::fleet::TrustPolicy::default();
+    let row =
+        fleetnet_hub::check::check_member_in("member-1", &file, &kubeconfig, trust, SYSTEM).await;
+    assert!(
+        row.ok,
+        "`fleetnet-hub check` with the chart's RBAC: {row:?}"
     );
 }
