@@ -282,18 +282,24 @@ type Pooled = hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<Co
 struct LaneConnection(Pooled);
 
 /// The hub client's connections. Each member's hub view keeps to one ([`member_view`]), so
-/// a member's two watches and its writes share one HTTP/2 connection with the other members of
-/// its lane, instead of an HTTP/1.1 connection per watch (two TLS sessions per member before).
-/// kube-apiserver allows 100 streams per connection unless `--http2-max-streams-per-connection`
-/// says otherwise (not Go's 250: it matches what Go clients assume), and hyper waits for a free
-/// stream rather than open another connection, so a lane whose watches took every stream would
-/// leave its members' requests waiting for good. 128 lanes of [`MEMBERS_PER_LANE`] hold a
-/// replica of 5,120 members. A lane no member uses has no connection.
-pub const HUB_LANES: usize = 128;
+/// a member's hub watches (one per job that watches the hub: InternalServiceExports,
+/// EndpointSliceExports, InternalServiceImports, EndpointSliceImports, InternalMemberClusters)
+/// and its writes share one HTTP/2 connection with the other members of its lane, instead of an
+/// HTTP/1.1 connection per watch. kube-apiserver allows 100 streams per connection unless
+/// `--http2-max-streams-per-connection` says otherwise (not Go's 250: it matches what Go clients
+/// assume), and hyper waits for a free stream rather than open another connection, so a lane
+/// whose watches took every stream would leave its members' requests waiting for good (seen
+/// with 40 members of 5 watches a lane: not one write got through). 320 lanes of
+/// [`MEMBERS_PER_LANE`] hold a replica of 5,120 members. A lane no member uses has no
+/// connection.
+pub const HUB_LANES: usize = 320;
 
-/// Member views a lane takes before the next lane opens ([`lane_for`]): their 80 watches
-/// leave 20 of the server's 100 streams for requests.
-pub(super) const MEMBERS_PER_LANE: usize = 40;
+/// The most hub watches one member keeps (every job that watches the hub running).
+const HUB_WATCHES_PER_MEMBER: usize = 5;
+
+/// Member views a lane takes before the next lane opens ([`lane_for`]): their watches (80 at
+/// most) leave 20 of the server's 100 streams for requests.
+pub(super) const MEMBERS_PER_LANE: usize = 80 / HUB_WATCHES_PER_MEMBER;
 
 /// client-go's HTTP/2 health check: a ping after 30 s without a frame, 15 s for its answer.
 const HTTP2_PING: Duration = Duration::from_secs(30);
