@@ -100,6 +100,7 @@ fn import_of(
     let owner = mcs_name(k % MCS_PER_MEMBER);
     let slice = format!("{owner}-{k}");
     Ok(serde_json::from_value(serde_json::json!({
+        "apiVersion": "networking.fleet.azure.com/v1alpha1", "kind": "EndpointSliceImport",
         "metadata": {"name": import_name(k)},
         "spec": {
             "addressType": "IPv4",
@@ -212,6 +213,7 @@ async fn create_importers(member: &kube::Client) -> anyhow::Result<()> {
     let services = Api::<Service>::namespaced(member.clone(), FLEET_SYSTEM);
     for i in 0..MCS_PER_MEMBER {
         let object = serde_json::from_value(serde_json::json!({
+            "apiVersion": "networking.fleet.azure.com/v1alpha1", "kind": "MultiClusterService",
             "metadata": {"name": mcs_name(i), "labels": {DERIVED_SERVICE_LABEL: derived_name(i)}},
             "spec": {"serviceImport": {"name": mcs_name(i)}}
         }))?;

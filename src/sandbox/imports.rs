@@ -29,6 +29,7 @@ pub(super) async fn create_importer(
         .await
         .map_err(|e| e.to_string())?;
     let mcs: MultiClusterService = serde_json::from_value(serde_json::json!({
+        "apiVersion": "networking.fleet.azure.com/v1alpha1", "kind": "MultiClusterService",
         "metadata": {"name": "hello", "namespace": "demo"},
         "spec": {"serviceImport": {"name": "hello"}}
     }))
@@ -159,6 +160,8 @@ async fn copy_slice(
             .map(drop);
     }
     let import = EndpointSliceImport {
+        api_version: Some(format!("{}/v1alpha1", crate::api::GROUP)),
+        kind: Some("EndpointSliceImport".into()),
         metadata: kube::api::ObjectMeta {
             name: Some(name),
             namespace: Some(ns.to_string()),
