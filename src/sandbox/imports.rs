@@ -168,7 +168,6 @@ async fn copy_slice(
             ..Default::default()
         },
         spec: ese.spec.clone(),
-        ..Default::default()
     };
     api.create(&PostParams::default(), &import).await.map(drop)
 }
