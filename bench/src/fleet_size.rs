@@ -1071,13 +1071,13 @@ mod tests {
             failover_timeout: Duration::ZERO,
             churn: None,
         };
-        // 100 members × (10 creates + 2 LISTs) = 1200 requests, 200 of them in the burst.
-        assert_eq!(budget_bound(&config), Duration::from_secs(10));
+        // 100 members × (10 creates + 5 LISTs) = 1500 requests, 200 of them in the burst.
+        assert_eq!(budget_bound(&config), Duration::from_secs(13));
         let single = Config {
             replicas: 1,
             ..config
         };
-        assert_eq!(budget_bound(&single), Duration::from_secs(34));
+        assert_eq!(budget_bound(&single), Duration::from_secs(43));
     }
 
     #[test]
