@@ -17,14 +17,47 @@ use crate::api::{
 };
 
 /// The member that imports in the sandbox.
-pub(super) const IMPORTER: &str = "member-2";
+const IMPORTER: &str = "member-2";
+
+/// Starts the stand-in for the hub's import controllers (returned: aborted at exit), makes the
+/// importer's MultiClusterService and prints the slices imported into it from `members`.
+pub(super) async fn show_import_loop(
+    fleet: &fleetnet_testenv::Fleet,
+    hub: &kube::Client,
+    members: &[&str],
+) -> Result<tokio::task::JoinHandle<()>, String> {
+    let fleet_system = crate::config::DEFAULT_FLEET_SYSTEM_NAMESPACE;
+    let importer = fleet
+        .member(IMPORTER)
+        .client()
+        .await
+        .map_err(|e| e.to_string())?;
+    let hub_namespaces = members.iter().map(|m| fleet.hub_namespace(m)).collect();
+    let stand_in = tokio::spawn(stand_in_imports(hub.clone(), hub_namespaces));
+    create_importer(&importer, fleet_system).await?;
+    let imported = wait_for_imported_slices(&importer, fleet_system, members.len()).await?;
+    println!(
+        "--- {IMPORTER}: MultiClusterService demo/hello → derived Service {fleet_system}/demo-hello, imported EndpointSlices:"
+    );
+    for slice in &imported {
+        let addresses: Vec<&str> = slice
+            .endpoints
+            .iter()
+            .flatten()
+            .flat_map(|e| e.addresses.iter().map(String::as_str))
+            .collect();
+        println!(
+            "  {fleet_system}/{}: {}",
+            slice.metadata.name.as_deref().unwrap_or_default(),
+            addresses.join(", ")
+        );
+    }
+    Ok(stand_in)
+}
 
 /// The importer's MultiClusterService `demo/hello`, and the fleet system namespace its derived
 /// Service and imported slices go to (fleet's member agent would have made it).
-pub(super) async fn create_importer(
-    client: &kube::Client,
-    fleet_system: &str,
-) -> Result<(), String> {
+async fn create_importer(client: &kube::Client, fleet_system: &str) -> Result<(), String> {
     fleetnet_testenv::ensure_namespace(client, IMPORTER, fleet_system)
         .await
         .map_err(|e| e.to_string())?;
@@ -48,7 +81,7 @@ pub(super) async fn create_importer(
 
 /// Waits for the importer's EndpointSlices in the fleet system namespace (one per exporting
 /// member's slice), up to 90 s.
-pub(super) async fn wait_for_imported_slices(
+async fn wait_for_imported_slices(
     client: &kube::Client,
     fleet_system: &str,
     want: usize,
@@ -68,7 +101,7 @@ pub(super) async fn wait_for_imported_slices(
 }
 
 /// Stands in for fleet-networking's hub import controllers, every 2 s, until aborted.
-pub(super) async fn stand_in_imports(hub: kube::Client, namespaces: Vec<String>) {
+async fn stand_in_imports(hub: kube::Client, namespaces: Vec<String>) {
     loop {
         tokio::time::sleep(Duration::from_secs(2)).await;
         if let Err(e) = serve_imports(&hub, &namespaces).await {

@@ -73,34 +73,20 @@ pub async fn run() -> Result<(), String> {
         );
         println!("{}", serde_saphyr::to_string(&ese.spec).unwrap_or_default());
     }
-    let fleet_system = crate::config::DEFAULT_FLEET_SYSTEM_NAMESPACE;
-    let importer = fleet
-        .member(imports::IMPORTER)
-        .client()
-        .await
-        .map_err(|e| e.to_string())?;
-    let hub_namespaces = MEMBERS.iter().map(|m| fleet.hub_namespace(m)).collect();
-    let import_stand_in = tokio::spawn(imports::stand_in_imports(hub.clone(), hub_namespaces));
-    imports::create_importer(&importer, fleet_system).await?;
-    let imported =
-        imports::wait_for_imported_slices(&importer, fleet_system, MEMBERS.len()).await?;
-    println!(
-        "--- {}: MultiClusterService demo/hello → derived Service {fleet_system}/demo-hello, imported EndpointSlices:",
-        imports::IMPORTER
-    );
-    for slice in &imported {
-        let addresses: Vec<&str> = slice
-            .endpoints
-            .iter()
-            .flatten()
-            .flat_map(|e| e.addresses.iter().map(String::as_str))
-            .collect();
-        println!(
-            "  {fleet_system}/{}: {}",
-            slice.metadata.name.as_deref().unwrap_or_default(),
-            addresses.join(", ")
-        );
-    }
+    let import_stand_in = imports::show_import_loop(&fleet, &hub, &MEMBERS).await?;
+    print_banner(&fleet, &running);
+    app::wait_for_signal().await;
+    eprintln!("stopping...");
+    mirror.abort();
+    verdicts.abort();
+    import_stand_in.abort();
+    running.shutdown().await;
+    drop(fleet);
+    Ok(())
+}
+
+/// What the sandbox serves, once it is up: the clusters' kubeconfigs and the process's endpoints.
+fn print_banner(fleet: &fleetnet_testenv::Fleet, running: &app::Running) {
     println!("fleetnet-hub sandbox is running.");
     println!(
         "  hub:       kubectl --kubeconfig {} get internalserviceexports,endpointsliceexports,internalserviceimports,endpointsliceimports -A",
@@ -119,14 +105,6 @@ pub async fn run() -> Result<(), String> {
         "Add a member kubeconfig to {} to engage it; Ctrl-C (or SIGTERM) stops everything.",
         fleet.member_kubeconfig_dir().display()
     );
-    app::wait_for_signal().await;
-    eprintln!("stopping...");
-    mirror.abort();
-    verdicts.abort();
-    import_stand_in.abort();
-    running.shutdown().await;
-    drop(fleet);
-    Ok(())
 }
 
 /// The controller's configuration against the local clusters: the flags' defaults (no Azure,

@@ -67,7 +67,6 @@ impl Views {
         halves: Halves,
     ) -> (Self, BoxFuture<'static, ()>) {
         let (slices, slices_writer) = reflector::store::<SliceView>();
-        let (hub_view, hub_writer) = reflector::store::<ExportView>();
         let left = queue.clone();
         let slice_events = view_watch(
             Api::<SliceView>::all(client.clone()),
@@ -100,35 +99,7 @@ impl Views {
         } else {
             futures::stream::empty().boxed()
         };
-        let known = slices.clone();
-        let hub_events = reflector::reflector(
-            hub_writer,
-            view_watch(
-                hub.clone(),
-                watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S),
-                {
-                    let hub_view = hub_view.clone();
-                    move || hub_view.len()
-                },
-            )
-            .map_ok(project::<EndpointSliceExport, ExportView>),
-        )
-        .inspect(health.inspector(ENDPOINT_SLICE_EXPORTS))
-        .inspect(move |event| {
-            // The cleanup's: an export whose slice the view does not know (gone, or of no
-            // Service) is looked at live.
-            if let Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event
-                && halves.cleanup
-            {
-                let (ns, name) = referred(e);
-                if known.get(&ObjectRef::new(&name).within(&ns)).is_none() {
-                    queue.push((ns, name));
-                }
-            }
-        })
-        .touched_objects()
-        .filter_map(|e| futures::future::ready(e.ok().map(|e| referred_slice(&e))))
-        .boxed();
+        let (hub_view, hub_events) = hub_events(hub, health, slices.clone(), queue, halves.cleanup);
         // Every trigger waits in the pace, which hands the runner no more slices than it
         // reconciles at once ([`Pace`]).
         let triggers = pace.clone().take_from(futures::stream::select_all([
@@ -143,6 +114,49 @@ impl Views {
         };
         (views, triggers)
     }
+}
+
+/// The view of the member's EndpointSliceExports and the slices their changes trigger; with
+/// `cleanup`, an export whose slice `known` does not have (gone, or of no Service) goes to
+/// `queue`, to be looked at live.
+fn hub_events(
+    hub: &Api<EndpointSliceExport>,
+    health: &Arc<WatchHealth>,
+    known: Store<SliceView>,
+    queue: Lossy<Absent>,
+    cleanup: bool,
+) -> (
+    Store<ExportView>,
+    futures::stream::BoxStream<'static, ObjectRef<SliceView>>,
+) {
+    let (hub_view, hub_writer) = reflector::store::<ExportView>();
+    let events = reflector::reflector(
+        hub_writer,
+        view_watch(
+            hub.clone(),
+            watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S),
+            {
+                let hub_view = hub_view.clone();
+                move || hub_view.len()
+            },
+        )
+        .map_ok(project::<EndpointSliceExport, ExportView>),
+    )
+    .inspect(health.inspector(ENDPOINT_SLICE_EXPORTS))
+    .inspect(move |event| {
+        if let Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event
+            && cleanup
+        {
+            let (ns, name) = referred(e);
+            if known.get(&ObjectRef::new(&name).within(&ns)).is_none() {
+                queue.push((ns, name));
+            }
+        }
+    })
+    .touched_objects()
+    .filter_map(|e| futures::future::ready(e.ok().map(|e| referred_slice(&e))))
+    .boxed();
+    (hub_view, events)
 }
 
 /// The watch of the slices of no Service: each one with a unique name goes to `queue`, to be
