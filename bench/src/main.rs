@@ -340,9 +340,10 @@ async fn run_failover(cli: &Cli) -> Result<(), String> {
     Ok(())
 }
 
-/// `--endpoint-slices`: the EndpointSlice exporter's cold start and churn.
-async fn run_endpoint_slices(cli: &Cli) -> Result<(), String> {
-    let config = slices_bench::SlicesConfig {
+/// What `--endpoint-slices` and `--slice-imports` run: members, Services (imports) each,
+/// endpoints, churn, budgets, the binary.
+fn slices_config(cli: &Cli) -> Result<slices_bench::SlicesConfig, String> {
+    Ok(slices_bench::SlicesConfig {
         members: cli.members,
         services: cli.exports,
         endpoints: cli.endpoints,
@@ -351,7 +352,12 @@ async fn run_endpoint_slices(cli: &Cli) -> Result<(), String> {
         budget_args: cli.budgets.to_args(),
         binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
         timeout: seconds("converge-timeout", cli.converge_timeout)?,
-    };
+    })
+}
+
+/// `--endpoint-slices`: the EndpointSlice exporter's cold start and churn.
+async fn run_endpoint_slices(cli: &Cli) -> Result<(), String> {
+    let config = slices_config(cli)?;
     let report = slices_bench::run_slices(&config)
         .await
         .map_err(|e| format!("{e:#}"))?;
@@ -361,16 +367,7 @@ async fn run_endpoint_slices(cli: &Cli) -> Result<(), String> {
 
 /// `--slice-imports`: the EndpointSliceImport job's cold import and churn.
 async fn run_slice_imports(cli: &Cli) -> Result<(), String> {
-    let config = slices_bench::SlicesConfig {
-        members: cli.members,
-        services: cli.exports,
-        endpoints: cli.endpoints,
-        rate: cli.churn.unwrap_or(10.0),
-        duration: seconds("duration", cli.duration)?,
-        budget_args: cli.budgets.to_args(),
-        binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
-        timeout: seconds("converge-timeout", cli.converge_timeout)?,
-    };
+    let config = slices_config(cli)?;
     let report = imports_bench::run_imports(&config)
         .await
         .map_err(|e| format!("{e:#}"))?;

@@ -132,3 +132,29 @@ pub async fn settled_writes(exporter: &RunningExporter, quiet: Duration) -> u64 
     let every = Duration::from_millis(100);
     until_unchanged(every, quiet, CONVERGE, || async { exporter.writes() }).await
 }
+
+/// The value `count` gives once it has not moved for `quiet` (sampled every 250 ms, within
+/// 60 s): counted writes that have settled.
+pub async fn settled_count<F, Fut>(what: &str, quiet: Duration, mut count: F) -> f64
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = f64>,
+{
+    let mut last = count().await;
+    let mut since = Instant::now();
+    let started = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = count().await;
+        if now != last {
+            last = now;
+            since = Instant::now();
+        } else if since.elapsed() >= quiet {
+            return now;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{what} never settled"
+        );
+    }
+}

@@ -9,6 +9,21 @@ use kube::api::{Api, DeleteParams, PostParams};
 
 const SLICE_EXPORTS_CRD: &str = "endpointsliceexports.networking.fleet.azure.com";
 
+/// Deletes CRD `name` and waits until it is gone.
+async fn delete_crd(crds: &Api<CustomResourceDefinition>, name: &str) {
+    crds.delete(name, &DeleteParams::default())
+        .await
+        .expect("delete CRD");
+    eventually("the CRD is gone", || async {
+        crds.get_opt(name)
+            .await
+            .expect("get")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_whose_hub_crd_is_missing_fails_alone_and_recovers() {
     let fleet = Fleet::builder()
@@ -18,17 +33,7 @@ async fn a_job_whose_hub_crd_is_missing_fails_alone_and_recovers() {
         .expect("fleet");
     let crds: Api<CustomResourceDefinition> = Api::all(fleet.hub().client().await.expect("hub"));
     let mut crd = crds.get(SLICE_EXPORTS_CRD).await.expect("CRD installed");
-    crds.delete(SLICE_EXPORTS_CRD, &DeleteParams::default())
-        .await
-        .expect("delete CRD");
-    eventually("the CRD is gone", || async {
-        crds.get_opt(SLICE_EXPORTS_CRD)
-            .await
-            .expect("get")
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    delete_crd(&crds, SLICE_EXPORTS_CRD).await;
 
     let dir = member_dir(&fleet, &["alpha"]);
     let config = config_builder(&fleet, &dir)
@@ -103,17 +108,7 @@ async fn a_member_without_the_import_crds_is_ready_and_exports() {
         "serviceimports.networking.fleet.azure.com",
         "multiclusterservices.networking.fleet.azure.com",
     ] {
-        crds.delete(crd, &DeleteParams::default())
-            .await
-            .expect("delete CRD");
-        eventually("the CRD is gone", || async {
-            crds.get_opt(crd)
-                .await
-                .expect("get")
-                .is_none()
-                .then_some(())
-        })
-        .await;
+        delete_crd(&crds, crd).await;
     }
     let dir = member_dir(&fleet, &["alpha"]);
     let config = config_builder(&fleet, &dir)

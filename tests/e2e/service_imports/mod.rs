@@ -10,7 +10,7 @@ mod restarts;
 
 use crate::support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fleetnet_hub::api::{
     ExportedObjectReference, InternalServiceImport, ServiceImport, ServiceImportStatus,
@@ -211,23 +211,7 @@ async fn import_writes(member: &kube::Client, hub: &kube::Client) -> f64 {
 
 /// The import writes once they have not moved for `quiet`.
 async fn settled_writes(member: &kube::Client, hub: &kube::Client, quiet: Duration) -> f64 {
-    let mut last = import_writes(member, hub).await;
-    let mut since = Instant::now();
-    let started = Instant::now();
-    loop {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        let now = import_writes(member, hub).await;
-        if now != last {
-            last = now;
-            since = Instant::now();
-        } else if since.elapsed() >= quiet {
-            return now;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "import writes never settled"
-        );
-    }
+    settled_count("import writes", quiet, || import_writes(member, hub)).await
 }
 
 async fn delete_import(member: &kube::Client, ns: &str, name: &str) {

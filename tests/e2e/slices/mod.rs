@@ -156,21 +156,5 @@ async fn slice_writes(member: &kube::Client, hub: &kube::Client) -> f64 {
 
 /// The slice writes once they have not moved for `quiet`.
 async fn settled_writes(member: &kube::Client, hub: &kube::Client, quiet: Duration) -> f64 {
-    let mut last = slice_writes(member, hub).await;
-    let mut since = Instant::now();
-    let started = Instant::now();
-    loop {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        let now = slice_writes(member, hub).await;
-        if now != last {
-            last = now;
-            since = Instant::now();
-        } else if since.elapsed() >= quiet {
-            return now;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "slice writes never settled"
-        );
-    }
+    settled_count("slice writes", quiet, || slice_writes(member, hub)).await
 }
