@@ -428,7 +428,7 @@ fn main() -> std::process::ExitCode {
 /// jemalloc, not the C library's allocator: glibc kept the pages a thousand members' engagement
 /// burst had freed (even with a `malloc_trim` every 30 s and 2 arenas), and a 30-minute soak
 /// ended 18.8 % above its start where the live heap was 5 % above; musl's (the image's) is
-/// slower still. Measured at 1,000 members × 10 exports: 481 → 399 KiB per member (README).
+/// slower still. Measured at 1,000 members × 10 exports: 481 → 399 KiB per member (docs/benchmarks.md).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -7,7 +7,7 @@
 //! allocate and free. Mixed in the same slabs, each long-lived object that stays keeps its
 //! slab held: at 200 members × 10 exports the allocator held 71.0 MiB for 54.3 MiB of live
 //! objects. With the short-lived ones apart: 66.9 MiB for 55.4 MiB, 322.8 → 295.1 KiB RSS per
-//! member (README, memory). A view's store keeps a copy of what the watch read (kube's reflector
+//! member (docs/benchmarks.md, memory). A view's store keeps a copy of what the watch read (kube's reflector
 //! clones each object it keeps), and that copy is made outside the scratch polls.
 //!
 //! Only the binary turns this on ([`keep_scratch_apart`]), with jemalloc as its allocator;
