@@ -134,9 +134,10 @@ pub struct RunArgs {
     /// Per-member settings (YAML: `members: {<name>: {azureSubscriptionId, azureResourceGroup, traceSamplingRatio}}`).
     #[arg(long, env = "FLEETNET_MEMBER_CONFIG")]
     member_config: Option<PathBuf>,
-    /// Fraction of reconciles traced, for members without their own ratio.
-    #[arg(long, env = "FLEETNET_TRACE_SAMPLING_RATIO", default_value_t = 1.0)]
-    trace_sampling_ratio: f64,
+    /// Fraction of reconciles traced, for members without their own ratio [default: the
+    /// default ratio of FLEETNET_TRACE_SAMPLING, or 1]
+    #[arg(long, env = "FLEETNET_TRACE_SAMPLING_RATIO")]
+    trace_sampling_ratio: Option<f64>,
     /// Log format: `text` or `json`. Level from RUST_LOG.
     #[arg(long, env = "FLEETNET_LOG_FORMAT", default_value = "text")]
     log_format: String,
@@ -293,7 +294,7 @@ impl RunArgs {
             shard_members: self.shard_members,
             shards: self.shards,
         });
-        Config::builder(self.hub_kubeconfig.clone(), &self.kubeconfig_dir)
+        let builder = Config::builder(self.hub_kubeconfig.clone(), &self.kubeconfig_dir)
             .namespace_prefix(&self.hub_namespace_prefix)
             .hub_limits(self.budgets.hub())
             .member_limits(self.budgets.member())
@@ -312,9 +313,11 @@ impl RunArgs {
             })
             .leader_election(leader_election)
             .bind_addresses(&self.metrics_bind_address, &self.health_probe_bind_address)
-            .trace_sampling_ratio(self.trace_sampling_ratio)
-            .member_config(self.member_config.clone())
-            .build()
+            .member_config(self.member_config.clone());
+        match self.trace_sampling_ratio {
+            Some(ratio) => builder.trace_sampling_ratio(ratio).build(),
+            None => builder.build(),
+        }
     }
 }
 
@@ -387,14 +390,26 @@ fn init_telemetry(
     let mut config = TelemetryConfig::from_env()?;
     if let Some(run) = run {
         config.log_format = run.log_format.parse()?;
-        config.sampling.default_ratio = run.config.trace_sampling_ratio;
-        for (member, settings) in run.config.runtime.member_config.members() {
-            if let Some(ratio) = settings.trace_sampling_ratio {
-                config.sampling.members.insert(member, ratio);
-            }
-        }
+        config.sampling = run_sampling(config.sampling, &run.config);
     }
     Ok(telemetry::init(config)?)
+}
+
+/// `FLEETNET_TRACE_SAMPLING`'s ratios with `run`'s on top: `--trace-sampling-ratio` (or its
+/// env) only when given, a member's `traceSamplingRatio` from `--member-config` always.
+fn run_sampling(
+    mut sampling: fleetnet_hub::telemetry::SamplingConfig,
+    config: &Config,
+) -> fleetnet_hub::telemetry::SamplingConfig {
+    if let Some(ratio) = config.trace_sampling_ratio {
+        sampling.default_ratio = ratio;
+    }
+    for (member, settings) in config.runtime.member_config.members() {
+        if let Some(ratio) = settings.trace_sampling_ratio {
+            sampling.members.insert(member, ratio);
+        }
+    }
+    sampling
 }
 
 /// jemalloc's own figures for `/metrics`, current as of this call.

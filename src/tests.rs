@@ -105,3 +105,27 @@ fn builder_defaults_are_the_flags_defaults() {
     let built = Config::builder(None, "kubeconfigs").build().expect("valid");
     assert_eq!(format!("{flags:?}"), format!("{built:?}"));
 }
+
+/// `FLEETNET_TRACE_SAMPLING`'s default ratio holds unless `--trace-sampling-ratio` is given (the
+/// flag's default used to override it: 100 % sampling whatever the env said).
+#[test]
+fn trace_sampling_from_the_env_is_kept_unless_the_flag_is_given() {
+    let config = |extra: &[&str]| {
+        let args = [&["fleetnet-hub", "run"][..], extra].concat();
+        let Command::Run(args) = Cli::try_parse_from(args).expect("parses").command else {
+            panic!("run")
+        };
+        args.config().expect("valid")
+    };
+    let env: fleetnet_hub::telemetry::SamplingConfig = "0.01,noisy=0".parse().expect("parses");
+    let kept = run_sampling(env.clone(), &config(&[]));
+    assert_eq!(kept, env);
+    let flag = run_sampling(env, &config(&["--trace-sampling-ratio", "0.5"]));
+    assert_eq!(flag.default_ratio, 0.5);
+    assert_eq!(flag.members.get("noisy"), Some(&0.0));
+    assert_eq!(
+        run_sampling(Default::default(), &config(&[])).default_ratio,
+        1.0,
+        "neither given: every reconcile traced"
+    );
+}

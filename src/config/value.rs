@@ -56,8 +56,9 @@ pub struct Config {
     pub leader_election: Option<LeaderElection>,
     pub metrics_bind_address: String,
     pub health_probe_bind_address: String,
-    /// Fraction of reconciles traced, for members without their own ratio.
-    pub trace_sampling_ratio: f64,
+    /// Fraction of reconciles traced, for members without their own ratio; `None`: not given,
+    /// `FLEETNET_TRACE_SAMPLING`'s default ratio applies (1 without it).
+    pub trace_sampling_ratio: Option<f64>,
 }
 
 /// A configuration that cannot run; the message names the flag.
@@ -112,7 +113,7 @@ impl Config {
             leader_election: None,
             metrics_bind_address: DEFAULT_METRICS_BIND_ADDRESS.into(),
             health_probe_bind_address: DEFAULT_HEALTH_PROBE_BIND_ADDRESS.into(),
-            trace_sampling_ratio: 1.0,
+            trace_sampling_ratio: None,
         };
         ConfigBuilder {
             config,
@@ -241,7 +242,7 @@ impl ConfigBuilder {
 
     /// `--trace-sampling-ratio`.
     pub fn trace_sampling_ratio(mut self, ratio: f64) -> Self {
-        self.config.trace_sampling_ratio = ratio;
+        self.config.trace_sampling_ratio = Some(ratio);
         self
     }
 
@@ -256,8 +257,10 @@ impl ConfigBuilder {
         let mut config = self.config;
         let members = MemberConfig::load(self.member_config).map_err(ConfigError::MemberConfig)?;
         config.runtime.member_config = std::sync::Arc::new(members);
-        if !(0.0..=1.0).contains(&config.trace_sampling_ratio) {
-            return Err(ConfigError::TraceSamplingRatio(config.trace_sampling_ratio));
+        if let Some(ratio) = config.trace_sampling_ratio
+            && !(0.0..=1.0).contains(&ratio)
+        {
+            return Err(ConfigError::TraceSamplingRatio(ratio));
         }
         crate::fleet::registry::validate_namespace_prefix(&config.runtime.namespace_prefix)
             .map_err(ConfigError::NamespacePrefix)?;
