@@ -68,8 +68,23 @@ impl<S: Step> std::error::Error for ApiFailure<S> {
 
 /// A job's reconcile error, as the kit reports and requeues it.
 pub(crate) trait Failure: std::error::Error + 'static {
-    /// Stable label for metrics (`error:<category>`): the failed step, for example.
-    fn category(&self) -> &'static str;
+    /// What failed, as the job names it: the step of a failed API call ([`ApiFailure::step`]),
+    /// or a failure of the job's own (`pending`, `member_unreachable`, …).
+    fn what_failed(&self) -> &'static str;
+
+    /// Stable label for metrics (`error:<category>`): `not_leader` for a write the fence
+    /// refused (the lease was lost meanwhile; whichever step it was), else what failed.
+    fn category(&self) -> &'static str
+    where
+        Self: Sized,
+    {
+        if crate::ownership::refused(self) {
+            "not_leader"
+        } else {
+            self.what_failed()
+        }
+    }
+
     /// The wait a throttling server asked for, which the requeue must not undercut: by default
     /// the one in the first Kubernetes API error of the error's source chain.
     fn retry_after(&self) -> Option<Duration>

@@ -23,7 +23,9 @@ pub use failure::{ApiFailure, Step};
 pub use job::{Job, MemberInputs, Running};
 pub use observer::{NoObserver, ReconcileObserver, Reconciled};
 pub use reconcile::backoff;
-pub(crate) use reconcile::{MAX_BACKOFF, Outcome, REREADS, failed, only_uid, reported};
+pub(crate) use reconcile::{
+    MAX_BACKOFF, Outcome, REREADS, failed, only_uid, reconcile_span, reported,
+};
 pub(crate) use runner::leadership_gained;
 pub use views::Synced;
 

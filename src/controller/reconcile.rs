@@ -21,6 +21,26 @@ pub(crate) trait Outcome: Copy {
     fn reconciled(self) -> Reconciled;
 }
 
+/// The root span of one reconcile (a trace of its own) of the job's object `$object` (its
+/// field `$($key).+`, e.g. `fleet.serviceexport.name`) in `$namespace` of `$member`, with the
+/// fields [`reported`] records: `outcome`, any of the job's `$extra` ones (`requeue`), and
+/// `otel.status_code`.
+macro_rules! reconcile_span {
+    ($name:literal, $member:expr, $namespace:expr, $($key:ident).+ = $object:expr $(, $extra:ident)* $(,)?) => {
+        tracing::info_span!(
+            parent: None,
+            $name,
+            fleet.member = %$member,
+            k8s.namespace.name = %$namespace,
+            $($key).+ = %$object,
+            outcome = tracing::field::Empty,
+            $($extra = tracing::field::Empty,)*
+            otel.status_code = tracing::field::Empty,
+        )
+    };
+}
+pub(crate) use reconcile_span;
+
 /// Runs one reconcile of `member` (`work`, of the object `key`) inside its root `span`, and
 /// reports it ([`report`]); a success ends the object's streak of `failures`. The span's
 /// `requeue` field, where it has one, tells what the reconcile asked for.
@@ -140,6 +160,7 @@ pub fn backoff(failures: u32, jitter: f64) -> Duration {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::controller::{ApiFailure, Step};
 
     #[test]
     fn backoff_doubles_caps_and_jitters() {
@@ -190,6 +211,35 @@ pub(crate) mod tests {
             Action::requeue(Duration::from_secs(20)),
             "{error}"
         );
+    }
+
+    /// A job's error for the API call of `step` on `object` (namespace, name) of member `m1`,
+    /// refused with `code`.
+    pub(crate) fn refused_at<S: Step, E: From<ApiFailure<S>>>(
+        object: (&str, &str),
+        step: S,
+        code: u16,
+    ) -> E {
+        E::from(ApiFailure::of("m1", object.0, object.1, step)(refusal(
+            code, 0,
+        )))
+    }
+
+    /// The first failure of the API call of `step`, throttled for 20 s, is tried again after
+    /// 20 s: every job's error honours `Retry-After`.
+    pub(crate) fn throttled_at<S: Step, E: Failure + From<ApiFailure<S>>>(step: S) {
+        let error = E::from(ApiFailure::of("m1", "ns", "name", step)(refusal(429, 20)));
+        honours_retry_after(&error);
+    }
+
+    /// What every job's error of a failed API call says, and how the metrics label it: the
+    /// member, the object (as `object` spells it), the step; the step is the category.
+    pub(crate) fn names_member_object_and_step<E: Failure>(error: &E, object: &str, step: &str) {
+        let text = error.to_string();
+        assert!(text.contains("member m1"), "{text}");
+        assert!(text.contains(object), "{text}");
+        assert!(text.contains(step), "{text}");
+        assert_eq!(error.category(), step);
     }
 
     #[test]

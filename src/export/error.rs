@@ -53,16 +53,6 @@ pub enum Error {
 }
 
 impl Error {
-    /// Stable label for metrics: the failed step, `pending` or `not_leader` (a write the
-    /// fence refused: the lease was lost meanwhile).
-    pub fn category(&self) -> &'static str {
-        match self {
-            _ if crate::ownership::refused(self) => "not_leader",
-            Self::Kube(failed) => failed.step.as_str(),
-            Self::Pending { .. } => "pending",
-        }
-    }
-
     /// The wait a throttling server asked for (ARM, or an API server's refusal), which the
     /// requeue must not undercut.
     pub fn retry_after(&self) -> Option<std::time::Duration> {
@@ -88,8 +78,12 @@ impl Error {
 }
 
 impl crate::controller::Failure for Error {
-    fn category(&self) -> &'static str {
-        Error::category(self)
+    /// The failed step or `pending`.
+    fn what_failed(&self) -> &'static str {
+        match self {
+            Self::Kube(failed) => failed.step.as_str(),
+            Self::Pending { .. } => "pending",
+        }
     }
 
     fn retry_after(&self) -> Option<std::time::Duration> {
@@ -109,10 +103,12 @@ pub(super) enum Conflict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::reconcile_tests::{honours_retry_after, refusal};
+    use crate::controller::Failure as _;
+    use crate::controller::reconcile_tests::{honours_retry_after, throttled_at};
+    use crate::controller::reconcile_tests::{names_member_object_and_step, refused_at};
 
     fn failed(step: Step, code: u16) -> Error {
-        Error::from(ApiFailure::of("m1", "shop", "cart", step)(refusal(code, 0)))
+        refused_at(("shop", "cart"), step, code)
     }
 
     #[test]
@@ -140,25 +136,21 @@ mod tests {
             );
         }
         assert_eq!(failed(Step::PatchMetadata, 500).conflict(), None);
-        assert!(
-            failed(Step::PatchStatus, 409)
-                .to_string()
-                .contains("member m1")
-        );
+        let e = failed(Step::PatchStatus, 409);
+        names_member_object_and_step(&e, "shop/cart", "patch_serviceexport_status");
     }
 
     #[test]
     fn a_failure_is_requeued_no_sooner_than_the_server_asked() {
-        let throttled = Error::from(ApiFailure::of("m1", "shop", "cart", Step::PatchStatus)(
-            refusal(429, 20),
-        ));
-        honours_retry_after(&throttled);
-        honours_retry_after(&Error::Pending {
+        throttled_at::<_, Error>(Step::PatchStatus);
+        let pending = Error::Pending {
             member: "m1".into(),
             namespace: "shop".into(),
             name: "cart".into(),
             message: "ARM throttled the lookup".into(),
             retry_after: Some(std::time::Duration::from_secs(20)),
-        });
+        };
+        honours_retry_after(&pending);
+        assert_eq!(pending.category(), "pending");
     }
 }

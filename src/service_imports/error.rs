@@ -52,11 +52,9 @@ impl Step {
 }
 
 impl crate::controller::Failure for Error {
-    fn category(&self) -> &'static str {
-        match self {
-            _ if crate::ownership::refused(self) => "not_leader",
-            Self::Kube(failed) => failed.step.as_str(),
-        }
+    fn what_failed(&self) -> &'static str {
+        let Self::Kube(failed) = self;
+        failed.step.as_str()
     }
 }
 
@@ -83,39 +81,29 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::Failure;
-    use crate::controller::reconcile_tests::{honours_retry_after, refusal};
+    use crate::controller::reconcile_tests::{
+        names_member_object_and_step, refused_at, throttled_at,
+    };
 
     fn failed(step: Step, code: u16) -> Error {
-        Error::from(ApiFailure::of("m1", "work", "svc", step)(refusal(code, 0)))
+        refused_at(("work", "svc"), step, code)
     }
 
     #[test]
     fn errors_name_member_object_and_step_and_tell_a_stale_view() {
-        let text = failed(Step::AddFinalizer, 500).to_string();
-        assert!(text.contains("member m1"), "{text}");
-        assert!(text.contains("ServiceImport work/svc"), "{text}");
-        assert!(text.contains("add_serviceimport_finalizer"), "{text}");
-        let text = failed(Step::CreateInternalServiceImport, 500).to_string();
-        assert!(text.contains("InternalServiceImport work/svc"), "{text}");
+        let e = failed(Step::AddFinalizer, 500);
+        names_member_object_and_step(&e, "ServiceImport work/svc", "add_serviceimport_finalizer");
+        let copy = "InternalServiceImport work/svc";
+        let e = failed(Step::CreateInternalServiceImport, 500);
+        names_member_object_and_step(&e, copy, "create_internalserviceimport");
         assert!(failed(Step::CreateInternalServiceImport, 409).stale_view());
         assert!(failed(Step::WriteServiceImportStatus, 404).stale_view());
         assert!(!failed(Step::CreateInternalServiceImport, 404).stale_view());
         assert!(!failed(Step::AddFinalizer, 500).stale_view());
-        assert_eq!(
-            failed(Step::AddFinalizer, 500).category(),
-            "add_serviceimport_finalizer"
-        );
     }
 
     #[test]
     fn a_failure_is_requeued_no_sooner_than_the_server_asked() {
-        let throttled = Error::from(ApiFailure::of(
-            "m1",
-            "work",
-            "svc",
-            Step::WriteServiceImportStatus,
-        )(refusal(429, 20)));
-        honours_retry_after(&throttled);
+        throttled_at::<_, Error>(Step::WriteServiceImportStatus);
     }
 }

@@ -49,21 +49,13 @@ impl Step {
 }
 
 impl crate::controller::Failure for Error {
-    fn category(&self) -> &'static str {
-        Error::category(self)
+    fn what_failed(&self) -> &'static str {
+        let Self::Kube(failed) = self;
+        failed.step.as_str()
     }
 }
 
 impl Error {
-    /// Stable label for metrics: the failed step or `not_leader` (a write the fence refused:
-    /// the lease was lost meanwhile).
-    pub fn category(&self) -> &'static str {
-        match self {
-            _ if crate::ownership::refused(self) => "not_leader",
-            Self::Kube(failed) => failed.step.as_str(),
-        }
-    }
-
     /// The view was behind: a 409 (taken name, changed object), or a 404 of the export being
     /// updated. `Some(true)` when the hub refused (the reconcile reads everything again either
     /// way; the answer is for tests and logs).
@@ -81,49 +73,33 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::reconcile_tests::{honours_retry_after, refusal};
+    use crate::controller::reconcile_tests::{
+        names_member_object_and_step, refused_at, throttled_at,
+    };
 
     fn failed(step: Step, code: u16) -> Error {
-        Error::from(ApiFailure::of("m1", "work", "web-1", step)(refusal(
-            code, 0,
-        )))
+        refused_at(("work", "web-1"), step, code)
     }
 
     #[test]
     fn errors_name_member_slice_and_step_and_tell_a_stale_view() {
         let e = failed(Step::CreateEndpointSliceExport, 404);
-        let text = e.to_string();
-        assert!(text.contains("member m1"), "{text}");
-        assert!(text.contains("EndpointSlice work/web-1"), "{text}");
-        assert!(text.contains("create_endpointsliceexport"), "{text}");
+        let step = "create_endpointsliceexport";
+        names_member_object_and_step(&e, "EndpointSlice work/web-1", step);
         assert_eq!(
             e.stale_view(),
             None,
             "a missing namespace is not a stale view"
         );
-        assert_eq!(
-            failed(Step::CreateEndpointSliceExport, 409).stale_view(),
-            Some(true)
-        );
-        assert_eq!(
-            failed(Step::UpdateEndpointSliceExport, 404).stale_view(),
-            Some(true)
-        );
-        assert_eq!(
-            failed(Step::AnnotateEndpointSlice, 409).stale_view(),
-            Some(false)
-        );
-        assert_eq!(failed(Step::AnnotateEndpointSlice, 500).stale_view(), None);
+        let stale = |step, code| failed(step, code).stale_view();
+        assert_eq!(stale(Step::CreateEndpointSliceExport, 409), Some(true));
+        assert_eq!(stale(Step::UpdateEndpointSliceExport, 404), Some(true));
+        assert_eq!(stale(Step::AnnotateEndpointSlice, 409), Some(false));
+        assert_eq!(stale(Step::AnnotateEndpointSlice, 500), None);
     }
 
     #[test]
     fn a_failure_is_requeued_no_sooner_than_the_server_asked() {
-        let throttled = Error::from(ApiFailure::of(
-            "m1",
-            "work",
-            "web-1",
-            Step::CreateEndpointSliceExport,
-        )(refusal(429, 20)));
-        honours_retry_after(&throttled);
+        throttled_at::<_, Error>(Step::CreateEndpointSliceExport);
     }
 }
