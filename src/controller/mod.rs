@@ -18,8 +18,8 @@ pub(crate) mod runner;
 pub(crate) mod streaks;
 pub mod views;
 
-pub(crate) use failure::Failure;
 pub use failure::{ApiFailure, Step};
+pub(crate) use failure::{Failure, api_failures_only};
 pub use job::{Job, MemberInputs, Running};
 pub use observer::{NoObserver, ReconcileObserver, Reconciled};
 pub use reconcile::backoff;

@@ -24,9 +24,9 @@ pub(crate) trait Outcome: Copy {
 /// The root span of one reconcile (a trace of its own) of the job's object `$object` (its
 /// field `$($key).+`, e.g. `fleet.serviceexport.name`) in `$namespace` of `$member`, with the
 /// fields [`reported`] records: `outcome`, any of the job's `$extra` ones (`requeue`), and
-/// `otel.status_code`.
+/// `otel.status_code`. Written as `tracing`'s fields are: `%` for a value's `Display`.
 macro_rules! reconcile_span {
-    ($name:literal, $member:expr, $namespace:expr, $($key:ident).+ = $object:expr $(, $extra:ident)* $(,)?) => {
+    ($name:literal, %$member:expr, %$namespace:expr, $($key:ident).+ = %$object:expr $(, $extra:ident)* $(,)?) => {
         tracing::info_span!(
             parent: None,
             $name,
@@ -213,33 +213,56 @@ pub(crate) mod tests {
         );
     }
 
-    /// A job's error for the API call of `step` on `object` (namespace, name) of member `m1`,
-    /// refused with `code`.
-    pub(crate) fn refused_at<S: Step, E: From<ApiFailure<S>>>(
-        object: (&str, &str),
-        step: S,
-        code: u16,
-    ) -> E {
-        E::from(ApiFailure::of("m1", object.0, object.1, step)(refusal(
-            code, 0,
-        )))
+    /// A job's error for the API call of `step` on `ns/name` of member `m1`, refused with
+    /// `code`.
+    pub(crate) fn refused_at<S: Step, E: From<ApiFailure<S>>>(step: S, code: u16) -> E {
+        E::from(ApiFailure::of("m1", "ns", "name", step)(refusal(code, 0)))
     }
 
-    /// The first failure of the API call of `step`, throttled for 20 s, is tried again after
-    /// 20 s: every job's error honours `Retry-After`.
-    pub(crate) fn throttled_at<S: Step, E: Failure + From<ApiFailure<S>>>(step: S) {
-        let error = E::from(ApiFailure::of("m1", "ns", "name", step)(refusal(429, 20)));
-        honours_retry_after(&error);
-    }
-
-    /// What every job's error of a failed API call says, and how the metrics label it: the
-    /// member, the object (as `object` spells it), the step; the step is the category.
-    pub(crate) fn names_member_object_and_step<E: Failure>(error: &E, object: &str, step: &str) {
+    /// What every job's error of a failed API call (here of `step`, on the object `ns/name`,
+    /// whose kind the error spells as `kind`) holds to: it names the member, the object and the
+    /// step, which is also its metric label; and it is requeued no sooner than the server asked.
+    pub(crate) fn api_error_of<S: Step, E: Failure + From<ApiFailure<S>>>(step: S, kind: &str) {
+        let error: E = refused_at(step, 500);
         let text = error.to_string();
         assert!(text.contains("member m1"), "{text}");
-        assert!(text.contains(object), "{text}");
-        assert!(text.contains(step), "{text}");
-        assert_eq!(error.category(), step);
+        assert!(text.contains(&format!("{kind}ns/name")), "{text}");
+        assert!(text.contains(step.as_str()), "{text}");
+        assert_eq!(error.category(), step.as_str());
+        honours_retry_after(&E::from(ApiFailure::of("m1", "ns", "name", step)(refusal(
+            429, 20,
+        ))));
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Write {
+        Create,
+        Update,
+    }
+
+    impl Step for Write {
+        fn as_str(self) -> &'static str {
+            match self {
+                Self::Create => "create",
+                Self::Update => "update",
+            }
+        }
+    }
+
+    #[test]
+    fn a_conflict_or_a_viewed_object_gone_is_a_stale_view() {
+        let stale = |step, code| {
+            let failed = ApiFailure::of("m1", "ns", "name", step)(refusal(code, 0));
+            failed.stale_view(|step| step == Write::Update)
+        };
+        assert!(stale(Write::Create, 409));
+        assert!(stale(Write::Update, 409));
+        assert!(stale(Write::Update, 404));
+        assert!(
+            !stale(Write::Create, 404),
+            "a missing namespace is not a stale view"
+        );
+        assert!(!stale(Write::Update, 500));
     }
 
     #[test]

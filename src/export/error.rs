@@ -104,45 +104,31 @@ pub(super) enum Conflict {
 mod tests {
     use super::*;
     use crate::controller::Failure as _;
-    use crate::controller::reconcile_tests::{honours_retry_after, throttled_at};
-    use crate::controller::reconcile_tests::{names_member_object_and_step, refused_at};
-
-    fn failed(step: Step, code: u16) -> Error {
-        refused_at(("shop", "cart"), step, code)
-    }
+    use crate::controller::reconcile_tests::{honours_retry_after, refused_at};
 
     #[test]
     fn a_409_names_the_cluster_that_refused() {
+        let conflict = |step| refused_at::<_, Error>(step, 409).conflict();
         for step in [
             Step::PatchMetadata,
             Step::PatchStatus,
             Step::RemoveFinalizer,
         ] {
-            assert_eq!(
-                failed(step, 409).conflict(),
-                Some(Conflict::Member),
-                "{step:?}"
-            );
+            assert_eq!(conflict(step), Some(Conflict::Member), "{step:?}");
         }
         for step in [
             Step::CreateInternalServiceExport,
             Step::UpdateInternalServiceExport,
             Step::DeleteInternalServiceExport,
         ] {
-            assert_eq!(
-                failed(step, 409).conflict(),
-                Some(Conflict::Hub),
-                "{step:?}"
-            );
+            assert_eq!(conflict(step), Some(Conflict::Hub), "{step:?}");
         }
-        assert_eq!(failed(Step::PatchMetadata, 500).conflict(), None);
-        let e = failed(Step::PatchStatus, 409);
-        names_member_object_and_step(&e, "shop/cart", "patch_serviceexport_status");
+        let refused = refused_at::<_, Error>(Step::PatchMetadata, 500);
+        assert_eq!(refused.conflict(), None);
     }
 
     #[test]
-    fn a_failure_is_requeued_no_sooner_than_the_server_asked() {
-        throttled_at::<_, Error>(Step::PatchStatus);
+    fn a_pending_export_waits_as_long_as_arm_asked() {
         let pending = Error::Pending {
             member: "m1".into(),
             namespace: "shop".into(),

@@ -32,11 +32,7 @@ pub(super) async fn reconcile(se: Arc<ServiceExport>, ctx: Arc<Context>) -> Resu
     let ns = se.namespace().unwrap_or_default();
     let name = se.name_any();
     let span = crate::controller::reconcile_span!(
-        "reconcile",
-        ctx.member,
-        ns,
-        fleet.serviceexport.name = name,
-        requeue
+        "reconcile", %ctx.member, %ns, fleet.serviceexport.name = %name, requeue
     );
     let key = ObjectRef::from_obj_with(se.as_ref(), ctx.se_version);
     let work = reconcile_inner(&se, &ctx);

@@ -44,11 +44,8 @@ pub(super) async fn reconcile(
 ) -> Result<Action, Error> {
     let name = imc.name_any();
     let span = crate::controller::reconcile_span!(
-        "reconcile_internalmembercluster",
-        ctx.member,
-        ctx.hub_namespace,
-        fleet.internalmembercluster.name = name,
-        requeue
+        "reconcile_internalmembercluster", %ctx.member, %ctx.hub_namespace,
+        fleet.internalmembercluster.name = %name, requeue
     );
     let key = ObjectRef::new(&name).within(&ctx.hub_namespace);
     let work = observe_decide_act(&ctx, imc);

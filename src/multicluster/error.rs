@@ -75,17 +75,15 @@ impl Error {
     /// read), or a 404 of an object being patched. The reconcile reads everything live again.
     pub(super) fn stale_view(&self) -> bool {
         match self {
-            Self::Kube(failed) => match failed.refused_with() {
-                Some(409) => true,
-                Some(404) => matches!(
-                    failed.step,
+            Self::Kube(failed) => failed.stale_view(|step| {
+                matches!(
+                    step,
                     Step::PatchMetadata
                         | Step::PatchStatus
                         | Step::OwnServiceImport
                         | Step::UpdateService
-                ),
-                _ => false,
-            },
+                )
+            }),
             Self::ControlledElsewhere { .. } => false,
         }
     }
@@ -94,27 +92,18 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::reconcile_tests::{
-        names_member_object_and_step, refused_at, throttled_at,
-    };
 
-    fn failed(step: Step, code: u16) -> Error {
-        refused_at(("work", "mcs"), step, code)
-    }
-
+    /// The views are behind where a write finds its object changed, or gone from under it.
     #[test]
-    fn errors_name_member_object_and_step_and_tell_a_stale_view() {
-        let e = failed(Step::CreateService, 404);
-        names_member_object_and_step(&e, "MultiClusterService work/mcs", "create_service");
-        assert!(!e.stale_view(), "a missing namespace is not a stale view");
-        assert!(failed(Step::CreateServiceImport, 409).stale_view());
-        assert!(failed(Step::UpdateService, 404).stale_view());
-        assert!(failed(Step::PatchStatus, 409).stale_view());
-        assert!(!failed(Step::PatchStatus, 500).stale_view());
-    }
-
-    #[test]
-    fn a_failure_is_requeued_no_sooner_than_the_server_asked() {
-        throttled_at::<_, Error>(Step::PatchStatus);
+    fn a_conflict_or_an_object_written_gone_is_a_stale_view() {
+        use crate::controller::reconcile_tests::refused_at;
+        let stale = |step, code| refused_at::<_, Error>(step, code).stale_view();
+        assert!(stale(Step::CreateServiceImport, 409));
+        assert!(stale(Step::UpdateService, 404));
+        assert!(stale(Step::OwnServiceImport, 404));
+        assert!(
+            !stale(Step::CreateService, 404),
+            "a missing namespace is not a stale view"
+        );
     }
 }

@@ -26,11 +26,8 @@ pub(super) async fn reconcile(
     let ns = mcs.namespace().unwrap_or_default();
     let name = mcs.name_any();
     let span = crate::controller::reconcile_span!(
-        "reconcile_multiclusterservice",
-        ctx.member,
-        ns,
-        fleet.multiclusterservice.name = name,
-        requeue
+        "reconcile_multiclusterservice", %ctx.member, %ns,
+        fleet.multiclusterservice.name = %name, requeue
     );
     let key = ObjectRef::new(&name).within(&ns);
     let work = observe_decide_act(&ctx, &mcs, &key);

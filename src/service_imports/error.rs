@@ -51,59 +51,35 @@ impl Step {
     }
 }
 
-impl crate::controller::Failure for Error {
-    fn what_failed(&self) -> &'static str {
-        let Self::Kube(failed) = self;
-        failed.step.as_str()
-    }
-}
+crate::controller::api_failures_only!(Error);
 
 impl Error {
     /// The views were behind: a 409 (a changed object, a taken name), or a 404 of an object
     /// being updated. The reconcile reads both objects live and decides again.
     pub(super) fn stale_view(&self) -> bool {
-        match self {
-            Self::Kube(failed) => match failed.refused_with() {
-                Some(409) => true,
-                Some(404) => matches!(
-                    failed.step,
-                    Step::AddFinalizer
-                        | Step::RemoveFinalizer
-                        | Step::WriteServiceImportStatus
-                        | Step::UpdateInternalServiceImport
-                ),
-                _ => false,
-            },
-        }
+        let Self::Kube(failed) = self;
+        failed.stale_view(|step| {
+            matches!(
+                step,
+                Step::AddFinalizer
+                    | Step::RemoveFinalizer
+                    | Step::WriteServiceImportStatus
+                    | Step::UpdateInternalServiceImport
+            )
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::reconcile_tests::{
-        names_member_object_and_step, refused_at, throttled_at,
-    };
 
-    fn failed(step: Step, code: u16) -> Error {
-        refused_at(("work", "svc"), step, code)
-    }
-
+    /// A 404 of a create means a missing namespace, not a view behind.
     #[test]
-    fn errors_name_member_object_and_step_and_tell_a_stale_view() {
-        let e = failed(Step::AddFinalizer, 500);
-        names_member_object_and_step(&e, "ServiceImport work/svc", "add_serviceimport_finalizer");
-        let copy = "InternalServiceImport work/svc";
-        let e = failed(Step::CreateInternalServiceImport, 500);
-        names_member_object_and_step(&e, copy, "create_internalserviceimport");
-        assert!(failed(Step::CreateInternalServiceImport, 409).stale_view());
-        assert!(failed(Step::WriteServiceImportStatus, 404).stale_view());
-        assert!(!failed(Step::CreateInternalServiceImport, 404).stale_view());
-        assert!(!failed(Step::AddFinalizer, 500).stale_view());
-    }
-
-    #[test]
-    fn a_failure_is_requeued_no_sooner_than_the_server_asked() {
-        throttled_at::<_, Error>(Step::WriteServiceImportStatus);
+    fn a_conflict_or_an_object_written_gone_is_a_stale_view() {
+        let error = crate::controller::reconcile_tests::refused_at::<_, Error>;
+        assert!(error(Step::CreateInternalServiceImport, 409).stale_view());
+        assert!(error(Step::WriteServiceImportStatus, 404).stale_view());
+        assert!(!error(Step::CreateInternalServiceImport, 404).stale_view());
     }
 }

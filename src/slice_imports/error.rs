@@ -38,51 +38,27 @@ impl crate::controller::Step for Step {
     }
 }
 
-impl crate::controller::Failure for Error {
-    fn what_failed(&self) -> &'static str {
-        let Self::Kube(failed) = self;
-        failed.step.as_str()
-    }
-}
+crate::controller::api_failures_only!(Error);
 
 impl Error {
     /// The view was behind: a 409 (a changed import or slice, a slice that exists already) or
     /// a 404 of the slice being updated. The reconcile then reads both live and decides again.
     pub(super) fn stale_view(&self) -> bool {
-        match self {
-            Self::Kube(failed) => match failed.refused_with() {
-                Some(409) => true,
-                Some(404) => failed.step == Step::UpdateEndpointSlice,
-                _ => false,
-            },
-        }
+        let Self::Kube(failed) = self;
+        failed.stale_view(|step| step == Step::UpdateEndpointSlice)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::controller::reconcile_tests::{
-        names_member_object_and_step, refused_at, throttled_at,
-    };
-
-    fn failed(step: Step, code: u16) -> Error {
-        refused_at(("fleet-member-m1", "imp"), step, code)
-    }
-
     #[test]
-    fn errors_name_member_import_and_step_and_tell_a_stale_view() {
-        let e = failed(Step::CreateEndpointSlice, 500);
-        let import = "EndpointSliceImport fleet-member-m1/imp";
-        names_member_object_and_step(&e, import, "create_endpointslice");
-        assert!(failed(Step::CreateEndpointSlice, 409).stale_view());
-        assert!(failed(Step::AddFinalizer, 409).stale_view());
-        assert!(failed(Step::UpdateEndpointSlice, 404).stale_view());
-        assert!(!failed(Step::CreateEndpointSlice, 404).stale_view());
-    }
-
-    #[test]
-    fn a_failure_is_requeued_no_sooner_than_the_server_asked() {
-        throttled_at::<_, Error>(Step::CreateEndpointSlice);
+    fn a_conflict_or_the_slice_updated_gone_is_a_stale_view() {
+        use super::{Error, Step};
+        let stale = |step, code| {
+            crate::controller::reconcile_tests::refused_at::<_, Error>(step, code).stale_view()
+        };
+        assert!(stale(Step::AddFinalizer, 409));
+        assert!(stale(Step::UpdateEndpointSlice, 404));
+        assert!(!stale(Step::CreateEndpointSlice, 404));
     }
 }

@@ -27,10 +27,8 @@ pub(super) async fn reconcile(
 ) -> Result<Action, Error> {
     let name = import.name_any();
     let span = crate::controller::reconcile_span!(
-        "reconcile_endpointsliceimport",
-        ctx.member,
-        ctx.hub_namespace,
-        fleet.endpointsliceimport.name = name
+        "reconcile_endpointsliceimport", %ctx.member, %ctx.hub_namespace,
+        fleet.endpointsliceimport.name = %name
     );
     let key = ObjectRef::new(&name).within(&ctx.hub_namespace);
     let work = observe_decide_act(&ctx, &name, &import);

@@ -48,12 +48,7 @@ impl Step {
     }
 }
 
-impl crate::controller::Failure for Error {
-    fn what_failed(&self) -> &'static str {
-        let Self::Kube(failed) = self;
-        failed.step.as_str()
-    }
-}
+crate::controller::api_failures_only!(Error);
 
 impl Error {
     /// The view was behind: a 409 (taken name, changed object), or a 404 of the export being
@@ -73,33 +68,20 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::reconcile_tests::{
-        names_member_object_and_step, refused_at, throttled_at,
-    };
-
-    fn failed(step: Step, code: u16) -> Error {
-        refused_at(("work", "web-1"), step, code)
-    }
+    use crate::controller::reconcile_tests::refused_at;
 
     #[test]
-    fn errors_name_member_slice_and_step_and_tell_a_stale_view() {
-        let e = failed(Step::CreateEndpointSliceExport, 404);
-        let step = "create_endpointsliceexport";
-        names_member_object_and_step(&e, "EndpointSlice work/web-1", step);
+    fn a_stale_view_tells_whether_the_hub_refused() {
+        let stale = |step, code| refused_at::<_, Error>(step, code).stale_view();
+        let create = Step::CreateEndpointSliceExport;
         assert_eq!(
-            e.stale_view(),
+            stale(create, 404),
             None,
             "a missing namespace is not a stale view"
         );
-        let stale = |step, code| failed(step, code).stale_view();
-        assert_eq!(stale(Step::CreateEndpointSliceExport, 409), Some(true));
+        assert_eq!(stale(create, 409), Some(true));
         assert_eq!(stale(Step::UpdateEndpointSliceExport, 404), Some(true));
         assert_eq!(stale(Step::AnnotateEndpointSlice, 409), Some(false));
         assert_eq!(stale(Step::AnnotateEndpointSlice, 500), None);
-    }
-
-    #[test]
-    fn a_failure_is_requeued_no_sooner_than_the_server_asked() {
-        throttled_at::<_, Error>(Step::CreateEndpointSliceExport);
     }
 }

@@ -34,10 +34,7 @@ async fn traced(
     viewed: Option<Arc<SliceView>>,
 ) -> Result<Action, Error> {
     let span = crate::controller::reconcile_span!(
-        "reconcile_endpointslice",
-        ctx.member,
-        ns,
-        fleet.endpointslice.name = name
+        "reconcile_endpointslice", %ctx.member, %ns, fleet.endpointslice.name = %name
     );
     let key = ObjectRef::new(name).within(ns);
     let work = observe_decide_act(ctx, ns, name, viewed);
