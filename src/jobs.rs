@@ -197,4 +197,23 @@ mod tests {
             format!("no controller named; known: {}", KNOWN.join(", "))
         );
     }
+
+    /// The contract of every job's error of a failed API call, stated once for all of them.
+    #[test]
+    fn every_jobs_error_names_member_object_and_step_and_honours_retry_after() {
+        use crate::controller::reconcile_tests::api_error_of;
+        use crate::{export, membership, multicluster, service_imports, slice_imports, slices};
+        api_error_of::<_, export::Error>(export::Step::PatchStatus, "");
+        let slice = slices::Step::CreateEndpointSliceExport;
+        api_error_of::<_, slices::Error>(slice, "EndpointSlice ");
+        let import = service_imports::Step::AddFinalizer;
+        api_error_of::<_, service_imports::Error>(import, "ServiceImport ");
+        let copy = service_imports::Step::CreateInternalServiceImport;
+        api_error_of::<_, service_imports::Error>(copy, "InternalServiceImport ");
+        let slice_import = slice_imports::Step::CreateEndpointSlice;
+        api_error_of::<_, slice_imports::Error>(slice_import, "EndpointSliceImport ");
+        let mcs = multicluster::Step::CreateService;
+        api_error_of::<_, multicluster::Error>(mcs, "MultiClusterService ");
+        api_error_of::<_, membership::Error>(membership::Step::UpdateStatus, "");
+    }
 }

@@ -47,6 +47,17 @@ impl<S: Step> ApiFailure<S> {
         }
     }
 
+    /// Whether the refusal shows the reconcile's views behind the API: a 409 (a name taken, an
+    /// object changed since it was read), or a 404 of a step that `writes_viewed` (a write to
+    /// an object the views still showed; a create into a missing namespace is no such thing).
+    pub fn stale_view(&self, writes_viewed: impl FnOnce(S) -> bool) -> bool {
+        match self.refused_with() {
+            Some(409) => true,
+            Some(404) => writes_viewed(self.step),
+            _ => false,
+        }
+    }
+
     /// The wait the API server asked for in its refusal.
     pub fn retry_after(&self) -> Option<Duration> {
         retry_after(&self.source)
@@ -68,8 +79,23 @@ impl<S: Step> std::error::Error for ApiFailure<S> {
 
 /// A job's reconcile error, as the kit reports and requeues it.
 pub(crate) trait Failure: std::error::Error + 'static {
-    /// Stable label for metrics (`error:<category>`): the failed step, for example.
-    fn category(&self) -> &'static str;
+    /// What failed, as the job names it: the step of a failed API call ([`ApiFailure::step`]),
+    /// or a failure of the job's own (`pending`, `member_unreachable`, …).
+    fn what_failed(&self) -> &'static str;
+
+    /// Stable label for metrics (`error:<category>`): `not_leader` for a write the fence
+    /// refused (the lease was lost meanwhile; whichever step it was), else what failed.
+    fn category(&self) -> &'static str
+    where
+        Self: Sized,
+    {
+        if crate::ownership::refused(self) {
+            "not_leader"
+        } else {
+            self.what_failed()
+        }
+    }
+
     /// The wait a throttling server asked for, which the requeue must not undercut: by default
     /// the one in the first Kubernetes API error of the error's source chain.
     fn retry_after(&self) -> Option<Duration>
@@ -86,6 +112,20 @@ pub(crate) trait Failure: std::error::Error + 'static {
         None
     }
 }
+
+/// Makes a job's error enum that is only ever a failed API call (its one variant
+/// `Kube(ApiFailure<Step>)`) a [`Failure`]: what failed is the step.
+macro_rules! api_failures_only {
+    ($error:ty) => {
+        impl $crate::controller::Failure for $error {
+            fn what_failed(&self) -> &'static str {
+                let Self::Kube(failed) = self;
+                $crate::controller::Step::as_str(failed.step)
+            }
+        }
+    };
+}
+pub(crate) use api_failures_only;
 
 /// The wait a Kubernetes API server asked for in its refusal (`Status.details.retryAfterSeconds`,
 /// sent with a 429 and with some 5xx), if any.

@@ -1,7 +1,9 @@
 //! The trait a job implements, and what a member gives every job it runs.
 
+use std::future::Future;
 use std::sync::Arc;
 
+use futures::FutureExt;
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
@@ -28,6 +30,22 @@ pub struct Running {
     pub run: BoxFuture<'static, ()>,
     /// Resolves once its watches have listed.
     pub synced: Synced,
+}
+
+impl Running {
+    /// A job that runs `run` until its shutdown, its watches synced as `synced` tells.
+    pub fn new(run: impl Future<Output = ()> + Send + 'static, synced: Synced) -> Self {
+        Self {
+            run: run.boxed(),
+            synced,
+        }
+    }
+
+    /// A job that does nothing but wait for its `shutdown` (another job of the member runs
+    /// its work already); its watches count as synced.
+    pub fn idle(shutdown: CancellationToken) -> Self {
+        Self::new(shutdown.cancelled_owned(), Synced::default())
+    }
 }
 
 /// What a member gives every job it runs.

@@ -18,12 +18,14 @@ pub(crate) mod runner;
 pub(crate) mod streaks;
 pub mod views;
 
-pub(crate) use failure::Failure;
 pub use failure::{ApiFailure, Step};
+pub(crate) use failure::{Failure, api_failures_only};
 pub use job::{Job, MemberInputs, Running};
 pub use observer::{NoObserver, ReconcileObserver, Reconciled};
 pub use reconcile::backoff;
-pub(crate) use reconcile::{MAX_BACKOFF, Outcome, REREADS, failed, only_uid, reported};
+pub(crate) use reconcile::{
+    MAX_BACKOFF, Outcome, REREADS, failed, only_uid, reconcile_span, reported,
+};
 pub(crate) use runner::leadership_gained;
 pub use views::Synced;
 

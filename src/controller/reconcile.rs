@@ -21,6 +21,26 @@ pub(crate) trait Outcome: Copy {
     fn reconciled(self) -> Reconciled;
 }
 
+/// The root span of one reconcile (a trace of its own) of the job's object `$object` (its
+/// field `$($key).+`, e.g. `fleet.serviceexport.name`) in `$namespace` of `$member`, with the
+/// fields [`reported`] records: `outcome`, any of the job's `$extra` ones (`requeue`), and
+/// `otel.status_code`. Written as `tracing`'s fields are: `%` for a value's `Display`.
+macro_rules! reconcile_span {
+    ($name:literal, %$member:expr, %$namespace:expr, $($key:ident).+ = %$object:expr $(, $extra:ident)* $(,)?) => {
+        tracing::info_span!(
+            parent: None,
+            $name,
+            fleet.member = %$member,
+            k8s.namespace.name = %$namespace,
+            $($key).+ = %$object,
+            outcome = tracing::field::Empty,
+            $($extra = tracing::field::Empty,)*
+            otel.status_code = tracing::field::Empty,
+        )
+    };
+}
+pub(crate) use reconcile_span;
+
 /// Runs one reconcile of `member` (`work`, of the object `key`) inside its root `span`, and
 /// reports it ([`report`]); a success ends the object's streak of `failures`. The span's
 /// `requeue` field, where it has one, tells what the reconcile asked for.
@@ -140,6 +160,7 @@ pub fn backoff(failures: u32, jitter: f64) -> Duration {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::controller::{ApiFailure, Step};
 
     #[test]
     fn backoff_doubles_caps_and_jitters() {
@@ -190,6 +211,58 @@ pub(crate) mod tests {
             Action::requeue(Duration::from_secs(20)),
             "{error}"
         );
+    }
+
+    /// A job's error for the API call of `step` on `ns/name` of member `m1`, refused with
+    /// `code`.
+    pub(crate) fn refused_at<S: Step, E: From<ApiFailure<S>>>(step: S, code: u16) -> E {
+        E::from(ApiFailure::of("m1", "ns", "name", step)(refusal(code, 0)))
+    }
+
+    /// What every job's error of a failed API call (here of `step`, on the object `ns/name`,
+    /// whose kind the error spells as `kind`) holds to: it names the member, the object and the
+    /// step, which is also its metric label; and it is requeued no sooner than the server asked.
+    pub(crate) fn api_error_of<S: Step, E: Failure + From<ApiFailure<S>>>(step: S, kind: &str) {
+        let error: E = refused_at(step, 500);
+        let text = error.to_string();
+        assert!(text.contains("member m1"), "{text}");
+        assert!(text.contains(&format!("{kind}ns/name")), "{text}");
+        assert!(text.contains(step.as_str()), "{text}");
+        assert_eq!(error.category(), step.as_str());
+        honours_retry_after(&E::from(ApiFailure::of("m1", "ns", "name", step)(refusal(
+            429, 20,
+        ))));
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Write {
+        Create,
+        Update,
+    }
+
+    impl Step for Write {
+        fn as_str(self) -> &'static str {
+            match self {
+                Self::Create => "create",
+                Self::Update => "update",
+            }
+        }
+    }
+
+    #[test]
+    fn a_conflict_or_a_viewed_object_gone_is_a_stale_view() {
+        let stale = |step, code| {
+            let failed = ApiFailure::of("m1", "ns", "name", step)(refusal(code, 0));
+            failed.stale_view(|step| step == Write::Update)
+        };
+        assert!(stale(Write::Create, 409));
+        assert!(stale(Write::Update, 409));
+        assert!(stale(Write::Update, 404));
+        assert!(
+            !stale(Write::Create, 404),
+            "a missing namespace is not a stale view"
+        );
+        assert!(!stale(Write::Update, 500));
     }
 
     #[test]

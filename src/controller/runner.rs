@@ -132,6 +132,52 @@ where
     }
 }
 
+impl<K, C> Runner<K, C>
+where
+    K: Lookup + Clone + Send + Sync + 'static,
+    K::DynamicType: Hash + Eq + Clone + Default + Send + Sync,
+    C: Send + Sync + 'static,
+{
+    /// A runner of the names `pace` hands, looked up in `store`.
+    pub(crate) fn over(pace: &Arc<Pace<K>>, store: Store<K>, ctx: Arc<C>) -> Self {
+        Self {
+            pace: pace.clone(),
+            store,
+            dyntype: K::DynamicType::default(),
+            ctx,
+        }
+    }
+
+    /// A job's runner as the jobs start it: reconciles the names its pace hands, each in the
+    /// scratch arena ([`crate::memory`]), and every name in the view once more each time this
+    /// replica gains `claim` (from the warm views; gains count from now), until `shutdown`
+    /// ([`Runner::run`]).
+    pub(crate) fn paced<E, F>(
+        self,
+        claim: crate::ownership::Claim,
+        shutdown: impl Future<Output = ()> + Send,
+        reconcile: impl Fn(Arc<K>, Arc<C>) -> F + Send,
+        error_policy: impl Fn(Arc<K>, &E, Arc<C>) -> Action + Send + Sync,
+    ) -> impl Future<Output = ()>
+    where
+        F: Future<Output = Result<Action, E>> + Send + 'static,
+    {
+        let keys = self.pace.clone().stream();
+        let leadership = leadership_gained(&claim);
+        let reconcile = move |object, ctx| crate::memory::scratch_future(reconcile(object, ctx));
+        self.run(keys, leadership, shutdown, reconcile, error_policy)
+    }
+}
+
+/// Runs `reconciles` until they are over, with `beside` (the triggers of the views, a
+/// sweeper): these have no end of their own and stop with the reconciles.
+pub(crate) async fn beside(reconciles: impl Future<Output = ()>, beside: impl Future<Output = ()>) {
+    tokio::select! {
+        () = reconciles => {}
+        () = beside => {}
+    }
+}
+
 /// Yields `()` each time `claim` is gained.
 pub(crate) fn leadership_gained(
     claim: &crate::ownership::Claim,

@@ -53,16 +53,6 @@ pub enum Error {
 }
 
 impl Error {
-    /// Stable label for metrics: the failed step, `pending` or `not_leader` (a write the
-    /// fence refused: the lease was lost meanwhile).
-    pub fn category(&self) -> &'static str {
-        match self {
-            _ if crate::ownership::refused(self) => "not_leader",
-            Self::Kube(failed) => failed.step.as_str(),
-            Self::Pending { .. } => "pending",
-        }
-    }
-
     /// The wait a throttling server asked for (ARM, or an API server's refusal), which the
     /// requeue must not undercut.
     pub fn retry_after(&self) -> Option<std::time::Duration> {
@@ -88,8 +78,12 @@ impl Error {
 }
 
 impl crate::controller::Failure for Error {
-    fn category(&self) -> &'static str {
-        Error::category(self)
+    /// The failed step or `pending`.
+    fn what_failed(&self) -> &'static str {
+        match self {
+            Self::Kube(failed) => failed.step.as_str(),
+            Self::Pending { .. } => "pending",
+        }
     }
 
     fn retry_after(&self) -> Option<std::time::Duration> {
@@ -109,56 +103,40 @@ pub(super) enum Conflict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::reconcile_tests::{honours_retry_after, refusal};
-
-    fn failed(step: Step, code: u16) -> Error {
-        Error::from(ApiFailure::of("m1", "shop", "cart", step)(refusal(code, 0)))
-    }
+    use crate::controller::Failure as _;
+    use crate::controller::reconcile_tests::{honours_retry_after, refused_at};
 
     #[test]
     fn a_409_names_the_cluster_that_refused() {
+        let conflict = |step| refused_at::<_, Error>(step, 409).conflict();
         for step in [
             Step::PatchMetadata,
             Step::PatchStatus,
             Step::RemoveFinalizer,
         ] {
-            assert_eq!(
-                failed(step, 409).conflict(),
-                Some(Conflict::Member),
-                "{step:?}"
-            );
+            assert_eq!(conflict(step), Some(Conflict::Member), "{step:?}");
         }
         for step in [
             Step::CreateInternalServiceExport,
             Step::UpdateInternalServiceExport,
             Step::DeleteInternalServiceExport,
         ] {
-            assert_eq!(
-                failed(step, 409).conflict(),
-                Some(Conflict::Hub),
-                "{step:?}"
-            );
+            assert_eq!(conflict(step), Some(Conflict::Hub), "{step:?}");
         }
-        assert_eq!(failed(Step::PatchMetadata, 500).conflict(), None);
-        assert!(
-            failed(Step::PatchStatus, 409)
-                .to_string()
-                .contains("member m1")
-        );
+        let refused = refused_at::<_, Error>(Step::PatchMetadata, 500);
+        assert_eq!(refused.conflict(), None);
     }
 
     #[test]
-    fn a_failure_is_requeued_no_sooner_than_the_server_asked() {
-        let throttled = Error::from(ApiFailure::of("m1", "shop", "cart", Step::PatchStatus)(
-            refusal(429, 20),
-        ));
-        honours_retry_after(&throttled);
-        honours_retry_after(&Error::Pending {
+    fn a_pending_export_waits_as_long_as_arm_asked() {
+        let pending = Error::Pending {
             member: "m1".into(),
             namespace: "shop".into(),
             name: "cart".into(),
             message: "ARM throttled the lookup".into(),
             retry_after: Some(std::time::Duration::from_secs(20)),
-        });
+        };
+        honours_retry_after(&pending);
+        assert_eq!(pending.category(), "pending");
     }
 }

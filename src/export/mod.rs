@@ -20,7 +20,7 @@ mod watches;
 
 use std::sync::Arc;
 
-use futures::{Future, FutureExt};
+use futures::Future;
 use kube::api::Api;
 use kube::runtime::reflector::Store;
 use tokio_util::sync::CancellationToken;
@@ -35,7 +35,7 @@ use crate::api::InternalServiceExport;
 use crate::controller::events::{Creator, Events};
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::queue::Lossy;
-use crate::controller::runner::Runner;
+use crate::controller::runner::{Runner, beside};
 use crate::controller::streaks::Streaks;
 use crate::controller::views::WatchHealth;
 use crate::controller::{Job, MemberInputs, ReconcileObserver, Running, Synced, leadership_gained};
@@ -82,11 +82,8 @@ impl<S: Needs> Job<S> for ServiceExportJob {
             observer: inputs.observer.clone(),
             instance: inputs.instance.clone(),
         };
-        let (run, synced) = exporter.start(async move { shutdown.cancelled().await });
-        Running {
-            run: run.boxed(),
-            synced,
-        }
+        let (run, synced) = exporter.start(shutdown.cancelled_owned());
+        Running::new(run, synced)
     }
 }
 
@@ -169,13 +166,7 @@ impl MemberExporter {
                 },
                 |se, error, ctx| reconcile::error_policy(&se.to_export(), error, ctx),
             );
-            // The sweeper and the triggers have no end of their own: they stop with the
-            // reconciles.
-            tokio::select! {
-                () = reconciles => {}
-                () = sweeper => {}
-                () = triggers => {}
-            }
+            beside(beside(reconciles, sweeper), triggers).await;
             // Every reconcile is over and the context dropped: the queue closes once drained.
             creator.drain(&member).await;
         };

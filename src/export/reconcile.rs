@@ -31,15 +31,8 @@ use crate::service_exports::ServiceExportView;
 pub(super) async fn reconcile(se: Arc<ServiceExport>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = se.namespace().unwrap_or_default();
     let name = se.name_any();
-    let span = tracing::info_span!(
-        parent: None,
-        "reconcile",
-        fleet.member = %ctx.member,
-        k8s.namespace.name = %ns,
-        fleet.serviceexport.name = %name,
-        outcome = field::Empty,
-        requeue = field::Empty,
-        otel.status_code = field::Empty,
+    let span = crate::controller::reconcile_span!(
+        "reconcile", %ctx.member, %ns, fleet.serviceexport.name = %name, requeue
     );
     let key = ObjectRef::from_obj_with(se.as_ref(), ctx.se_version);
     let work = reconcile_inner(&se, &ctx);

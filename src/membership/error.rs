@@ -48,23 +48,17 @@ impl crate::controller::Step for Step {
 }
 
 impl crate::controller::Failure for Error {
-    fn category(&self) -> &'static str {
-        Error::category(self)
-    }
-}
-
-impl Error {
-    /// Stable label for metrics: the failed step, `member_unreachable`, `no_serviceexport_api`,
-    /// or `not_leader` (a write the fence refused).
-    pub fn category(&self) -> &'static str {
+    /// The failed step, `member_unreachable` or `no_serviceexport_api`.
+    fn what_failed(&self) -> &'static str {
         match self {
-            _ if crate::ownership::refused(self) => "not_leader",
             Self::Kube(failed) => failed.step.as_str(),
             Self::Unreachable { .. } => "member_unreachable",
             Self::NoServiceExports { .. } => "no_serviceexport_api",
         }
     }
+}
 
+impl Error {
     /// The status write found the object changed since it was read (a 409): read it again.
     pub(super) fn stale_view(&self) -> bool {
         matches!(self, Self::Kube(failed)
@@ -75,38 +69,13 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::reconcile_tests::{honours_retry_after, refusal};
-
-    fn failed(step: Step, code: u16) -> Error {
-        Error::from(ApiFailure::of("m1", "fleet-member-m1", "m1", step)(
-            refusal(code, 0),
-        ))
-    }
+    use crate::controller::reconcile_tests::refused_at;
 
     #[test]
-    fn errors_name_member_object_and_step_and_tell_a_conflict() {
-        let e = failed(Step::UpdateStatus, 409);
-        let text = e.to_string();
-        assert!(text.contains("member m1"), "{text}");
-        assert!(text.contains("fleet-member-m1/m1"), "{text}");
-        assert!(
-            text.contains("update_internalmembercluster_status"),
-            "{text}"
-        );
-        assert!(e.stale_view());
-        assert!(!failed(Step::UpdateStatus, 500).stale_view());
-        assert!(!failed(Step::DeleteServiceExport, 409).stale_view());
-        assert_eq!(
-            failed(Step::ListServiceExports, 500).category(),
-            "list_serviceexports"
-        );
-    }
-
-    #[test]
-    fn a_failure_is_requeued_no_sooner_than_the_server_asked() {
-        let throttled = Error::from(ApiFailure::of("m1", "ns", "m1", Step::UpdateStatus)(
-            refusal(429, 20),
-        ));
-        honours_retry_after(&throttled);
+    fn only_a_conflict_of_the_status_write_is_read_again() {
+        let stale = |step, code| refused_at::<_, Error>(step, code).stale_view();
+        assert!(stale(Step::UpdateStatus, 409));
+        assert!(!stale(Step::UpdateStatus, 500));
+        assert!(!stale(Step::DeleteServiceExport, 409));
     }
 }

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::stream::BoxStream;
-use futures::{FutureExt, StreamExt, TryStreamExt};
+use futures::{StreamExt, TryStreamExt};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
@@ -33,10 +33,10 @@ pub use error::{Error, Step};
 use crate::api::{AgentTypes, InternalMemberCluster};
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::pace::Pace;
-use crate::controller::runner::Runner;
+use crate::controller::runner::{Runner, beside};
 use crate::controller::streaks::Streaks;
 use crate::controller::views::{View, WatchHealth, view_watch};
-use crate::controller::{Job, MemberInputs, Running, leadership_gained};
+use crate::controller::{Job, MemberInputs, Running};
 use context::Context;
 
 /// The InternalMemberClusters of the member's hub namespace (fleet names the one there after
@@ -74,7 +74,6 @@ impl<S: Needs> Job<S> for MembershipJob {
         let pace = Arc::new(Pace::new(inputs.concurrency));
         let triggers = triggers(&hub, &health, &view, writer);
         let triggers = pace.clone().take_from(triggers);
-        let leadership = leadership_gained(&inputs.claim);
         let ctx = Arc::new(Context {
             member: inputs.member.clone(),
             member_client: inputs.member_client.clone(),
@@ -90,29 +89,13 @@ impl<S: Needs> Job<S> for MembershipJob {
             heartbeats: Default::default(),
             se_version: Default::default(),
         });
-        let runner = Runner {
-            pace: pace.clone(),
-            store: view,
-            dyntype: (),
-            ctx,
-        };
-        let run = async move {
-            let reconciles = runner.run(
-                pace.stream(),
-                leadership,
-                shutdown.cancelled_owned(),
-                |imc, ctx| crate::memory::scratch_future(reconcile::reconcile(imc, ctx)),
-                reconcile::error_policy,
-            );
-            tokio::select! {
-                () = reconciles => {}
-                () = triggers => {}
-            }
-        };
-        Running {
-            run: run.boxed(),
-            synced,
-        }
+        let reconciles = Runner::over(&pace, view, ctx).paced(
+            inputs.claim.clone(),
+            shutdown.cancelled_owned(),
+            reconcile::reconcile,
+            reconcile::error_policy,
+        );
+        Running::new(beside(reconciles, triggers), synced)
     }
 }
 

@@ -8,7 +8,6 @@ use std::time::Duration;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use tracing::field;
 
 use super::act;
 use super::context::Context;
@@ -44,15 +43,9 @@ pub(super) async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     let name = imc.name_any();
-    let span = tracing::info_span!(
-        parent: None,
-        "reconcile_internalmembercluster",
-        fleet.member = %ctx.member,
-        k8s.namespace.name = %ctx.hub_namespace,
-        fleet.internalmembercluster.name = %name,
-        outcome = field::Empty,
-        requeue = field::Empty,
-        otel.status_code = field::Empty,
+    let span = crate::controller::reconcile_span!(
+        "reconcile_internalmembercluster", %ctx.member, %ctx.hub_namespace,
+        fleet.internalmembercluster.name = %name, requeue
     );
     let key = ObjectRef::new(&name).within(&ctx.hub_namespace);
     let work = observe_decide_act(&ctx, imc);

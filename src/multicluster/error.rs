@@ -61,37 +61,29 @@ impl crate::controller::Step for Step {
 }
 
 impl crate::controller::Failure for Error {
-    fn category(&self) -> &'static str {
-        Error::category(self)
-    }
-}
-
-impl Error {
-    /// Stable label for metrics: the failed step, `controlled_elsewhere`, or `not_leader` (a
-    /// write the fence refused: the lease was lost meanwhile).
-    pub fn category(&self) -> &'static str {
+    /// The failed step or `controlled_elsewhere`.
+    fn what_failed(&self) -> &'static str {
         match self {
-            _ if crate::ownership::refused(self) => "not_leader",
             Self::Kube(failed) => failed.step.as_str(),
             Self::ControlledElsewhere { .. } => "controlled_elsewhere",
         }
     }
+}
 
+impl Error {
     /// The views were behind the API: a 409 (a name taken, an object changed since it was
     /// read), or a 404 of an object being patched. The reconcile reads everything live again.
     pub(super) fn stale_view(&self) -> bool {
         match self {
-            Self::Kube(failed) => match failed.refused_with() {
-                Some(409) => true,
-                Some(404) => matches!(
-                    failed.step,
+            Self::Kube(failed) => failed.stale_view(|step| {
+                matches!(
+                    step,
                     Step::PatchMetadata
                         | Step::PatchStatus
                         | Step::OwnServiceImport
                         | Step::UpdateService
-                ),
-                _ => false,
-            },
+                )
+            }),
             Self::ControlledElsewhere { .. } => false,
         }
     }
@@ -100,32 +92,18 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::reconcile_tests::{honours_retry_after, refusal};
 
-    fn failed(step: Step, code: u16) -> Error {
-        Error::from(ApiFailure::of("m1", "work", "mcs", step)(refusal(code, 0)))
-    }
-
+    /// The views are behind where a write finds its object changed, or gone from under it.
     #[test]
-    fn errors_name_member_object_and_step_and_tell_a_stale_view() {
-        let e = failed(Step::CreateService, 404);
-        let text = e.to_string();
-        assert!(text.contains("member m1"), "{text}");
-        assert!(text.contains("MultiClusterService work/mcs"), "{text}");
-        assert!(text.contains("create_service"), "{text}");
-        assert!(!e.stale_view(), "a missing namespace is not a stale view");
-        assert!(failed(Step::CreateServiceImport, 409).stale_view());
-        assert!(failed(Step::UpdateService, 404).stale_view());
-        assert!(failed(Step::PatchStatus, 409).stale_view());
-        assert!(!failed(Step::PatchStatus, 500).stale_view());
-        assert_eq!(failed(Step::PatchStatus, 500).category(), "patch_status");
-    }
-
-    #[test]
-    fn a_failure_is_requeued_no_sooner_than_the_server_asked() {
-        let throttled = Error::from(ApiFailure::of("m1", "work", "mcs", Step::PatchStatus)(
-            refusal(429, 20),
-        ));
-        honours_retry_after(&throttled);
+    fn a_conflict_or_an_object_written_gone_is_a_stale_view() {
+        use crate::controller::reconcile_tests::refused_at;
+        let stale = |step, code| refused_at::<_, Error>(step, code).stale_view();
+        assert!(stale(Step::CreateServiceImport, 409));
+        assert!(stale(Step::UpdateService, 404));
+        assert!(stale(Step::OwnServiceImport, 404));
+        assert!(
+            !stale(Step::CreateService, 404),
+            "a missing namespace is not a stale view"
+        );
     }
 }

@@ -18,7 +18,6 @@ mod views;
 
 use std::sync::Arc;
 
-use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 
 pub use decide::{NAME, Outcome};
@@ -27,10 +26,10 @@ pub use error::{Error, Step};
 use crate::controller::events::Events;
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::pace::Pace;
-use crate::controller::runner::Runner;
+use crate::controller::runner::{Runner, beside};
 use crate::controller::streaks::Streaks;
 use crate::controller::views::WatchHealth;
-use crate::controller::{Job, MemberInputs, Running, leadership_gained};
+use crate::controller::{Job, MemberInputs, Running};
 use context::Context;
 
 /// The MultiClusterService job, as the registry lists it.
@@ -80,33 +79,17 @@ impl<S: Needs> Job<S> for MultiClusterServiceJob {
             own_imports: OwnWrites::default(),
             own_services: OwnWrites::default(),
         });
-        let leadership = leadership_gained(&inputs.claim);
-        let runner = Runner {
-            pace: pace.clone(),
-            store: views.mcs,
-            dyntype: (),
-            ctx,
-        };
+        let reconciles = Runner::over(&pace, views.mcs, ctx).paced(
+            inputs.claim.clone(),
+            shutdown.cancelled_owned(),
+            reconcile::reconcile,
+            reconcile::error_policy,
+        );
         let run = async move {
-            let reconciles = runner.run(
-                pace.stream(),
-                // Becoming leader: everything is reconciled once, from the warm views.
-                leadership,
-                async move { shutdown.cancelled().await },
-                |mcs, ctx| crate::memory::scratch_future(reconcile::reconcile(mcs, ctx)),
-                reconcile::error_policy,
-            );
-            // The triggers have no end of their own: they stop with the reconciles.
-            tokio::select! {
-                () = reconciles => {}
-                () = triggers => {}
-            }
+            beside(reconciles, triggers).await;
             // Every reconcile is over and the context dropped: the queue closes once drained.
             creator.drain(&member).await;
         };
-        Running {
-            run: run.boxed(),
-            synced,
-        }
+        Running::new(run, synced)
     }
 }

@@ -8,7 +8,6 @@ use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
-use tracing::field;
 
 use super::act;
 use super::context::Context;
@@ -26,15 +25,9 @@ pub(super) async fn reconcile(
 ) -> Result<Action, Error> {
     let ns = mcs.namespace().unwrap_or_default();
     let name = mcs.name_any();
-    let span = tracing::info_span!(
-        parent: None,
-        "reconcile_multiclusterservice",
-        fleet.member = %ctx.member,
-        k8s.namespace.name = %ns,
-        fleet.multiclusterservice.name = %name,
-        outcome = field::Empty,
-        requeue = field::Empty,
-        otel.status_code = field::Empty,
+    let span = crate::controller::reconcile_span!(
+        "reconcile_multiclusterservice", %ctx.member, %ns,
+        fleet.multiclusterservice.name = %name, requeue
     );
     let key = ObjectRef::new(&name).within(&ns);
     let work = observe_decide_act(&ctx, &mcs, &key);

@@ -51,71 +51,35 @@ impl Step {
     }
 }
 
-impl crate::controller::Failure for Error {
-    fn category(&self) -> &'static str {
-        match self {
-            _ if crate::ownership::refused(self) => "not_leader",
-            Self::Kube(failed) => failed.step.as_str(),
-        }
-    }
-}
+crate::controller::api_failures_only!(Error);
 
 impl Error {
     /// The views were behind: a 409 (a changed object, a taken name), or a 404 of an object
     /// being updated. The reconcile reads both objects live and decides again.
     pub(super) fn stale_view(&self) -> bool {
-        match self {
-            Self::Kube(failed) => match failed.refused_with() {
-                Some(409) => true,
-                Some(404) => matches!(
-                    failed.step,
-                    Step::AddFinalizer
-                        | Step::RemoveFinalizer
-                        | Step::WriteServiceImportStatus
-                        | Step::UpdateInternalServiceImport
-                ),
-                _ => false,
-            },
-        }
+        let Self::Kube(failed) = self;
+        failed.stale_view(|step| {
+            matches!(
+                step,
+                Step::AddFinalizer
+                    | Step::RemoveFinalizer
+                    | Step::WriteServiceImportStatus
+                    | Step::UpdateInternalServiceImport
+            )
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::Failure;
-    use crate::controller::reconcile_tests::{honours_retry_after, refusal};
 
-    fn failed(step: Step, code: u16) -> Error {
-        Error::from(ApiFailure::of("m1", "work", "svc", step)(refusal(code, 0)))
-    }
-
+    /// A 404 of a create means a missing namespace, not a view behind.
     #[test]
-    fn errors_name_member_object_and_step_and_tell_a_stale_view() {
-        let text = failed(Step::AddFinalizer, 500).to_string();
-        assert!(text.contains("member m1"), "{text}");
-        assert!(text.contains("ServiceImport work/svc"), "{text}");
-        assert!(text.contains("add_serviceimport_finalizer"), "{text}");
-        let text = failed(Step::CreateInternalServiceImport, 500).to_string();
-        assert!(text.contains("InternalServiceImport work/svc"), "{text}");
-        assert!(failed(Step::CreateInternalServiceImport, 409).stale_view());
-        assert!(failed(Step::WriteServiceImportStatus, 404).stale_view());
-        assert!(!failed(Step::CreateInternalServiceImport, 404).stale_view());
-        assert!(!failed(Step::AddFinalizer, 500).stale_view());
-        assert_eq!(
-            failed(Step::AddFinalizer, 500).category(),
-            "add_serviceimport_finalizer"
-        );
-    }
-
-    #[test]
-    fn a_failure_is_requeued_no_sooner_than_the_server_asked() {
-        let throttled = Error::from(ApiFailure::of(
-            "m1",
-            "work",
-            "svc",
-            Step::WriteServiceImportStatus,
-        )(refusal(429, 20)));
-        honours_retry_after(&throttled);
+    fn a_conflict_or_an_object_written_gone_is_a_stale_view() {
+        let error = crate::controller::reconcile_tests::refused_at::<_, Error>;
+        assert!(error(Step::CreateInternalServiceImport, 409).stale_view());
+        assert!(error(Step::WriteServiceImportStatus, 404).stale_view());
+        assert!(!error(Step::CreateInternalServiceImport, 404).stale_view());
     }
 }

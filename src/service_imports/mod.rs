@@ -32,10 +32,10 @@ pub use model::SERVICE_IMPORT_FINALIZER;
 use crate::api::InternalServiceImport;
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::pace::Pace;
-use crate::controller::runner::Runner;
+use crate::controller::runner::{Runner, beside};
 use crate::controller::streaks::Streaks;
 use crate::controller::views::WatchHealth;
-use crate::controller::{Job, MemberInputs, ReconcileObserver, Running, Synced, leadership_gained};
+use crate::controller::{Job, MemberInputs, ReconcileObserver, Running, Synced};
 use context::Context;
 
 /// What the ServiceImport jobs need of a member beyond the kit's inputs.
@@ -68,10 +68,7 @@ impl<S: Needs> Job<S> for InternalServiceImportJob {
     fn start(&self, inputs: &mut MemberInputs<S>, shutdown: CancellationToken) -> Running {
         if inputs.shared.service_import_job_runs() {
             // The `serviceimport` job runs this half already.
-            return Running {
-                run: async move { shutdown.cancelled().await }.boxed(),
-                synced: Synced::default(),
-            };
+            return Running::idle(shutdown);
         }
         MemberImports::of(inputs, false).start(shutdown)
     }
@@ -109,11 +106,8 @@ impl MemberImports {
     }
 
     fn start(self, shutdown: CancellationToken) -> Running {
-        let (run, synced) = self.run(async move { shutdown.cancelled().await });
-        Running {
-            run: run.boxed(),
-            synced,
-        }
+        let (run, synced) = self.run(shutdown.cancelled_owned());
+        Running::new(run, synced)
     }
 
     /// Builds the halves. Returns the future that runs them until `shutdown` resolves
@@ -150,45 +144,28 @@ impl MemberImports {
             own_internals: OwnWrites::default(),
         });
         let stop = shutdown.boxed().shared();
-        let back = Runner {
-            pace: back_pace.clone(),
-            store: views.internals,
-            dyntype: (),
-            ctx: ctx.clone(),
-        }
-        .run(
-            back_pace.stream(),
-            leadership_gained(&self.claim),
+        let back = Runner::over(&back_pace, views.internals, ctx.clone()).paced(
+            self.claim.clone(),
             stop.clone(),
-            |i, ctx| crate::memory::scratch_future(reconcile::back(i, ctx)),
+            reconcile::back,
             reconcile::back_policy,
         );
         let forward = forward_pace.map(|pace| {
-            Runner {
-                pace: pace.clone(),
-                store: views.imports,
-                dyntype: (),
-                ctx,
-            }
-            .run(
-                pace.stream(),
-                leadership_gained(&self.claim),
+            Runner::over(&pace, views.imports, ctx).paced(
+                self.claim.clone(),
                 stop.clone(),
-                |s, ctx| crate::memory::scratch_future(reconcile::forward(s, ctx)),
+                reconcile::forward,
                 reconcile::forward_policy,
             )
         });
-        let run = async move {
+        let halves = async move {
             let forward = async move {
                 if let Some(forward) = forward {
                     forward.await;
                 }
             };
-            tokio::select! {
-                _ = futures::future::join(back, forward) => {}
-                () = triggers => {}
-            }
+            futures::future::join(back, forward).await;
         };
-        (run, synced)
+        (beside(halves, triggers), synced)
     }
 }

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use kube::runtime::reflector::ObjectRef;
-use tracing::field;
 
 use super::context::Context;
 use super::decide::{self, Back, Forward, Labelled, Outcome, internal_name};
@@ -20,14 +19,8 @@ const MAX_STEPS: u32 = 2 + 2 * crate::controller::REREADS;
 
 /// Reconciles one ServiceImport: one trace per call, a root span `reconcile_serviceimport`.
 pub(super) async fn forward(si: Arc<ImportView>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let span = tracing::info_span!(
-        parent: None,
-        "reconcile_serviceimport",
-        fleet.member = %ctx.member,
-        k8s.namespace.name = %si.namespace,
-        fleet.serviceimport.name = %si.name,
-        outcome = field::Empty,
-        otel.status_code = field::Empty,
+    let span = crate::controller::reconcile_span!(
+        "reconcile_serviceimport", %ctx.member, %si.namespace, fleet.serviceimport.name = %si.name
     );
     let key = import_key(&si.namespace, &si.name);
     let work = forward_steps(&ctx, &key, si.as_ref().clone());
@@ -138,14 +131,9 @@ fn internal_seen(ctx: &Context, name: &str) -> Option<InternalView> {
 
 /// Reconciles one InternalServiceImport: a root span `reconcile_internalserviceimport`.
 pub(super) async fn back(isi: Arc<InternalView>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let span = tracing::info_span!(
-        parent: None,
-        "reconcile_internalserviceimport",
-        fleet.member = %ctx.member,
-        k8s.namespace.name = %isi.namespace,
-        fleet.internalserviceimport.name = %isi.name,
-        outcome = field::Empty,
-        otel.status_code = field::Empty,
+    let span = crate::controller::reconcile_span!(
+        "reconcile_internalserviceimport", %ctx.member, %isi.namespace,
+        fleet.internalserviceimport.name = %isi.name
     );
     let key = internal_key(&isi.namespace, &isi.name);
     let work = back_steps(&ctx, &isi.name);

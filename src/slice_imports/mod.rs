@@ -17,7 +17,6 @@ mod views;
 
 use std::sync::Arc;
 
-use futures::FutureExt;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use tokio_util::sync::CancellationToken;
@@ -28,10 +27,10 @@ pub use error::{Error, Step};
 use crate::api::EndpointSliceImport;
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::pace::Pace;
-use crate::controller::runner::Runner;
+use crate::controller::runner::{Runner, beside};
 use crate::controller::streaks::Streaks;
 use crate::controller::views::WatchHealth;
-use crate::controller::{Job, MemberInputs, Running, leadership_gained};
+use crate::controller::{Job, MemberInputs, Running};
 use context::Context;
 
 /// The EndpointSliceImport job, as the registry lists it.
@@ -87,29 +86,12 @@ impl<S: Needs> Job<S> for EndpointSliceImportJob {
             own_imports: OwnWrites::default(),
             own_slices: OwnWrites::default(),
         });
-        let leadership = leadership_gained(&inputs.claim);
-        let runner = Runner {
-            pace: pace.clone(),
-            store: views.imports,
-            dyntype: (),
-            ctx,
-        };
-        let run = async move {
-            let reconciles = runner.run(
-                pace.stream(),
-                leadership,
-                async move { shutdown.cancelled().await },
-                |i, ctx| crate::memory::scratch_future(reconcile::reconcile(i, ctx)),
-                reconcile::error_policy,
-            );
-            tokio::select! {
-                () = reconciles => {}
-                () = triggers => {}
-            }
-        };
-        Running {
-            run: run.boxed(),
-            synced,
-        }
+        let reconciles = Runner::over(&pace, views.imports, ctx).paced(
+            inputs.claim.clone(),
+            shutdown.cancelled_owned(),
+            reconcile::reconcile,
+            reconcile::error_policy,
+        );
+        Running::new(beside(reconciles, triggers), synced)
     }
 }

@@ -8,7 +8,6 @@ use jiff::Timestamp;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use tracing::field;
 
 use super::act;
 use super::context::Context;
@@ -27,14 +26,9 @@ pub(super) async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     let name = import.name_any();
-    let span = tracing::info_span!(
-        parent: None,
-        "reconcile_endpointsliceimport",
-        fleet.member = %ctx.member,
-        k8s.namespace.name = %ctx.hub_namespace,
-        fleet.endpointsliceimport.name = %name,
-        outcome = field::Empty,
-        otel.status_code = field::Empty,
+    let span = crate::controller::reconcile_span!(
+        "reconcile_endpointsliceimport", %ctx.member, %ctx.hub_namespace,
+        fleet.endpointsliceimport.name = %name
     );
     let key = ObjectRef::new(&name).within(&ctx.hub_namespace);
     let work = observe_decide_act(&ctx, &name, &import);

@@ -48,22 +48,9 @@ impl Step {
     }
 }
 
-impl crate::controller::Failure for Error {
-    fn category(&self) -> &'static str {
-        Error::category(self)
-    }
-}
+crate::controller::api_failures_only!(Error);
 
 impl Error {
-    /// Stable label for metrics: the failed step or `not_leader` (a write the fence refused:
-    /// the lease was lost meanwhile).
-    pub fn category(&self) -> &'static str {
-        match self {
-            _ if crate::ownership::refused(self) => "not_leader",
-            Self::Kube(failed) => failed.step.as_str(),
-        }
-    }
-
     /// The view was behind: a 409 (taken name, changed object), or a 404 of the export being
     /// updated. `Some(true)` when the hub refused (the reconcile reads everything again either
     /// way; the answer is for tests and logs).
@@ -81,49 +68,20 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::reconcile_tests::{honours_retry_after, refusal};
-
-    fn failed(step: Step, code: u16) -> Error {
-        Error::from(ApiFailure::of("m1", "work", "web-1", step)(refusal(
-            code, 0,
-        )))
-    }
+    use crate::controller::reconcile_tests::refused_at;
 
     #[test]
-    fn errors_name_member_slice_and_step_and_tell_a_stale_view() {
-        let e = failed(Step::CreateEndpointSliceExport, 404);
-        let text = e.to_string();
-        assert!(text.contains("member m1"), "{text}");
-        assert!(text.contains("EndpointSlice work/web-1"), "{text}");
-        assert!(text.contains("create_endpointsliceexport"), "{text}");
+    fn a_stale_view_tells_whether_the_hub_refused() {
+        let stale = |step, code| refused_at::<_, Error>(step, code).stale_view();
+        let create = Step::CreateEndpointSliceExport;
         assert_eq!(
-            e.stale_view(),
+            stale(create, 404),
             None,
             "a missing namespace is not a stale view"
         );
-        assert_eq!(
-            failed(Step::CreateEndpointSliceExport, 409).stale_view(),
-            Some(true)
-        );
-        assert_eq!(
-            failed(Step::UpdateEndpointSliceExport, 404).stale_view(),
-            Some(true)
-        );
-        assert_eq!(
-            failed(Step::AnnotateEndpointSlice, 409).stale_view(),
-            Some(false)
-        );
-        assert_eq!(failed(Step::AnnotateEndpointSlice, 500).stale_view(), None);
-    }
-
-    #[test]
-    fn a_failure_is_requeued_no_sooner_than_the_server_asked() {
-        let throttled = Error::from(ApiFailure::of(
-            "m1",
-            "work",
-            "web-1",
-            Step::CreateEndpointSliceExport,
-        )(refusal(429, 20)));
-        honours_retry_after(&throttled);
+        assert_eq!(stale(create, 409), Some(true));
+        assert_eq!(stale(Step::UpdateEndpointSliceExport, 404), Some(true));
+        assert_eq!(stale(Step::AnnotateEndpointSlice, 409), Some(false));
+        assert_eq!(stale(Step::AnnotateEndpointSlice, 500), None);
     }
 }

@@ -10,7 +10,6 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::mpsc;
-use tracing::field;
 
 use super::act;
 use super::context::Context;
@@ -34,14 +33,8 @@ async fn traced(
     name: &str,
     viewed: Option<Arc<SliceView>>,
 ) -> Result<Action, Error> {
-    let span = tracing::info_span!(
-        parent: None,
-        "reconcile_endpointslice",
-        fleet.member = %ctx.member,
-        k8s.namespace.name = %ns,
-        fleet.endpointslice.name = %name,
-        outcome = field::Empty,
-        otel.status_code = field::Empty,
+    let span = crate::controller::reconcile_span!(
+        "reconcile_endpointslice", %ctx.member, %ns, fleet.endpointslice.name = %name
     );
     let key = ObjectRef::new(name).within(ns);
     let work = observe_decide_act(ctx, ns, name, viewed);

@@ -22,3 +22,23 @@ pub fn add_member(fleet: &Fleet, dir: &Path, member: &str) {
     std::fs::copy(fleet.member(member).kubeconfig_path(), &tmp).expect("copy kubeconfig");
     std::fs::rename(&tmp, dir.join(format!("{member}.yaml"))).expect("rename kubeconfig");
 }
+
+/// A fleet of the one member `member`, with `namespaces` created in it, as a job's tests start
+/// from it: the fleet, a hub client, a client of the member, and its namespace in the hub.
+pub async fn one_member_fleet(
+    member: &str,
+    namespaces: &[&str],
+) -> (Fleet, kube::Client, kube::Client, String) {
+    let fleet = Fleet::builder()
+        .members([member])
+        .start()
+        .await
+        .expect("fleet");
+    let hub = fleet.hub().client().await.expect("hub client");
+    let client = fleet.member(member).client().await.expect("member client");
+    let hub_ns = fleet.hub_namespace(member);
+    for ns in namespaces {
+        super::namespace(&client, ns).await;
+    }
+    (fleet, hub, client, hub_ns)
+}

@@ -304,14 +304,7 @@ pub async fn settled(
 /// Server-side count of the hub's requests whose `apiserver_request_total` labels contain
 /// every one of `labels`.
 pub async fn hub_requests(hub: &kube::Client, labels: &[&str]) -> f64 {
-    let text = hub
-        .request_text(
-            http::Request::get("/metrics")
-                .body(vec![])
-                .expect("request"),
-        )
-        .await
-        .expect("hub metrics");
+    let text = crate::support::apiserver_metrics(hub).await;
     crate::support::sum(&text, "apiserver_request_total", labels)
 }
 

@@ -57,15 +57,20 @@ pub fn sum(text: &str, name: &str, labels: &[&str]) -> f64 {
 /// Requests the apiserver behind `client` counted for `resource` with `verb` (`POST`, `PUT`,
 /// `PATCH`, `DELETE`, `GET`, …), any response code, from its own `apiserver_request_total`.
 pub async fn apiserver_requests(client: &kube::Client, resource: &str, verb: &str) -> f64 {
-    let text = client
+    let text = apiserver_metrics(client).await;
+    let resource = format!("resource=\"{resource}\"");
+    let verb = format!("verb=\"{verb}\"");
+    sum(&text, "apiserver_request_total", &[&resource, &verb])
+}
+
+/// The `/metrics` text of the apiserver behind `client`.
+pub async fn apiserver_metrics(client: &kube::Client) -> String {
+    client
         .request_text(
             http::Request::get("/metrics")
                 .body(vec![])
                 .expect("request"),
         )
         .await
-        .expect("apiserver metrics");
-    let resource = format!("resource=\"{resource}\"");
-    let verb = format!("verb=\"{verb}\"");
-    sum(&text, "apiserver_request_total", &[&resource, &verb])
+        .expect("apiserver metrics")
 }

@@ -9,7 +9,7 @@ use super::*;
 /// for the IMC's generation, heartbeats from now; then one status write per period.
 #[tokio::test(flavor = "multi_thread")]
 async fn join_reports_both_agents_in_one_write_per_period() {
-    let (fleet, hub, _member, hub_ns) = one_member().await;
+    let (fleet, hub, _member, hub_ns) = one_member_fleet(M, &[NS]).await;
     let period = 2;
     create_imc(&hub, &hub_ns, Some(period), true).await;
     let before = get_imc(&hub, &hub_ns).await;
@@ -69,7 +69,7 @@ async fn join_reports_both_agents_in_one_write_per_period() {
 /// next one is due, and that one comes on time.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restart_writes_nothing_until_the_next_heartbeat_is_due() {
-    let (fleet, hub, _member, hub_ns) = one_member().await;
+    let (fleet, hub, _member, hub_ns) = one_member_fleet(M, &[NS]).await;
     let period = 20;
     create_imc(&hub, &hub_ns, Some(period), true).await;
     let running = start(&fleet, "internalmembercluster").await;
@@ -106,7 +106,7 @@ async fn a_restart_writes_nothing_until_the_next_heartbeat_is_due() {
 /// would see its agent gone); once it answers again, heartbeats resume.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_member_that_does_not_answer_gets_no_heartbeat_until_it_does() {
-    let (mut fleet, hub, _member, hub_ns) = one_member().await;
+    let (mut fleet, hub, _member, hub_ns) = one_member_fleet(M, &[NS]).await;
     let period = 2;
     create_imc(&hub, &hub_ns, Some(period), true).await;
     let running = start(&fleet, "internalmembercluster").await;
@@ -154,7 +154,7 @@ async fn a_member_that_does_not_answer_gets_no_heartbeat_until_it_does() {
 /// it writes it, ours kept beating.
 #[tokio::test(flavor = "multi_thread")]
 async fn another_writer_of_an_agent_entry_is_told_not_fought() {
-    let (fleet, hub, _member, hub_ns) = one_member().await;
+    let (fleet, hub, _member, hub_ns) = one_member_fleet(M, &[NS]).await;
     let period = 6;
     create_imc(&hub, &hub_ns, Some(period), true).await;
     let running = start(&fleet, "internalmembercluster").await;
@@ -202,7 +202,7 @@ async fn another_writer_of_an_agent_entry_is_told_not_fought() {
 /// comes within a period, not after a long backoff.
 #[tokio::test(flavor = "multi_thread")]
 async fn heartbeats_resume_within_a_period_once_the_hub_is_back() {
-    let (mut fleet, hub, _member, hub_ns) = one_member().await;
+    let (mut fleet, hub, _member, hub_ns) = one_member_fleet(M, &[NS]).await;
     let period = 3;
     create_imc(&hub, &hub_ns, Some(period), true).await;
     let running = start(&fleet, "internalmembercluster").await;

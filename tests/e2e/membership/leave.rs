@@ -92,7 +92,7 @@ fn not_left(imc: &InternalMemberCluster) -> bool {
 /// while one is not gone), then the ServiceExports; `AgentLeft` only once both are gone.
 #[tokio::test(flavor = "multi_thread")]
 async fn leave_deletes_mcs_then_exports_waits_for_them_then_agent_left() {
-    let (fleet, hub, member, hub_ns) = one_member().await;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS]).await;
     create_mcs(&member, "svc-1", true).await;
     create_mcs(&member, "svc-2", false).await;
     create_held_export(&member, "svcexport-1", true).await;
@@ -149,7 +149,7 @@ async fn leave_deletes_mcs_then_exports_waits_for_them_then_agent_left() {
 /// carries it on; once left, a restart writes nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leave_cut_by_a_restart_resumes() {
-    let (fleet, hub, member, hub_ns) = one_member().await;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS]).await;
     create_mcs(&member, "svc-1", true).await;
     create_held_export(&member, "svcexport-1", false).await;
     create_imc(&hub, &hub_ns, None, true).await;
@@ -187,7 +187,7 @@ async fn a_leave_cut_by_a_restart_resumes() {
 /// member or in the hub, before `AgentLeft`.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leave_with_the_export_job_leaves_nothing_behind() {
-    let (fleet, hub, member, hub_ns) = one_member().await;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS]).await;
     create_service(&member, &service(NS, "cart", 80)).await;
     create_export(&member, NS, "cart", &[]).await;
     create_imc(&hub, &hub_ns, Some(5), true).await;

@@ -26,17 +26,6 @@ use support::*;
 const M: &str = "m1";
 const NS: &str = "work";
 
-/// A fleet of member `M` with namespace `NS`: the fleet, a hub client, a client of `M`, and
-/// `M`'s namespace in the hub.
-async fn one_member() -> (Fleet, kube::Client, kube::Client, String) {
-    let fleet = Fleet::builder().members([M]).start().await.expect("fleet");
-    let hub = fleet.hub().client().await.expect("hub client");
-    let member = fleet.member(M).client().await.expect("member client");
-    let hub_ns = fleet.hub_namespace(M);
-    namespace(&member, NS).await;
-    (fleet, hub, member, hub_ns)
-}
-
 /// The process with the membership job alone (`--controllers internalmembercluster`), or with
 /// `controllers`, ready.
 async fn start(fleet: &Fleet, controllers: &str) -> Running {
@@ -148,14 +137,7 @@ async fn wait_both(
 
 /// Status writes of InternalMemberClusters the hub has answered (any code).
 async fn status_writes(hub: &kube::Client) -> f64 {
-    let text = hub
-        .request_text(
-            http::Request::get("/metrics")
-                .body(vec![])
-                .expect("request"),
-        )
-        .await
-        .expect("apiserver metrics");
+    let text = apiserver_metrics(hub).await;
     ["PUT", "PATCH"]
         .iter()
         .map(|verb| {

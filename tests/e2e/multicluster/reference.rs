@@ -192,14 +192,7 @@ async fn should_create_service_import_and_derived_service() {
     )
     .await;
     // Our own writes are read back before the views show them: no write found its view stale.
-    let text = member
-        .request_text(
-            http::Request::get("/metrics")
-                .body(vec![])
-                .expect("request"),
-        )
-        .await
-        .expect("apiserver metrics");
+    let text = apiserver_metrics(&member).await;
     let conflicts: f64 = ["multiclusterservices", "serviceimports", "services"]
         .iter()
         .map(|r| {

@@ -15,9 +15,7 @@ use std::time::Duration;
 use fleetnet_hub::api::{
     ExportedObjectReference, InternalServiceImport, ServiceImport, ServiceImportStatus,
 };
-use fleetnet_hub::app::Running;
 use fleetnet_hub::fleet::Controllers;
-use fleetnet_testenv::Fleet;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::*;
@@ -28,21 +26,6 @@ const FINALIZER: &str = "networking.fleet.azure.com/serviceimport-cleanup";
 
 fn selected(names: &str) -> Controllers {
     Controllers::parse(names).expect("known jobs")
-}
-
-/// A fleet of member `M` with namespace `NS`: the fleet, a hub client, a client of `M`, and
-/// `M`'s namespace in the hub.
-async fn one_member() -> (Fleet, kube::Client, kube::Client, String) {
-    let fleet = Fleet::builder().members([M]).start().await.expect("fleet");
-    let hub = fleet.hub().client().await.expect("hub client");
-    let member = fleet.member(M).client().await.expect("member client");
-    let hub_ns = fleet.hub_namespace(M);
-    namespace(&member, NS).await;
-    (fleet, hub, member, hub_ns)
-}
-
-async fn start_in_process(fleet: &Fleet, controllers: Controllers) -> Running {
-    start_jobs(fleet, M, controllers).await
 }
 
 fn imports(member: &kube::Client, ns: &str) -> Api<ServiceImport> {

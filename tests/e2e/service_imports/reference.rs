@@ -8,8 +8,8 @@ use super::*;
 /// the ServiceImport changes, both gone when it is deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_import_is_copied_to_the_hub_updated_and_deleted_with_it() {
-    let (fleet, hub, member, hub_ns) = one_member().await;
-    let running = start_in_process(&fleet, selected("serviceimport")).await;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS]).await;
+    let running = start_jobs(&fleet, M, selected("serviceimport")).await;
 
     create_import(&member, NS, "service-import-name").await;
     let si = wait_finalized(&member, NS, "service-import-name").await;
@@ -52,8 +52,8 @@ async fn a_service_import_is_copied_to_the_hub_updated_and_deleted_with_it() {
 /// one whose ServiceImport exists has its status reflected, each time the hub changes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alone_the_back_half_reflects_the_verdict_and_deletes_a_dangling_copy() {
-    let (fleet, hub, member, hub_ns) = one_member().await;
-    let running = start_in_process(&fleet, selected("internalserviceimport")).await;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS]).await;
+    let running = start_jobs(&fleet, M, selected("internalserviceimport")).await;
 
     // Dangling: no ServiceImport my-ns/my-svc.
     create_internal(&hub, &hub_ns, "my-svc", (NS, "my-svc"), None).await;
@@ -97,8 +97,8 @@ async fn alone_the_back_half_reflects_the_verdict_and_deletes_a_dangling_copy() 
 /// copy deleted in the hub is made again; the deletion cleans up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_halves_reflect_the_verdict_and_make_a_deleted_copy_again() {
-    let (fleet, hub, member, hub_ns) = one_member().await;
-    let running = start_in_process(&fleet, selected("serviceimport,internalserviceimport")).await;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS]).await;
+    let running = start_jobs(&fleet, M, selected("serviceimport,internalserviceimport")).await;
 
     create_import(&member, NS, "web").await;
     let copy = format!("{NS}-web");

@@ -9,9 +9,9 @@ use super::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_writes_nothing_and_a_verdict_change_costs_two_writes() {
     const N: usize = 5;
-    let (fleet, hub, member, hub_ns) = one_member().await;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS]).await;
     let both = || selected("serviceimport,internalserviceimport");
-    let first = start_in_process(&fleet, both()).await;
+    let first = start_jobs(&fleet, M, both()).await;
     for i in 0..N {
         create_import(&member, NS, &format!("svc-{i}")).await;
     }
@@ -36,7 +36,7 @@ async fn a_restart_writes_nothing_and_a_verdict_change_costs_two_writes() {
     assert_eq!(converged as usize, 6 * N, "writes to converge");
 
     first.shutdown().await;
-    let second = start_in_process(&fleet, both()).await;
+    let second = start_jobs(&fleet, M, both()).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(
         import_writes(&member, &hub).await,
@@ -56,7 +56,7 @@ async fn a_restart_writes_nothing_and_a_verdict_change_costs_two_writes() {
 /// filled in, the verdict reflected) is adopted as it is: no write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_an_agent_made_is_adopted_without_a_write() {
-    let (fleet, hub, member, hub_ns) = one_member().await;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS]).await;
     let mut si = create_import(&member, NS, "agent-made").await;
     si.metadata.finalizers = Some(vec![FINALIZER.into()]);
     let si = imports(&member, NS)
@@ -80,7 +80,7 @@ async fn what_an_agent_made_is_adopted_without_a_write() {
         .expect("the agent's copy");
     let before = import_writes(&member, &hub).await;
 
-    let running = start_in_process(&fleet, selected("serviceimport")).await;
+    let running = start_jobs(&fleet, M, selected("serviceimport")).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(
         import_writes(&member, &hub).await,
@@ -96,8 +96,8 @@ async fn what_an_agent_made_is_adopted_without_a_write() {
 /// is kept), and the verdict the hub wrote meanwhile reaches the ServiceImport once it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_down_loses_no_copy_and_catches_up_with_the_verdict() {
-    let (mut fleet, hub, member, hub_ns) = one_member().await;
-    let running = start_in_process(&fleet, selected("serviceimport")).await;
+    let (mut fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS]).await;
+    let running = start_jobs(&fleet, M, selected("serviceimport")).await;
     create_import(&member, NS, "web").await;
     wait_finalized(&member, NS, "web").await;
     let copy = format!("{NS}-web");

@@ -24,7 +24,7 @@ async fn first_address_is(member: &kube::Client, address: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hub_or_member_outage_deletes_nothing_and_changes_arrive_after_it() {
-    let (mut fleet, hub, member, hub_ns) = one_member().await;
+    let (mut fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS, FLEET_NS]).await;
     create_mcs(&member, Some(DERIVED)).await;
     create_derived(&member, None).await;
     create_import(&hub, &hub_ns, &import_of(&hub_ns, IMPORT, false)).await;

@@ -39,18 +39,6 @@ const IMPORT: &str = "m2-work-app-endpoint-slice-1a2bc";
 const MCS: &str = "app";
 const HISTOGRAM: &str = "fleet_networking_endpointslice_export_import_duration_milliseconds";
 
-/// A fleet of member `M` with namespaces `NS` and `FLEET_NS`: the fleet, a hub client, a
-/// client of `M`, and `M`'s namespace in the hub.
-async fn one_member() -> (Fleet, kube::Client, kube::Client, String) {
-    let fleet = Fleet::builder().members([M]).start().await.expect("fleet");
-    let hub = fleet.hub().client().await.expect("hub client");
-    let member = fleet.member(M).client().await.expect("member client");
-    let hub_ns = fleet.hub_namespace(M);
-    namespace(&member, NS).await;
-    namespace(&member, FLEET_NS).await;
-    (fleet, hub, member, hub_ns)
-}
-
 async fn start(fleet: &Fleet) -> Running {
     let only = Controllers::parse("endpointsliceimport").expect("a known job");
     start_jobs(fleet, M, only).await

@@ -9,7 +9,7 @@ use super::*;
 /// derived Service appears and the import, retried, goes through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_valid_derived_service_nothing_is_imported_until_there_is_one() {
-    let (fleet, hub, member, hub_ns) = one_member().await;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS, FLEET_NS]).await;
     let running = start(&fleet).await;
     create_import(&hub, &hub_ns, &import_of(&hub_ns, IMPORT, false)).await;
     // No MultiClusterService.
@@ -60,7 +60,7 @@ async fn without_a_valid_derived_service_nothing_is_imported_until_there_is_one(
 /// and the import deleted: the slice deleted, the finalizer removed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_import_is_written_kept_updated_and_withdrawn_as_the_reference_does() {
-    let (fleet, hub, member, hub_ns) = one_member().await;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS, FLEET_NS]).await;
     create_mcs(&member, Some(DERIVED)).await;
     create_derived(&member, None).await;
     let running = start(&fleet).await;
@@ -178,7 +178,7 @@ async fn an_import_is_written_kept_updated_and_withdrawn_as_the_reference_does()
 /// import is deleted, removed with the finalizer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agents_slice_is_adopted_and_a_deleted_import_unimported() {
-    let (fleet, hub, member, hub_ns) = one_member().await;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS, FLEET_NS]).await;
     create_mcs(&member, Some(DERIVED)).await;
     create_derived(&member, None).await;
     imported(&member)

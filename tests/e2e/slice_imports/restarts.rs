@@ -26,7 +26,7 @@ async fn settled(member: &kube::Client, hub: &kube::Client) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_writes_nothing_and_observes_nothing_again() {
     const N: usize = 10;
-    let (fleet, hub, member, hub_ns) = one_member().await;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS, FLEET_NS]).await;
     create_mcs(&member, Some(DERIVED)).await;
     create_derived(&member, None).await;
     let names: Vec<String> = (0..N).map(|i| format!("m2-work-app-{i}")).collect();
@@ -64,7 +64,7 @@ async fn a_restart_writes_nothing_and_observes_nothing_again() {
 /// observed generation): not one write, no data point.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agents_converged_import_is_taken_over_without_a_write() {
-    let (fleet, hub, member, hub_ns) = one_member().await;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS, FLEET_NS]).await;
     create_mcs(&member, Some(DERIVED)).await;
     create_derived(&member, None).await;
     imported(&member)

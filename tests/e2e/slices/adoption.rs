@@ -71,7 +71,7 @@ fn agent_export(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_exported_slice_is_taken_over_without_a_write() {
-    let (fleet, hub, member, hub_ns) = one_member().await;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS]).await;
     export_with(&member, "web", "True", "False").await;
     let seen = "2026-12-01T08:00:00Z";
     let mut made = vec![];
@@ -100,7 +100,7 @@ async fn an_agent_exported_slice_is_taken_over_without_a_write() {
     }
     let before = slice_writes(&member, &hub).await;
 
-    let running = start_in_process(&fleet, slices_only()).await;
+    let running = start_jobs(&fleet, M, slices_only()).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         slice_writes(&member, &hub).await,
@@ -147,7 +147,7 @@ async fn an_agent_exported_slice_is_taken_over_without_a_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_endpointsliceexport_job_alone_deletes_orphans_and_nothing_else() {
-    let (fleet, hub, member, hub_ns) = one_member().await;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS]).await;
     export_with(&member, "web", "True", "False").await;
     let seen = "2026-12-01T08:00:00Z";
     create_slice(&member, &endpoint_slice(NS, "web-1", "web", &["10.0.0.1"])).await;
@@ -170,7 +170,7 @@ async fn the_endpointsliceexport_job_alone_deletes_orphans_and_nothing_else() {
     let member_writes = writes(&member, "endpointslices").await;
 
     let only = Controllers::parse("endpointsliceexport").expect("a known job");
-    let running = start_in_process(&fleet, only).await;
+    let running = start_jobs(&fleet, M, only).await;
     wait_gone(&slice_exports(&hub, &hub_ns), "m1-work-ghost-bbbbb").await;
     wait_gone(&slice_exports(&hub, &hub_ns), "m1-work-web-1-zzzzz").await;
     tokio::time::sleep(Duration::from_secs(2)).await;

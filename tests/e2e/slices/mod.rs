@@ -37,21 +37,6 @@ fn slices_only() -> Controllers {
     Controllers::parse("endpointslice,endpointsliceexport").expect("known jobs")
 }
 
-/// A fleet of member `M` with namespace `NS`: the fleet, a hub client, a client of `M`, and
-/// `M`'s namespace in the hub.
-async fn one_member() -> (Fleet, kube::Client, kube::Client, String) {
-    let fleet = Fleet::builder().members([M]).start().await.expect("fleet");
-    let hub = fleet.hub().client().await.expect("hub client");
-    let member = fleet.member(M).client().await.expect("member client");
-    let hub_ns = fleet.hub_namespace(M);
-    namespace(&member, NS).await;
-    (fleet, hub, member, hub_ns)
-}
-
-async fn start_in_process(fleet: &Fleet, controllers: Controllers) -> Running {
-    start_jobs(fleet, M, controllers).await
-}
-
 /// A ServiceExport `NS/name` whose status says `Valid=valid`, `Conflict=conflict`, as the
 /// ServiceExport exporter and the hub would have set them.
 async fn export_with(member: &kube::Client, name: &str, valid: &str, conflict: &str) {

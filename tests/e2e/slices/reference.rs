@@ -5,8 +5,8 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoint_slices_follow_every_branch_of_the_reference_controllers() {
-    let (fleet, hub, member, hub_ns) = one_member().await;
-    let running = start_in_process(&fleet, slices_only()).await;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS]).await;
+    let running = start_jobs(&fleet, M, slices_only()).await;
 
     // Never exported: IPv6, no Service label, a Service without ServiceExport, an invalid and
     // a conflicted ServiceExport.
@@ -185,8 +185,8 @@ async fn endpoint_slices_follow_every_branch_of_the_reference_controllers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_both_exporters_a_service_and_its_slice_reach_the_hub() {
-    let (fleet, hub, member, hub_ns) = one_member().await;
-    let running = start_in_process(&fleet, Controllers::default()).await;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS]).await;
+    let running = start_jobs(&fleet, M, Controllers::default()).await;
 
     create_service(&member, &service(NS, "api", 80)).await;
     create_export(&member, NS, "api", &[]).await;

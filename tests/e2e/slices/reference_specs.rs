@@ -43,9 +43,9 @@ struct Suite {
 
 impl Suite {
     async fn start() -> Self {
-        let (fleet, hub, member, hub_ns) = one_member().await;
+        let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS]).await;
         let only = Controllers::parse("endpointslice").expect("a known job");
-        let running = start_in_process(&fleet, only).await;
+        let running = start_jobs(&fleet, M, only).await;
         Self {
             hub,
             member,

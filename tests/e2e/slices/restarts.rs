@@ -97,7 +97,7 @@ async fn one_export_each(
 async fn a_restart_writes_nothing_and_a_kill_minus_9_loses_and_doubles_nothing() {
     const FIRST: usize = 20;
     const ALL: usize = 60;
-    let (fleet, hub, member, hub_ns) = one_member().await;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS]).await;
     let dir = kubeconfig_dir(&fleet, "slices-kubeconfigs", &[M]);
     export_with(&member, "web", "True", "False").await;
     for i in 0..FIRST {
@@ -193,8 +193,8 @@ async fn a_restart_writes_nothing_and_a_kill_minus_9_loses_and_doubles_nothing()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_down_and_back_keeps_its_exports_and_catches_up() {
-    let (mut fleet, hub, member, hub_ns) = one_member().await;
-    let running = start_in_process(&fleet, slices_only()).await;
+    let (mut fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS]).await;
+    let running = start_jobs(&fleet, M, slices_only()).await;
     export_with(&member, "web", "True", "False").await;
     create_slice(&member, &endpoint_slice(NS, "web-1", "web", &["10.0.0.1"])).await;
     wait_slice_export(&hub, &hub_ns, NS, "web-1", |_| true).await;

@@ -8,9 +8,9 @@ const EXPORT: &str = "app-endpointsliceexport";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpointsliceexport_controller() {
-    let (fleet, hub, member, hub_ns) = one_member().await;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS]).await;
     let only = Controllers::parse("endpointsliceexport").expect("a known job");
-    let running = start_in_process(&fleet, only).await;
+    let running = start_jobs(&fleet, M, only).await;
     let s = Suite {
         hub,
         member,
