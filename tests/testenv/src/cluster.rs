@@ -27,6 +27,7 @@ pub struct Cluster {
     extra_args: Vec<String>,
     process: Option<ProcessGuard>,
     last_ready_after: Option<Duration>,
+    last_ready_cpu: Option<Duration>,
 }
 
 impl Cluster {
@@ -62,6 +63,7 @@ impl Cluster {
             extra_args,
             process: None,
             last_ready_after: None,
+            last_ready_cpu: None,
         })
     }
 
@@ -89,6 +91,16 @@ impl Cluster {
     /// How long the last (re)start took until `/readyz` answered 200.
     pub fn ready_after(&self) -> Option<Duration> {
         self.last_ready_after
+    }
+
+    /// CPU time the apiserver process used from its (last) spawn until `/readyz` answered 200.
+    pub fn ready_cpu(&self) -> Option<Duration> {
+        self.last_ready_cpu
+    }
+
+    /// CPU time (user + system) the apiserver process has used so far, when it runs.
+    pub fn cpu_time(&self) -> Option<Duration> {
+        self.process.as_ref().and_then(ProcessGuard::cpu_time)
     }
 
     /// RSS of the apiserver process in KiB, when it runs.
@@ -205,6 +217,7 @@ impl Cluster {
                 && matches!(answer.as_deref(), Ok("ok"))
             {
                 self.last_ready_after = Some(started.elapsed());
+                self.last_ready_cpu = self.cpu_time();
                 return Ok(());
             }
             self.check_deadline(deadline)?;
