@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -95,7 +96,7 @@ impl FleetBuilder {
             .tempdir()
             .map_err(io_err("create substrate directory"))?;
         let root = dir.path().to_path_buf();
-        generate_sa_keys(&root)?;
+        write_sa_keys(&root)?;
         let etcd = Etcd::start(&binaries.etcd(), &root)?;
         let member_dir = root.join("kubeconfigs");
         std::fs::create_dir_all(&member_dir).map_err(io_err("create kubeconfigs dir"))?;
@@ -505,6 +506,25 @@ pub async fn ensure_namespace(client: &kube::Client, cluster: &str, name: &str) 
             source,
         }),
     }
+}
+
+/// Writes the service-account key pair into `dir`. One pair serves every fleet of the process:
+/// openssl spends 0.2–0.4 CPU-seconds on an RSA key (up to a second of wall time on a busy
+/// machine), and a fleet's clusters shared their key already; fleets are apart by their ports
+/// and admin tokens.
+fn write_sa_keys(dir: &Path) -> Result<()> {
+    type Pair = (Vec<u8>, Vec<u8>);
+    static KEYS: OnceLock<std::result::Result<Pair, String>> = OnceLock::new();
+    let keys = KEYS.get_or_init(|| {
+        let scratch = tempfile::tempdir().map_err(|e| format!("service-account keys: {e}"))?;
+        generate_sa_keys(scratch.path()).map_err(|e| e.to_string())?;
+        let read =
+            |f: &str| std::fs::read(scratch.path().join(f)).map_err(|e| format!("read {f}: {e}"));
+        Ok((read("sa.key")?, read("sa.pub")?))
+    });
+    let (key, public) = keys.as_ref().map_err(|m| Error::Binaries(m.clone()))?;
+    std::fs::write(dir.join("sa.key"), key).map_err(io_err("write sa.key"))?;
+    std::fs::write(dir.join("sa.pub"), public).map_err(io_err("write sa.pub"))
 }
 
 fn generate_sa_keys(dir: &Path) -> Result<()> {
