@@ -61,6 +61,15 @@ impl Etcd {
         })
     }
 
+    /// SIGKILL at once: for the end of a fleet, whose data goes with it.
+    pub(crate) fn kill(&mut self) {
+        self.process.kill();
+    }
+
+    pub(crate) fn cpu_time(&self) -> Option<Duration> {
+        self.process.cpu_time()
+    }
+
     pub(crate) fn rss_kib(&self) -> Option<u64> {
         self.process.rss_kib()
     }

@@ -63,6 +63,12 @@ impl ProcessGuard {
             .and_then(|v| v.parse().ok())
     }
 
+    /// CPU time (user + system, every thread) the process has used so far, read from /proc:
+    /// CPU-seconds, unlike wall time, hold still when other work shares the machine.
+    pub(crate) fn cpu_time(&self) -> Option<Duration> {
+        cpu_time_of(self.pid()?)
+    }
+
     /// SIGKILL at once, as a crash or a lost node. Idempotent.
     pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -83,11 +89,12 @@ impl ProcessGuard {
         unsafe {
             libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
         }
-        for _ in 0..100 {
+        // Polled often: tests stop a cluster for an outage and wait for this.
+        for _ in 0..500 {
             if let Ok(Some(_)) = child.try_wait() {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(20));
         }
         eprintln!("[testenv] {} ignored SIGTERM for 10 s; killing", self.name);
         let _ = child.kill();
@@ -127,4 +134,17 @@ pub fn free_port() -> Result<u16> {
         .local_addr()
         .map_err(io_err("local_addr of 127.0.0.1:0"))?
         .port())
+}
+
+/// utime + stime of process `pid` (fields 14 and 15 of `/proc/<pid>/stat`, in clock ticks).
+pub(crate) fn cpu_time_of(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count from its closing one.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf reads a constant of the system.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let per_second = u64::try_from(per_second).ok().filter(|t| *t > 0)?;
+    Some(Duration::from_millis(ticks * 1000 / per_second))
 }
