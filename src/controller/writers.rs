@@ -17,6 +17,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, Time};
 
+use super::observer::ReconcileObserver;
 use crate::client::FIELD_MANAGER;
 
 /// The field managers of fleet-networking's member agents (`member-net-controller-manager`
@@ -41,9 +42,7 @@ pub struct OtherWriter {
 impl OtherWriter {
     /// When its write stops holding the object ([`HOLD`] after it): the job looks again then.
     pub fn until(&self) -> Timestamp {
-        self.time
-            .checked_add(HOLD)
-            .unwrap_or(Timestamp::MAX)
+        self.time.checked_add(HOLD).unwrap_or(Timestamp::MAX)
     }
 
     /// How long from `now` until [`OtherWriter::until`] (at least one second).
@@ -127,8 +126,15 @@ pub fn since(engaged: Timestamp, now: Timestamp) -> Timestamp {
     engaged.max(held)
 }
 
-/// The Warning a job logs when it leaves an object to another writer.
-pub fn warn(job: &str, member: &str, object: &str, other: &OtherWriter) {
+/// Tells that job `job` left `object` of `member` to `other`: a Warning naming them, and the
+/// observer (`/members` shows it on the job; the reconcile's outcome counts it in metrics).
+pub fn tell(
+    observer: &dyn ReconcileObserver,
+    job: &'static str,
+    member: &str,
+    object: &str,
+    other: &OtherWriter,
+) {
     tracing::warn!(
         fleet.member = %member,
         job,
@@ -138,6 +144,7 @@ pub fn warn(job: &str, member: &str, object: &str, other: &OtherWriter) {
         "another writer ({}) still writes this object for the member: left alone; is its agent still running?",
         other.manager,
     );
+    observer.other_writer(member, job, object, other);
 }
 
 #[cfg(test)]

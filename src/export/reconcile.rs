@@ -23,9 +23,9 @@ use super::error::{Error, Step};
 use super::public_ip::LookupError;
 use crate::api::{InternalServiceExport, ServiceExport};
 use crate::client::FIELD_MANAGER;
-use crate::controller::writers;
 use crate::controller::ApiFailure;
 use crate::controller::runner::Action;
+use crate::controller::writers;
 use crate::controller::{backoff, reported};
 use crate::service_exports::ServiceExportView;
 
@@ -84,8 +84,9 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
         let plan = decide(&ctx.settings, &observation).left_to(other);
         tracing::debug!(writes = plan.writes(), outcome = %plan.outcome.label(), "decided");
         if let Some(other) = &plan.held {
-            let ise = ise_name(&pass.ns, &pass.name);
-            writers::warn(super::NAME, &ctx.member, &ise, other);
+            let ise = format!("InternalServiceExport {}", ise_name(&pass.ns, &pass.name));
+            let observer = ctx.observer.as_ref();
+            writers::tell(observer, super::NAME, &ctx.member, &ise, other);
             // Looked at again when the agent's write stops holding the ISE (or on a change).
             return Ok((plan.outcome, Action::requeue(other.wait(now))));
         }

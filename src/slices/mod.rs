@@ -189,6 +189,7 @@ impl MemberSliceExporter {
             own_slices: OwnWrites::default(),
             own_exports: OwnWrites::default(),
             max_export_bytes: self.max_export_bytes,
+            engaged: jiff::Timestamp::now(),
         });
         let sweeper = reconcile::sweep(ctx.clone(), absent_rx);
         let runner = Runner {

@@ -85,7 +85,10 @@ fn writers_that_are_not_the_agents_do_not_count() {
 fn the_newest_agent_write_is_told() {
     let m = meta(&[(AGENT, 10), ("mcs-controller-manager", 15), (AGENT, 12)]);
     let found = other_writer(&m, OURS, at(0)).expect("another writer");
-    assert_eq!((found.manager, found.time), ("mcs-controller-manager", at(15)));
+    assert_eq!(
+        (found.manager, found.time),
+        ("mcs-controller-manager", at(15))
+    );
 }
 
 #[test]

@@ -124,10 +124,11 @@ async fn writes(member: &kube::Client, hub: &kube::Client) -> Vec<(String, f64)>
     // Counted by resource, in every namespace at once.
     member_kinds.dedup();
     let hub_kinds = hub_kinds().into_iter().map(|k| k.plural);
-    let kinds = member_kinds
-        .into_iter()
-        .map(|k| (member, k))
-        .chain(hub_kinds.filter(|k| k != "internalmemberclusters").map(|k| (hub, k)));
+    let kinds = member_kinds.into_iter().map(|k| (member, k)).chain(
+        hub_kinds
+            .filter(|k| k != "internalmemberclusters")
+            .map(|k| (hub, k)),
+    );
     for (client, resource) in kinds {
         for verb in ["POST", "PUT", "PATCH", "DELETE"] {
             let n = apiserver_requests(client, &resource, verb).await;

@@ -154,6 +154,15 @@ async fn a_member_is_taken_over_from_its_agents_and_an_agent_still_writing_is_to
     })
     .await;
     let after_agent = writes(&member, &hub).await;
+    let (_, members) = http_get(running.health_address, "/members").await;
+    let members: serde_json::Value = serde_json::from_str(&members).expect("/members");
+    let told = members["members"][M]["jobs"]["serviceexport"]["other_writer"].as_str();
+    assert!(
+        told.is_some_and(|t| t.starts_with(&format!(
+            "{MEMBER_AGENT} wrote InternalServiceExport {ise_name} at "
+        ))),
+        "{members}"
+    );
     // A change of the Service does not make fleetnet-hub take the ISE back either.
     Api::<Service>::namespaced(member.clone(), NS)
         .patch(
@@ -177,7 +186,10 @@ async fn a_member_is_taken_over_from_its_agents_and_an_agent_still_writing_is_to
         "fleetnet-hub wrote besides the Service change"
     );
     let kept = ises.get(&ise_name).await.expect("the ISE");
-    assert_eq!(kept.spec.ports[0].port, 8080, "the agent's write overwritten");
+    assert_eq!(
+        kept.spec.ports[0].port, 8080,
+        "the agent's write overwritten"
+    );
     assert_eq!(
         kept.metadata.resource_version, ise.metadata.resource_version,
         "the ISE was rewritten"
