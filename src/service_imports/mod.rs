@@ -148,6 +148,7 @@ impl MemberImports {
             back_failures: Streaks::default(),
             own_imports: OwnWrites::default(),
             own_internals: OwnWrites::default(),
+            engaged: jiff::Timestamp::now(),
         });
         let stop = shutdown.boxed().shared();
         let back = Runner {

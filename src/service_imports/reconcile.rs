@@ -13,6 +13,8 @@ use super::error::Error;
 use super::model::{ImportView, InternalView};
 use super::views::{import_key, internal_key};
 use crate::controller::runner::Action;
+use crate::controller::writers;
+use jiff::Timestamp;
 
 /// The most steps one forward reconcile takes (finalizer, copy; or delete, release), and
 /// rereads after a conflict, before it is requeued.
@@ -71,6 +73,22 @@ async fn forward_steps(
     let mut outcome = Outcome::Unchanged;
     for _ in 0..MAX_STEPS {
         let step = decide::forward(&ctx.member, &si, isi.as_ref());
+        if let Some(other) = decide::left_to(&step, other_writer(ctx, isi.as_ref())) {
+            let object = format!("InternalServiceImport {}/{name}", ctx.hub_namespace);
+            writers::tell(
+                ctx.observer.as_ref(),
+                decide::NAME,
+                &ctx.member,
+                &object,
+                &other,
+            );
+            let labelled = Labelled {
+                job: decide::NAME,
+                outcome: Outcome::OtherWriter,
+            };
+            // Looked at again when the agent's write stops holding it (or on a change).
+            return Ok((labelled, Action::requeue(other.wait(Timestamp::now()))));
+        }
         let seen = isi.as_ref().map(|i| i.resource_version.clone());
         tracing::debug!(?step, si = %si.resource_version, ?seen, "decided");
         let result = match &step {
@@ -120,6 +138,12 @@ async fn forward_steps(
     }
     // Still moving under us: the next trigger (our own writes' events) goes on.
     done(outcome)
+}
+
+/// The agent, when it wrote `isi` last since the job started for the member.
+fn other_writer(ctx: &Context, isi: Option<&InternalView>) -> Option<writers::OtherWriter> {
+    let since = writers::since(ctx.engaged, Timestamp::now());
+    isi?.writers.other_writer(since)
 }
 
 /// The InternalServiceImport `name` as this pass sees it: our own last write while the view

@@ -194,6 +194,31 @@ async fn a_member_is_taken_over_from_its_agents_and_an_agent_still_writing_is_to
         kept.metadata.resource_version, ise.metadata.resource_version,
         "the ISE was rewritten"
     );
+    // And its EndpointSliceExport.
+    let slice_exports =
+        Api::<fleetnet_hub::api::EndpointSliceExport>::namespaced(on_hub[0].1.clone(), &hub_ns);
+    let mut ese = slice_exports
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .items[0]
+        .clone();
+    ese.spec.endpoints.clear();
+    let name = ese.metadata.name.clone().unwrap_or_default();
+    let ese = slice_exports
+        .replace(&name, &PostParams::default(), &ese)
+        .await
+        .expect("the agent's update");
+    eventually("endpointslice:other_writer", || async {
+        (outcome_count(&running, "endpointslice:other_writer").await > 0.0).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let kept = slice_exports.get(&name).await.expect("the export");
+    assert_eq!(
+        kept.metadata.resource_version, ese.metadata.resource_version,
+        "the EndpointSliceExport was rewritten"
+    );
     let deletes: f64 = writes(&member, &hub)
         .await
         .iter()
