@@ -53,11 +53,28 @@ impl OtherWriter {
 }
 
 /// What a view keeps of an object's managedFields: the newest agent write and our own newest
-/// write (a few bytes, instead of the field sets).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// write, in 24 bytes (whole seconds, as managedFields has them), instead of the field sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Writers {
-    agent: Option<(&'static str, Timestamp)>,
-    own: Option<Timestamp>,
+    /// 1 + the agent's index in [`AGENT_MANAGERS`]; 0: no agent wrote it.
+    agent: u8,
+    /// When the agent last wrote it (seconds since the epoch).
+    agent_at: i64,
+    /// When we last wrote it; [`NEVER`]: we never did.
+    own_at: i64,
+}
+
+/// No write.
+const NEVER: i64 = i64::MIN;
+
+impl Default for Writers {
+    fn default() -> Self {
+        Self {
+            agent: 0,
+            agent_at: NEVER,
+            own_at: NEVER,
+        }
+    }
 }
 
 impl Writers {
@@ -68,15 +85,30 @@ impl Writers {
             let (Some(manager), Some(Time(time))) = (entry.manager.as_deref(), &entry.time) else {
                 continue;
             };
+            let at = time.as_second();
             if manager == own {
-                writers.own = writers.own.max(Some(*time));
-            } else if let Some(agent) = AGENT_MANAGERS.iter().find(|a| **a == manager) {
-                if writers.agent.is_none_or(|(_, t)| t < *time) {
-                    writers.agent = Some((agent, *time));
-                }
+                writers.own_at = writers.own_at.max(at);
+            } else if let Some(i) = AGENT_MANAGERS.iter().position(|a| *a == manager)
+                && (writers.agent == 0 || writers.agent_at < at)
+            {
+                writers.agent = u8::try_from(i + 1).unwrap_or(0);
+                writers.agent_at = at;
             }
         }
         writers
+    }
+
+    /// The agent that wrote it last, and when.
+    fn agent(self) -> Option<(&'static str, Timestamp)> {
+        let manager = AGENT_MANAGERS.get(usize::from(self.agent.checked_sub(1)?))?;
+        Some((manager, Timestamp::from_second(self.agent_at).ok()?))
+    }
+
+    /// When we last wrote it.
+    fn own(self) -> Option<Timestamp> {
+        (self.own_at != NEVER)
+            .then(|| Timestamp::from_second(self.own_at).ok())
+            .flatten()
     }
 
     /// Read with fleetnet-hub's own manager ([`FIELD_MANAGER`]).
@@ -86,10 +118,10 @@ impl Writers {
 
     /// The agent, if it wrote last (not before our own last write) and after `since`.
     pub fn other_writer(self, since: Timestamp) -> Option<OtherWriter> {
-        let (manager, time) = self.agent?;
+        let (manager, time) = self.agent()?;
         // Whole seconds: a write in the same second as ours may be the later one, and leaving
         // the object alone is the safe side (it is taken over when the hold ends).
-        let last = self.own.is_none_or(|own| time >= own);
+        let last = self.own().is_none_or(|own| time >= own);
         (last && time > since).then_some(OtherWriter { manager, time })
     }
 
@@ -103,10 +135,10 @@ impl Writers {
             ..Default::default()
         };
         let mut entries = vec![];
-        if let Some(own) = self.own {
+        if let Some(own) = self.own() {
             entries.push(entry(FIELD_MANAGER, own));
         }
-        if let Some((agent, time)) = self.agent {
+        if let Some((agent, time)) = self.agent() {
             entries.push(entry(agent, time));
         }
         Some(entries).filter(|e| !e.is_empty())

@@ -73,21 +73,8 @@ async fn forward_steps(
     let mut outcome = Outcome::Unchanged;
     for _ in 0..MAX_STEPS {
         let step = decide::forward(&ctx.member, &si, isi.as_ref());
-        if let Some(other) = decide::left_to(&step, other_writer(ctx, isi.as_ref())) {
-            let object = format!("InternalServiceImport {}/{name}", ctx.hub_namespace);
-            writers::tell(
-                ctx.observer.as_ref(),
-                decide::NAME,
-                &ctx.member,
-                &object,
-                &other,
-            );
-            let labelled = Labelled {
-                job: decide::NAME,
-                outcome: Outcome::OtherWriter,
-            };
-            // Looked at again when the agent's write stops holding it (or on a change).
-            return Ok((labelled, Action::requeue(other.wait(Timestamp::now()))));
+        if let Some(held) = left_to_agent(ctx, &step, isi.as_ref(), &name) {
+            return Ok(held);
         }
         let seen = isi.as_ref().map(|i| i.resource_version.clone());
         tracing::debug!(?step, si = %si.resource_version, ?seen, "decided");
@@ -140,10 +127,31 @@ async fn forward_steps(
     done(outcome)
 }
 
-/// The agent, when it wrote `isi` last since the job started for the member.
-fn other_writer(ctx: &Context, isi: Option<&InternalView>) -> Option<writers::OtherWriter> {
-    let since = writers::since(ctx.engaged, Timestamp::now());
-    isi?.writers.other_writer(since)
+/// When `step` would update copy `name`, which the agent wrote last since the job started for
+/// the member: told, and looked at again when the agent's write stops holding it (or on a
+/// change).
+fn left_to_agent(
+    ctx: &Context,
+    step: &Forward,
+    isi: Option<&InternalView>,
+    name: &str,
+) -> Option<(Labelled, Action)> {
+    let now = Timestamp::now();
+    let other = isi?.writers.other_writer(writers::since(ctx.engaged, now));
+    let other = decide::left_to(step, other)?;
+    let object = format!("InternalServiceImport {}/{name}", ctx.hub_namespace);
+    writers::tell(
+        ctx.observer.as_ref(),
+        decide::NAME,
+        &ctx.member,
+        &object,
+        &other,
+    );
+    let labelled = Labelled {
+        job: decide::NAME,
+        outcome: Outcome::OtherWriter,
+    };
+    Some((labelled, Action::requeue(other.wait(now))))
 }
 
 /// The InternalServiceImport `name` as this pass sees it: our own last write while the view
