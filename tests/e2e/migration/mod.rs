@@ -49,7 +49,7 @@ async fn agent_client(kubeconfig: &std::path::Path, agent: &str) -> kube::Client
     kube::Client::try_from(config).expect("a client")
 }
 
-/// Who wrote what in the fleet, by kind: (resource, namespace, kind's ApiResource).
+/// The kinds the jobs write in the member, each with a namespace it is written in.
 fn member_kinds() -> Vec<(&'static str, ApiResource)> {
     vec![
         (NS, ApiResource::erase::<Service>(&())),
@@ -64,6 +64,7 @@ fn member_kinds() -> Vec<(&'static str, ApiResource)> {
     ]
 }
 
+/// The kinds the jobs write in the member's hub namespace.
 fn hub_kinds() -> Vec<ApiResource> {
     vec![
         ApiResource::erase::<InternalServiceExport>(&()),
