@@ -17,6 +17,7 @@ mod reconcile;
 pub(crate) mod runner;
 pub(crate) mod streaks;
 pub mod views;
+pub mod writers;
 
 pub use failure::{ApiFailure, Step};
 pub(crate) use failure::{Failure, api_failures_only};

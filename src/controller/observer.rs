@@ -84,6 +84,15 @@ pub trait ReconcileObserver: Send + Sync + 'static {
     }
     /// An item was dropped from a bounded queue (`queue`) of `member` because it was full.
     fn dropped(&self, _member: &str, _queue: &'static str) {}
+    /// Job `job` left `object` to another writer (`writer`: the agent still writing it).
+    fn other_writer(
+        &self,
+        _member: &str,
+        _job: &'static str,
+        _object: &str,
+        _writer: &super::writers::OtherWriter,
+    ) {
+    }
 }
 
 /// An observer that records nothing.

@@ -42,6 +42,9 @@ pub struct Context {
     pub(super) own_exports: OwnWrites<ObjectRef<ServiceExport>, ServiceExport>,
     /// The member's ServiceExports (the feed's store): the line for the export quota.
     pub(super) exports: Store<ServiceExportView>,
+    /// When the job started for the member: what the agent wrote before is adopted, what it
+    /// writes after is another writer's ([`crate::controller::writers`]).
+    pub(super) engaged: jiff::Timestamp,
 }
 
 impl Context {

@@ -207,6 +207,7 @@ impl MemberExporter {
             own_ises: OwnWrites::default(),
             own_exports: OwnWrites::default(),
             exports: self.exports.store,
+            engaged: jiff::Timestamp::now(),
         };
         (Arc::new(ctx), creator)
     }

@@ -13,6 +13,7 @@ use super::decide::{
 };
 use crate::api::{InternalServiceExport, InternalServiceExportSpec, InternalServiceExportStatus};
 use crate::controller::projection::{kept, keyed_by_name, rebuilt};
+use crate::controller::writers::Writers;
 
 /// The annotations decisions read on a Service.
 const SERVICE_ANNOTATIONS: [&str; 3] = [
@@ -113,12 +114,15 @@ pub(crate) struct IseView {
     deletion_timestamp: Option<Time>,
     pub(crate) spec: InternalServiceExportSpec,
     status: Option<InternalServiceExportStatus>,
+    /// Who wrote it last: the agent still writing it is another writer.
+    writers: Writers,
 }
 
 impl From<InternalServiceExport> for IseView {
     fn from(ise: InternalServiceExport) -> Self {
         let meta = ise.metadata;
         Self {
+            writers: Writers::of_ours(&meta),
             name: meta.name.unwrap_or_default(),
             namespace: meta.namespace.unwrap_or_default(),
             uid: meta.uid,
@@ -140,6 +144,7 @@ impl IseView {
                 uid: self.uid.clone(),
                 resource_version: self.resource_version.clone(),
                 deletion_timestamp: self.deletion_timestamp.clone(),
+                managed_fields: self.writers.managed_fields(),
                 ..Default::default()
             },
             spec: self.spec.clone(),

@@ -22,8 +22,10 @@ use super::error::Conflict;
 use super::error::{Error, Step};
 use super::public_ip::LookupError;
 use crate::api::{InternalServiceExport, ServiceExport};
+use crate::client::FIELD_MANAGER;
 use crate::controller::ApiFailure;
 use crate::controller::runner::Action;
+use crate::controller::writers;
 use crate::controller::{backoff, reported};
 use crate::service_exports::ServiceExportView;
 
@@ -68,8 +70,19 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
             now,
             standing: standing(ctx, &pass, seen.ise.as_deref()),
         };
-        let plan = decide(&ctx.settings, &observation);
+        let other = seen.ise.as_deref().and_then(|ise| {
+            let since = writers::since(ctx.engaged, now);
+            writers::other_writer(&ise.metadata, FIELD_MANAGER, since)
+        });
+        let plan = decide(&ctx.settings, &observation).left_to(other);
         tracing::debug!(writes = plan.writes(), outcome = %plan.outcome.label(), "decided");
+        if let Some(other) = &plan.held {
+            let ise = format!("InternalServiceExport {}", ise_name(&pass.ns, &pass.name));
+            let observer = ctx.observer.as_ref();
+            writers::tell(observer, super::NAME, &ctx.member, &ise, other);
+            // Looked at again when the agent's write stops holding the ISE (or on a change).
+            return Ok((plan.outcome, Action::requeue(other.wait(now))));
+        }
         let deleting = pass.export.metadata.deletion_timestamp.is_some();
         if plan.unexports() && !deleting && pass.live_service.is_none() {
             // Views may be behind: withdraw an export only on what the API says now.

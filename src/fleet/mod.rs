@@ -189,6 +189,17 @@ impl ReconcileObserver for StateObserver {
         self.state.job_ready(member, job);
         self.inner.watches_recovered(member, job);
     }
+    fn other_writer(
+        &self,
+        member: &str,
+        job: &'static str,
+        object: &str,
+        writer: &crate::controller::writers::OtherWriter,
+    ) {
+        let told = format!("{} wrote {object} at {}", writer.manager, writer.time);
+        self.state.job_other_writer(member, job, told);
+        self.inner.other_writer(member, job, object, writer);
+    }
 }
 
 /// Whether `client`'s API server answers (`/version`) within `within`; else why not.

@@ -91,6 +91,10 @@ pub struct JobStatus {
     pub member_side: bool,
     /// When the phase last changed.
     pub since: Timestamp,
+    /// The last object the job left to another writer (fleet-networking's agent still writing
+    /// it): `<manager> wrote <object> at <time>`; kept until the member is engaged again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_writer: Option<String>,
 }
 
 /// What happened to a member engagement, as the task that saw it reports it. Every phase change
@@ -250,6 +254,7 @@ impl FleetState {
                         last_error: None,
                         member_side: false,
                         since: now,
+                        other_writer: None,
                     };
                     (job, status)
                 })
@@ -270,6 +275,13 @@ impl FleetState {
             status.phase = JobPhase::Failing;
             status.last_error = Some(error.to_string());
             status.member_side = member_side;
+        }
+    }
+
+    /// Job `job` of member `name` left an object to another writer (`told`: who, what, when).
+    pub fn job_other_writer(&self, name: &str, job: &'static str, told: String) {
+        if let Some(status) = self.write().get_mut(name).and_then(|s| s.jobs.get_mut(job)) {
+            status.other_writer = Some(told);
         }
     }
 

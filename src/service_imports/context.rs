@@ -29,4 +29,7 @@ pub(crate) struct Context {
     pub(super) back_failures: Streaks<ObjectRef<InternalView>>,
     pub(super) own_imports: OwnWrites<ObjectRef<ImportView>, Option<ImportView>>,
     pub(super) own_internals: OwnWrites<String, Option<InternalView>>,
+    /// When the job started for the member: what the agent wrote before is adopted, what it
+    /// writes after is another writer's ([`crate::controller::writers`]).
+    pub(super) engaged: jiff::Timestamp,
 }

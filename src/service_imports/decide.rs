@@ -6,6 +6,7 @@
 
 use super::model::{ImportView, InternalView};
 use crate::api::{ExportedObjectReference, ServiceImportStatus};
+use crate::controller::writers::OtherWriter;
 
 /// The forward job's name, as `--controllers` spells it (and its metric labels' prefix).
 pub const NAME: &str = "serviceimport";
@@ -78,6 +79,13 @@ pub fn reference_of(member: &str, si: &ImportView) -> ExportedObjectReference {
     }
 }
 
+/// The writer `step` leaves the InternalServiceImport to: `other` (the agent, when it wrote
+/// it last) when the step would update it. Creating or deleting one is not a second writer's
+/// business.
+pub fn left_to(step: &Forward, other: Option<OtherWriter>) -> Option<OtherWriter> {
+    other.filter(|_| matches!(step, Forward::Update(_)))
+}
+
 /// An existing reference brought up to date, as fleet-networking's `UpdateFromMetaObject`
 /// does: version, generation and the export time (the creation time); the rest is kept.
 pub fn updated(existing: &ExportedObjectReference, si: &ImportView) -> ExportedObjectReference {
@@ -148,6 +156,8 @@ pub enum Outcome {
     Gone,
     /// The InternalServiceImport names no ServiceImport.
     InvalidReference,
+    /// The InternalServiceImport is another writer's (the agent still writing it): left alone.
+    OtherWriter,
 }
 
 impl Outcome {
@@ -162,6 +172,7 @@ impl Outcome {
             Self::DanglingDeleted => "dangling_deleted",
             Self::Gone => "gone",
             Self::InvalidReference => "invalid_reference",
+            Self::OtherWriter => "other_writer",
         }
     }
 

@@ -142,6 +142,7 @@ impl MemberImports {
             back_failures: Streaks::default(),
             own_imports: OwnWrites::default(),
             own_internals: OwnWrites::default(),
+            engaged: jiff::Timestamp::now(),
         });
         let stop = shutdown.boxed().shared();
         let back = Runner::over(&back_pace, views.internals, ctx.clone()).paced(

@@ -73,6 +73,8 @@ pub struct InternalView {
     pub reference: ExportedObjectReference,
     /// The hub's verdict; absent and empty alike.
     pub status: ServiceImportStatus,
+    /// Who wrote it last: the agent still writing it is another writer.
+    pub writers: crate::controller::writers::Writers,
 }
 
 impl InternalView {
@@ -86,6 +88,7 @@ impl From<InternalServiceImport> for InternalView {
     fn from(isi: InternalServiceImport) -> Self {
         let meta = isi.metadata;
         Self {
+            writers: crate::controller::writers::Writers::of_ours(&meta),
             name: meta.name.unwrap_or_default(),
             namespace: meta.namespace.unwrap_or_default(),
             uid: meta.uid,

@@ -12,6 +12,8 @@ use super::error::Error;
 use super::model::{ImportView, InternalView};
 use super::views::{import_key, internal_key};
 use crate::controller::runner::Action;
+use crate::controller::writers;
+use jiff::Timestamp;
 
 /// The most steps one forward reconcile takes (finalizer, copy; or delete, release), and
 /// rereads after a conflict, before it is requeued.
@@ -64,6 +66,9 @@ async fn forward_steps(
     let mut outcome = Outcome::Unchanged;
     for _ in 0..MAX_STEPS {
         let step = decide::forward(&ctx.member, &si, isi.as_ref());
+        if let Some(held) = left_to_agent(ctx, &step, isi.as_ref(), &name) {
+            return Ok(held);
+        }
         let seen = isi.as_ref().map(|i| i.resource_version.clone());
         tracing::debug!(?step, si = %si.resource_version, ?seen, "decided");
         let result = match &step {
@@ -113,6 +118,33 @@ async fn forward_steps(
     }
     // Still moving under us: the next trigger (our own writes' events) goes on.
     done(outcome)
+}
+
+/// When `step` would update copy `name`, which the agent wrote last since the job started for
+/// the member: told, and looked at again when the agent's write stops holding it (or on a
+/// change).
+fn left_to_agent(
+    ctx: &Context,
+    step: &Forward,
+    isi: Option<&InternalView>,
+    name: &str,
+) -> Option<(Labelled, Action)> {
+    let now = Timestamp::now();
+    let other = isi?.writers.other_writer(writers::since(ctx.engaged, now));
+    let other = decide::left_to(step, other)?;
+    let object = format!("InternalServiceImport {}/{name}", ctx.hub_namespace);
+    writers::tell(
+        ctx.observer.as_ref(),
+        decide::NAME,
+        &ctx.member,
+        &object,
+        &other,
+    );
+    let labelled = Labelled {
+        job: decide::NAME,
+        outcome: Outcome::OtherWriter,
+    };
+    Some((labelled, Action::requeue(other.wait(now))))
 }
 
 /// The InternalServiceImport `name` as this pass sees it: our own last write while the view

@@ -35,4 +35,7 @@ pub(crate) struct Context {
     pub(super) own_slices: OwnWrites<ObjectRef<SliceView>, SliceView>,
     pub(super) own_exports: OwnWrites<String, Option<ExportView>>,
     pub(super) max_export_bytes: u32,
+    /// When the job started for the member: what the agent wrote before is adopted, what it
+    /// writes after is another writer's ([`crate::controller::writers`]).
+    pub(super) engaged: jiff::Timestamp,
 }

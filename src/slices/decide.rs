@@ -42,6 +42,7 @@ use crate::api::{
     ADDRESS_TYPE_IPV4, EndpointSliceExport, EndpointSliceExportSpec, ExportedEndpoint,
     ExportedObjectReference, OwnerServiceReference,
 };
+use crate::controller::writers::OtherWriter;
 
 /// Everything one decision reads.
 pub struct Observation<'a> {
@@ -77,6 +78,8 @@ pub enum Outcome {
     Waiting,
     /// The slice is gone: only its leftover exports (if any) were removed.
     Gone,
+    /// Its export is another writer's (the agent still writing it): left alone.
+    OtherWriter,
 }
 
 impl Outcome {
@@ -90,6 +93,7 @@ impl Outcome {
             Self::Unexported => "unexported",
             Self::Waiting => "waiting",
             Self::Gone => "gone",
+            Self::OtherWriter => "other_writer",
         }
     }
 }
@@ -154,6 +158,8 @@ pub struct Plan {
     pub malformed: Vec<String>,
     /// The size of the export that was not written for being too large (named in a warning).
     pub too_large: Option<usize>,
+    /// The export was left to this other writer ([`Plan::left_to`]).
+    pub held: Option<OtherWriter>,
     pub outcome: Outcome,
 }
 
@@ -166,7 +172,22 @@ impl Plan {
             recheck: false,
             malformed: vec![],
             too_large: None,
+            held: None,
             outcome,
+        }
+    }
+
+    /// The plan when `other` (the agent still running for the member) wrote the slice's
+    /// export last: a plan that would update that export writes nothing at all, the slice's
+    /// annotations included (the agent stamps those as well), and says why. Creating or
+    /// withdrawing an export is not a second writer's business.
+    pub fn left_to(self, other: Option<OtherWriter>) -> Self {
+        match other {
+            Some(other) if matches!(self.hub, Some(HubWrite::Update { .. })) => Self {
+                held: Some(other),
+                ..Self::new(Outcome::OtherWriter)
+            },
+            _ => self,
         }
     }
 

@@ -139,6 +139,7 @@ fn start<S: Needs>(
         own_slices: OwnWrites::default(),
         own_exports: OwnWrites::default(),
         max_export_bytes: inputs.shared.max_export_bytes(),
+        engaged: jiff::Timestamp::now(),
     });
     let sweeper = reconcile::sweep(ctx.clone(), absent_rx);
     let reconciles = Runner::over(&pace, store, ctx).paced(

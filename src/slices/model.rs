@@ -106,6 +106,8 @@ pub struct ExportView {
     pub generation: i64,
     pub exported_since: Option<Time>,
     pub digest: u64,
+    /// Who wrote it last: the agent still writing it is another writer.
+    pub writers: crate::controller::writers::Writers,
 }
 
 impl From<EndpointSliceExport> for ExportView {
@@ -114,6 +116,7 @@ impl From<EndpointSliceExport> for ExportView {
         let r = e.spec.endpoint_slice_reference;
         let meta = e.metadata;
         Self {
+            writers: crate::controller::writers::Writers::of_ours(&meta),
             name: meta.name.unwrap_or_default(),
             namespace: meta.namespace.unwrap_or_default(),
             uid: meta.uid,

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 
 use super::act;
 use super::context::Context;
+use super::decide::NAME;
 use super::decide::{Observation, Outcome, Plan, decide, decide_gone, is_dns1123_subdomain};
 use super::error::{Error, Step};
 use super::model::{ExportVerdict, ExportView, SliceView};
@@ -79,6 +80,18 @@ async fn observe_decide_act(
             read_live(ctx, ns, name, &mut live).await?;
             continue;
         }
+        if let Some(other) = &plan.held {
+            let export = plan_export(ctx, slice.as_ref());
+            crate::controller::writers::tell(
+                ctx.observer.as_ref(),
+                NAME,
+                &ctx.member,
+                &export,
+                other,
+            );
+            // Looked at again when the agent's write stops holding the export (or on a change).
+            return Ok((plan.outcome, Action::requeue(other.wait(Timestamp::now()))));
+        }
         warn_of(ctx, ns, name, &plan);
         match act::perform(ctx, ns, name, slice.as_ref(), &plan).await {
             Ok(()) => {
@@ -132,6 +145,11 @@ fn observe_decide(
     };
     let named = named(ctx, seen, live);
     let suffix = format!("{:05x}", rand::random_range(0..0x100000u32));
+    let now = Timestamp::now();
+    let other = named.as_deref().and_then(|e| {
+        let since = crate::controller::writers::since(ctx.engaged, now);
+        e.writers.other_writer(since)
+    });
     let plan = decide(&Observation {
         member: &ctx.member,
         halves: ctx.halves,
@@ -139,10 +157,11 @@ fn observe_decide(
         export: export.as_deref(),
         named: named.as_deref(),
         referring: &referring,
-        now: Timestamp::now(),
+        now,
         suffix: &suffix,
         max_bytes: ctx.max_export_bytes,
-    });
+    })
+    .left_to(other);
     (slice, plan)
 }
 
@@ -191,6 +210,12 @@ fn named(ctx: &Context, slice: &SliceView, live: &Live) -> Option<Arc<ExportView
         Some(own) => own.map(Arc::new),
         None => viewed,
     }
+}
+
+/// The export a held plan leaves alone, as a Warning names it.
+fn plan_export(ctx: &Context, slice: Option<&SliceView>) -> String {
+    let name = slice.and_then(unique_name).map_or("", String::as_str);
+    format!("EndpointSliceExport {}/{name}", ctx.hub_namespace)
 }
 
 /// The exports in the view that refer to `ns/name`.

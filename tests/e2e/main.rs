@@ -21,6 +21,7 @@ mod http_server;
 mod limits;
 mod membership;
 mod metrics;
+mod migration;
 mod multicluster;
 mod operating;
 mod otlp_tls;

@@ -4,6 +4,7 @@ use jiff::Timestamp;
 
 use crate::api::{ConditionSpec, InternalServiceExport, InternalServiceExportSpec};
 use crate::controller::Reconciled;
+use crate::controller::writers::OtherWriter;
 
 /// The last-seen annotations to write on the ServiceExport.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +44,8 @@ pub enum Outcome {
     Exported,
     Unexported,
     Invalid(&'static str),
+    /// The export's ISE is another writer's (the agent still writing it): left alone.
+    OtherWriter,
 }
 
 impl Outcome {
@@ -59,6 +62,8 @@ impl crate::controller::Outcome for Outcome {
             Self::Exported => ("exported", None),
             Self::Unexported => ("unexported", None),
             Self::Invalid(r) => ("invalid", Some(r)),
+            // Prefixed, as every job's: the unprefixed labels are this job's older ones.
+            Self::OtherWriter => return Reconciled::of(super::super::NAME, "other_writer"),
         };
         Reconciled::Done {
             job: None,
@@ -86,6 +91,8 @@ pub struct Plan {
     pub pending: Option<String>,
     /// `exportedSince` of the ISE written, when one is.
     pub exported_since: Option<Timestamp>,
+    /// The ISE was left to this other writer ([`Plan::left_to`]).
+    pub held: Option<OtherWriter>,
     pub outcome: Outcome,
 }
 
@@ -100,7 +107,22 @@ impl Plan {
             recheck: false,
             pending: None,
             exported_since: None,
+            held: None,
             outcome,
+        }
+    }
+
+    /// The plan when `other` (the agent still running for the member) wrote the ISE last:
+    /// a plan that would update that ISE writes nothing at all, the export's status and
+    /// last-seen stamp included (the agent writes those as well, and the two would take turns),
+    /// and says why. A plan that creates or withdraws an ISE is not a second writer's business.
+    pub fn left_to(self, other: Option<OtherWriter>) -> Self {
+        match other {
+            Some(other) if matches!(self.hub, Some(HubWrite::UpdateSpec(_))) => Self {
+                held: Some(other),
+                ..Self::new(Outcome::OtherWriter)
+            },
+            _ => self,
         }
     }
 

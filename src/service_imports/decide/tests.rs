@@ -34,6 +34,7 @@ fn internal(reference: ExportedObjectReference) -> InternalView {
         resource_version: Some("9".into()),
         reference,
         status: ServiceImportStatus::default(),
+        writers: Default::default(),
     }
 }
 
@@ -138,5 +139,37 @@ fn the_most_telling_step_labels_the_reconcile() {
             .of_forward(&Forward::DeleteInternal)
             .label(),
         "cleaned_up"
+    );
+}
+
+#[test]
+fn only_an_update_of_another_writers_copy_is_left_to_it() {
+    use crate::controller::writers::OtherWriter;
+    let agent = OtherWriter {
+        manager: "member-net-controller-manager",
+        time: created().0,
+    };
+    let si = import("2", true);
+    let isi = internal(reference_of("m1", &si));
+    let update = forward("m1", &import("5", true), Some(&isi));
+    assert!(matches!(update, Forward::Update(_)));
+    assert_eq!(left_to(&update, Some(agent)), Some(agent));
+    assert_eq!(left_to(&update, None), None);
+    for step in [
+        Forward::Nothing,
+        Forward::AddFinalizer,
+        Forward::Create(reference_of("m1", &si)),
+        Forward::DeleteInternal,
+        Forward::RemoveFinalizer,
+    ] {
+        assert_eq!(left_to(&step, Some(agent)), None, "{step:?}");
+    }
+    assert_eq!(
+        crate::controller::Outcome::reconciled(Labelled {
+            job: NAME,
+            outcome: Outcome::OtherWriter
+        })
+        .label(),
+        "serviceimport:other_writer"
     );
 }

@@ -553,3 +553,4 @@ fn unique_names_are_dns_subdomains_even_for_long_inputs() {
 }
 
 mod limits;
+mod writers;

@@ -360,6 +360,7 @@ fn the_export_view_decides_as_the_export_does() {
 mod lifecycle;
 mod quotas;
 mod traffic_manager;
+mod writers;
 
 /// The Services view keeps every field a decision reads: whatever else a Service carries
 /// (fields the view drops, a second ingress, other annotations), deciding on the view's
