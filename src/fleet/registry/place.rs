@@ -106,7 +106,7 @@ mod tests {
 
     #[test]
     fn files_sort_before_secrets() {
-        let mut places = vec![secret("a"), Place::File("/k/z.yaml".into())];
+        let mut places = [secret("a"), Place::File("/k/z.yaml".into())];
         places.sort();
         assert!(places[0].path().is_some());
     }

@@ -256,8 +256,7 @@ mod tests {
         std::fs::write(&file, &exec).expect("write");
         let e = read_and_vet("alpha", &file, TrustPolicy::default()).expect_err("refused");
         let run = vet::vet(&exec, &file.display().to_string(), TrustPolicy::default())
-            .err()
-            .expect("run refuses it too");
+            .expect_err("run refuses it too");
         assert_eq!(e, run);
         assert!(!e.contains("SECRET"), "{e}");
         std::fs::write(&file, KUBECONFIG).expect("write");
