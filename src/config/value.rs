@@ -102,8 +102,8 @@ impl Config {
                 records_prefix: DEFAULT_LEADER_ELECTION_ID.into(),
                 traffic_manager: false,
                 rescan_interval: RESCAN_INTERVAL,
-                // Off unless asked for (`run`'s flag asks for it by default).
-                member_secrets_namespace: None,
+                // On, in the release namespace (`--member-secrets` defaults to true).
+                member_secrets_namespace: Some(release_namespace(None)),
                 instance: instance(),
                 trust: TrustPolicy::default(),
                 controllers: Controllers::default(),

@@ -136,7 +136,10 @@ async fn watch(
         let Some(event) = event else { return };
         let changed = match event {
             Ok(event) => apply(&mut view.lock(), event),
-            Err(e) => failed(&mut view.lock(), &namespace, &e),
+            Err(e) => {
+                failed(&mut view.lock(), &namespace, &e);
+                false
+            }
         };
         if changed {
             let _ = rescan.try_send(());
@@ -144,7 +147,10 @@ async fn watch(
     }
 }
 
-/// Applies one watch event to the view; whether the members may have changed.
+/// Applies one watch event to the view; whether its members changed (a Secret's other fields,
+/// a relist that finds what was there, start nothing). The first list, when it finds no member
+/// Secret, starts no rescan either: it only lets the next one (a file event, the periodic
+/// rescan) stop the members that left, and a quiet fleet stays unread.
 fn apply(view: &mut View, event: watcher::Event<Secret>) -> bool {
     let name = |s: &Secret| s.metadata.name.clone().unwrap_or_default();
     match event {
@@ -159,16 +165,19 @@ fn apply(view: &mut View, event: watcher::Event<Secret>) -> bool {
             false
         }
         watcher::Event::InitDone => {
-            view.secrets = view.relisting.take().unwrap_or_default();
+            let listed = view.relisting.take().unwrap_or_default();
             view.listed = true;
-            true
+            let changed = listed != view.secrets;
+            view.secrets = listed;
+            changed
         }
         watcher::Event::Apply(s) => {
-            match member_of(&s) {
+            let member = member_of(&s);
+            let before = match member.clone() {
                 Some(member) => view.secrets.insert(name(&s), member),
                 None => view.secrets.remove(&name(&s)),
             };
-            true
+            before != member
         }
         watcher::Event::Delete(s) => view.secrets.remove(&name(&s)).is_some(),
     }
@@ -177,7 +186,7 @@ fn apply(view: &mut View, event: watcher::Event<Secret>) -> bool {
 /// A failed list or watch: retried with backoff, the last view kept. A first list refused
 /// (403: the Role lacks `list`/`watch` on Secrets) counts as an empty list, since nothing can
 /// have been served from it: the other sources' members must still be stopped when they leave.
-fn failed(view: &mut View, namespace: &str, e: &watcher::Error) -> bool {
+fn failed(view: &mut View, namespace: &str, e: &watcher::Error) {
     let forbidden = matches!(
         e,
         watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 403
@@ -188,10 +197,9 @@ fn failed(view: &mut View, namespace: &str, e: &watcher::Error) -> bool {
             namespace,
             "member Secrets: list forbidden; no members from Secrets until the hub Role allows list and watch on secrets (or --member-secrets=false)"
         );
+        // No member changed: no rescan for it, the next one sees the source listed.
         view.listed = true;
-        return true;
     }
-    false
 }
 
 #[cfg(test)]
@@ -264,6 +272,13 @@ mod tests {
 
     #[test]
     fn the_view_replaces_its_members_at_each_list_and_follows_changes() {
+        let mut empty = View::default();
+        apply(&mut empty, watcher::Event::Init);
+        assert!(
+            !apply(&mut empty, watcher::Event::InitDone),
+            "nothing found"
+        );
+        assert!(empty.listed);
         let mut view = View::default();
         assert!(!apply(&mut view, watcher::Event::Init));
         apply(
@@ -294,8 +309,17 @@ mod tests {
             1,
             "the old view until the relist is done"
         );
-        apply(&mut view, watcher::Event::InitDone);
+        assert!(apply(&mut view, watcher::Event::InitDone));
         assert_eq!(view.secrets.keys().collect::<Vec<_>>(), ["c"]);
+        apply(&mut view, watcher::Event::Init);
+        apply(
+            &mut view,
+            watcher::Event::InitApply(secret("c", &[], Some(b"3"))),
+        );
+        assert!(
+            !apply(&mut view, watcher::Event::InitDone),
+            "a relist finding the same: no rescan"
+        );
         assert!(apply(
             &mut view,
             watcher::Event::Delete(secret("c", &[], None))
