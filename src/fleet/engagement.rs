@@ -1,6 +1,6 @@
 //! Engagement: the fleet's loop that reads the sources of members (the kubeconfig directory,
-//! member Secrets) and engages, re-engages and stops members to match them, one [`Engagement`] per member (its task, its cancellation,
-//! what it was started from).
+//! member Secrets) and engages, re-engages and stops members to match them, one
+//! [`Engagement`] per member (its task, its cancellation, what it was started from).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
