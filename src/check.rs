@@ -250,10 +250,15 @@ pub async fn check_dir_in(
     }
     let mut rows = vec![];
     for (name, source) in members {
+        let path = source
+            .place
+            .path()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
         rows.push(match source.kubeconfig {
             Ok(k) => {
                 let ns = fleet_system_namespace;
-                check_member_in(&name, &source.path, &k, trust, ns).await
+                check_member_in(&name, &path, &k, trust, ns).await
             }
             Err(e) => MemberCheck::new(&name, "-", Err(e)),
         });

@@ -17,6 +17,7 @@ use fleetnet_hub::config::{
 use fleetnet_hub::fleet::Controllers;
 use fleetnet_hub::fleet::TrustPolicy;
 use fleetnet_hub::fleet::registry::DEFAULT_NAMESPACE_PREFIX;
+use fleetnet_hub::fleet::sources::register;
 
 #[derive(Parser)]
 #[command(
@@ -47,6 +48,28 @@ enum Command {
         #[arg(long, env = "FLEETNET_FLEET_SYSTEM_NAMESPACE", default_value = fleetnet_hub::config::DEFAULT_FLEET_SYSTEM_NAMESPACE)]
         fleet_system_namespace: String,
     },
+    /// Register a member: vet its kubeconfig as `run` would, then write it into a labelled
+    /// Secret of the hub (`fleetnet.azure.com/member-kubeconfig: "true"`) that `run` watches.
+    Register {
+        /// The member's name (a DNS-1123 label).
+        member: String,
+        /// The member's kubeconfig.
+        #[arg(long)]
+        kubeconfig: PathBuf,
+        #[command(flatten)]
+        at: MemberSecretsAt,
+        #[command(flatten)]
+        trust: TrustArgs,
+        /// Print the Secret, without its credentials; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Unregister a member: delete the member Secrets that declare it.
+    Unregister {
+        member: String,
+        #[command(flatten)]
+        at: MemberSecretsAt,
+    },
     /// Start a local hub and two members (real apiservers), run the controller against them.
     #[cfg(feature = "sandbox")]
     Sandbox,
@@ -55,6 +78,24 @@ enum Command {
         #[arg(long, default_value = "charts/fleetnet-hub/crds")]
         out: PathBuf,
     },
+}
+
+/// Where `register` and `unregister` find the member Secrets.
+#[derive(Args, Clone, Debug)]
+pub struct MemberSecretsAt {
+    /// The namespace of the member Secrets (as `run --member-secrets-namespace`; default
+    /// $POD_NAMESPACE, else `default`).
+    #[arg(long, env = "FLEETNET_MEMBER_SECRETS_NAMESPACE")]
+    namespace: Option<String>,
+    /// The hub's kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).
+    #[arg(long, env = "FLEETNET_HUB_KUBECONFIG")]
+    hub_kubeconfig: Option<PathBuf>,
+}
+
+impl MemberSecretsAt {
+    fn namespace(&self) -> String {
+        release_namespace(self.namespace.clone())
+    }
 }
 
 /// Flags of `run`. Names follow controller-runtime where one exists.
@@ -112,6 +153,14 @@ pub struct RunArgs {
     /// A member whose first sync takes longer is marked failing (and keeps trying).
     #[arg(long, env = "FLEETNET_MEMBER_SYNC_TIMEOUT", default_value = "60s", value_parser = positive_duration)]
     member_sync_timeout: Duration,
+    /// Read members from labelled Secrets too (`fleetnet.azure.com/member-kubeconfig: "true"`,
+    /// the kubeconfig in data key `kubeconfig`), watched in --member-secrets-namespace.
+    #[arg(long, env = "FLEETNET_MEMBER_SECRETS", default_value_t = true, action = clap::ArgAction::Set)]
+    member_secrets: bool,
+    /// Namespace of the member Secrets (default: the release namespace, as
+    /// --leader-election-namespace).
+    #[arg(long, env = "FLEETNET_MEMBER_SECRETS_NAMESPACE")]
+    member_secrets_namespace: Option<String>,
     /// When a member's kubeconfig is removed, delete its exports from the hub and its finalizers.
     #[arg(long, env = "FLEETNET_CLEANUP_ON_REMOVE")]
     cleanup_on_remove: bool,
@@ -300,6 +349,11 @@ impl RunArgs {
             .member_limits(self.budgets.member())
             .member_sync_timeout(self.member_sync_timeout)
             .cleanup_on_remove(self.cleanup_on_remove)
+            .member_secrets_namespace(self.member_secrets.then(|| {
+                self.member_secrets_namespace
+                    .clone()
+                    .unwrap_or_else(|| release_namespace.clone())
+            }))
             .records(release_namespace, &self.leader_election_id)
             .traffic_manager(self.enable_traffic_manager)
             .instance(instance)
@@ -496,6 +550,30 @@ async fn async_main() -> std::process::ExitCode {
         )
         .await
         .map_err(anyhow::Error::msg),
+        (
+            Command::Register {
+                member,
+                kubeconfig,
+                at,
+                trust,
+                dry_run,
+            },
+            _,
+        ) => register::run(register::Request {
+            member: &member,
+            kubeconfig: &kubeconfig,
+            namespace: &at.namespace(),
+            hub_kubeconfig: at.hub_kubeconfig.as_deref(),
+            trust: trust.policy(),
+            dry_run,
+        })
+        .await
+        .map_err(anyhow::Error::msg),
+        (Command::Unregister { member, at }, _) => {
+            register::run_unregister(&member, &at.namespace(), at.hub_kubeconfig.as_deref())
+                .await
+                .map_err(anyhow::Error::msg)
+        }
         #[cfg(feature = "sandbox")]
         (Command::Sandbox, _) => fleetnet_hub::sandbox::run()
             .await

@@ -302,7 +302,12 @@ else:
     check("no OTLP CA and no plain-http opt-in by default",
           "OTEL_EXPORTER_OTLP_CERTIFICATE" not in env and "FLEETNET_OTLP_ALLOW_HTTP" not in env)
 check("no secret value inline in env", all("value" not in e for n, e in env.items() if "SECRET" in n or "TOKEN" in n))
-check("no secret in args", not any("secret" in a.lower() and "--azure-credential=client-secret" != a for a in args))
+check("no secret in args", not any("secret" in a.lower() and "--azure-credential=client-secret" != a
+                                   and not a.startswith("--member-secrets") for a in args))
+# Members from labelled Secrets (controller.memberSecrets, on in every value set): read in the
+# release namespace, where the Role below lets the controller list and watch Secrets.
+check("--member-secrets-namespace is the release namespace",
+      flags.get("--member-secrets-namespace") == [release_ns], flags.get("--member-secrets-namespace"))
 
 cred = exp["credential"]
 sas = of_kind("ServiceAccount")
@@ -377,6 +382,8 @@ own = [r for (rns, _), r in roles.items() if rns == release_ns]
 # name, create, which RBAC cannot restrict by name), or sharded the shard Leases (list, create,
 # update, delete; no get); no Events (none are recorded in the hub).
 want_rules = []
+if exp.get("member_secrets", True):
+    want_rules.append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]})
 if exp.get("cleanup"):
     # create and list cannot name objects; delete names the records of the listed members, as
     # src/fleet/cleanup.rs record_name derives them (tests/e2e/rbac proves the binary agrees).
@@ -398,7 +405,7 @@ elif exp["leader"]:
     ]
 if want_rules:
     check("one Role in the release namespace", len(own) == 1)
-    check("release-namespace Role: the Leases (and the cleanup records with cleanupOnRemove), nothing else",
+    check("release-namespace Role: the member Secrets, the Leases (and the cleanup records with cleanupOnRemove), nothing else",
           bool(own) and own[0].get("rules") == want_rules, own[0].get("rules") if own else None)
 else:
     check("no Role in the release namespace without leader election or cleanupOnRemove", not own,

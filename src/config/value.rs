@@ -102,6 +102,8 @@ impl Config {
                 records_prefix: DEFAULT_LEADER_ELECTION_ID.into(),
                 traffic_manager: false,
                 rescan_interval: RESCAN_INTERVAL,
+                // On, in the release namespace (`--member-secrets` defaults to true).
+                member_secrets_namespace: Some(release_namespace(None)),
                 instance: instance(),
                 trust: TrustPolicy::default(),
                 controllers: Controllers::default(),
@@ -168,6 +170,12 @@ impl ConfigBuilder {
     /// `--cleanup-on-remove`.
     pub fn cleanup_on_remove(mut self, on: bool) -> Self {
         self.config.runtime.cleanup_on_remove = on;
+        self
+    }
+
+    /// `--member-secrets-namespace` (`None`: `--member-secrets=false`).
+    pub fn member_secrets_namespace(mut self, namespace: Option<String>) -> Self {
+        self.config.runtime.member_secrets_namespace = namespace;
         self
     }
 

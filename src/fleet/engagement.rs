@@ -1,6 +1,6 @@
-//! Engagement: the fleet's loop that reads the kubeconfig directory and engages, re-engages
-//! and stops members to match it, one [`Engagement`] per member (its task, its cancellation,
-//! what it was started from).
+//! Engagement: the fleet's loop that reads the sources of members (the kubeconfig directory,
+//! member Secrets) and engages, re-engages and stops members to match them, one
+//! [`Engagement`] per member (its task, its cancellation, what it was started from).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::sources::{Desired, Sources};
 use super::{Error, Event, Shared, member, registry, removal};
 
 /// How long a stopping member's in-flight reconciles may take to finish.
@@ -42,14 +43,21 @@ impl Engagement {
     }
 }
 
-/// Runs the fleet until `shutdown`: watches the kubeconfig directory and engages, re-engages
-/// and disengages members to match it. Returns once every member has stopped.
+/// Runs the fleet until `shutdown`: watches the sources of members and engages, re-engages
+/// and disengages members to match them. Returns once every member has stopped.
 pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
     let state = shared.state.clone();
     let _alive = state.runtime_started();
     let dir = shared.config.kubeconfig_dir.clone();
     let (tx, mut rx) = mpsc::channel::<()>(1);
     let _watcher = watch_dir(&dir, tx.clone());
+    let sources = Sources::start(
+        dir,
+        shared.config.member_secrets_namespace.as_deref(),
+        &shared.hub_client,
+        tx.clone(),
+        shutdown.clone(),
+    );
     let mut engaged: BTreeMap<String, Engagement> = BTreeMap::new();
     // Stops and cleanups run here, so one slow member never holds the loop (the others'
     // engagements, rotations, shutdown).
@@ -57,7 +65,7 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut ticker = tokio::time::interval(shared.config.rescan_interval);
     let mut ownership = shared.ownership.shards().map(|s| s.subscribe());
     loop {
-        sync_members(&shared, &mut engaged, &background).await;
+        sync_members(&shared, &sources, &mut engaged, &background).await;
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = ticker.tick() => {}
@@ -113,28 +121,37 @@ fn watch_dir(dir: &std::path::Path, tx: mpsc::Sender<()>) -> Option<notify::Reco
 
 async fn sync_members(
     shared: &Arc<Shared>,
+    sources: &Sources,
     engaged: &mut BTreeMap<String, Engagement>,
     background: &TaskTracker,
 ) {
-    let dir = &shared.config.kubeconfig_dir;
-    let desired = match registry::scan(dir) {
+    let Desired {
+        members: desired,
+        complete,
+    } = match sources.desired() {
         Ok(d) => {
             shared.state.scanned();
             d
         }
         Err(e) => {
             // Keep what runs: a transiently unreadable directory must not stop the fleet.
-            tracing::warn!(dir = %dir.display(), error = %e, "cannot read the kubeconfig directory");
+            tracing::warn!(dir = %sources.dir().display(), error = %e, "cannot read the kubeconfig directory");
             return;
         }
     };
-    stop_departed(shared, engaged, &desired, background);
-    if shared.config.cleanup_on_remove {
-        removal::resume_cleanups(shared, &desired, background).await;
+    // A source not listed yet (the member Secrets at start-up) proves no member gone: nothing
+    // is stopped, cleaned up or given up until every source has answered.
+    if complete {
+        stop_departed(shared, engaged, &desired, background);
+        if shared.config.cleanup_on_remove {
+            removal::resume_cleanups(shared, &desired, background).await;
+        }
     }
     if let Some(shards) = shared.ownership.shards() {
         let cleaning = shared.cleanups.lock().members();
-        shards.set_wanted(desired.keys().cloned().chain(cleaning));
+        let running = (!complete).then(|| engaged.keys().cloned().collect::<Vec<_>>());
+        let wanted = desired.keys().cloned().chain(cleaning);
+        shards.set_wanted(wanted.chain(running.into_iter().flatten()));
         shared.state.set_owners(shards.owners());
     }
     shared.config.member_config.reload();
@@ -148,17 +165,19 @@ async fn sync_members(
             continue;
         }
         if source.unreadable && engaged.get(&name).is_some_and(|e| e.task.is_some()) {
-            tracing::warn!(member = %name, file = %source.path.display(), "kubeconfig unreadable this time; the member keeps running on the one it has");
+            tracing::warn!(member = %name, file = %source.place, "kubeconfig unreadable this time; the member keeps running on the one it has");
             continue;
         }
         let hub_namespace = namespaces
             .remove(&name)
             .unwrap_or_else(|| Err(format!("member {name:?}: no hub namespace")));
-        // A changed namespace re-engages the member, like changed Azure settings.
+        // A changed namespace re-engages the member, like changed Azure settings; so does a
+        // new place (a member moved from its file to a Secret): its errors name the place.
         let settings = format!(
-            "{}|{}",
+            "{}|{}|{}",
             azure.map(|a| a.settings_key(&name)).unwrap_or_default(),
-            hub_namespace.as_deref().unwrap_or_default()
+            hub_namespace.as_deref().unwrap_or_default(),
+            source.place
         );
         if engaged
             .get(&name)
@@ -251,7 +270,10 @@ fn engage(
     settings: String,
     hub_namespace: Result<String, String>,
 ) -> Engagement {
-    shared.state.engage(name, &source.hash[..12]);
+    let place = source.place.to_string();
+    shared
+        .state
+        .engage_from(name, &source.hash[..12], place.clone());
     let cancel = CancellationToken::new();
     let admissible = source
         .kubeconfig
@@ -263,7 +285,7 @@ fn engage(
             let task = tokio::spawn(member::run(
                 name.to_string(),
                 hub_namespace,
-                source.path.display().to_string(),
+                place,
                 kubeconfig.clone(),
                 shared.clone(),
                 cancel.clone(),
@@ -271,7 +293,7 @@ fn engage(
             (Some(task), Some(kubeconfig))
         }
         Err(e) => {
-            tracing::error!(member = %name, file = %source.path.display(), error = %e, "member not started");
+            tracing::error!(member = %name, source = %place, error = %e, "member not started");
             shared.state.record(name, Event::Refused(e.to_string()));
             // Its series show the refusal on /metrics too.
             shared.hooks.member_engaged(name, Arc::default());

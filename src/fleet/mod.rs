@@ -1,4 +1,5 @@
-//! The multi-member runtime: the kubeconfig directory and its vetting (`registry`, `vet`), a
+//! The multi-member runtime: the sources of members, the kubeconfig directory and labelled hub
+//! Secrets (`sources`, `registry`), their vetting (`vet`), a
 //! member admitted once as a [`Member`] value (`admission`), the loop that engages and stops
 //! members to match the directory (`engagement`), one engagement per member with its
 //! API-server probe (`member`) for the members this replica owns ([`crate::ownership`]), the
@@ -14,6 +15,7 @@ mod member;
 pub mod registry;
 mod removal;
 mod settings;
+pub mod sources;
 pub mod state;
 pub mod vet;
 
@@ -59,6 +61,9 @@ pub struct RuntimeConfig {
     pub traffic_manager: bool,
     /// Safety net besides the directory watch.
     pub rescan_interval: Duration,
+    /// Where member Secrets are read (`--member-secrets-namespace`); `None`: members come
+    /// from the kubeconfig directory alone (`--member-secrets=false`).
+    pub member_secrets_namespace: Option<String>,
     /// This replica's name (Events' reporting instance).
     pub instance: String,
     /// What member kubeconfigs may use beyond inline credentials.

@@ -1,25 +1,29 @@
-//! Which members the kubeconfig directory declares: one file per member, named after it.
+//! Which members the kubeconfig directory declares: one file per member, named after it; and
+//! what every source of members produces ([`MemberSource`], declared at a [`Place`]).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
 mod names;
+mod place;
 mod read;
 
 pub use names::{
     DEFAULT_NAMESPACE_PREFIX, hub_namespace, hub_namespaces, namespace_of, validate_member_name,
     validate_namespace_prefix,
 };
+pub use place::{Place, declared_twice};
 pub use read::MAX_KUBECONFIG_BYTES;
 use read::{Unread, read_member};
 
-/// One member as declared by a file of the kubeconfig directory.
+/// One member as declared by a source: a file of the kubeconfig directory, a Secret.
 #[derive(Clone, PartialEq, Eq)]
 pub struct MemberSource {
-    pub path: PathBuf,
-    /// The file's content, when it could be read and the name is valid.
+    /// Where it is declared (named in logs, errors and on `/members`).
+    pub place: Place,
+    /// Its kubeconfig, when it could be read and the name is valid.
     pub kubeconfig: Result<String, String>,
     /// SHA-256 of the content (hex); a new hash is a new engagement.
     pub hash: String,
@@ -58,8 +62,14 @@ pub fn member_name(file_name: &str) -> &str {
 /// it: only regular files are opened, without blocking, and at most [`MAX_KUBECONFIG_BYTES`]
 /// read.
 pub fn scan(dir: &Path) -> std::io::Result<BTreeMap<String, MemberSource>> {
+    Ok(merge(scan_places(dir)?))
+}
+
+/// Every file of the directory that declares a member, with that member's name, one entry per
+/// file (two files naming one member are two entries: [`merge`] refuses them).
+pub fn scan_places(dir: &Path) -> std::io::Result<Vec<(String, MemberSource)>> {
     let real_dir = std::fs::canonicalize(dir)?;
-    let mut found: BTreeMap<String, Vec<MemberSource>> = BTreeMap::new();
+    let mut found = vec![];
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let file_name = entry.file_name().to_string_lossy().into_owned();
@@ -83,54 +93,68 @@ pub fn scan(dir: &Path) -> std::io::Result<BTreeMap<String, MemberSource>> {
                 }
             })
         });
-        let hash = match &kubeconfig {
-            Ok(text) => hex(&Sha256::digest(text.as_bytes())),
-            Err(e) => hex(&Sha256::digest(e.as_bytes())),
-        };
-        found.entry(name.clone()).or_default().push(MemberSource {
-            path,
-            kubeconfig,
-            hash,
-            unreadable,
-        });
+        let source = source_at(Place::File(path), kubeconfig);
+        found.push((
+            name,
+            MemberSource {
+                unreadable,
+                ..source
+            },
+        ));
     }
-    Ok(found
+    Ok(found)
+}
+
+/// One source per member from every place found, whatever the sources (files, Secrets): a
+/// member declared at two or more places is refused, naming them all ([`one_source`]).
+pub fn merge(
+    found: impl IntoIterator<Item = (String, MemberSource)>,
+) -> BTreeMap<String, MemberSource> {
+    let mut by_name: BTreeMap<String, Vec<MemberSource>> = BTreeMap::new();
+    for (name, source) in found {
+        by_name.entry(name).or_default().push(source);
+    }
+    by_name
         .into_iter()
         .map(|(name, sources)| {
             let source = one_source(&name, sources);
             (name, source)
         })
-        .collect())
+        .collect()
 }
 
-/// The source of member `name` from the files that declare it: the one file, or, for several,
-/// a refusal that names every one of them. The same whatever order the directory lists them
-/// in (sorted), so its hash is too, and the refused member is engaged once.
+/// The source of member `name` from the places that declare it (files, Secrets): the one
+/// place, or, for several, a refusal that names every one of them. The same whatever order
+/// they are found in (sorted), so its hash is too, and the refused member is engaged once.
 fn one_source(name: &str, mut sources: Vec<MemberSource>) -> MemberSource {
     if sources.len() == 1
         && let Some(source) = sources.pop()
     {
         return source;
     }
-    let mut paths: Vec<PathBuf> = sources.into_iter().map(|s| s.path).collect();
-    paths.sort();
-    let mut names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-    let last = names.pop().unwrap_or_default();
-    let e = match names.len() {
-        1 => format!(
-            "files {} and {last} both declare member {name:?}: remove or rename one",
-            names[0]
-        ),
-        _ => format!(
-            "files {} and {last} all declare member {name:?}: keep one, remove or rename the others",
-            names.join(", ")
-        ),
-    };
+    let mut places: Vec<Place> = sources.into_iter().map(|s| s.place).collect();
+    places.sort();
+    let e = declared_twice(name, &places);
     MemberSource {
         hash: hex(&Sha256::digest(e.as_bytes())),
         kubeconfig: Err(e),
         unreadable: false,
-        path: paths.into_iter().next().unwrap_or_default(),
+        place: places.into_iter().next().unwrap_or_default(),
+    }
+}
+
+/// The source of a member whose kubeconfig is `kubeconfig` (or why there is none), declared
+/// at `place`: its hash is the content's (a file and a Secret with the same text hash alike).
+pub fn source_at(place: Place, kubeconfig: Result<String, String>) -> MemberSource {
+    let hash = match &kubeconfig {
+        Ok(text) => hex(&Sha256::digest(text.as_bytes())),
+        Err(e) => hex(&Sha256::digest(e.as_bytes())),
+    };
+    MemberSource {
+        place,
+        kubeconfig,
+        hash,
+        unreadable: false,
     }
 }
 
@@ -138,7 +162,7 @@ fn one_source(name: &str, mut sources: Vec<MemberSource>) -> MemberSource {
 impl std::fmt::Debug for MemberSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemberSource")
-            .field("path", &self.path)
+            .field("place", &self.place)
             .field(
                 "kubeconfig",
                 &self
@@ -161,6 +185,7 @@ pub(super) fn hex(bytes: &[u8]) -> String {
 mod tests {
     use super::read::{inspect, open_member, opened_at, same_file_at};
     use super::*;
+    use std::path::PathBuf;
 
     /// Writes each `(name, content)` below `dir`, creating its folder.
     fn write(dir: &Path, files: &[(&str, &str)]) {
@@ -278,7 +303,7 @@ mod tests {
             order
                 .iter()
                 .map(|&i| MemberSource {
-                    path: p.join(files[i]),
+                    place: Place::File(p.join(files[i])),
                     kubeconfig: Ok(files[i].to_string()),
                     hash: files[i].to_string(),
                     unreadable: i == 0,

@@ -53,6 +53,9 @@ pub struct MemberStatus {
     pub server: Option<String>,
     /// First 12 hex digits of the kubeconfig's SHA-256: which engagement this is.
     pub kubeconfig_hash: String,
+    /// Where the member is declared: its file, or `Secret <ns>/<name>`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// When the phase last changed.
     pub since: Timestamp,
     /// The kubeconfig was refused (a field not allowed, the file itself, its name): no
@@ -125,6 +128,7 @@ impl MemberStatus {
             last_sync: None,
             server: None,
             kubeconfig_hash: kubeconfig_hash.to_string(),
+            source: None,
             since: now,
             refused: false,
             tls_verify_disabled: false,
@@ -209,6 +213,15 @@ impl FleetState {
     /// Starts tracking a (new engagement of a) member, in `Connecting`.
     pub fn engage(&self, name: &str, kubeconfig_hash: &str) {
         let status = MemberStatus::engaged(kubeconfig_hash, Timestamp::now());
+        self.write().insert(name.to_string(), status);
+    }
+
+    /// [`Self::engage`], with the place that declares the member (shown on `/members`).
+    pub fn engage_from(&self, name: &str, kubeconfig_hash: &str, source: String) {
+        let status = MemberStatus {
+            source: Some(source),
+            ..MemberStatus::engaged(kubeconfig_hash, Timestamp::now())
+        };
         self.write().insert(name.to_string(), status);
     }
 

@@ -231,9 +231,10 @@ async fn sharded_rendering_is_accepted_and_its_lease_rbac_suffices(
         [
             serde_json::json!(["secrets"]),
             serde_json::json!(["secrets"]),
+            serde_json::json!(["secrets"]),
             serde_json::json!(["leases"])
         ],
-        "the release-namespace Role is about the cleanup records (cleanupOnRemove) and Leases only: {:?}",
+        "the release-namespace Role is about the member Secrets, the cleanup records (cleanupOnRemove) and Leases only: {:?}",
         role.data["rules"]
     );
     let binding = one("RoleBinding");

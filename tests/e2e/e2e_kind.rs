@@ -39,7 +39,7 @@ async fn clusters() -> Clusters {
         let members = registry::scan(&dir)
             .expect("FLEETNET_E2E_MEMBER_KUBECONFIG_DIR readable")
             .into_iter()
-            .map(|(name, src)| (name, src.path))
+            .filter_map(|(name, src)| Some((name, src.place.path()?.to_path_buf())))
             .collect();
         return Clusters {
             hub: hub.into(),

@@ -158,7 +158,7 @@ async fn unreachable_member_fails_alone_and_check_reports_every_member() {
             rows.push(
                 fleetnet_hub::check::check_member(
                     &name,
-                    &src.path,
+                    src.place.path().expect("a file"),
                     &src.kubeconfig.expect("readable"),
                     Default::default(),
                 )

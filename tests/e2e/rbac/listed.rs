@@ -97,7 +97,10 @@ fn rendered_rbac_has_no_wildcard_and_exactly_the_listed_rules() {
     ];
 
     // Leader election (the default) with --cleanup-on-remove.
+    // Member Secrets (controller.memberSecrets, on by default): listed and watched by label.
+    let member_secrets = rule(&release, "", "secrets", &[], &["list", "watch"]);
     let mut want = vec![
+        member_secrets.clone(),
         rule(&release, "", "secrets", &[], &["create", "list"]),
         rule(&release, "", "secrets", &records, &["delete"]),
         rule(
@@ -122,13 +125,16 @@ fn rendered_rbac_has_no_wildcard_and_exactly_the_listed_rules() {
     );
     // Sharded: the replicas' announcement Leases are named after their pods (plus a random
     // suffix), and abandoned ones are deleted by any replica: no name to list.
-    let mut want_sharded = vec![rule(
-        &release,
-        "coordination.k8s.io",
-        "leases",
-        &[],
-        &["list", "create", "update", "delete"],
-    )];
+    let mut want_sharded = vec![
+        member_secrets,
+        rule(
+            &release,
+            "coordination.k8s.io",
+            "leases",
+            &[],
+            &["list", "create", "update", "delete"],
+        ),
+    ];
     per_member(&mut want_sharded);
     let sharded = render(
         RELEASE,

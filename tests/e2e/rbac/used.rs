@@ -81,6 +81,7 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
         .member_sync_timeout(Duration::from_secs(20))
         .cleanup_on_remove(true)
         .records(&lease_ns, &lease_name)
+        .member_secrets_namespace(Some(deployment_flag(&hub_docs, "member-secrets-namespace")))
         .rescan_interval(Duration::from_secs(5))
         .instance("rbac-test")
         .leader_election(Some(LeaderElection {
