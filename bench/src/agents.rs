@@ -40,8 +40,8 @@ use fleetnet_hub::api::{
 };
 use fleetnet_testenv::Fleet;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use serde::Serialize;
 
+pub use crate::agents_report::{Report, Side, markdown};
 use crate::fleet_size::{self, Rate, Traffic};
 use crate::replicas::{Replica, Spec, die_with_parent, listen_port};
 
@@ -70,48 +70,6 @@ pub struct Config {
     pub budget_args: Vec<String>,
     /// Bound on each phase's convergence.
     pub timeout: Duration,
-}
-
-/// One phase's figures.
-#[derive(Debug, Clone, Serialize)]
-pub struct Side {
-    pub name: String,
-    pub processes: usize,
-    pub ises_expected: usize,
-    /// Start → all ISEs on the hub; `None` when not within the timeout.
-    pub convergence_s: Option<f64>,
-    /// Σ VmRSS of the processes at the end of the quiet window.
-    pub rss_total_kib: u64,
-    pub rss_per_member_kib: f64,
-    pub rss_per_process_kib: Vec<u64>,
-    /// Σ CPU seconds per second of the processes over the quiet window.
-    pub cpu_per_s_quiet: f64,
-    /// Start → the quiet window's start, hub + members.
-    pub cold_writes: u64,
-    pub cold: Traffic,
-    pub quiet: Traffic,
-    pub quiet_writes_per_s: f64,
-    /// The same without `leases` (the agents' leader election, the apiservers' own).
-    pub quiet_writes_no_leases_per_s: f64,
-    /// InternalMemberCluster status writes in the quiet window.
-    pub heartbeat_writes: u64,
-    /// … per member per heartbeat period.
-    pub heartbeat_writes_per_member_period: f64,
-    pub churn: Option<ChurnReport>,
-    /// Hub ISE writes from the churn's start to its end (drain included).
-    pub churn_ise_writes: u64,
-}
-
-/// Both phases.
-#[derive(Debug, Clone, Serialize)]
-pub struct Report {
-    pub members: usize,
-    pub exports: usize,
-    pub heartbeat_period_s: i32,
-    /// The substrate alone.
-    pub baseline: Traffic,
-    pub agents: Side,
-    pub hub: Side,
 }
 
 /// Requests counted by the hub and the member apiservers at one moment.
@@ -292,7 +250,12 @@ fn start_agents(config: &Config, setup: &Setup) -> anyhow::Result<Vec<Replica>> 
                 kind.binary,
                 config.agents_dir.display()
             );
-            let ports = [listen_port()?, listen_port()?, listen_port()?, listen_port()?];
+            let ports = [
+                listen_port()?,
+                listen_port()?,
+                listen_port()?,
+                listen_port()?,
+            ];
             let log = dir.join(format!("{}-{name}.log", kind.binary));
             let mut cmd = tokio::process::Command::new(&binary);
             cmd.arg(format!("--leader-election-namespace={FLEET_SYSTEM}"))
@@ -381,17 +344,19 @@ fn cpu(processes: &[Replica]) -> f64 {
     processes.iter().map(Replica::cpu_seconds).sum()
 }
 
-/// One phase: `processes` just started (at `started`, counts `s0`), measured, stopped.
+/// One phase: the processes `start` starts, measured, stopped.
 async fn measure(
     config: &Config,
     setup: &Setup,
     name: &str,
-    mut processes: Vec<Replica>,
-    started: Instant,
-    s0: Counts,
+    start: impl FnOnce(&Config, &Setup) -> anyhow::Result<Vec<Replica>>,
 ) -> anyhow::Result<Side> {
+    // First-seen times count from a watch that has listed before anything starts.
     let (seen, _watch) = fleet_size::watch_ises(&setup.hub);
     fleet_size::wait_listed(&seen).await?;
+    let s0 = counts(setup).await?;
+    let started = Instant::now();
+    let mut processes = start(config, setup)?;
     let convergence = converge(config, setup, &seen, &mut processes, started).await?;
     say(format!("{name}: converged in {convergence:.1?}"));
     tokio::time::sleep(SETTLE).await;
@@ -474,7 +439,9 @@ async fn reset(setup: &Setup) -> anyhow::Result<()> {
         let services: Api<k8s_openapi::api::core::v1::Service> =
             Api::namespaced(client.clone(), NAMESPACE);
         for s in &setup.services {
-            exports.patch_metadata(s, &pp, &Patch::Merge(&unfinalize)).await?;
+            exports
+                .patch_metadata(s, &pp, &Patch::Merge(&unfinalize))
+                .await?;
             services.patch(s, &pp, &Patch::Merge(&port)).await?;
         }
         exports
@@ -531,7 +498,12 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !api.list_metadata(&ListParams::default()).await?.items.is_empty() {
+    while !api
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+        .is_empty()
+    {
         ensure!(Instant::now() < deadline, "objects not gone within 30 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -551,19 +523,12 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
     ));
     let b0 = counts(&setup).await?;
     tokio::time::sleep(BASELINE).await;
-    let s0 = counts(&setup).await?;
-    let baseline = traffic(&b0, &s0);
+    let baseline = traffic(&b0, &counts(&setup).await?);
 
-    let started = Instant::now();
-    let agents = start_agents(config, &setup)?;
-    let agents = measure(config, &setup, "reference agents", agents, started, s0).await?;
+    let agents = measure(config, &setup, "reference agents", start_agents).await?;
     say("agents stopped; removing what they made");
     reset(&setup).await?;
-
-    let s0 = counts(&setup).await?;
-    let started = Instant::now();
-    let hub = start_hub(config, &setup)?;
-    let hub = measure(config, &setup, "fleetnet-hub", hub, started, s0).await?;
+    let hub = measure(config, &setup, "fleetnet-hub", start_hub).await?;
     Ok(Report {
         members: config.members,
         exports: config.exports,
@@ -572,156 +537,4 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         agents,
         hub,
     })
-}
-
-fn ratio(a: f64, b: f64) -> String {
-    if b > 0.0 {
-        format!("{:.1}×", a / b)
-    } else {
-        "-".into()
-    }
-}
-
-/// The side-by-side table.
-pub fn markdown(r: &Report) -> String {
-    let (a, h) = (&r.agents, &r.hub);
-    let mut out = format!(
-        "### Reference agents vs fleetnet-hub: {} members × {} exports, one substrate\n\n\
-         | | reference agents | fleetnet-hub | agents / hub |\n|---|---|---|---|\n",
-        r.members, r.exports
-    );
-    let secs = |v: Option<f64>| v.map_or("not converged".into(), |v| format!("{v:.2} s"));
-    let lat = |s: &Side, q| s.churn.as_ref().and_then(|c| c.quantile_ms(q));
-    let per_change = |s: &Side| {
-        let changes = s.churn.as_ref().map_or(0, |c| c.changes);
-        s.churn_ise_writes as f64 / changes.max(1) as f64
-    };
-    let mut row = |what: &str, x: String, y: String, q: String| {
-        out.push_str(&format!("| {what} | {x} | {y} | {q} |\n"));
-    };
-    row(
-        "processes",
-        a.processes.to_string(),
-        h.processes.to_string(),
-        String::new(),
-    );
-    row(
-        &format!("convergence (all {} ISEs)", a.ises_expected),
-        secs(a.convergence_s),
-        secs(h.convergence_s),
-        ratio(
-            a.convergence_s.unwrap_or(0.0),
-            h.convergence_s.unwrap_or(0.0),
-        ),
-    );
-    let mib = |k: f64| format!("{:.1} MiB", k / 1024.0);
-    row(
-        "RSS total (Σ processes)",
-        mib(a.rss_total_kib as f64),
-        mib(h.rss_total_kib as f64),
-        ratio(a.rss_total_kib as f64, h.rss_total_kib as f64),
-    );
-    row(
-        "RSS per member",
-        mib(a.rss_per_member_kib),
-        mib(h.rss_per_member_kib),
-        ratio(a.rss_per_member_kib, h.rss_per_member_kib),
-    );
-    let f3 = |v: f64| format!("{v:.3}");
-    row(
-        "quiet CPU (CPU-s/s, Σ processes)",
-        f3(a.cpu_per_s_quiet),
-        f3(h.cpu_per_s_quiet),
-        ratio(a.cpu_per_s_quiet, h.cpu_per_s_quiet),
-    );
-    let f2 = |v: f64| format!("{v:.2}");
-    row(
-        "quiet requests/s (hub + members)",
-        f2(a.quiet.hub_per_s + a.quiet.members_per_s),
-        f2(h.quiet.hub_per_s + h.quiet.members_per_s),
-        ratio(
-            a.quiet.hub_per_s + a.quiet.members_per_s,
-            h.quiet.hub_per_s + h.quiet.members_per_s,
-        ),
-    );
-    row(
-        "quiet writes/s (all, Leases too)",
-        f2(a.quiet_writes_per_s),
-        f2(h.quiet_writes_per_s),
-        ratio(a.quiet_writes_per_s, h.quiet_writes_per_s),
-    );
-    row(
-        "quiet writes/s without Leases",
-        f2(a.quiet_writes_no_leases_per_s),
-        f2(h.quiet_writes_no_leases_per_s),
-        ratio(a.quiet_writes_no_leases_per_s, h.quiet_writes_no_leases_per_s),
-    );
-    row(
-        &format!("heartbeat writes per member per {} s", r.heartbeat_period_s),
-        f2(a.heartbeat_writes_per_member_period),
-        f2(h.heartbeat_writes_per_member_period),
-        String::new(),
-    );
-    row(
-        "cold-start writes (start → quiet window)",
-        a.cold_writes.to_string(),
-        h.cold_writes.to_string(),
-        ratio(a.cold_writes as f64, h.cold_writes as f64),
-    );
-    row(
-        "change → hub ISE p50 / p99",
-        format!("{} / {}", fleet_size::ms(lat(a, 0.5)), fleet_size::ms(lat(a, 0.99))),
-        format!("{} / {}", fleet_size::ms(lat(h, 0.5)), fleet_size::ms(lat(h, 0.99))),
-        String::new(),
-    );
-    row(
-        "hub ISE writes per change",
-        f2(per_change(a)),
-        f2(per_change(h)),
-        String::new(),
-    );
-    out.push_str(&format!(
-        "\nSubstrate alone: {:.2} requests/s (hub + members). Quiet window {:.0} s; churn {} \
-         changes/s for {:.0} s.\n",
-        r.baseline.hub_per_s + r.baseline.members_per_s,
-        a.quiet.window_s,
-        a.churn.as_ref().map_or(0.0, |c| c.rate),
-        a.churn.as_ref().map_or(0.0, |c| c.duration_s),
-    ));
-    out.push_str(&quiet_writes_table(r));
-    out
-}
-
-/// Quiet-window writes by resource and verb, both sides.
-fn quiet_writes_table(r: &Report) -> String {
-    let mut out = String::from(
-        "\n| quiet writes by resource | reference agents | fleetnet-hub |\n|---|---|---|\n",
-    );
-    let mut keys: Vec<(String, String)> = vec![];
-    let all = |s: &Side| -> Vec<Rate> { s.quiet.hub.iter().chain(&s.quiet.members).cloned().collect() };
-    let (a, h) = (all(&r.agents), all(&r.hub));
-    for rate in a.iter().chain(&h) {
-        let k = (rate.resource.clone(), rate.verb.clone());
-        if WRITE_VERBS.contains(&k.1.as_str()) && !keys.contains(&k) {
-            keys.push(k);
-        }
-    }
-    keys.sort();
-    let count = |rates: &[Rate], k: &(String, String)| -> u64 {
-        rates
-            .iter()
-            .filter(|x| x.resource == k.0 && x.verb == k.1)
-            .map(|x| x.count)
-            .sum()
-    };
-    for k in &keys {
-        out.push_str(&format!(
-            "| {} {} | {} | {} |\n",
-            k.1,
-            k.0,
-            count(&a, k),
-            count(&h, k)
-        ));
-    }
-    out
 }

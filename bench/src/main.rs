@@ -16,6 +16,7 @@
 //! ```
 
 mod agents;
+mod agents_report;
 mod failover;
 mod fleet_size;
 mod fleet_size_report;
