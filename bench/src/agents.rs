@@ -538,3 +538,41 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         hub,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hub_token_is_read_from_the_admin_kubeconfig() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.kubeconfig");
+        std::fs::write(&path, "users:\n- name: admin\n  user:\n    token: abc123\n").unwrap();
+        assert_eq!(hub_token(&path).unwrap(), "abc123");
+        std::fs::write(&path, "users: []\n").unwrap();
+        assert!(hub_token(&path).is_err());
+    }
+
+    #[test]
+    fn writes_count_write_verbs_of_the_kept_resources() {
+        let rate = |resource: &str, verb: &str, count| Rate {
+            resource: resource.into(),
+            verb: verb.into(),
+            count,
+            conflicts: 0,
+            per_s: 0.0,
+        };
+        let t = Traffic {
+            window_s: 60.0,
+            hub_per_s: 0.0,
+            members_per_s: 0.0,
+            hub: vec![
+                rate("internalmemberclusters/status", "PUT", 20),
+                rate("internalserviceexports", "GET", 7),
+            ],
+            members: vec![rate("leases", "PUT", 36)],
+        };
+        assert_eq!(writes(&t, |_| true), 56);
+        assert_eq!(writes(&t, |r| r != "leases"), 20);
+    }
+}

@@ -217,3 +217,14 @@ fn quiet_writes_table(r: &Report) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratio_is_blank_when_the_hub_figure_is_zero() {
+        assert_eq!(ratio(412.0, 24.8), "16.6×");
+        assert_eq!(ratio(1.0, 0.0), "-");
+    }
+}
