@@ -140,7 +140,7 @@ pub fn rates(after: &ServerCounts, before: &ServerCounts, window: Duration) -> V
     rates
 }
 
-fn total_per_s(rates: &[Rate]) -> f64 {
+pub(crate) fn total_per_s(rates: &[Rate]) -> f64 {
     rates.iter().map(|r| r.per_s).sum()
 }
 
@@ -157,7 +157,7 @@ pub fn budget_bound(config: &Config) -> Duration {
 
 /// What a metadata watch on every ISE of the hub saw: first-seen times and what is there now.
 #[derive(Default)]
-struct Seen {
+pub(crate) struct Seen {
     first: HashMap<(String, String), Instant>,
     present: HashSet<(String, String)>,
     relist: Option<HashSet<(String, String)>>,
@@ -196,7 +196,7 @@ impl Seen {
     }
 
     /// The last first-seen time of `keys`, when all are present.
-    fn all_present(&self, keys: &[(String, String)]) -> Option<Instant> {
+    pub(crate) fn all_present(&self, keys: &[(String, String)]) -> Option<Instant> {
         keys.iter()
             .map(|k| {
                 self.present
@@ -209,7 +209,7 @@ impl Seen {
 }
 
 /// A task aborted when this drops.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+pub(crate) struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -217,7 +217,7 @@ impl Drop for AbortOnDrop {
     }
 }
 
-fn watch_ises(hub: &kube::Client) -> (Arc<Mutex<Seen>>, AbortOnDrop) {
+pub(crate) fn watch_ises(hub: &kube::Client) -> (Arc<Mutex<Seen>>, AbortOnDrop) {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let api: Api<PartialObjectMeta<InternalServiceExport>> = Api::all(hub.clone());
     let s = seen.clone();
@@ -235,7 +235,7 @@ fn watch_ises(hub: &kube::Client) -> (Arc<Mutex<Seen>>, AbortOnDrop) {
     (seen, AbortOnDrop(task))
 }
 
-fn lock(seen: &Mutex<Seen>) -> std::sync::MutexGuard<'_, Seen> {
+pub(crate) fn lock(seen: &Mutex<Seen>) -> std::sync::MutexGuard<'_, Seen> {
     seen.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -402,7 +402,7 @@ async fn binary_idle(config: &Config, fleet: &Fleet) -> Option<u64> {
 }
 
 /// Waits until the ISE watch of [`watch_ises`] has listed (60 s at most).
-async fn wait_listed(seen: &Mutex<Seen>) -> anyhow::Result<()> {
+pub(crate) async fn wait_listed(seen: &Mutex<Seen>) -> anyhow::Result<()> {
     let listed = Instant::now();
     while !lock(seen).listed {
         ensure!(

@@ -11,9 +11,12 @@
 //! cargo run --release -p fleetnet-bench -- --fairness --members 6 --exports 2000 --churn 5 --kube-api-qps 500 --kube-api-burst 500
 //! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --fleet-size --members 300 --member-servers 5 --exports 10 --replicas 3 --quiet 60
 //! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --soak --duration 1800 --members 30 --pool 40 --member-servers 3 --exports 10
+//! bench/reference-agents/build.sh FLEET_NETWORKING_GIT_DIR FLEET_GIT_DIR && cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --agents 5x100 --churn 10 --duration 30 --quiet 60
 //! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --hostile --members 100 --member-servers 4 --exports 20
 //! ```
 
+mod agents;
+mod agents_report;
 mod failover;
 mod fleet_size;
 mod fleet_size_report;
@@ -154,6 +157,16 @@ struct Cli {
     /// (see `hostile.rs`).
     #[arg(long, conflicts_with_all = ["failover", "fairness", "fleet_size", "sweep", "replay", "endpoint_slices", "soak", "table"])]
     hostile: bool,
+    /// fleet-networking's reference member agents (two processes per member) and then the
+    /// `fleetnet-hub` binary, side by side on one substrate: `MEMBERSxEXPORTS` (default 5x100);
+    /// convergence, RSS, quiet CPU and writes, heartbeats, churn latency at `--churn` (default
+    /// 10) per second for `--duration` (see `agents.rs`). The agents are built by
+    /// `bench/reference-agents/build.sh`.
+    #[arg(long, num_args = 0..=1, default_missing_value = "5x100", conflicts_with_all = ["failover", "fairness", "fleet_size", "sweep", "replay", "endpoint_slices", "soak", "table", "hostile"])]
+    agents: Option<String>,
+    /// Where `bench/reference-agents/build.sh` put the agents (default: its default).
+    #[arg(long)]
+    agents_dir: Option<PathBuf>,
 }
 
 fn seconds(name: &str, v: f64) -> Result<Duration, String> {
@@ -250,6 +263,9 @@ async fn main_inner(cli: Cli) -> Result<(), String> {
     if cli.hostile {
         return run_hostile(&cli).await;
     }
+    if let Some(size) = &cli.agents {
+        return run_agents(&cli, size).await;
+    }
     if cli.failover {
         return run_failover(&cli).await;
     }
@@ -327,6 +343,33 @@ async fn run_hostile(cli: &Cli) -> Result<(), String> {
 }
 
 /// `--failover`: how long a killed replica's members go without an owner.
+async fn run_agents(cli: &Cli, size: &str) -> Result<(), String> {
+    let (members, exports) = size
+        .split_once('x')
+        .and_then(|(m, e)| Some((m.parse().ok()?, e.parse().ok()?)))
+        .ok_or_else(|| format!("--agents {size}: expected MEMBERSxEXPORTS, e.g. 5x100"))?;
+    let agents_dir = cli.agents_dir.clone().unwrap_or_else(|| {
+        let home = std::env::var_os("HOME").unwrap_or_default();
+        PathBuf::from(home).join(".cache/fleetnet-hub/reference-agents")
+    });
+    let config = agents::Config {
+        members,
+        exports,
+        quiet: seconds("quiet", cli.quiet)?,
+        churn: Churn {
+            rate: cli.churn.unwrap_or(10.0),
+            duration: seconds("duration", cli.duration)?,
+        },
+        binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
+        agents_dir,
+        budget_args: cli.budgets.to_args(),
+        timeout: seconds("converge-timeout", cli.converge_timeout)?,
+    };
+    let report = agents::run(&config).await.map_err(|e| format!("{e:#}"))?;
+    println!("{}", agents::markdown(&report));
+    write_json(cli.json.as_deref(), &report)
+}
+
 async fn run_failover(cli: &Cli) -> Result<(), String> {
     let config = failover::Config {
         members: cli.members,

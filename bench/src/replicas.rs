@@ -92,16 +92,7 @@ impl Spec {
                 .arg("--leader-election-id")
                 .arg(&s.lease_prefix);
         }
-        // The kernel kills the replica should this process die first (as the substrate's).
-        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            cmd.pre_exec(|| {
-                if prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        die_with_parent(&mut cmd);
         let child = cmd
             .spawn()
             .with_context(|| format!("starting {}", self.binary.display()))?;
@@ -114,6 +105,20 @@ impl Spec {
             metrics,
             log,
         })
+    }
+}
+
+/// The kernel kills the process `cmd` starts should this process die first (as the
+/// substrate's).
+pub(crate) fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }
 
@@ -242,7 +247,7 @@ async fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
 const LISTEN_PORTS: std::ops::Range<u16> = 33000..34000;
 
 /// A port on 127.0.0.1 that was free a moment ago, never the same twice in one process.
-fn listen_port() -> anyhow::Result<u16> {
+pub(crate) fn listen_port() -> anyhow::Result<u16> {
     use std::sync::atomic::{AtomicU16, Ordering};
     static NEXT: AtomicU16 = AtomicU16::new(0);
     for _ in 0..LISTEN_PORTS.len() {
