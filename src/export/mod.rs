@@ -21,6 +21,7 @@ mod watches;
 use std::sync::Arc;
 
 use futures::{Future, FutureExt};
+use k8s_openapi::api::core::v1::Service;
 use kube::api::Api;
 use kube::runtime::reflector::Store;
 use tokio_util::sync::CancellationToken;
@@ -37,6 +38,7 @@ use crate::controller::own_writes::OwnWrites;
 use crate::controller::queue::Lossy;
 use crate::controller::runner::Runner;
 use crate::controller::streaks::Streaks;
+use crate::controller::tap::Tap;
 use crate::controller::views::WatchHealth;
 use crate::controller::{Job, MemberInputs, ReconcileObserver, Running, Synced, leadership_gained};
 use crate::service_exports::{ServiceExportFeed, Subscription};
@@ -56,6 +58,8 @@ pub trait Needs {
     /// The member's settings for this job, and its public IP lookups (`None`: the feature is
     /// off).
     fn export_settings(&self) -> (Settings, Option<Arc<dyn PublicIpLookup>>);
+    /// The member's shared Service watch.
+    fn services(&mut self) -> &mut Tap<Service>;
 }
 
 impl<S: Needs> Job<S> for ServiceExportJob {
@@ -82,7 +86,9 @@ impl<S: Needs> Job<S> for ServiceExportJob {
             observer: inputs.observer.clone(),
             instance: inputs.instance.clone(),
         };
-        let (run, synced) = exporter.start(async move { shutdown.cancelled().await });
+        let (run, synced) = exporter.start(inputs.shared.services(), async move {
+            shutdown.cancelled().await
+        });
         Running {
             run: run.boxed(),
             synced,
@@ -118,8 +124,9 @@ impl MemberExporter {
     /// (in-flight reconciles finish first) and the handle that tells when its watches synced.
     pub fn start(
         self,
+        member_services: &mut Tap<Service>,
         shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-    ) -> (impl Future<Output = ()> + Send, Synced) {
+    ) -> (futures::future::BoxFuture<'static, ()>, Synced) {
         let hub_api: Api<InternalServiceExport> =
             Api::namespaced(self.hub_client.clone(), &self.hub_namespace);
         let health = Arc::new(WatchHealth::new(&self.member, NAME, self.observer.clone()));
@@ -130,17 +137,15 @@ impl MemberExporter {
             self.observer.clone(),
         );
         let (views, handed, triggers) = Views::watch(
-            &self.member_client,
+            member_services,
             &hub_api,
             &self.exports,
             &health,
             dangling_tx,
         );
         let synced = health
-            .synced(
-                None,
-                &[watches::SERVICES, watches::INTERNAL_SERVICE_EXPORTS],
-            )
+            .synced(None, &[watches::INTERNAL_SERVICE_EXPORTS])
+            .and(views.synced.clone())
             .and(self.exports.synced.clone());
         let leadership = leadership_gained(&self.claim);
         let member = self.member.clone();
@@ -179,7 +184,7 @@ impl MemberExporter {
             // Every reconcile is over and the context dropped: the queue closes once drained.
             creator.drain(&member).await;
         };
-        (run, synced)
+        (run.boxed(), synced)
     }
 
     /// The context every reconcile of the member shares, over the views, and the task that

@@ -8,19 +8,21 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::Api;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher::{self, Event};
 
+use super::NAME;
 use super::decide::ise_name;
 use super::projections::{IseView, ServiceView};
 use crate::api::{InternalServiceExport, ServiceExportVersion};
+use crate::controller::Synced;
 use crate::controller::projection::project;
 use crate::controller::queue::Lossy;
+use crate::controller::tap::{Keep, Tap, every};
 use crate::controller::views::{View, WatchHealth, view_watch};
 use crate::service_exports::{ExportRef, ServiceExportView, Subscription};
 
-/// The member's Services.
-pub(super) const SERVICES: View = View::member(1, "Services");
 /// The ISEs of the member's hub namespace.
 pub(super) const INTERNAL_SERVICE_EXPORTS: View = View::hub(2, "InternalServiceExports");
 
@@ -29,6 +31,8 @@ pub(super) struct Views {
     pub(super) services: Store<ServiceView>,
     pub(super) ises: Store<IseView>,
     pub(super) exports: Store<ServiceExportView>,
+    /// Resolves once the job's view of the member's shared Service watch has listed.
+    pub(super) synced: Synced,
 }
 
 impl Views {
@@ -38,7 +42,7 @@ impl Views {
     /// and the ISE name of every deleted ServiceExport, is sent to `dangling` to be checked for
     /// a missing export (when its queue is full, the name is left to the next periodic sweep).
     pub(super) fn watch(
-        member: &kube::Client,
+        member: &mut Tap<Service>,
         hub: &Api<InternalServiceExport>,
         exports: &Subscription,
         health: &Arc<WatchHealth>,
@@ -48,14 +52,11 @@ impl Views {
         BoxStream<'static, ObjectRef<ServiceExportView>>,
         BoxFuture<'static, ()>,
     ) {
-        let (services, service_events) = watch_services(member, exports.dyntype, health);
+        let (services, synced) = watch_services(member, exports);
         let (ises, ise_events) = watch_ises(hub, exports, health, dangling.clone());
         // Every trigger waits in the feed's pace, which hands the controller no more names
         // than it reconciles at once.
-        let triggers = exports
-            .pace
-            .clone()
-            .take_from(futures::stream::select(service_events, ise_events));
+        let triggers = exports.pace.clone().take_from(ise_events);
         let known = exports.store.clone();
         let handed = exports
             .pace
@@ -75,41 +76,24 @@ impl Views {
             services,
             ises,
             exports: exports.store.clone(),
+            synced,
         };
         (views, handed, triggers)
     }
 }
 
-/// The view of the member's Services, and the export (same namespace/name) each change
-/// touches.
+/// The job's view of the member's Services (of the member's shared watch); each change
+/// triggers the export of the same namespace/name.
 fn watch_services(
-    member: &kube::Client,
-    version: ServiceExportVersion,
-    health: &Arc<WatchHealth>,
-) -> (Store<ServiceView>, BoxStream<'static, ExportRef>) {
-    let (services, writer) = reflector::store::<ServiceView>();
-    let events =
-        reflector::reflector(
-            writer,
-            view_watch(
-                Api::<Service>::all(member.clone()),
-                watcher::Config::default(),
-                {
-                    let services = services.clone();
-                    move || services.len()
-                },
-            )
-            .map_ok(project::<Service, ServiceView>),
-        )
-        .inspect(health.inspector(SERVICES))
-        .touched_objects()
-        .filter_map(move |svc| {
-            futures::future::ready(svc.ok().map(|svc: ServiceView| {
-                ObjectRef::new_with(&svc.name, version).within(&svc.namespace)
-            }))
-        })
-        .boxed();
-    (services, events)
+    member: &mut Tap<Service>,
+    exports: &Subscription,
+) -> (Store<ServiceView>, Synced) {
+    let (version, pace) = (exports.dyntype, exports.pace.clone());
+    member.view(NAME, Keep::new(every, ServiceView::from), move |event| {
+        if let Event::Apply(svc) | Event::InitApply(svc) | Event::Delete(svc) = event {
+            pace.trigger(ObjectRef::new_with(&svc.name, version).within(&svc.namespace));
+        }
+    })
 }
 
 /// The view of the ISEs of the member's hub namespace, and the exports each change touches;

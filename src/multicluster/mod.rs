@@ -19,17 +19,19 @@ mod views;
 use std::sync::Arc;
 
 use futures::FutureExt;
+use k8s_openapi::api::core::v1::Service;
 use tokio_util::sync::CancellationToken;
 
 pub use decide::{NAME, Outcome};
 pub use error::{Error, Step};
 
+use crate::api::{MultiClusterService, ServiceImport};
 use crate::controller::events::Events;
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::pace::Pace;
 use crate::controller::runner::Runner;
 use crate::controller::streaks::Streaks;
-use crate::controller::views::WatchHealth;
+use crate::controller::tap::Tap;
 use crate::controller::{Job, MemberInputs, Running, leadership_gained};
 use context::Context;
 
@@ -40,6 +42,14 @@ pub struct MultiClusterServiceJob;
 pub trait Needs {
     /// The member namespace of derived Services (`--fleet-system-namespace`).
     fn fleet_system_namespace(&self) -> String;
+    /// The member's shared watches of MultiClusterServices, ServiceImports and Services.
+    fn watches(
+        &mut self,
+    ) -> (
+        &mut Tap<MultiClusterService>,
+        &mut Tap<ServiceImport>,
+        &mut Tap<Service>,
+    );
 }
 
 impl<S: Needs> Job<S> for MultiClusterServiceJob {
@@ -50,15 +60,15 @@ impl<S: Needs> Job<S> for MultiClusterServiceJob {
     fn start(&self, inputs: &mut MemberInputs<S>, shutdown: CancellationToken) -> Running {
         let fleet_system_namespace = inputs.shared.fleet_system_namespace();
         let member = inputs.member.clone();
-        let health = Arc::new(WatchHealth::new(&member, NAME, inputs.observer.clone()));
         let pace = Arc::new(Pace::new(inputs.concurrency));
-        let (views, triggers) = views::Views::watch(
-            &inputs.member_client,
-            &fleet_system_namespace,
-            &health,
-            &pace,
-        );
-        let synced = health.synced(None, &views::WATCHED);
+        let (mcs, imports, services) = inputs.shared.watches();
+        let taps = views::Taps {
+            mcs,
+            imports,
+            services,
+        };
+        let views = views::Views::watch(taps, &fleet_system_namespace, &pace);
+        let synced = views.synced.clone();
         let (events, creator) = Events::new(
             inputs.events_client.clone(),
             inputs.instance.clone(),
@@ -88,19 +98,16 @@ impl<S: Needs> Job<S> for MultiClusterServiceJob {
             ctx,
         };
         let run = async move {
-            let reconciles = runner.run(
-                pace.stream(),
-                // Becoming leader: everything is reconciled once, from the warm views.
-                leadership,
-                async move { shutdown.cancelled().await },
-                |mcs, ctx| crate::memory::scratch_future(reconcile::reconcile(mcs, ctx)),
-                reconcile::error_policy,
-            );
-            // The triggers have no end of their own: they stop with the reconciles.
-            tokio::select! {
-                () = reconciles => {}
-                () = triggers => {}
-            }
+            runner
+                .run(
+                    pace.stream(),
+                    // Becoming leader: everything is reconciled once, from the warm views.
+                    leadership,
+                    async move { shutdown.cancelled().await },
+                    |mcs, ctx| crate::memory::scratch_future(reconcile::reconcile(mcs, ctx)),
+                    reconcile::error_policy,
+                )
+                .await;
             // Every reconcile is over and the context dropped: the queue closes once drained.
             creator.drain(&member).await;
         };

@@ -29,11 +29,12 @@ pub use decide::{BACK_NAME, NAME, Outcome};
 pub use error::{Error, Step};
 pub use model::SERVICE_IMPORT_FINALIZER;
 
-use crate::api::InternalServiceImport;
+use crate::api::{InternalServiceImport, ServiceImport};
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::pace::Pace;
 use crate::controller::runner::Runner;
 use crate::controller::streaks::Streaks;
+use crate::controller::tap::Tap;
 use crate::controller::views::WatchHealth;
 use crate::controller::{Job, MemberInputs, ReconcileObserver, Running, Synced, leadership_gained};
 use context::Context;
@@ -42,6 +43,8 @@ use context::Context;
 pub trait Needs {
     /// Whether the `serviceimport` job runs for the member (then it runs the back half too).
     fn service_import_job_runs(&self) -> bool;
+    /// The member's shared ServiceImport watch.
+    fn service_imports(&mut self) -> &mut Tap<ServiceImport>;
 }
 
 /// The `serviceimport` job (both halves), as the registry lists it.
@@ -56,7 +59,8 @@ impl<S: Needs> Job<S> for ServiceImportJob {
     }
 
     fn start(&self, inputs: &mut MemberInputs<S>, shutdown: CancellationToken) -> Running {
-        MemberImports::of(inputs, true).start(shutdown)
+        let imports = MemberImports::of(inputs, true);
+        imports.start(inputs.shared.service_imports(), shutdown)
     }
 }
 
@@ -73,7 +77,8 @@ impl<S: Needs> Job<S> for InternalServiceImportJob {
                 synced: Synced::default(),
             };
         }
-        MemberImports::of(inputs, false).start(shutdown)
+        let imports = MemberImports::of(inputs, false);
+        imports.start(inputs.shared.service_imports(), shutdown)
     }
 }
 
@@ -108,8 +113,8 @@ impl MemberImports {
         }
     }
 
-    fn start(self, shutdown: CancellationToken) -> Running {
-        let (run, synced) = self.run(async move { shutdown.cancelled().await });
+    fn start(self, imports: &mut Tap<ServiceImport>, shutdown: CancellationToken) -> Running {
+        let (run, synced) = self.run(imports, async move { shutdown.cancelled().await });
         Running {
             run: run.boxed(),
             synced,
@@ -120,8 +125,9 @@ impl MemberImports {
     /// (in-flight reconciles finish first) and the handle that tells when the watches synced.
     pub fn run(
         self,
+        imports: &mut Tap<ServiceImport>,
         shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-    ) -> (impl Future<Output = ()> + Send, Synced) {
+    ) -> (futures::future::BoxFuture<'static, ()>, Synced) {
         let hub: Api<InternalServiceImport> =
             Api::namespaced(self.hub_client.clone(), &self.hub_namespace);
         let job = if self.forward { NAME } else { BACK_NAME };
@@ -132,8 +138,10 @@ impl MemberImports {
             forward: forward_pace.clone(),
             back: back_pace.clone(),
         };
-        let (views, triggers) = views::Views::watch(&self.member_client, &hub, &health, paces);
-        let synced = health.synced(None, &views::WATCHED);
+        let (views, triggers) = views::Views::watch((job, imports), &hub, &health, paces);
+        let synced = health
+            .synced(None, &views::WATCHED)
+            .and(views.synced.clone());
         let ctx = Arc::new(Context {
             member: self.member,
             member_client: self.member_client,
@@ -189,6 +197,6 @@ impl MemberImports {
                 () = triggers => {}
             }
         };
-        (run, synced)
+        (run.boxed(), synced)
     }
 }

@@ -22,6 +22,7 @@ mod views;
 use std::sync::Arc;
 
 use futures::{Future, FutureExt};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use tokio_util::sync::CancellationToken;
 
@@ -34,6 +35,7 @@ use crate::controller::pace::Pace;
 use crate::controller::queue::Lossy;
 use crate::controller::runner::Runner;
 use crate::controller::streaks::Streaks;
+use crate::controller::tap::Tap;
 use crate::controller::views::WatchHealth;
 use crate::controller::{Job, MemberInputs, ReconcileObserver, Running, Synced, leadership_gained};
 use crate::service_exports::{ServiceExportFeed, Subscription};
@@ -51,6 +53,8 @@ pub struct EndpointSliceExportJob;
 pub trait Needs {
     /// The member's ServiceExport watch, shared by the jobs.
     fn service_exports(&mut self) -> &mut ServiceExportFeed;
+    /// The member's shared EndpointSlice watch.
+    fn endpoint_slices(&mut self) -> &mut Tap<EndpointSlice>;
     /// The most bytes one EndpointSliceExport may have (`--max-export-bytes`).
     fn max_export_bytes(&self) -> u32;
     /// Whether the job named `job` runs (`--controllers`).
@@ -112,7 +116,9 @@ fn start<S: Needs>(
         observer: inputs.observer.clone(),
         max_export_bytes: inputs.shared.max_export_bytes(),
     };
-    let (run, synced) = slices.start(async move { shutdown.cancelled().await });
+    let (run, synced) = slices.start(inputs.shared.endpoint_slices(), async move {
+        shutdown.cancelled().await
+    });
     Running {
         run: run.boxed(),
         synced,
@@ -145,8 +151,9 @@ impl MemberSliceExporter {
     /// (in-flight reconciles finish first) and the handle that tells when its watches synced.
     pub fn start(
         self,
+        member_slices: &mut Tap<EndpointSlice>,
         shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-    ) -> (impl Future<Output = ()> + Send, Synced) {
+    ) -> (futures::future::BoxFuture<'static, ()>, Synced) {
         let hub_api: Api<EndpointSliceExport> =
             Api::namespaced(self.hub_client.clone(), &self.hub_namespace);
         let health = Arc::new(WatchHealth::new(&self.member, NAME, self.observer.clone()));
@@ -159,16 +166,16 @@ impl MemberSliceExporter {
         let se_version = self.exports.dyntype;
         let pace = Arc::new(Pace::new(self.concurrency));
         let (views, triggers) = views::Views::watch(
-            &self.member_client,
+            member_slices,
             &hub_api,
             &self.exports,
             &health,
-            absent_tx,
-            &pace,
+            (absent_tx, &pace),
             self.halves,
         );
         let synced = health
-            .synced(None, views::watched(self.halves.export))
+            .synced(None, &views::WATCHED)
+            .and(views.synced.clone())
             .and(self.exports.synced.clone());
         let leadership = leadership_gained(&self.claim);
         let store = views.slices.clone();
@@ -211,6 +218,6 @@ impl MemberSliceExporter {
                 () = triggers => {}
             }
         };
-        (run, synced)
+        (run.boxed(), synced)
     }
 }
