@@ -3,16 +3,12 @@
 //! job keeping its own view of it ([`Tap`]). Below the jobs; the ServiceExports are
 //! [`crate::service_exports`]'s.
 
-use std::sync::Arc;
-
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 
 use crate::api::{MultiClusterService, ServiceImport};
-use crate::controller::ReconcileObserver;
 use crate::controller::tap::Tap;
-use crate::controller::views::View;
 
 /// The member's shared watches, before they run. One that no running job reads does not watch.
 pub struct MemberWatches {
@@ -27,35 +23,13 @@ pub struct MemberWatches {
 }
 
 impl MemberWatches {
-    /// The watches of `member` through `client`; failures and first lists are reported to
-    /// `observer` as the reading jobs'.
-    pub fn of(client: &kube::Client, member: &str, observer: &Arc<dyn ReconcileObserver>) -> Self {
-        let o = || observer.clone();
+    /// The watches of the member through `client` (each reading job's health hears of them).
+    pub fn of(client: &kube::Client) -> Self {
         Self {
-            services: Tap::over(
-                Api::all(client.clone()),
-                View::member(0, "Services"),
-                member,
-                o(),
-            ),
-            endpoint_slices: Tap::over(
-                Api::all(client.clone()),
-                View::member(0, "EndpointSlices"),
-                member,
-                o(),
-            ),
-            multi_cluster_services: Tap::over(
-                Api::all(client.clone()),
-                View::member(0, "MultiClusterServices"),
-                member,
-                o(),
-            ),
-            service_imports: Tap::over(
-                Api::all(client.clone()),
-                View::member(0, "ServiceImports"),
-                member,
-                o(),
-            ),
+            services: Tap::over(Api::all(client.clone())),
+            endpoint_slices: Tap::over(Api::all(client.clone())),
+            multi_cluster_services: Tap::over(Api::all(client.clone())),
+            service_imports: Tap::over(Api::all(client.clone())),
         }
     }
 

@@ -6,8 +6,10 @@
 //!
 //! Unlike [`super::feed::Feed`] (one store every subscriber reads), a tap keeps no store of
 //! its own: it hands each event to every reader ([`Tap::view`]), which keeps what it needs of
-//! it in a store of its own type and reacts to what it touched. A tap nobody reads does not
-//! watch ([`Tap::run`]).
+//! it in a store of its own type and reacts to what it touched. The watch's first list and
+//! failures are told to each reader's [`WatchHealth`], as one of its job's own views: a
+//! missing CRD fails every job that reads the kind, and a job recovers once all its views
+//! have. A tap nobody reads does not watch ([`Tap::run`]).
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -22,11 +24,12 @@ use kube::runtime::watcher::{self, Event};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 
-use super::observer::ReconcileObserver;
-use super::views::{Synced, View, WatchHealth, view_watch};
+use super::views::{View, WatchHealth, view_watch};
 
 /// What one reader does with each event of the watch.
 type Reader<K> = Box<dyn FnMut(&Event<K>) + Send>;
+/// What one reader's job's health hears of the watch.
+type Inspector<K> = Box<dyn FnMut(&Result<Event<K>, watcher::Error>) + Send>;
 /// How many objects one reader's view holds.
 type Size = Box<dyn Fn() -> usize + Send + Sync>;
 
@@ -34,9 +37,8 @@ type Size = Box<dyn Fn() -> usize + Send + Sync>;
 /// ([`Tap::run`]).
 pub struct Tap<K: kube::Resource<DynamicType = ()> + 'static> {
     api: Api<K>,
-    view: View,
-    health: Arc<WatchHealth>,
     readers: Vec<Reader<K>>,
+    inspectors: Vec<Inspector<K>>,
     /// The readers' view sizes: the watch holds [`super::views::MAX_OBJECTS_PER_VIEW`] to
     /// the largest.
     sizes: Arc<Mutex<Vec<Size>>>,
@@ -63,38 +65,32 @@ impl<K> Tap<K>
 where
     K: kube::Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
-    /// The watch of `api` (every object of it) for `member`, as its `view`; its failures and
-    /// first list are reported to `observer` as every reading job's ([`Tap::view`]).
-    pub fn over(
-        api: Api<K>,
-        view: View,
-        member: &str,
-        observer: Arc<dyn ReconcileObserver>,
-    ) -> Self {
+    /// The watch of `api` (every object of it).
+    pub fn over(api: Api<K>) -> Self {
         Self {
             api,
-            view,
-            health: Arc::new(WatchHealth::shared(member, observer)),
             readers: Vec::new(),
+            inspectors: Vec::new(),
             sizes: Arc::default(),
         }
     }
 
-    /// A reader for `job`: the objects `keep` keeps, reduced, in a store of its own; `touched`
-    /// hears of each event as the store takes it (an object that leaves what `keep` keeps is
-    /// told as deleted; a list's objects are told as they come, before the store has the
-    /// list whole at its end, as a reflector tells them). The watch's failures are reported as `job`'s; the handle tells when it listed.
-    pub fn view<V>(
+    /// A reader: the objects `keep` keeps, reduced, in a store of its own; `touched` hears of
+    /// each event as the store takes it (an object that leaves what `keep` keeps is told as
+    /// deleted; a list's objects are told as they come, before the store has the list whole
+    /// at its end, as a reflector tells them). The watch's first list and failures are told
+    /// to `health` as its `view`: the watch is one of the reading job's views.
+    pub(crate) fn view<V>(
         &mut self,
-        job: &'static str,
+        (health, view): (&Arc<WatchHealth>, View),
         keep: Keep<K, V>,
         mut touched: impl FnMut(&Event<V>) + Send + 'static,
-    ) -> (Store<V>, Synced)
+    ) -> Store<V>
     where
         V: Lookup + Clone + Send + Sync + 'static,
         V::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     {
-        self.health.serves(job);
+        self.inspectors.push(Box::new(health.inspector(view)));
         let mut writer = reflector::store::Writer::<V>::default();
         let store = writer.as_reader();
         let mine = store.clone();
@@ -107,13 +103,12 @@ where
         }));
         let size = store.clone();
         self.sizes.lock().push(Box::new(move || size.len()));
-        (store, self.health.synced(None, &[self.view]))
+        store
     }
 
-    /// A reader for `job` that keeps nothing: `seen` hears of every event as it comes (what a
-    /// reader looks at without keeping it). Reported and waited for as [`Tap::view`]'s.
-    pub fn also(&mut self, job: &'static str, seen: impl FnMut(&Event<K>) + Send + 'static) {
-        self.health.serves(job);
+    /// A reader that keeps nothing: `seen` hears of every event as it comes (what a job
+    /// looks at without keeping it, beside its [`Tap::view`], whose health tells of the watch).
+    pub fn also(&mut self, seen: impl FnMut(&Event<K>) + Send + 'static) {
         self.readers.push(Box::new(seen));
     }
 
@@ -122,16 +117,16 @@ where
     pub fn run(self, shutdown: impl Future<Output = ()> + Send) -> impl Future<Output = ()> + Send {
         let Self {
             api,
-            view,
-            health,
             mut readers,
+            mut inspectors,
             sizes,
         } = self;
         let idle = readers.is_empty();
         let size = move || sizes.lock().iter().map(|s| s()).max().unwrap_or(0);
-        let mut inspect = health.inspector(view);
         let watch = view_watch(api, watcher::Config::default(), size).for_each(move |event| {
-            inspect(&event);
+            for inspect in &mut inspectors {
+                inspect(&event);
+            }
             if let Ok(event) = event {
                 for reader in &mut readers {
                     reader(&event);

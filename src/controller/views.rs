@@ -120,8 +120,8 @@ impl Synced {
 /// observer.
 pub(crate) struct WatchHealth {
     member: String,
-    /// The jobs whose watches these are (several for a watch jobs share: each is told).
-    jobs: Mutex<Vec<&'static str>>,
+    /// The job whose watches these are.
+    job: &'static str,
     observer: Arc<dyn ReconcileObserver>,
     /// The views that have listed, one bit each (one channel: each costs ~0.5 KiB, per member).
     listed: watch::Sender<u8>,
@@ -135,33 +135,13 @@ impl WatchHealth {
         job: &'static str,
         observer: Arc<dyn ReconcileObserver>,
     ) -> Self {
-        let health = Self::shared(member, observer);
-        health.serves(job);
-        health
-    }
-
-    /// The health of a watch jobs share: each job that reads it is told ([`Self::serves`]).
-    pub(crate) fn shared(member: &str, observer: Arc<dyn ReconcileObserver>) -> Self {
         Self {
             member: member.to_string(),
-            jobs: Mutex::new(Vec::new()),
+            job,
             observer,
             listed: watch::channel(0).0,
             failing: Mutex::new(0),
         }
-    }
-
-    /// `job` reads these watches: their failures and recoveries are its too.
-    pub(crate) fn serves(&self, job: &'static str) {
-        let mut jobs = self.jobs.lock();
-        if !jobs.contains(&job) {
-            jobs.push(job);
-        }
-    }
-
-    /// The jobs told, copied out of the lock (the observer is not called under it).
-    fn jobs(&self) -> Vec<&'static str> {
-        self.jobs.lock().clone()
     }
 
     /// The readiness handle over the first lists of `views`; `counted` tells how many objects
@@ -206,17 +186,14 @@ impl WatchHealth {
             was && *failing == 0
         };
         if recovered {
-            for job in self.jobs() {
-                tracing::info!(member = %self.member, job, "watches recovered");
-                self.observer.watches_recovered(&self.member, job);
-            }
+            tracing::info!(member = %self.member, job = self.job, "watches recovered");
+            self.observer.watches_recovered(&self.member, self.job);
         }
     }
 
     fn failed(&self, view: View, error: &watcher::Error) {
         *self.failing.lock() |= view.bit;
-        let jobs = self.jobs();
-        tracing::warn!(member = %self.member, jobs = ?jobs, view = ?view, error = %error, "watch failed; retrying with backoff");
+        tracing::warn!(member = %self.member, job = self.job, view = ?view, error = %error, "watch failed; retrying with backoff");
         // A kind the cluster does not serve (its CRD not installed) is the job's problem; any
         // other failure of a member watch (what the member sends, its connection) is the member's.
         let unserved = not_served(error);
@@ -226,10 +203,8 @@ impl WatchHealth {
             ),
             false => format!("{view:?} watch: {error}"),
         };
-        for job in jobs {
-            self.observer
-                .watch_failed(&self.member, job, !view.in_hub && !unserved, &error);
-        }
+        self.observer
+            .watch_failed(&self.member, self.job, !view.in_hub && !unserved, &error);
     }
 }
 

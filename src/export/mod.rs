@@ -144,8 +144,10 @@ impl MemberExporter {
             dangling_tx,
         );
         let synced = health
-            .synced(None, &[watches::INTERNAL_SERVICE_EXPORTS])
-            .and(views.synced.clone())
+            .synced(
+                None,
+                &[watches::SERVICES, watches::INTERNAL_SERVICE_EXPORTS],
+            )
             .and(self.exports.synced.clone());
         let leadership = leadership_gained(&self.claim);
         let member = self.member.clone();

@@ -12,17 +12,17 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 
-use super::NAME;
 use super::decide::ise_name;
 use super::projections::{IseView, ServiceView};
 use crate::api::{InternalServiceExport, ServiceExportVersion};
-use crate::controller::Synced;
 use crate::controller::projection::project;
 use crate::controller::queue::Lossy;
 use crate::controller::tap::{Keep, Tap, every};
 use crate::controller::views::{View, WatchHealth, view_watch};
 use crate::service_exports::{ExportRef, ServiceExportView, Subscription};
 
+/// The member's Services.
+pub(super) const SERVICES: View = View::member(1, "Services");
 /// The ISEs of the member's hub namespace.
 pub(super) const INTERNAL_SERVICE_EXPORTS: View = View::hub(2, "InternalServiceExports");
 
@@ -31,8 +31,6 @@ pub(super) struct Views {
     pub(super) services: Store<ServiceView>,
     pub(super) ises: Store<IseView>,
     pub(super) exports: Store<ServiceExportView>,
-    /// Resolves once the job's view of the member's shared Service watch has listed.
-    pub(super) synced: Synced,
 }
 
 impl Views {
@@ -52,7 +50,7 @@ impl Views {
         BoxStream<'static, ObjectRef<ServiceExportView>>,
         BoxFuture<'static, ()>,
     ) {
-        let (services, synced) = watch_services(member, exports);
+        let services = watch_services(member, exports, health);
         let (ises, ise_events) = watch_ises(hub, exports, health, dangling.clone());
         // Every trigger waits in the feed's pace, which hands the controller no more names
         // than it reconciles at once.
@@ -76,7 +74,6 @@ impl Views {
             services,
             ises,
             exports: exports.store.clone(),
-            synced,
         };
         (views, handed, triggers)
     }
@@ -87,9 +84,11 @@ impl Views {
 fn watch_services(
     member: &mut Tap<Service>,
     exports: &Subscription,
-) -> (Store<ServiceView>, Synced) {
+    health: &Arc<WatchHealth>,
+) -> Store<ServiceView> {
     let (version, pace) = (exports.dyntype, exports.pace.clone());
-    member.view(NAME, Keep::new(every, ServiceView::from), move |event| {
+    let project = Keep::new(every, ServiceView::from);
+    member.view((health, SERVICES), project, move |event| {
         if let Event::Apply(svc) | Event::InitApply(svc) | Event::Delete(svc) = event {
             pace.trigger(ObjectRef::new_with(&svc.name, version).within(&svc.namespace));
         }

@@ -244,7 +244,7 @@ async fn run_once(
     // One ServiceExport watch for the jobs; the member's client serves its Events too, in
     // their own budget.
     let exports = ServiceExportFeed::watch(&client, version, name, shared.observer_for());
-    let watches = MemberWatches::of(&client, name, &shared.observer_for());
+    let watches = MemberWatches::of(&client);
     let mut inputs = inputs(member, shared, client, hub, (exports, watches));
     let mut runs = Vec::new();
     let mut jobs = Vec::new();

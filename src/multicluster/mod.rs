@@ -32,6 +32,7 @@ use crate::controller::pace::Pace;
 use crate::controller::runner::Runner;
 use crate::controller::streaks::Streaks;
 use crate::controller::tap::Tap;
+use crate::controller::views::WatchHealth;
 use crate::controller::{Job, MemberInputs, Running, leadership_gained};
 use context::Context;
 
@@ -60,6 +61,7 @@ impl<S: Needs> Job<S> for MultiClusterServiceJob {
     fn start(&self, inputs: &mut MemberInputs<S>, shutdown: CancellationToken) -> Running {
         let fleet_system_namespace = inputs.shared.fleet_system_namespace();
         let member = inputs.member.clone();
+        let health = Arc::new(WatchHealth::new(&member, NAME, inputs.observer.clone()));
         let pace = Arc::new(Pace::new(inputs.concurrency));
         let (mcs, imports, services) = inputs.shared.watches();
         let taps = views::Taps {
@@ -67,8 +69,8 @@ impl<S: Needs> Job<S> for MultiClusterServiceJob {
             imports,
             services,
         };
-        let views = views::Views::watch(taps, &fleet_system_namespace, &pace);
-        let synced = views.synced.clone();
+        let views = views::Views::watch(taps, &fleet_system_namespace, &health, &pace);
+        let synced = health.synced(None, &views::WATCHED);
         let (events, creator) = Events::new(
             inputs.events_client.clone(),
             inputs.instance.clone(),

@@ -10,12 +10,21 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::Event;
 
-use super::NAME;
 use super::decide::{KIND, MCS_NAME_LABEL, MCS_NAMESPACE_LABEL};
 use crate::api::{GROUP, MultiClusterService, ServiceImport};
-use crate::controller::Synced;
 use crate::controller::pace::Pace;
 use crate::controller::tap::{Keep, Tap, every, whole};
+use crate::controller::views::{View, WatchHealth};
+
+/// The member's MultiClusterServices.
+const MULTI_CLUSTER_SERVICES: View = View::member(0, "MultiClusterServices");
+/// The member's ServiceImports.
+const SERVICE_IMPORTS: View = View::member(1, "ServiceImports");
+/// The derived Services in the member's fleet system namespace.
+const DERIVED_SERVICES: View = View::member(2, "DerivedServices");
+
+/// The watches whose first lists the job waits for.
+pub(super) const WATCHED: [View; 3] = [MULTI_CLUSTER_SERVICES, SERVICE_IMPORTS, DERIVED_SERVICES];
 
 type Key = ObjectRef<MultiClusterService>;
 
@@ -30,8 +39,6 @@ pub(super) struct Views {
     pub(super) mcs: Store<MultiClusterService>,
     pub(super) imports: Store<ServiceImport>,
     pub(super) services: Store<Service>,
-    /// Resolves once all three have listed.
-    pub(super) synced: Synced,
 }
 
 impl Views {
@@ -40,28 +47,30 @@ impl Views {
     pub(super) fn watch(
         taps: Taps<'_>,
         fleet_system_namespace: &str,
+        health: &Arc<WatchHealth>,
         pace: &Arc<Pace<MultiClusterService>>,
     ) -> Self {
         let to = pace.clone();
-        let (mcs, mcs_synced) = taps.mcs.view(NAME, Keep::new(every, whole), move |e| {
+        let of_mcs = (health, MULTI_CLUSTER_SERVICES);
+        let mcs = taps.mcs.view(of_mcs, Keep::new(every, whole), move |e| {
             if let Event::Apply(m) | Event::InitApply(m) = e {
                 to.trigger(key(&m.namespace().unwrap_or_default(), &m.name_any()));
             }
         });
         let to = pace.clone();
-        let (imports, imports_synced) =
-            taps.imports.view(NAME, Keep::new(every, whole), move |e| {
+        let of_imports = (health, SERVICE_IMPORTS);
+        let imports = taps
+            .imports
+            .view(of_imports, Keep::new(every, whole), move |e| {
                 if let Some(key) = touched(e).and_then(controller_of) {
                     to.trigger(key);
                 }
             });
-        let (services, services_synced) =
-            watch_services(taps.services, fleet_system_namespace, pace);
+        let services = watch_services(taps.services, fleet_system_namespace, health, pace);
         Self {
             mcs,
             imports,
             services,
-            synced: mcs_synced.and(imports_synced).and(services_synced),
         }
     }
 }
@@ -83,8 +92,9 @@ fn touched<K>(event: &Event<K>) -> Option<&K> {
 fn watch_services(
     tap: &mut Tap<Service>,
     namespace: &str,
+    health: &Arc<WatchHealth>,
     pace: &Arc<Pace<MultiClusterService>>,
-) -> (Store<Service>, Synced) {
+) -> Store<Service> {
     let namespace = namespace.to_string();
     let derived = move |s: &Service| {
         let labels = s.labels();
@@ -93,11 +103,15 @@ fn watch_services(
             && labels.contains_key(MCS_NAMESPACE_LABEL)
     };
     let pace = pace.clone();
-    tap.view(NAME, Keep::new(derived, whole), move |e| {
-        if let Some(key) = touched(e).and_then(served_by) {
-            pace.trigger(key);
-        }
-    })
+    tap.view(
+        (health, DERIVED_SERVICES),
+        Keep::new(derived, whole),
+        move |e| {
+            if let Some(key) = touched(e).and_then(served_by) {
+                pace.trigger(key);
+            }
+        },
+    )
 }
 
 /// The MultiClusterService controlling an import, as controller-runtime's `Owns` maps it.

@@ -138,10 +138,8 @@ impl MemberImports {
             forward: forward_pace.clone(),
             back: back_pace.clone(),
         };
-        let (views, triggers) = views::Views::watch((job, imports), &hub, &health, paces);
-        let synced = health
-            .synced(None, &views::WATCHED)
-            .and(views.synced.clone());
+        let (views, triggers) = views::Views::watch(imports, &hub, &health, paces);
+        let synced = health.synced(None, &views::WATCHED);
         let ctx = Arc::new(Context {
             member: self.member,
             member_client: self.member_client,

@@ -17,18 +17,18 @@ use kube::runtime::watcher::{self, Event};
 use super::model::{ImportView, InternalView};
 use crate::api::InternalServiceImport;
 use crate::api::ServiceImport;
-use crate::controller::Synced;
 use crate::controller::pace::Pace;
 use crate::controller::projection::project;
 use crate::controller::tap::{Keep, Tap, every};
 use crate::controller::views::{View, WatchHealth, view_watch};
 
+/// The member's ServiceImports.
+const SERVICE_IMPORTS: View = View::member(0, "ServiceImports");
 /// The InternalServiceImports of the member's hub namespace.
 const INTERNAL_SERVICE_IMPORTS: View = View::hub(1, "InternalServiceImports");
 
-/// The job's own watches whose first lists it waits for (the member's ServiceImports are the
-/// shared watch's: [`Views::synced`]).
-pub(super) const WATCHED: [View; 1] = [INTERNAL_SERVICE_IMPORTS];
+/// The watches whose first lists the jobs wait for.
+pub(super) const WATCHED: [View; 2] = [SERVICE_IMPORTS, INTERNAL_SERVICE_IMPORTS];
 
 /// How long one watch of the hub's copies lasts before it is re-established (as the
 /// EndpointSlice job's: a quiet fleet's hub requests grow with this rate).
@@ -43,26 +43,24 @@ pub(super) struct Paces {
 pub(super) struct Views {
     pub(super) imports: Store<ImportView>,
     pub(super) internals: Store<InternalView>,
-    /// Resolves once the job's view of the member's shared ServiceImport watch has listed.
-    pub(super) synced: Synced,
 }
 
 impl Views {
-    /// Starts the watch of the hub's copies and takes `job`'s view of the member's shared
+    /// Starts the watch of the hub's copies and takes the job's view of the member's shared
     /// ServiceImport watch; the future feeds the copies' changes to `paces` (never ends), the
     /// view feeds its own.
     pub(super) fn watch(
-        (job, member): (&'static str, &mut Tap<ServiceImport>),
+        member: &mut Tap<ServiceImport>,
         hub: &Api<InternalServiceImport>,
         health: &Arc<WatchHealth>,
         paces: Paces,
     ) -> (Self, BoxFuture<'static, ()>) {
         let (internals, internals_writer) = reflector::store::<InternalView>();
         let paces = Arc::new(paces);
-        let (imports, synced) = {
+        let imports = {
             let (paces, by_reference) = (paces.clone(), internals.clone());
             let project = Keep::new(every, ImportView::from);
-            member.view(job, project, move |event| {
+            member.view((health, SERVICE_IMPORTS), project, move |event| {
                 if let Event::Apply(si) | Event::InitApply(si) | Event::Delete(si) = event {
                     paces.trigger(&Changed::Import(si), &by_reference);
                 }
@@ -90,11 +88,7 @@ impl Views {
                 futures::future::ready(())
             })
             .boxed();
-        let views = Self {
-            imports,
-            internals,
-            synced,
-        };
+        let views = Self { imports, internals };
         (views, triggers)
     }
 }

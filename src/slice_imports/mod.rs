@@ -81,9 +81,7 @@ impl<S: Needs> Job<S> for EndpointSliceImportJob {
             slices,
         };
         let (views, triggers) = views::Views::watch(&scope, taps, &health, &pace);
-        let synced = health
-            .synced(None, &views::WATCHED)
-            .and(views.synced.clone());
+        let synced = health.synced(None, &views::WATCHED);
         let ctx = Arc::new(Context {
             member: inputs.member.clone(),
             hub_namespace: inputs.hub_namespace.clone(),

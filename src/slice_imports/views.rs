@@ -21,19 +21,19 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use serde::de::DeserializeOwned;
 
-use super::NAME;
 use super::decide::{CONTROLLER_ID, DERIVED_SERVICE_LABEL, MANAGED_BY_LABEL};
 use crate::api::{EndpointSliceImport, MultiClusterService};
-use crate::controller::Synced;
 use crate::controller::pace::Pace;
 use crate::controller::tap::{Keep, Tap, every};
 use crate::controller::views::{View, WatchHealth, view_watch};
 
 const IMPORTS: View = View::hub(0, "EndpointSliceImports");
+const MULTI_CLUSTER_SERVICES: View = View::member(1, "MultiClusterServices");
+const SERVICES: View = View::member(2, "derived Services");
+const SLICES: View = View::member(3, "imported EndpointSlices");
 
-/// The job's own watches whose first lists it waits for (the member's are the shared
-/// watches', [`Views::synced`]).
-pub(super) const WATCHED: [View; 1] = [IMPORTS];
+/// The watches whose first lists the job waits for.
+pub(super) const WATCHED: [View; 4] = [IMPORTS, MULTI_CLUSTER_SERVICES, SERVICES, SLICES];
 
 /// How long one watch of the hub's imports lasts before it is re-established (as the
 /// EndpointSlice job's hub watch: a quiet fleet's hub requests grow with members).
@@ -44,8 +44,6 @@ pub(super) struct Views {
     pub(super) multi_cluster_services: Store<MultiClusterService>,
     pub(super) services: Store<Service>,
     pub(super) slices: Store<EndpointSlice>,
-    /// Resolves once the job's views of the member's shared watches have listed.
-    pub(super) synced: Synced,
 }
 
 /// Where the views watch.
@@ -77,19 +75,22 @@ impl Views {
             |_| {},
         );
         let hub_ns = scope.hub_namespace.to_string();
-        let (multi_cluster_services, mcs_synced) = {
+        let multi_cluster_services = {
             let (imports, pace) = (imports.clone(), pace.clone());
-            taps.mcs
-                .view(NAME, Keep::new(every, without_status), move |e| {
+            taps.mcs.view(
+                (health, MULTI_CLUSTER_SERVICES),
+                Keep::new(every, without_status),
+                move |e| {
                     if let Some(m) = touched(e) {
                         let ns = m.namespace().unwrap_or_default();
                         pace.trigger_all(importing(&imports, &ns, &m.spec.service_import.name));
                     }
-                })
+                },
+            )
         };
         let fleet = scope.fleet_namespace.to_string();
         let in_fleet = move |meta: &ObjectMeta| meta.namespace.as_ref() == Some(&fleet);
-        let (services, services_synced) = {
+        let services = {
             let (imports, mcs, pace) = (
                 imports.clone(),
                 multi_cluster_services.clone(),
@@ -97,7 +98,7 @@ impl Views {
             );
             let in_fleet = in_fleet.clone();
             taps.services.view(
-                NAME,
+                (health, SERVICES),
                 Keep::new(move |s: &Service| in_fleet(&s.metadata), named),
                 move |e| {
                     if let Some(s) = touched(e) {
@@ -106,14 +107,14 @@ impl Views {
                 },
             )
         };
-        let (slices, slices_synced) = {
+        let slices = {
             let (pace, hub_ns) = (pace.clone(), hub_ns.clone());
             let ours = move |s: &EndpointSlice| {
                 in_fleet(&s.metadata)
                     && s.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(CONTROLLER_ID)
             };
             taps.slices.view(
-                NAME,
+                (health, SLICES),
                 Keep::new(ours, crate::controller::tap::whole),
                 move |e| {
                     if let Some(s) = touched(e) {
@@ -129,7 +130,6 @@ impl Views {
             multi_cluster_services,
             services,
             slices,
-            synced: mcs_synced.and(services_synced).and(slices_synced),
         };
         (views, triggers)
     }

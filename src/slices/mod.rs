@@ -175,7 +175,6 @@ impl MemberSliceExporter {
         );
         let synced = health
             .synced(None, &views::WATCHED)
-            .and(views.synced.clone())
             .and(self.exports.synced.clone());
         let leadership = leadership_gained(&self.claim);
         let store = views.slices.clone();

@@ -13,14 +13,12 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 
-use super::NAME;
 use super::decide::Halves;
 use super::model::{ExportView, SERVICE_NAME_LABEL, SliceView};
 use crate::api::UNIQUE_NAME_ANNOTATION;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::api::EndpointSliceExport;
-use crate::controller::Synced;
 use crate::controller::pace::Pace;
 use crate::controller::projection::project;
 use crate::controller::queue::Lossy;
@@ -28,12 +26,14 @@ use crate::controller::tap::{Keep, Tap};
 use crate::controller::views::{View, WatchHealth, view_watch};
 use crate::service_exports::{ExportRef, Subscription};
 
+/// The member's EndpointSlices (those of a Service kept).
+const ENDPOINT_SLICES: View = View::member(3, "EndpointSlices");
 /// The EndpointSliceExports of the member's hub namespace.
 const ENDPOINT_SLICE_EXPORTS: View = View::hub(4, "EndpointSliceExports");
 
-/// The job's own watches whose first lists it waits for. (The ServiceExports and the
-/// EndpointSlices are the shared watches', [`Views::synced`].)
-pub(super) const WATCHED: [View; 1] = [ENDPOINT_SLICE_EXPORTS];
+/// The watches whose first lists the job waits for. (The ServiceExports are the shared
+/// watch's.)
+pub(super) const WATCHED: [View; 2] = [ENDPOINT_SLICES, ENDPOINT_SLICE_EXPORTS];
 
 /// How long one watch of the hub's exports lasts before it is re-established. kube's default
 /// (295 s, for clients with a read timeout; ours has none, and h2 pings find a dead connection)
@@ -48,8 +48,6 @@ pub(super) const ABSENT_QUEUE: usize = 4096;
 pub(super) struct Views {
     pub(super) slices: Store<SliceView>,
     pub(super) hub: Store<ExportView>,
-    /// Resolves once the job's view of the member's shared EndpointSlice watch has listed.
-    pub(super) synced: Synced,
 }
 
 /// A slice the view no longer has, or an export whose slice it does not know: `(ns, name)`.
@@ -70,8 +68,10 @@ impl Views {
     ) -> (Self, BoxFuture<'static, ()>) {
         let (left, to, export) = (queue.clone(), pace.clone(), halves.export);
         let of_a_service = |s: &EndpointSlice| s.labels().contains_key(SERVICE_NAME_LABEL);
-        let (slices, synced) =
-            member.view(NAME, Keep::new(of_a_service, SliceView::from), move |e| {
+        let slices = member.view(
+            (health, ENDPOINT_SLICES),
+            Keep::new(of_a_service, SliceView::from),
+            move |e| {
                 match e {
                     Event::Apply(s) | Event::InitApply(s) => to.trigger(key_of(s)),
                     // Deleted, or no longer a Service's: looked at live.
@@ -80,10 +80,11 @@ impl Views {
                     }
                     Event::Init | Event::InitDone => {}
                 }
-            });
+            },
+        );
         if export {
             let unlabelled = queue.clone();
-            member.also(NAME, move |e| {
+            member.also(move |e| {
                 if let Event::Apply(s) | Event::InitApply(s) = e
                     && !of_a_service(s)
                     && s.annotations().contains_key(UNIQUE_NAME_ANNOTATION)
@@ -108,7 +109,6 @@ impl Views {
         let views = Self {
             slices,
             hub: hub_view,
-            synced,
         };
         (views, triggers)
     }

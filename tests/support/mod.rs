@@ -126,11 +126,7 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
         member,
         Arc::new(NoObserver),
     );
-    let mut watches = MemberWatches::of(
-        &member_client,
-        member,
-        &(Arc::new(NoObserver) as Arc<dyn fleetnet_hub::controller::ReconcileObserver>),
-    );
+    let mut watches = MemberWatches::of(&member_client);
     let exporter = MemberExporter {
         member: member.to_string(),
         events_client,

@@ -376,11 +376,7 @@ pub async fn start_observed(
     let hub_client = counted_client("hub", fleet.hub().kubeconfig_path(), hub_stats.clone()).await;
     let mut feed =
         ServiceExportFeed::watch(&member_client, Default::default(), member, observer.clone());
-    let mut watches = MemberWatches::of(
-        &member_client,
-        member,
-        &(observer.clone() as Arc<dyn ReconcileObserver>),
-    );
+    let mut watches = MemberWatches::of(&member_client);
     let exporter = MemberExporter {
         member: member.to_string(),
         events_client: member_client.clone(),
