@@ -6,6 +6,7 @@ mod jobs;
 mod lifecycle;
 mod outages;
 mod serving;
+mod watches;
 
 use crate::support;
 
