@@ -4,8 +4,14 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use crate::api::{MultiClusterService, ServiceImport};
+use crate::controller::tap::Tap;
 use crate::controller::{Job, MemberInputs};
 use crate::export::{self, PublicIpLookup, ServiceExportJob};
+use crate::member_watches::MemberWatches;
 use crate::membership::{self, MembershipJob};
 use crate::multicluster::{self, MultiClusterServiceJob};
 use crate::service_exports::ServiceExportFeed;
@@ -30,6 +36,8 @@ pub static JOBS: &[&dyn Job<Shared>] = &[
 pub struct Shared {
     /// The member's one ServiceExport watch.
     pub service_exports: ServiceExportFeed,
+    /// The member's one watch of each other kind several jobs read.
+    pub member_watches: MemberWatches,
     /// The ServiceExport job's settings for the member.
     pub export_settings: export::Settings,
     /// Traffic Manager lookups for the member; `None` when the feature is off.
@@ -56,11 +64,19 @@ impl export::Needs for Shared {
     fn export_settings(&self) -> (export::Settings, Option<Arc<dyn PublicIpLookup>>) {
         (self.export_settings.clone(), self.public_ips.clone())
     }
+
+    fn services(&mut self) -> &mut Tap<Service> {
+        &mut self.member_watches.services
+    }
 }
 
 impl slices::Needs for Shared {
     fn service_exports(&mut self) -> &mut ServiceExportFeed {
         &mut self.service_exports
+    }
+
+    fn endpoint_slices(&mut self) -> &mut Tap<EndpointSlice> {
+        &mut self.member_watches.endpoint_slices
     }
 
     fn max_export_bytes(&self) -> u32 {
@@ -76,11 +92,30 @@ impl service_imports::Needs for Shared {
     fn service_import_job_runs(&self) -> bool {
         self.controllers.runs(service_imports::NAME)
     }
+
+    fn service_imports(&mut self) -> &mut Tap<ServiceImport> {
+        &mut self.member_watches.service_imports
+    }
 }
 
 impl multicluster::Needs for Shared {
     fn fleet_system_namespace(&self) -> String {
         self.fleet_system_namespace.clone()
+    }
+
+    fn watches(
+        &mut self,
+    ) -> (
+        &mut Tap<MultiClusterService>,
+        &mut Tap<ServiceImport>,
+        &mut Tap<Service>,
+    ) {
+        let w = &mut self.member_watches;
+        (
+            &mut w.multi_cluster_services,
+            &mut w.service_imports,
+            &mut w.services,
+        )
     }
 }
 
@@ -93,6 +128,21 @@ impl membership::Needs for Shared {
 impl slice_imports::Needs for Shared {
     fn fleet_system_namespace(&self) -> &str {
         &self.fleet_system_namespace
+    }
+
+    fn watches(
+        &mut self,
+    ) -> (
+        &mut Tap<MultiClusterService>,
+        &mut Tap<Service>,
+        &mut Tap<EndpointSlice>,
+    ) {
+        let w = &mut self.member_watches;
+        (
+            &mut w.multi_cluster_services,
+            &mut w.services,
+            &mut w.endpoint_slices,
+        )
     }
 }
 

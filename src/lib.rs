@@ -14,6 +14,7 @@ pub mod export;
 pub mod fleet;
 pub mod http;
 pub mod jobs;
+pub mod member_watches;
 pub mod membership;
 pub mod memory;
 pub mod metrics;

@@ -103,9 +103,9 @@ where
         }
     }
 
-    /// Runs the watch until `shutdown` resolves. The store has a change before any subscriber
-    /// hears of it: a list's names are told when the list is complete, since the store takes
-    /// a list in whole, at its end.
+    /// Runs the watch until `shutdown` resolves; at once when no job subscribed (nothing is
+    /// watched). The store has a change before any subscriber hears of it: a list's names are
+    /// told when the list is complete, since the store takes a list in whole, at its end.
     pub fn run(self, shutdown: impl Future<Output = ()> + Send) -> impl Future<Output = ()> + Send {
         let Self {
             dyntype,
@@ -113,6 +113,7 @@ where
             subscribers,
             ..
         } = self;
+        let idle = subscribers.is_empty();
         let mut listing = Vec::new();
         // The name alone: a version and UID in each key would be two more strings per name
         // waiting, read by nobody.
@@ -136,6 +137,9 @@ where
             futures::future::ready(())
         });
         async move {
+            if idle {
+                return;
+            }
             tokio::select! {
                 () = watch => {}
                 () = shutdown => {}

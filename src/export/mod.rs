@@ -20,7 +20,8 @@ mod watches;
 
 use std::sync::Arc;
 
-use futures::Future;
+use futures::{Future, FutureExt};
+use k8s_openapi::api::core::v1::Service;
 use kube::api::Api;
 use kube::runtime::reflector::Store;
 use tokio_util::sync::CancellationToken;
@@ -37,6 +38,7 @@ use crate::controller::own_writes::OwnWrites;
 use crate::controller::queue::Lossy;
 use crate::controller::runner::{Runner, beside};
 use crate::controller::streaks::Streaks;
+use crate::controller::tap::Tap;
 use crate::controller::views::WatchHealth;
 use crate::controller::{Job, MemberInputs, ReconcileObserver, Running, Synced, leadership_gained};
 use crate::service_exports::{ServiceExportFeed, Subscription};
@@ -56,6 +58,8 @@ pub trait Needs {
     /// The member's settings for this job, and its public IP lookups (`None`: the feature is
     /// off).
     fn export_settings(&self) -> (Settings, Option<Arc<dyn PublicIpLookup>>);
+    /// The member's shared Service watch.
+    fn services(&mut self) -> &mut Tap<Service>;
 }
 
 impl<S: Needs> Job<S> for ServiceExportJob {
@@ -82,7 +86,7 @@ impl<S: Needs> Job<S> for ServiceExportJob {
             observer: inputs.observer.clone(),
             instance: inputs.instance.clone(),
         };
-        let (run, synced) = exporter.start(shutdown.cancelled_owned());
+        let (run, synced) = exporter.start(inputs.shared.services(), shutdown.cancelled_owned());
         Running::new(run, synced)
     }
 }
@@ -115,8 +119,9 @@ impl MemberExporter {
     /// (in-flight reconciles finish first) and the handle that tells when its watches synced.
     pub fn start(
         self,
+        member_services: &mut Tap<Service>,
         shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-    ) -> (impl Future<Output = ()> + Send, Synced) {
+    ) -> (futures::future::BoxFuture<'static, ()>, Synced) {
         let hub_api: Api<InternalServiceExport> =
             Api::namespaced(self.hub_client.clone(), &self.hub_namespace);
         let health = Arc::new(WatchHealth::new(&self.member, NAME, self.observer.clone()));
@@ -127,7 +132,7 @@ impl MemberExporter {
             self.observer.clone(),
         );
         let (views, handed, triggers) = Views::watch(
-            &self.member_client,
+            member_services,
             &hub_api,
             &self.exports,
             &health,
@@ -170,7 +175,7 @@ impl MemberExporter {
             // Every reconcile is over and the context dropped: the queue closes once drained.
             creator.drain(&member).await;
         };
-        (run, synced)
+        (run.boxed(), synced)
     }
 
     /// The context every reconcile of the member shares, over the views, and the task that

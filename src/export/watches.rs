@@ -8,14 +8,16 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::Api;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher::{self, Event};
 
 use super::decide::ise_name;
 use super::projections::{IseView, ServiceView};
 use crate::api::{InternalServiceExport, ServiceExportVersion};
 use crate::controller::projection::project;
 use crate::controller::queue::Lossy;
+use crate::controller::tap::{Keep, Tap, every};
 use crate::controller::views::{View, WatchHealth, view_watch};
 use crate::service_exports::{ExportRef, ServiceExportView, Subscription};
 
@@ -38,7 +40,7 @@ impl Views {
     /// and the ISE name of every deleted ServiceExport, is sent to `dangling` to be checked for
     /// a missing export (when its queue is full, the name is left to the next periodic sweep).
     pub(super) fn watch(
-        member: &kube::Client,
+        member: &mut Tap<Service>,
         hub: &Api<InternalServiceExport>,
         exports: &Subscription,
         health: &Arc<WatchHealth>,
@@ -48,14 +50,11 @@ impl Views {
         BoxStream<'static, ObjectRef<ServiceExportView>>,
         BoxFuture<'static, ()>,
     ) {
-        let (services, service_events) = watch_services(member, exports.dyntype, health);
+        let services = watch_services(member, exports, health);
         let (ises, ise_events) = watch_ises(hub, exports, health, dangling.clone());
         // Every trigger waits in the feed's pace, which hands the controller no more names
         // than it reconciles at once.
-        let triggers = exports
-            .pace
-            .clone()
-            .take_from(futures::stream::select(service_events, ise_events));
+        let triggers = exports.pace.clone().take_from(ise_events);
         let known = exports.store.clone();
         let handed = exports
             .pace
@@ -80,36 +79,20 @@ impl Views {
     }
 }
 
-/// The view of the member's Services, and the export (same namespace/name) each change
-/// touches.
+/// The job's view of the member's Services (of the member's shared watch); each change
+/// triggers the export of the same namespace/name.
 fn watch_services(
-    member: &kube::Client,
-    version: ServiceExportVersion,
+    member: &mut Tap<Service>,
+    exports: &Subscription,
     health: &Arc<WatchHealth>,
-) -> (Store<ServiceView>, BoxStream<'static, ExportRef>) {
-    let (services, writer) = reflector::store::<ServiceView>();
-    let events =
-        reflector::reflector(
-            writer,
-            view_watch(
-                Api::<Service>::all(member.clone()),
-                watcher::Config::default(),
-                {
-                    let services = services.clone();
-                    move || services.len()
-                },
-            )
-            .map_ok(project::<Service, ServiceView>),
-        )
-        .inspect(health.inspector(SERVICES))
-        .touched_objects()
-        .filter_map(move |svc| {
-            futures::future::ready(svc.ok().map(|svc: ServiceView| {
-                ObjectRef::new_with(&svc.name, version).within(&svc.namespace)
-            }))
-        })
-        .boxed();
-    (services, events)
+) -> Store<ServiceView> {
+    let (version, pace) = (exports.dyntype, exports.pace.clone());
+    let project = Keep::new(every, ServiceView::from);
+    member.view((health, SERVICES), project, move |event| {
+        if let Event::Apply(svc) | Event::InitApply(svc) | Event::Delete(svc) = event {
+            pace.trigger(ObjectRef::new_with(&svc.name, version).within(&svc.namespace));
+        }
+    })
 }
 
 /// The view of the ISEs of the member's hub namespace, and the exports each change touches;

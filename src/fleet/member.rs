@@ -17,6 +17,7 @@ use crate::client::{self, ClientStats};
 use crate::controller::{MemberInputs, Running, Synced};
 use crate::export::{PublicIpAccess, Settings};
 use crate::jobs::{self, Inputs};
+use crate::member_watches::MemberWatches;
 use crate::service_exports::ServiceExportFeed;
 use futures::FutureExt;
 
@@ -243,7 +244,8 @@ async fn run_once(
     // One ServiceExport watch for the jobs; the member's client serves its Events too, in
     // their own budget.
     let exports = ServiceExportFeed::watch(&client, version, name, shared.observer_for());
-    let mut inputs = inputs(member, shared, client, hub, exports);
+    let watches = MemberWatches::of(&client);
+    let mut inputs = inputs(member, shared, client, hub, (exports, watches));
     let mut runs = Vec::new();
     let mut jobs = Vec::new();
     shared
@@ -257,6 +259,7 @@ async fn run_once(
     let exports = inputs.shared.service_exports;
     let stop = cancel.clone();
     runs.push(exports.run(async move { stop.cancelled().await }).boxed());
+    runs.push(inputs.shared.member_watches.run(cancel.clone()).boxed());
     let span = tracing::info_span!("member", fleet.member = %name);
     // Handles that abort on drop: when a stopping member outlives its drain period and its
     // task is aborted, its exporters, sync tracker and prober go with it (a dropped JoinHandle
@@ -287,7 +290,7 @@ fn inputs(
     shared: &Arc<Shared>,
     client: kube::Client,
     hub_client: kube::Client,
-    service_exports: ServiceExportFeed,
+    (service_exports, member_watches): (ServiceExportFeed, MemberWatches),
 ) -> Inputs {
     let (cfg, name) = (&shared.config, member.name.as_str());
     let (public_ips, default_resource_group, allowed_resource_groups) = match &member.azure {
@@ -310,6 +313,7 @@ fn inputs(
         concurrency: cfg.member_limits.reconcile_concurrency,
         shared: jobs::Shared {
             service_exports,
+            member_watches,
             export_settings: Settings {
                 member: name.to_string(),
                 traffic_manager: cfg.traffic_manager,

@@ -18,16 +18,19 @@ mod views;
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Service;
 use tokio_util::sync::CancellationToken;
 
 pub use decide::{NAME, Outcome};
 pub use error::{Error, Step};
 
+use crate::api::{MultiClusterService, ServiceImport};
 use crate::controller::events::Events;
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::pace::Pace;
-use crate::controller::runner::{Runner, beside};
+use crate::controller::runner::Runner;
 use crate::controller::streaks::Streaks;
+use crate::controller::tap::Tap;
 use crate::controller::views::WatchHealth;
 use crate::controller::{Job, MemberInputs, Running};
 use context::Context;
@@ -39,6 +42,14 @@ pub struct MultiClusterServiceJob;
 pub trait Needs {
     /// The member namespace of derived Services (`--fleet-system-namespace`).
     fn fleet_system_namespace(&self) -> String;
+    /// The member's shared watches of MultiClusterServices, ServiceImports and Services.
+    fn watches(
+        &mut self,
+    ) -> (
+        &mut Tap<MultiClusterService>,
+        &mut Tap<ServiceImport>,
+        &mut Tap<Service>,
+    );
 }
 
 impl<S: Needs> Job<S> for MultiClusterServiceJob {
@@ -51,12 +62,13 @@ impl<S: Needs> Job<S> for MultiClusterServiceJob {
         let member = inputs.member.clone();
         let health = Arc::new(WatchHealth::new(&member, NAME, inputs.observer.clone()));
         let pace = Arc::new(Pace::new(inputs.concurrency));
-        let (views, triggers) = views::Views::watch(
-            &inputs.member_client,
-            &fleet_system_namespace,
-            &health,
-            &pace,
-        );
+        let (mcs, imports, services) = inputs.shared.watches();
+        let taps = views::Taps {
+            mcs,
+            imports,
+            services,
+        };
+        let views = views::Views::watch(taps, &fleet_system_namespace, &health, &pace);
         let synced = health.synced(None, &views::WATCHED);
         let (events, creator) = Events::new(
             inputs.events_client.clone(),
@@ -86,7 +98,7 @@ impl<S: Needs> Job<S> for MultiClusterServiceJob {
             reconcile::error_policy,
         );
         let run = async move {
-            beside(reconciles, triggers).await;
+            reconciles.await;
             // Every reconcile is over and the context dropped: the queue closes once drained.
             creator.drain(&member).await;
         };

@@ -1,22 +1,20 @@
 //! The MultiClusterService job's views: the member's MultiClusterServices, its ServiceImports
-//! and the derived Services of the fleet system namespace; what each change triggers (the
+//! and the derived Services of the fleet system namespace, each the job's view of the member's
+//! shared watch of the kind ([`crate::member_watches`]); what each change triggers (the
 //! reference's `For`, `Owns` and its Service map function).
 
 use std::sync::Arc;
 
-use futures::StreamExt;
-use futures::future::BoxFuture;
-use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
-use kube::api::Api;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher::Event;
 
 use super::decide::{KIND, MCS_NAME_LABEL, MCS_NAMESPACE_LABEL};
 use crate::api::{GROUP, MultiClusterService, ServiceImport};
 use crate::controller::pace::Pace;
-use crate::controller::views::{View, WatchHealth, view_watch};
+use crate::controller::tap::{Keep, Tap, every, whole};
+use crate::controller::views::{View, WatchHealth};
 
 /// The member's MultiClusterServices.
 const MULTI_CLUSTER_SERVICES: View = View::member(0, "MultiClusterServices");
@@ -30,6 +28,13 @@ pub(super) const WATCHED: [View; 3] = [MULTI_CLUSTER_SERVICES, SERVICE_IMPORTS, 
 
 type Key = ObjectRef<MultiClusterService>;
 
+/// The member's watches the job reads: each its own view of the member's shared watch.
+pub(super) struct Taps<'a> {
+    pub(super) mcs: &'a mut Tap<MultiClusterService>,
+    pub(super) imports: &'a mut Tap<ServiceImport>,
+    pub(super) services: &'a mut Tap<Service>,
+}
+
 pub(super) struct Views {
     pub(super) mcs: Store<MultiClusterService>,
     pub(super) imports: Store<ServiceImport>,
@@ -37,46 +42,36 @@ pub(super) struct Views {
 }
 
 impl Views {
-    /// Watches the three, and returns the future that hands the pace every MultiClusterService
-    /// a change touches.
+    /// Takes the three views of the shared watches; each change hands the pace the
+    /// MultiClusterServices it touches.
     pub(super) fn watch(
-        client: &kube::Client,
+        taps: Taps<'_>,
         fleet_system_namespace: &str,
         health: &Arc<WatchHealth>,
         pace: &Arc<Pace<MultiClusterService>>,
-    ) -> (Self, BoxFuture<'static, ()>) {
-        let (mcs, mcs_writer) = reflector::store::<MultiClusterService>();
-        let mcs_events = view_watch(
-            Api::<MultiClusterService>::all(client.clone()),
-            watcher::Config::default(),
-            {
-                let mcs = mcs.clone();
-                move || mcs.len()
-            },
-        )
-        .reflect(mcs_writer)
-        .inspect(health.inspector(MULTI_CLUSTER_SERVICES))
-        .applied_objects()
-        .filter_map(|m| {
-            futures::future::ready(
-                m.ok()
-                    .map(|m| key(&m.namespace().unwrap_or_default(), &m.name_any())),
-            )
-        })
-        .boxed();
-        let (imports, import_events) = watch_imports(client, health);
-        let (services, service_events) = watch_services(client, fleet_system_namespace, health);
-        let triggers = pace.clone().take_from(futures::stream::select_all([
-            mcs_events,
-            import_events,
-            service_events,
-        ]));
-        let views = Self {
+    ) -> Self {
+        let to = pace.clone();
+        let of_mcs = (health, MULTI_CLUSTER_SERVICES);
+        let mcs = taps.mcs.view(of_mcs, Keep::new(every, whole), move |e| {
+            if let Event::Apply(m) | Event::InitApply(m) = e {
+                to.trigger(key(&m.namespace().unwrap_or_default(), &m.name_any()));
+            }
+        });
+        let to = pace.clone();
+        let of_imports = (health, SERVICE_IMPORTS);
+        let imports = taps
+            .imports
+            .view(of_imports, Keep::new(every, whole), move |e| {
+                if let Some(key) = touched(e).and_then(controller_of) {
+                    to.trigger(key);
+                }
+            });
+        let services = watch_services(taps.services, fleet_system_namespace, health, pace);
+        Self {
             mcs,
             imports,
             services,
-        };
-        (views, triggers)
+        }
     }
 }
 
@@ -84,26 +79,39 @@ fn key(namespace: &str, name: &str) -> Key {
     ObjectRef::new(name).within(namespace)
 }
 
-/// The member's ServiceImports; each change triggers the MultiClusterService controlling it.
-fn watch_imports(
-    client: &kube::Client,
+/// The object an event touched (applied or deleted).
+fn touched<K>(event: &Event<K>) -> Option<&K> {
+    match event {
+        Event::Apply(o) | Event::InitApply(o) | Event::Delete(o) => Some(o),
+        Event::Init | Event::InitDone => None,
+    }
+}
+
+/// The fleet system namespace's Services carrying both MCS labels; each change triggers the
+/// MultiClusterService they name.
+fn watch_services(
+    tap: &mut Tap<Service>,
+    namespace: &str,
     health: &Arc<WatchHealth>,
-) -> (Store<ServiceImport>, BoxStream<'static, Key>) {
-    let (imports, writer) = reflector::store::<ServiceImport>();
-    let events = view_watch(
-        Api::<ServiceImport>::all(client.clone()),
-        watcher::Config::default(),
-        {
-            let imports = imports.clone();
-            move || imports.len()
+    pace: &Arc<Pace<MultiClusterService>>,
+) -> Store<Service> {
+    let namespace = namespace.to_string();
+    let derived = move |s: &Service| {
+        let labels = s.labels();
+        s.metadata.namespace.as_deref() == Some(&namespace)
+            && labels.contains_key(MCS_NAME_LABEL)
+            && labels.contains_key(MCS_NAMESPACE_LABEL)
+    };
+    let pace = pace.clone();
+    tap.view(
+        (health, DERIVED_SERVICES),
+        Keep::new(derived, whole),
+        move |e| {
+            if let Some(key) = touched(e).and_then(served_by) {
+                pace.trigger(key);
+            }
         },
     )
-    .reflect(writer)
-    .inspect(health.inspector(SERVICE_IMPORTS))
-    .touched_objects()
-    .filter_map(|si| futures::future::ready(si.ok().and_then(|si| controller_of(&si))))
-    .boxed();
-    (imports, events)
 }
 
 /// The MultiClusterService controlling an import, as controller-runtime's `Owns` maps it.
@@ -115,31 +123,6 @@ fn controller_of(si: &ServiceImport) -> Option<Key> {
     let group = owner.api_version.split_once('/').map(|(g, _)| g);
     (group == Some(GROUP) && owner.kind == KIND)
         .then(|| key(&si.namespace().unwrap_or_default(), &owner.name))
-}
-
-/// The fleet system namespace's Services carrying both MCS labels; each change triggers the
-/// MultiClusterService they name.
-fn watch_services(
-    client: &kube::Client,
-    namespace: &str,
-    health: &Arc<WatchHealth>,
-) -> (Store<Service>, BoxStream<'static, Key>) {
-    let (services, writer) = reflector::store::<Service>();
-    let selector = format!("{MCS_NAME_LABEL},{MCS_NAMESPACE_LABEL}");
-    let events = view_watch(
-        Api::<Service>::namespaced(client.clone(), namespace),
-        watcher::Config::default().labels(&selector),
-        {
-            let services = services.clone();
-            move || services.len()
-        },
-    )
-    .reflect(writer)
-    .inspect(health.inspector(DERIVED_SERVICES))
-    .touched_objects()
-    .filter_map(|svc| futures::future::ready(svc.ok().and_then(|svc| served_by(&svc))))
-    .boxed();
-    (services, events)
 }
 
 /// The MultiClusterService a derived Service's labels name.

@@ -29,11 +29,12 @@ pub use decide::{BACK_NAME, NAME, Outcome};
 pub use error::{Error, Step};
 pub use model::SERVICE_IMPORT_FINALIZER;
 
-use crate::api::InternalServiceImport;
+use crate::api::{InternalServiceImport, ServiceImport};
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::pace::Pace;
 use crate::controller::runner::{Runner, beside};
 use crate::controller::streaks::Streaks;
+use crate::controller::tap::Tap;
 use crate::controller::views::WatchHealth;
 use crate::controller::{Job, MemberInputs, ReconcileObserver, Running, Synced};
 use context::Context;
@@ -42,6 +43,8 @@ use context::Context;
 pub trait Needs {
     /// Whether the `serviceimport` job runs for the member (then it runs the back half too).
     fn service_import_job_runs(&self) -> bool;
+    /// The member's shared ServiceImport watch.
+    fn service_imports(&mut self) -> &mut Tap<ServiceImport>;
 }
 
 /// The `serviceimport` job (both halves), as the registry lists it.
@@ -56,7 +59,8 @@ impl<S: Needs> Job<S> for ServiceImportJob {
     }
 
     fn start(&self, inputs: &mut MemberInputs<S>, shutdown: CancellationToken) -> Running {
-        MemberImports::of(inputs, true).start(shutdown)
+        let imports = MemberImports::of(inputs, true);
+        imports.start(inputs.shared.service_imports(), shutdown)
     }
 }
 
@@ -70,7 +74,8 @@ impl<S: Needs> Job<S> for InternalServiceImportJob {
             // The `serviceimport` job runs this half already.
             return Running::idle(shutdown);
         }
-        MemberImports::of(inputs, false).start(shutdown)
+        let imports = MemberImports::of(inputs, false);
+        imports.start(inputs.shared.service_imports(), shutdown)
     }
 }
 
@@ -105,8 +110,8 @@ impl MemberImports {
         }
     }
 
-    fn start(self, shutdown: CancellationToken) -> Running {
-        let (run, synced) = self.run(shutdown.cancelled_owned());
+    fn start(self, imports: &mut Tap<ServiceImport>, shutdown: CancellationToken) -> Running {
+        let (run, synced) = self.run(imports, shutdown.cancelled_owned());
         Running::new(run, synced)
     }
 
@@ -114,8 +119,9 @@ impl MemberImports {
     /// (in-flight reconciles finish first) and the handle that tells when the watches synced.
     pub fn run(
         self,
+        imports: &mut Tap<ServiceImport>,
         shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-    ) -> (impl Future<Output = ()> + Send, Synced) {
+    ) -> (futures::future::BoxFuture<'static, ()>, Synced) {
         let hub: Api<InternalServiceImport> =
             Api::namespaced(self.hub_client.clone(), &self.hub_namespace);
         let job = if self.forward { NAME } else { BACK_NAME };
@@ -126,7 +132,7 @@ impl MemberImports {
             forward: forward_pace.clone(),
             back: back_pace.clone(),
         };
-        let (views, triggers) = views::Views::watch(&self.member_client, &hub, &health, paces);
+        let (views, triggers) = views::Views::watch(imports, &hub, &health, paces);
         let synced = health.synced(None, &views::WATCHED);
         let ctx = Arc::new(Context {
             member: self.member,
@@ -167,6 +173,6 @@ impl MemberImports {
             };
             futures::future::join(back, forward).await;
         };
-        (beside(halves, triggers), synced)
+        (beside(halves, triggers).boxed(), synced)
     }
 }

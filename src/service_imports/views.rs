@@ -10,13 +10,16 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use kube::api::Api;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher::{self, Event};
 
 use super::model::{ImportView, InternalView};
-use crate::api::{InternalServiceImport, ServiceImport};
+use crate::api::InternalServiceImport;
+use crate::api::ServiceImport;
 use crate::controller::pace::Pace;
 use crate::controller::projection::project;
+use crate::controller::tap::{Keep, Tap, every};
 use crate::controller::views::{View, WatchHealth, view_watch};
 
 /// The member's ServiceImports.
@@ -43,31 +46,26 @@ pub(super) struct Views {
 }
 
 impl Views {
-    /// Starts both watches; the future feeds their changes to `paces` (never ends).
+    /// Starts the watch of the hub's copies and takes the job's view of the member's shared
+    /// ServiceImport watch; the future feeds the copies' changes to `paces` (never ends), the
+    /// view feeds its own.
     pub(super) fn watch(
-        member: &kube::Client,
+        member: &mut Tap<ServiceImport>,
         hub: &Api<InternalServiceImport>,
         health: &Arc<WatchHealth>,
         paces: Paces,
     ) -> (Self, BoxFuture<'static, ()>) {
-        let (imports, imports_writer) = reflector::store::<ImportView>();
         let (internals, internals_writer) = reflector::store::<InternalView>();
-        let import_events = reflector::reflector(
-            imports_writer,
-            view_watch(
-                Api::<ServiceImport>::all(member.clone()),
-                watcher::Config::default(),
-                {
-                    let imports = imports.clone();
-                    move || imports.len()
-                },
-            )
-            .map_ok(project::<ServiceImport, ImportView>),
-        )
-        .inspect(health.inspector(SERVICE_IMPORTS))
-        .touched_objects()
-        .filter_map(|s| futures::future::ready(s.ok()))
-        .map(Changed::Import);
+        let paces = Arc::new(paces);
+        let imports = {
+            let (paces, by_reference) = (paces.clone(), internals.clone());
+            let project = Keep::new(every, ImportView::from);
+            member.view((health, SERVICE_IMPORTS), project, move |event| {
+                if let Event::Apply(si) | Event::InitApply(si) | Event::Delete(si) = event {
+                    paces.trigger(&Changed::Import(si), &by_reference);
+                }
+            })
+        };
         let internal_events = reflector::reflector(
             internals_writer,
             view_watch(
@@ -82,12 +80,11 @@ impl Views {
         )
         .inspect(health.inspector(INTERNAL_SERVICE_IMPORTS))
         .touched_objects()
-        .filter_map(|i| futures::future::ready(i.ok()))
-        .map(Changed::Internal);
+        .filter_map(|i| futures::future::ready(i.ok()));
         let by_reference = internals.clone();
-        let triggers = futures::stream::select(import_events, internal_events)
-            .for_each(move |changed| {
-                paces.trigger(&changed, &by_reference);
+        let triggers = internal_events
+            .for_each(move |isi| {
+                paces.trigger(&Changed::Internal(&isi), &by_reference);
                 futures::future::ready(())
             })
             .boxed();
@@ -97,13 +94,13 @@ impl Views {
 }
 
 /// One object a watch delivered (applied or deleted).
-enum Changed {
-    Import(ImportView),
-    Internal(InternalView),
+enum Changed<'a> {
+    Import(&'a ImportView),
+    Internal(&'a InternalView),
 }
 
 impl Paces {
-    fn trigger(&self, changed: &Changed, internals: &Store<InternalView>) {
+    fn trigger(&self, changed: &Changed<'_>, internals: &Store<InternalView>) {
         match changed {
             Changed::Import(si) => {
                 if let Some(forward) = &self.forward {

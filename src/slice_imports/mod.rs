@@ -17,6 +17,7 @@ mod views;
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use tokio_util::sync::CancellationToken;
@@ -24,11 +25,12 @@ use tokio_util::sync::CancellationToken;
 pub use decide::{NAME, Outcome};
 pub use error::{Error, Step};
 
-use crate::api::EndpointSliceImport;
+use crate::api::{EndpointSliceImport, MultiClusterService};
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::pace::Pace;
 use crate::controller::runner::{Runner, beside};
 use crate::controller::streaks::Streaks;
+use crate::controller::tap::Tap;
 use crate::controller::views::WatchHealth;
 use crate::controller::{Job, MemberInputs, Running};
 use context::Context;
@@ -41,6 +43,14 @@ pub trait Needs {
     /// The member namespace of derived Services and imported slices
     /// (`--fleet-system-namespace`).
     fn fleet_system_namespace(&self) -> &str;
+    /// The member's shared watches of MultiClusterServices, Services and EndpointSlices.
+    fn watches(
+        &mut self,
+    ) -> (
+        &mut Tap<MultiClusterService>,
+        &mut Tap<Service>,
+        &mut Tap<EndpointSlice>,
+    );
 }
 
 impl<S: Needs> Job<S> for EndpointSliceImportJob {
@@ -59,12 +69,17 @@ impl<S: Needs> Job<S> for EndpointSliceImportJob {
         ));
         let pace = Arc::new(Pace::new(inputs.concurrency));
         let scope = views::Scope {
-            member: &inputs.member_client,
             hub: &hub,
             hub_namespace: &inputs.hub_namespace,
             fleet_namespace: &fleet_namespace,
         };
-        let (views, triggers) = views::Views::watch(&scope, &health, &pace);
+        let (mcs, services, slices) = inputs.shared.watches();
+        let taps = views::Taps {
+            mcs,
+            services,
+            slices,
+        };
+        let (views, triggers) = views::Views::watch(&scope, taps, &health, &pace);
         let synced = health.synced(None, &views::WATCHED);
         let ctx = Arc::new(Context {
             member: inputs.member.clone(),

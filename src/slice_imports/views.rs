@@ -2,7 +2,8 @@
 //! member's hub namespace (themselves), the member's MultiClusterServices (the imports of the
 //! Service each imports), the fleet system namespace's Services (the imports of the
 //! MultiClusterServices whose derived Service it is) and the slices this job imported there
-//! (their import: a slice edited or deleted by someone is put back).
+//! (their import: a slice edited or deleted by someone is put back). The member's three are
+//! the job's views of the member's shared watches ([`crate::member_watches`]).
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -12,15 +13,18 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::Api;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher::{self, Event};
 use serde::de::DeserializeOwned;
 
 use super::decide::{CONTROLLER_ID, DERIVED_SERVICE_LABEL, MANAGED_BY_LABEL};
 use crate::api::{EndpointSliceImport, MultiClusterService};
 use crate::controller::pace::Pace;
+use crate::controller::tap::{Keep, Tap, every};
 use crate::controller::views::{View, WatchHealth, view_watch};
 
 const IMPORTS: View = View::hub(0, "EndpointSliceImports");
@@ -44,15 +48,22 @@ pub(super) struct Views {
 
 /// Where the views watch.
 pub(super) struct Scope<'a> {
-    pub(super) member: &'a kube::Client,
     pub(super) hub: &'a Api<EndpointSliceImport>,
     pub(super) hub_namespace: &'a str,
     pub(super) fleet_namespace: &'a str,
 }
 
+/// The member's shared watches the job reads.
+pub(super) struct Taps<'a> {
+    pub(super) mcs: &'a mut Tap<MultiClusterService>,
+    pub(super) services: &'a mut Tap<Service>,
+    pub(super) slices: &'a mut Tap<EndpointSlice>,
+}
+
 impl Views {
     pub(super) fn watch(
         scope: &Scope<'_>,
+        taps: Taps<'_>,
         health: &Arc<WatchHealth>,
         pace: &Arc<Pace<EndpointSliceImport>>,
     ) -> (Self, BoxFuture<'static, ()>) {
@@ -63,57 +74,57 @@ impl Views {
             IMPORTS,
             |_| {},
         );
-        let (multi_cluster_services, mcs_events) = view_of(
-            Api::<MultiClusterService>::all(scope.member.clone()),
-            watcher::Config::default(),
-            health,
-            MULTI_CLUSTER_SERVICES,
-            |m| m.status = None,
-        );
-        let (services, service_events) = view_of(
-            Api::<Service>::namespaced(scope.member.clone(), scope.fleet_namespace),
-            watcher::Config::default(),
-            health,
-            SERVICES,
-            // Only its name and whether it is being deleted are read.
-            |s| {
-                s.spec = None;
-                s.status = None;
-                s.metadata.annotations = None;
-                s.metadata.labels = None;
-            },
-        );
-        let (slices, slice_events) = view_of(
-            Api::<EndpointSlice>::namespaced(scope.member.clone(), scope.fleet_namespace),
-            watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={CONTROLLER_ID}")),
-            health,
-            SLICES,
-            |_| {},
-        );
         let hub_ns = scope.hub_namespace.to_string();
-        let by_import = {
-            let hub_ns = hub_ns.clone();
-            import_events.map(move |i| ObjectRef::new(&i.name_any()).within(&hub_ns))
+        let multi_cluster_services = {
+            let (imports, pace) = (imports.clone(), pace.clone());
+            taps.mcs.view(
+                (health, MULTI_CLUSTER_SERVICES),
+                Keep::new(every, without_status),
+                move |e| {
+                    if let Some(m) = touched(e) {
+                        let ns = m.namespace().unwrap_or_default();
+                        pace.trigger_all(importing(&imports, &ns, &m.spec.service_import.name));
+                    }
+                },
+            )
         };
-        let by_mcs = {
-            let imports = imports.clone();
-            mcs_events.flat_map(move |m| {
-                let ns = m.namespace().unwrap_or_default();
-                futures::stream::iter(importing(&imports, &ns, &m.spec.service_import.name))
-            })
+        let fleet = scope.fleet_namespace.to_string();
+        let in_fleet = move |meta: &ObjectMeta| meta.namespace.as_ref() == Some(&fleet);
+        let services = {
+            let (imports, mcs, pace) = (
+                imports.clone(),
+                multi_cluster_services.clone(),
+                pace.clone(),
+            );
+            let in_fleet = in_fleet.clone();
+            taps.services.view(
+                (health, SERVICES),
+                Keep::new(move |s: &Service| in_fleet(&s.metadata), named),
+                move |e| {
+                    if let Some(s) = touched(e) {
+                        pace.trigger_all(deriving(&imports, &mcs, &s.name_any()));
+                    }
+                },
+            )
         };
-        let by_service = {
-            let (imports, mcs) = (imports.clone(), multi_cluster_services.clone());
-            service_events
-                .flat_map(move |s| futures::stream::iter(deriving(&imports, &mcs, &s.name_any())))
+        let slices = {
+            let (pace, hub_ns) = (pace.clone(), hub_ns.clone());
+            let ours = move |s: &EndpointSlice| {
+                in_fleet(&s.metadata)
+                    && s.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(CONTROLLER_ID)
+            };
+            taps.slices.view(
+                (health, SLICES),
+                Keep::new(ours, crate::controller::tap::whole),
+                move |e| {
+                    if let Some(s) = touched(e) {
+                        pace.trigger(ObjectRef::new(&s.name_any()).within(&hub_ns));
+                    }
+                },
+            )
         };
-        let by_slice = slice_events.map(move |s| ObjectRef::new(&s.name_any()).within(&hub_ns));
-        let triggers = pace.clone().take_from(futures::stream::select_all([
-            by_import.boxed(),
-            by_mcs.boxed(),
-            by_service.boxed(),
-            by_slice.boxed(),
-        ]));
+        let by_import = import_events.map(move |i| ObjectRef::new(&i.name_any()).within(&hub_ns));
+        let triggers = pace.clone().take_from(by_import);
         let views = Self {
             imports,
             multi_cluster_services,
@@ -122,6 +133,31 @@ impl Views {
         };
         (views, triggers)
     }
+}
+
+/// The object an event touched (applied or deleted).
+fn touched<K>(event: &Event<K>) -> Option<&K> {
+    match event {
+        Event::Apply(o) | Event::InitApply(o) | Event::Delete(o) => Some(o),
+        Event::Init | Event::InitDone => None,
+    }
+}
+
+/// A MultiClusterService as the job keeps it: its status is read by nobody here.
+fn without_status(mut m: MultiClusterService) -> MultiClusterService {
+    m.metadata.managed_fields = None;
+    m.status = None;
+    m
+}
+
+/// A Service as the job keeps it: only its name and whether it is being deleted are read.
+fn named(mut s: Service) -> Service {
+    s.spec = None;
+    s.status = None;
+    s.metadata.managed_fields = None;
+    s.metadata.annotations = None;
+    s.metadata.labels = None;
+    s
 }
 
 /// One view: its store (objects without managed fields, and without what `strip` drops) and

@@ -21,6 +21,7 @@ mod views;
 
 use std::sync::Arc;
 
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use tokio_util::sync::CancellationToken;
 
@@ -33,6 +34,7 @@ use crate::controller::pace::Pace;
 use crate::controller::queue::Lossy;
 use crate::controller::runner::{Runner, beside};
 use crate::controller::streaks::Streaks;
+use crate::controller::tap::Tap;
 use crate::controller::views::WatchHealth;
 use crate::controller::{Job, MemberInputs, Running};
 use crate::service_exports::ServiceExportFeed;
@@ -50,6 +52,8 @@ pub struct EndpointSliceExportJob;
 pub trait Needs {
     /// The member's ServiceExport watch, shared by the jobs.
     fn service_exports(&mut self) -> &mut ServiceExportFeed;
+    /// The member's shared EndpointSlice watch.
+    fn endpoint_slices(&mut self) -> &mut Tap<EndpointSlice>;
     /// The most bytes one EndpointSliceExport may have (`--max-export-bytes`).
     fn max_export_bytes(&self) -> u32;
     /// Whether the job named `job` runs (`--controllers`).
@@ -110,16 +114,15 @@ fn start<S: Needs>(
     );
     let pace = Arc::new(Pace::new(inputs.concurrency));
     let (views, triggers) = views::Views::watch(
-        &inputs.member_client,
+        inputs.shared.endpoint_slices(),
         &hub,
         &exports,
         &health,
-        absent_tx,
-        &pace,
+        (absent_tx, &pace),
         halves,
     );
     let synced = health
-        .synced(None, views::watched(halves.export))
+        .synced(None, &views::WATCHED)
         .and(exports.synced.clone());
     let store = views.slices.clone();
     let ctx = Arc::new(Context {

@@ -1,7 +1,7 @@
 //! The EndpointSlice exporter's two views, each of a projection (`model`): the member's
-//! EndpointSlices that belong to a Service (the API's label selector keeps the rest out) and the
-//! EndpointSliceExports in the member's hub namespace; its ServiceExports are the watch the
-//! jobs share ([`crate::service_exports`]).
+//! EndpointSlices that belong to a Service (its view of the member's shared EndpointSlice
+//! watch, [`crate::member_watches`]) and the EndpointSliceExports in the member's hub
+//! namespace; its ServiceExports are the watch the jobs share ([`crate::service_exports`]).
 
 use std::sync::Arc;
 
@@ -9,34 +9,31 @@ use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 use kube::ResourceExt;
 use kube::api::Api;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher::{self, Event};
 
 use super::decide::Halves;
 use super::model::{ExportView, SERVICE_NAME_LABEL, SliceView};
+use crate::api::UNIQUE_NAME_ANNOTATION;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
 use crate::api::EndpointSliceExport;
 use crate::controller::pace::Pace;
 use crate::controller::projection::project;
 use crate::controller::queue::Lossy;
+use crate::controller::tap::{Keep, Tap};
 use crate::controller::views::{View, WatchHealth, view_watch};
 use crate::service_exports::{ExportRef, Subscription};
 
-/// The member's EndpointSlices that belong to a Service.
+/// The member's EndpointSlices (those of a Service kept).
 const ENDPOINT_SLICES: View = View::member(3, "EndpointSlices");
 /// The EndpointSliceExports of the member's hub namespace.
 const ENDPOINT_SLICE_EXPORTS: View = View::hub(4, "EndpointSliceExports");
 
-/// The member's EndpointSlices of no Service: none is kept; those with a unique name (exported
-/// once, as the reference's controller, which watches every slice, would withdraw them) are
-/// looked at live.
-const UNLABELLED_SLICES: View = View::member(5, "EndpointSlices of no Service");
-
-/// The watches whose first lists the job waits for, with the EndpointSlice controller's half
-/// (`export`) or without. (The ServiceExports are the shared watch's.)
-pub(super) fn watched(export: bool) -> &'static [View] {
-    const BOTH: [View; 3] = [ENDPOINT_SLICES, ENDPOINT_SLICE_EXPORTS, UNLABELLED_SLICES];
-    if export { &BOTH } else { &BOTH[..2] }
-}
+/// The watches whose first lists the job waits for. (The ServiceExports are the shared
+/// watch's.)
+pub(super) const WATCHED: [View; 2] = [ENDPOINT_SLICES, ENDPOINT_SLICE_EXPORTS];
 
 /// How long one watch of the hub's exports lasts before it is re-established. kube's default
 /// (295 s, for clients with a read timeout; ours has none, and h2 pings find a dead connection)
@@ -57,36 +54,45 @@ pub(super) struct Views {
 pub(super) type Absent = (String, String);
 
 impl Views {
+    /// The job's view of the member's EndpointSlices (those of a Service are kept; those of
+    /// none with a unique name, exported once, as the reference's controller, which watches
+    /// every slice, would withdraw them, go to `queue` to be looked at live, with the
+    /// EndpointSlice controller's half only), the hub's exports, and what they trigger.
     pub(super) fn watch(
-        client: &kube::Client,
+        member: &mut Tap<EndpointSlice>,
         hub: &Api<EndpointSliceExport>,
         exports: &Subscription,
         health: &Arc<WatchHealth>,
-        queue: Lossy<Absent>,
-        pace: &Arc<Pace<SliceView>>,
+        (queue, pace): (Lossy<Absent>, &Arc<Pace<SliceView>>),
         halves: Halves,
     ) -> (Self, BoxFuture<'static, ()>) {
-        let (slices, slices_writer) = reflector::store::<SliceView>();
-        let left = queue.clone();
-        let slice_events = view_watch(
-            Api::<SliceView>::all(client.clone()),
-            watcher::Config::default().labels(SERVICE_NAME_LABEL),
-            {
-                let slices = slices.clone();
-                move || slices.len()
+        let (left, to, export) = (queue.clone(), pace.clone(), halves.export);
+        let of_a_service = |s: &EndpointSlice| s.labels().contains_key(SERVICE_NAME_LABEL);
+        let slices = member.view(
+            (health, ENDPOINT_SLICES),
+            Keep::new(of_a_service, SliceView::from),
+            move |e| {
+                match e {
+                    Event::Apply(s) | Event::InitApply(s) => to.trigger(key_of(s)),
+                    // Deleted, or no longer a Service's: looked at live.
+                    Event::Delete(s) => {
+                        left.push((s.namespace().unwrap_or_default(), s.name_any()))
+                    }
+                    Event::Init | Event::InitDone => {}
+                }
             },
-        )
-        .reflect(slices_writer)
-        .inspect(health.inspector(ENDPOINT_SLICES))
-        .inspect(move |event| {
-            // Deleted, or no longer a Service's (out of the selector): looked at live.
-            if let Ok(watcher::Event::Delete(s)) = event {
-                left.push((s.namespace().unwrap_or_default(), s.name_any()));
-            }
-        })
-        .applied_objects()
-        .filter_map(|s| futures::future::ready(s.ok().map(|s| key_of(&s))))
-        .boxed();
+        );
+        if export {
+            let unlabelled = queue.clone();
+            member.also(move |e| {
+                if let Event::Apply(s) | Event::InitApply(s) = e
+                    && !of_a_service(s)
+                    && s.annotations().contains_key(UNIQUE_NAME_ANNOTATION)
+                {
+                    unlabelled.push((s.namespace().unwrap_or_default(), s.name_any()));
+                }
+            });
+        }
         let by_service = slices.clone();
         let export_events = exports
             .pace
@@ -94,20 +100,12 @@ impl Views {
             .stream()
             .flat_map(move |se| futures::stream::iter(slices_of(&by_service, &se)))
             .boxed();
-        let unlabelled = if halves.export {
-            unlabelled_events(client, health, queue.clone())
-        } else {
-            futures::stream::empty().boxed()
-        };
         let (hub_view, hub_events) = hub_events(hub, health, slices.clone(), queue, halves.cleanup);
         // Every trigger waits in the pace, which hands the runner no more slices than it
         // reconciles at once ([`Pace`]).
-        let triggers = pace.clone().take_from(futures::stream::select_all([
-            slice_events,
-            export_events,
-            hub_events,
-            unlabelled,
-        ]));
+        let triggers = pace
+            .clone()
+            .take_from(futures::stream::select(export_events, hub_events));
         let views = Self {
             slices,
             hub: hub_view,
@@ -157,30 +155,6 @@ fn hub_events(
     .filter_map(|e| futures::future::ready(e.ok().map(|e| referred_slice(&e))))
     .boxed();
     (hub_view, events)
-}
-
-/// The watch of the slices of no Service: each one with a unique name goes to `queue`, to be
-/// looked at live; it yields nothing itself.
-fn unlabelled_events(
-    client: &kube::Client,
-    health: &Arc<WatchHealth>,
-    queue: Lossy<Absent>,
-) -> futures::stream::BoxStream<'static, ObjectRef<SliceView>> {
-    view_watch(
-        Api::<SliceView>::all(client.clone()),
-        watcher::Config::default().labels(&format!("!{SERVICE_NAME_LABEL}")),
-        || 0,
-    )
-    .inspect(health.inspector(UNLABELLED_SLICES))
-    .filter_map(move |event| {
-        if let Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) = event
-            && s.unique_name.is_some()
-        {
-            queue.push((s.namespace().unwrap_or_default(), s.name_any()));
-        }
-        futures::future::ready(None)
-    })
-    .boxed()
 }
 
 /// The slice an export refers to: `(namespace, name)`.

@@ -39,6 +39,7 @@ use fleetnet_hub::api::ServiceExportVersion;
 use fleetnet_hub::client::{ClientStats, Limits};
 use fleetnet_hub::controller::NoObserver;
 use fleetnet_hub::export::{MemberExporter, PublicIpLookup, Settings};
+use fleetnet_hub::member_watches::MemberWatches;
 use fleetnet_hub::service_exports::ServiceExportFeed;
 use fleetnet_testenv::Fleet;
 
@@ -125,6 +126,7 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
         member,
         Arc::new(NoObserver),
     );
+    let mut watches = MemberWatches::of(&member_client);
     let exporter = MemberExporter {
         member: member.to_string(),
         events_client,
@@ -145,15 +147,17 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
         instance: "test".into(),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (run, synced) = exporter.start(async move {
+    let (run, synced) = exporter.start(&mut watches.services, async move {
         let _ = stop_rx.await;
     });
     let feed = feed.run(std::future::pending());
+    let watches = watches.run(tokio_util::sync::CancellationToken::new());
     let task = tokio::spawn(async move {
-        // The feed runs as long as the exporter.
+        // The feeds run as long as the exporter.
         tokio::select! {
             () = run => {}
             () = feed => {}
+            () = watches => {}
         }
     });
     tokio::time::timeout(CONVERGE, synced.wait())

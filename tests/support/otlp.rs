@@ -13,6 +13,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use fleetnet_hub::client::ClientStats;
 use fleetnet_hub::controller::ReconcileObserver;
 use fleetnet_hub::export::{MemberExporter, Settings};
+use fleetnet_hub::member_watches::MemberWatches;
 use fleetnet_hub::service_exports::ServiceExportFeed;
 use fleetnet_testenv::Fleet;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
@@ -375,6 +376,7 @@ pub async fn start_observed(
     let hub_client = counted_client("hub", fleet.hub().kubeconfig_path(), hub_stats.clone()).await;
     let mut feed =
         ServiceExportFeed::watch(&member_client, Default::default(), member, observer.clone());
+    let mut watches = MemberWatches::of(&member_client);
     let exporter = MemberExporter {
         member: member.to_string(),
         events_client: member_client.clone(),
@@ -395,15 +397,17 @@ pub async fn start_observed(
         instance: "observability-test".into(),
     };
     let (stop, stopped) = oneshot::channel::<()>();
-    let (run, synced) = exporter.start(async move {
+    let (run, synced) = exporter.start(&mut watches.services, async move {
         let _ = stopped.await;
     });
     let feed = feed.run(std::future::pending());
+    let watches = watches.run(tokio_util::sync::CancellationToken::new());
     let task = tokio::spawn(async move {
-        // The feed runs as long as the exporter.
+        // The feeds run as long as the exporter.
         tokio::select! {
             () = run => {}
             () = feed => {}
+            () = watches => {}
         }
     });
     tokio::time::timeout(CONVERGE, synced.wait())

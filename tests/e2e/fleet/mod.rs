@@ -7,6 +7,7 @@ mod lifecycle;
 mod outages;
 mod serving;
 mod sources;
+mod watches;
 
 use crate::support;
 
