@@ -239,14 +239,17 @@ fn mcs_of(service: &str) -> anyhow::Result<MultiClusterService> {
     }))?)
 }
 
-/// The hub's side of the imports: a watch of every InternalServiceImport, each without a
-/// verdict given one (exported by its member, the exported Service's port), as
-/// fleet-networking's hub controllers do; stops when dropped.
-struct HubVerdicts(tokio::task::JoinHandle<()>);
+/// The hub's side, as fleet-networking's hub controllers write it: each InternalServiceImport
+/// without a verdict given one (exported by its member, the exported Service's port), each
+/// InternalServiceExport without a `Conflict` condition found without conflict (what the
+/// EndpointSlice job waits for); watches of every one on the hub, stopped when dropped.
+struct HubVerdicts(Vec<tokio::task::JoinHandle<()>>);
 
 impl Drop for HubVerdicts {
     fn drop(&mut self) {
-        self.0.abort();
+        for task in &self.0 {
+            task.abort();
+        }
     }
 }
 
@@ -256,20 +259,59 @@ impl HubVerdicts {
             .iter()
             .map(|m| (m.hub_ns.clone(), m.name.clone()))
             .collect();
-        let hub = hub.clone();
-        Self(tokio::spawn(async move {
-            let all: Api<InternalServiceImport> = Api::all(hub.clone());
-            let events = watcher(all, watcher::Config::default())
-                .default_backoff()
-                .applied_objects();
-            let mut events = std::pin::pin!(events);
-            while let Some(event) = events.next().await {
-                let Ok(isi) = event else { continue };
-                if let Err(e) = verdict(&hub, &member_of, isi).await {
-                    eprintln!("[leave] the hub's verdict: {e:#}");
-                }
-            }
-        }))
+        let (h, imports) = (hub.clone(), Api::<InternalServiceImport>::all(hub.clone()));
+        let imports = tokio::spawn(each_applied(imports, move |isi| {
+            let (hub, member_of) = (h.clone(), member_of.clone());
+            async move { verdict(&hub, &member_of, isi).await }
+        }));
+        let (h, exports) = (hub.clone(), Api::<InternalServiceExport>::all(hub.clone()));
+        let exports = tokio::spawn(each_applied(exports, move |ise| {
+            let hub = h.clone();
+            async move { no_conflict(&hub, ise).await }
+        }));
+        Self(vec![imports, exports])
+    }
+}
+
+/// Runs `act` on each object a watch of `api` applies, one at a time.
+async fn each_applied<K, F>(api: Api<K>, act: impl Fn(K) -> F)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    F: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .applied_objects();
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        let Ok(object) = event else { continue };
+        if let Err(e) = act(object).await {
+            eprintln!("[leave] the hub's verdict: {e:#}");
+        }
+    }
+}
+
+/// Writes `Conflict=False` on `ise` unless it has a `Conflict` condition or is being deleted.
+async fn no_conflict(hub: &kube::Client, ise: InternalServiceExport) -> anyhow::Result<()> {
+    let judged = ise.conditions().iter().any(|c| c.type_ == "Conflict");
+    if judged || ise.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let ns = ise.metadata.namespace.clone().unwrap_or_default();
+    let name = ise.metadata.name.clone().unwrap_or_default();
+    let status = serde_json::json!({"status": {"conditions": [{
+        "type": "Conflict", "status": "False", "reason": "NoConflictFound",
+        "message": format!("service {ns}/{name} is exported without conflict"),
+        "observedGeneration": ise.metadata.generation.unwrap_or_default(),
+        "lastTransitionTime": jiff::Timestamp::now().round(jiff::Unit::Second)?.to_string(),
+    }]}});
+    let api: Api<InternalServiceExport> = Api::namespaced(hub.clone(), &ns);
+    match api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        r => r.map(|_| ()).with_context(|| format!("{ns}/{name}")),
     }
 }
 
