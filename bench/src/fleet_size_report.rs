@@ -100,8 +100,9 @@ pub struct Heartbeats {
     pub hub_per_s_less_heartbeats: f64,
     /// Writes in the quiet window besides Lease PUTs and the heartbeats: (apiserver, rate).
     pub other_writes: Vec<(String, Rate)>,
-    /// A member's consecutive heartbeats, seen by a watch of the InternalMemberClusters, whose
-    /// later one came in the quiet window: how far apart, in periods.
+    /// A member's consecutive heartbeats, seen by a watch of the InternalMemberClusters, both
+    /// in the quiet window: how far apart, in periods (a window of one period has few; one of
+    /// several periods shows the steady state).
     pub intervals: Intervals,
 }
 
@@ -327,7 +328,7 @@ fn heartbeat_rows(out: &mut String, r: &Report) {
     *out += &format!(
         "| heartbeats in the quiet window: InternalMemberCluster status writes (period {period}) ; per member per period | {writes} ; {per:.2} |\n\
          | InternalMemberCluster status writes per new heartbeat seen (both agents' entries) | {writes} / {beats} = {per_beat:.2} {ok} |\n\
-         | a member's heartbeat → its next, seen in the quiet window, in periods: mean / min / max (intervals) | {mean:.3} / {min:.3} / {max:.3} ({n}) |\n\
+         | a member's heartbeat → its next, both in the quiet window, in periods: mean / min / max (intervals) | {mean:.3} / {min:.3} / {max:.3} ({n}) |\n\
          | hub requests/s in the quiet window less the heartbeats ; with them | {less:.1} ; {hub:.1} |\n\
          | writes in the quiet window besides heartbeats and Lease PUTs (hub and members) | {others} |\n",
         period = secs(Duration::from_secs_f64(h.period_s)),

@@ -90,16 +90,18 @@ impl Beats {
             .count()
     }
 
-    /// The intervals (s) between consecutive heartbeats of one member whose later heartbeat was
-    /// seen within `from..=to`, over every member.
+    /// The intervals (s) between consecutive heartbeats of one member both seen within
+    /// `from..=to`, over every member: the steady state only (an interval begun in the cold
+    /// start spans its hand-offs and engagements).
     pub fn intervals(&self, from: Instant, to: Instant) -> Vec<f64> {
+        let within = move |at: &Instant| (from..=to).contains(at);
         self.seen
             .values()
             .flat_map(|beats| {
                 beats.windows(2).filter_map(move |w| {
-                    let (_, before) = w[0];
-                    let (at, beat) = w[1];
-                    (from..=to).contains(&at).then_some((beat - before) as f64)
+                    let (seen_before, before) = w[0];
+                    let (seen, beat) = w[1];
+                    (within(&seen_before) && within(&seen)).then_some((beat - before) as f64)
                 })
             })
             .collect()
@@ -218,6 +220,9 @@ mod tests {
                 .intervals(t1 + Duration::from_secs(1), t1 + Duration::from_secs(2))
                 .is_empty()
         );
+        // Only the later beat of each pair in the window: no interval.
+        let b_last = beats.seen["b/m01"][1].0;
+        assert!(beats.intervals(b_last, t1).is_empty());
         let i = Intervals::of(&got, 60.0);
         assert_eq!((i.count, i.min, i.max), (2, 59.0 / 60.0, 1.0));
         assert!((i.mean - 119.0 / 120.0).abs() < 1e-9);
