@@ -67,14 +67,19 @@ use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt as _, watcher};
 
-pub use crate::fleet_size_report::{Failover, Rate, ReplicaFigures, Report, Traffic, markdown, ms};
+pub use crate::fleet_size_report::{
+    Failover, Heartbeats, Rate, ReplicaFigures, Report, Traffic, markdown, ms,
+};
 use crate::fleet_size_report::{READY_GRACE, SETTLE, mib};
+use crate::heartbeats::{BeatWatch, Intervals};
 use crate::replicas::{Replica, Sharding, Spec};
 
 /// The replica log line of a member leaving a replica because another one owns it now.
 pub const HANDOFF: &str = "member now owned by another replica";
 /// The export created after the kill.
 const PROBE: &str = "fleet-size-probe";
+/// Hub writes of a member's cold start besides its exports: its first heartbeat.
+pub const HEARTBEATS_PER_MEMBER: usize = 1;
 /// The substrate alone, before the replicas start.
 const BASELINE: Duration = Duration::from_secs(10);
 /// What to run.
@@ -100,6 +105,8 @@ pub struct Config {
     pub failover_timeout: Duration,
     /// Service port changes after the quiet window.
     pub churn: Option<Churn>,
+    /// `spec.heartbeatPeriodSeconds` of each name's InternalMemberCluster.
+    pub heartbeat_period_s: i32,
 }
 
 /// The apiserver (0..k) serving member index `i`.
@@ -144,11 +151,13 @@ pub(crate) fn total_per_s(rates: &[Rate]) -> f64 {
     rates.iter().map(|r| r.per_s).sum()
 }
 
-/// The least time for the replica with the largest share: `ceil(members / replicas)` members.
+/// The least time for the replica with the largest share: `ceil(members / replicas)` members,
+/// each with its exports' creates, its first heartbeat (one InternalMemberCluster status write)
+/// and its jobs' LISTs.
 pub fn budget_bound(config: &Config) -> Duration {
     ideal_bound(&BenchConfig {
         members: config.members.div_ceil(config.replicas.max(1)),
-        exports: config.exports,
+        exports: config.exports + HEARTBEATS_PER_MEMBER,
         hub_limits: config.hub_limits.clone(),
         member_limits: config.member_limits.clone(),
         ..BenchConfig::default()
@@ -320,6 +329,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
 
     let replica_idle_kib = binary_idle(config, fleet).await;
     let (seen, _watch) = watch_ises(hub);
+    let beats = BeatWatch::start(hub);
     wait_listed(&seen).await?;
     let (base1, baseline) = baseline(hub, server_clients).await?;
     let spec = spec_of(config, fleet, setup.kubeconfig_dir.clone());
@@ -329,6 +339,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
     let (convergence, bound) = (converged.convergence, budget_bound(config));
     let (q0, q1) = quiet_window(config, hub, server_clients, &mut replicas).await?;
     let quiet = traffic(&q0, &q1);
+    let heartbeats = heartbeats(config, &quiet, &beats, &q0, &q1);
     let cold = traffic(&base1, &q0);
     let replica_figures = replica_figures(&replicas, &converged.ready_sets, &q0, &q1);
     let per_member = |rss: &[u64]| rss.iter().sum::<u64>() as f64 / names.len() as f64;
@@ -388,7 +399,32 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         failover,
         churn,
         ise_deletes,
+        heartbeats,
     })
+}
+
+/// The membership job's figures of the quiet window from `q0` to `q1`.
+fn heartbeats(
+    config: &Config,
+    quiet: &Traffic,
+    beats: &BeatWatch,
+    q0: &Snapshot,
+    q1: &Snapshot,
+) -> Heartbeats {
+    let period = f64::from(config.heartbeat_period_s);
+    let intervals = Intervals::of(&beats.intervals(q0.at, q1.at), period);
+    let seen = beats.seen_in(q0.at, q1.at);
+    let h = Heartbeats::of(quiet, config.members, period, seen, intervals);
+    say(format!(
+        "heartbeats in the quiet window: {} status writes, {seen} beats seen, {:.3} per member per period; intervals mean {:.3} min {:.3} max {:.3} periods; {} writes besides",
+        h.imc_status_writes,
+        h.per_member_per_period,
+        h.intervals.mean,
+        h.intervals.min,
+        h.intervals.max,
+        h.other_write_count()
+    ));
+    h
 }
 
 /// The RSS of the shipped binary running no member, when it could be measured.
@@ -513,6 +549,8 @@ async fn set_up(config: &Config) -> anyhow::Result<Setup> {
     let setup = Instant::now();
     let names = member_names(config.members);
     let kubeconfig_dir = prepare_members(&fleet, &hub, &names, &servers).await?;
+    let imcs = names.iter().map(|n| (fleet.hub_namespace(n), n.clone()));
+    crate::heartbeats::create_imcs(&hub, imcs, config.heartbeat_period_s).await?;
     futures::future::try_join_all(
         server_clients
             .iter()
@@ -521,7 +559,7 @@ async fn set_up(config: &Config) -> anyhow::Result<Setup> {
     .await?;
     let setup_s = setup.elapsed();
     say(format!(
-        "{} names ({} kubeconfigs, hub namespaces), {} exports on each of {} apiservers, in {setup_s:.1?}",
+        "{} names ({} kubeconfigs, hub namespaces, InternalMemberClusters), {} exports on each of {} apiservers, in {setup_s:.1?}",
         names.len(),
         kubeconfig_dir.display(),
         config.exports,
@@ -1070,14 +1108,16 @@ mod tests {
             timeout: Duration::ZERO,
             failover_timeout: Duration::ZERO,
             churn: None,
+            heartbeat_period_s: 60,
         };
-        // 100 members × (10 creates + 5 LISTs) = 1500 requests, 200 of them in the burst.
-        assert_eq!(budget_bound(&config), Duration::from_secs(13));
+        // 100 members × (10 creates + 1 heartbeat + 5 LISTs) = 1600 requests, 200 of them in
+        // the burst.
+        assert_eq!(budget_bound(&config), Duration::from_secs(14));
         let single = Config {
             replicas: 1,
             ..config
         };
-        assert_eq!(budget_bound(&single), Duration::from_secs(43));
+        assert_eq!(budget_bound(&single), Duration::from_secs(46));
     }
 
     #[test]
@@ -1129,6 +1169,7 @@ mod tests {
                 probe_others: 70,
             }),
             ise_deletes: 0,
+            heartbeats: Heartbeats::default(),
         };
         let table = markdown(&r);
         assert!(

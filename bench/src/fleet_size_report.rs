@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
-use fleetnet_bench::ChurnReport;
+use fleetnet_bench::{ChurnReport, WRITE_VERBS};
 use serde::Serialize;
+
+use crate::heartbeats::Intervals;
 
 use crate::replicas::{p50_max, secs};
 
@@ -72,6 +74,82 @@ pub struct Report {
     pub churn: Option<ChurnReport>,
     /// The hub's ISE DELETEs from the replicas' start to the end (must be 0).
     pub ise_deletes: u64,
+    /// The membership job in the quiet window.
+    pub heartbeats: Heartbeats,
+}
+
+/// The InternalMemberCluster of the hub's resource: its status writes are the heartbeats.
+pub(crate) const IMC_STATUS: &str = "internalmemberclusters/status";
+
+/// The membership job's heartbeats in the quiet window, and what else was written.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Heartbeats {
+    /// `spec.heartbeatPeriodSeconds` of every InternalMemberCluster.
+    pub period_s: f64,
+    /// InternalMemberCluster status writes the hub counted in the quiet window.
+    pub imc_status_writes: u64,
+    /// `imc_status_writes / (members × window / period)`: 1.00 up to where in the window the
+    /// members' beats fall (a member beats 0, 1 or 2 times in one period's window).
+    pub per_member_per_period: f64,
+    /// New heartbeats (both agents' entries at once) a watch saw in the window.
+    pub beats_seen: usize,
+    /// `imc_status_writes / beats_seen`: must be exactly 1.00 (no write without a heartbeat,
+    /// no heartbeat in two writes).
+    pub writes_per_beat: f64,
+    /// The hub's requests/s in the quiet window less the heartbeats.
+    pub hub_per_s_less_heartbeats: f64,
+    /// Writes in the quiet window besides Lease PUTs and the heartbeats: (apiserver, rate).
+    pub other_writes: Vec<(String, Rate)>,
+    /// A member's consecutive heartbeats, seen by a watch of the InternalMemberClusters, both
+    /// in the quiet window: how far apart, in periods (a window of one period has few; one of
+    /// several periods shows the steady state).
+    pub intervals: Intervals,
+}
+
+impl Heartbeats {
+    /// The heartbeat figures of `quiet` for `members` members heartbeating every `period_s`.
+    pub fn of(
+        quiet: &Traffic,
+        members: usize,
+        period_s: f64,
+        beats_seen: usize,
+        intervals: Intervals,
+    ) -> Self {
+        let is_write = |r: &Rate| WRITE_VERBS.contains(&r.verb.as_str());
+        let writes: u64 = quiet
+            .hub
+            .iter()
+            .filter(|r| r.resource == IMC_STATUS && is_write(r))
+            .map(|r| r.count)
+            .sum();
+        let periods = members as f64 * quiet.window_s / period_s.max(1e-9);
+        let other_writes = [("hub", &quiet.hub), ("members", &quiet.members)]
+            .into_iter()
+            .flat_map(|(kind, rates)| {
+                rates
+                    .iter()
+                    .filter(|r| is_write(r))
+                    .filter(|r| !(r.resource == "leases" && r.verb == "PUT"))
+                    .filter(move |r| !(kind == "hub" && r.resource == IMC_STATUS))
+                    .map(move |r| (kind.to_string(), r.clone()))
+            })
+            .collect();
+        Self {
+            period_s,
+            imc_status_writes: writes,
+            per_member_per_period: writes as f64 / periods.max(1e-9),
+            beats_seen,
+            writes_per_beat: writes as f64 / beats_seen.max(1) as f64,
+            hub_per_s_less_heartbeats: quiet.hub_per_s - writes as f64 / quiet.window_s.max(1e-9),
+            other_writes,
+            intervals,
+        }
+    }
+
+    /// The writes besides heartbeats, counted.
+    pub fn other_write_count(&self) -> u64 {
+        self.other_writes.iter().map(|(_, r)| r.count).sum()
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -158,6 +236,7 @@ pub(crate) fn mib(kib: f64) -> String {
 /// The report as markdown tables.
 pub fn markdown(r: &Report) -> String {
     let mut out = figures(r);
+    heartbeat_rows(&mut out, r);
     churn_row(&mut out, r);
     failover_rows(&mut out, r);
     replica_table(&mut out, r);
@@ -174,7 +253,7 @@ fn figures(r: &Report) -> String {
          | replicas start → all {ises} ISEs on the hub | {convergence} |\n\
          | replicas start → every name ready on a replica (`/members`) | {ready} |\n\
          | replicas start → ownership settled (each name ready on exactly one replica; last change before {settle} without one) | {settled} |\n\
-         | budget bound ({share} members × ({exports} + 5) hub requests, {qps} qps / {burst} burst per replica) ; ratio | {bound} ; {ratio} |\n\
+         | budget bound ({share} members × ({exports} creates + 1 heartbeat + 5 LISTs) hub requests, {qps} qps / {burst} burst per replica) ; ratio | {bound} ; {ratio} |\n\
          | RSS per member (Σ replicas / {members}): at convergence / after the quiet window | {rss0} / {rss1} |\n\
          | RSS per member less the replicas' own ((Σ − {replicas} × {idle} idle) / {members}), after the quiet window | {marginal} |\n\
          | quiet window | {window} |\n\
@@ -230,6 +309,47 @@ fn figures(r: &Report) -> String {
             format!("{} ✗", r.ise_deletes)
         },
     )
+}
+
+/// The heartbeats of the quiet window, and the writes besides them.
+fn heartbeat_rows(out: &mut String, r: &Report) {
+    let h = &r.heartbeats;
+    let i = &h.intervals;
+    let others = if h.other_writes.is_empty() {
+        "0 ✓".to_string()
+    } else {
+        let listed: Vec<String> = h
+            .other_writes
+            .iter()
+            .map(|(kind, w)| format!("{kind} {} {} × {}", w.resource, w.verb, w.count))
+            .collect();
+        format!("{} ✗ ({})", h.other_write_count(), listed.join(", "))
+    };
+    *out += &format!(
+        "| heartbeats in the quiet window: InternalMemberCluster status writes (period {period}) ; per member per period | {writes} ; {per:.2} |\n\
+         | InternalMemberCluster status writes per new heartbeat seen (both agents' entries) | {writes} / {beats} = {per_beat:.2} {ok} |\n\
+         | a member's heartbeat → its next, both in the quiet window, in periods: mean / min / max (intervals) | {mean:.3} / {min:.3} / {max:.3} ({n}) |\n\
+         | hub requests/s in the quiet window less the heartbeats ; with them | {less:.1} ; {hub:.1} |\n\
+         | writes in the quiet window besides heartbeats and Lease PUTs (hub and members) | {others} |\n",
+        period = secs(Duration::from_secs_f64(h.period_s)),
+        writes = h.imc_status_writes,
+        per = h.per_member_per_period,
+        beats = h.beats_seen,
+        per_beat = h.writes_per_beat,
+        // The window's ends are read by the scrape and the watch a moment apart: a beat at
+        // an end may count on one side only.
+        ok = if h.beats_seen > 0 && (h.writes_per_beat - 1.0).abs() < 0.005 {
+            "✓"
+        } else {
+            "✗"
+        },
+        mean = i.mean,
+        min = i.min,
+        max = i.max,
+        n = i.count,
+        less = h.hub_per_s_less_heartbeats,
+        hub = r.quiet.hub_per_s,
+    );
 }
 
 /// The churn's latencies, when there was churn.
@@ -341,5 +461,45 @@ fn traffic_tables(out: &mut String, r: &Report) {
                 c.resource, c.verb, c.count, c.conflicts
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rate(resource: &str, verb: &str, count: u64) -> Rate {
+        Rate {
+            resource: resource.into(),
+            verb: verb.into(),
+            count,
+            conflicts: 0,
+            per_s: count as f64 / 60.0,
+        }
+    }
+
+    #[test]
+    fn heartbeats_are_the_imc_status_writes_and_the_rest_is_listed() {
+        let quiet = Traffic {
+            window_s: 60.0,
+            hub_per_s: (1000.0 + 30.0 + 120.0) / 60.0,
+            members_per_s: 0.0,
+            hub: vec![
+                rate(IMC_STATUS, "PUT", 1000),
+                rate("leases", "PUT", 120),
+                rate("internalserviceexports", "LIST", 30),
+            ],
+            members: vec![rate("events", "POST", 2), rate("/version", "GET", 1000)],
+        };
+        let h = Heartbeats::of(&quiet, 1000, 60.0, 1000, Intervals::default());
+        assert_eq!(h.imc_status_writes, 1000);
+        assert_eq!(h.per_member_per_period, 1.0);
+        assert_eq!(h.writes_per_beat, 1.0);
+        assert!((h.hub_per_s_less_heartbeats - 150.0 / 60.0).abs() < 1e-9);
+        assert_eq!(h.other_write_count(), 2);
+        assert_eq!(h.other_writes[0].0, "members");
+        // A 120 s period: a 60 s window is half of one, so two writes per member per period.
+        let h = Heartbeats::of(&quiet, 1000, 120.0, 1000, Intervals::default());
+        assert_eq!(h.per_member_per_period, 2.0);
     }
 }

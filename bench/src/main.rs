@@ -13,6 +13,7 @@
 //! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --soak --duration 1800 --members 30 --pool 40 --member-servers 3 --exports 10
 //! bench/reference-agents/build.sh FLEET_NETWORKING_GIT_DIR FLEET_GIT_DIR && cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --agents 5x100 --churn 10 --duration 30 --quiet 60
 //! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --hostile --members 100 --member-servers 4 --exports 20
+//! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --leave --members 1
 //! ```
 
 mod agents;
@@ -20,8 +21,10 @@ mod agents_report;
 mod failover;
 mod fleet_size;
 mod fleet_size_report;
+mod heartbeats;
 mod hostile;
 mod imports_bench;
+mod leave_bench;
 mod replicas;
 mod slices_bench;
 mod soak;
@@ -120,6 +123,10 @@ struct Cli {
     export_every: f64,
     #[arg(long, default_value_t = 300.0)]
     restart_every: f64,
+    /// `spec.heartbeatPeriodSeconds` of the InternalMemberClusters `--fleet-size` and `--leave`
+    /// create (one per member name, as fleet's hub does).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(i32).range(1..))]
+    heartbeat_period: i32,
     /// `--fleet-size` without the kill -9.
     #[arg(long)]
     no_failover: bool,
@@ -167,6 +174,11 @@ struct Cli {
     /// Where `bench/reference-agents/build.sh` put the agents (default: its default).
     #[arg(long)]
     agents_dir: Option<PathBuf>,
+    /// A member leaving instead: `--members` members (an apiserver each) with 100 exports and
+    /// 20 MultiClusterServices each, every job on, all set to `Leave` at once; `Leave` →
+    /// `AgentLeft` and what is left behind (see `leave_bench.rs`).
+    #[arg(long, conflicts_with_all = ["failover", "fairness", "fleet_size", "sweep", "replay", "endpoint_slices", "soak", "table", "hostile", "slice_imports", "agents"])]
+    leave: bool,
 }
 
 fn seconds(name: &str, v: f64) -> Result<Duration, String> {
@@ -266,6 +278,9 @@ async fn main_inner(cli: Cli) -> Result<(), String> {
     if let Some(size) = &cli.agents {
         return run_agents(&cli, size).await;
     }
+    if cli.leave {
+        return run_leave(&cli).await;
+    }
     if cli.failover {
         return run_failover(&cli).await;
     }
@@ -339,6 +354,22 @@ async fn run_hostile(cli: &Cli) -> Result<(), String> {
     };
     let report = hostile::run(&config).await.map_err(|e| format!("{e:#}"))?;
     println!("{}", hostile::markdown(&report));
+    write_json(cli.json.as_deref(), &report)
+}
+
+/// `--leave`: members leaving with every job on.
+async fn run_leave(cli: &Cli) -> Result<(), String> {
+    let config = leave_bench::Config {
+        members: cli.members,
+        heartbeat_period_s: cli.heartbeat_period,
+        budget_args: cli.budgets.to_args(),
+        binary: cli.binary.clone().unwrap_or_else(replicas::default_binary),
+        timeout: seconds("converge-timeout", cli.converge_timeout)?,
+    };
+    let report = leave_bench::run(&config)
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    println!("{}", leave_bench::leave_markdown(&report));
     write_json(cli.json.as_deref(), &report)
 }
 
@@ -457,6 +488,7 @@ async fn run_table(cli: &Cli) -> Result<(), String> {
         timeout: seconds("converge-timeout", cli.converge_timeout)?,
         failover_timeout: Duration::ZERO,
         churn: None,
+        heartbeat_period_s: cli.heartbeat_period,
     };
     let rows = table::run(&template).await.map_err(|e| format!("{e:#}"))?;
     for row in &rows {
@@ -490,6 +522,7 @@ async fn run_fleet_size(cli: &Cli) -> Result<(), String> {
                 })
             })
             .transpose()?,
+        heartbeat_period_s: cli.heartbeat_period,
     };
     let report = fleet_size::run(&config)
         .await

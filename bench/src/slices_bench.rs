@@ -82,7 +82,8 @@ fn ready_endpoints(addresses: &[String]) -> serde_json::Value {
     )
 }
 
-fn slice_of(service: &str, addresses: &[String]) -> anyhow::Result<EndpointSlice> {
+/// The EndpointSlice of Service `service` in the bench namespace, with `addresses` ready.
+pub(crate) fn slice_of(service: &str, addresses: &[String]) -> anyhow::Result<EndpointSlice> {
     Ok(serde_json::from_value(serde_json::json!({
         "metadata": {
             "name": format!("{service}-1"), "namespace": NAMESPACE,

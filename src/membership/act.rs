@@ -88,9 +88,10 @@ pub(super) async fn read_live(
     })
 }
 
-/// One pass of the `cleanup` step: deletes what is there and not deleting yet; whether nothing
-/// is left (the reference waits until every object it deleted is gone).
-pub(super) async fn clean(ctx: &Context, cleanup: Cleanup) -> Result<bool, Error> {
+/// One pass of the `cleanup` step: deletes what is there and not deleting yet; how many objects
+/// this pass found, 0 when nothing is left (the reference waits until every object it deleted
+/// is gone).
+pub(super) async fn clean(ctx: &Context, cleanup: Cleanup) -> Result<usize, Error> {
     match cleanup {
         Cleanup::MultiClusterServices => {
             let client = ctx.member_client.clone();
@@ -137,14 +138,14 @@ async fn se_version(ctx: &Context) -> Result<ServiceExportVersion, Error> {
 }
 
 /// Deletes each object `all` lists that is not deleting yet (only that object: one created
-/// since under its name is the next pass's); whether none is left. A kind the member does not
-/// serve has nothing to clean up.
+/// since under its name is the next pass's); how many it listed, 0 when none is left. A kind
+/// the member does not serve has nothing to clean up.
 async fn drain<K>(
     ctx: &Context,
     all: Api<K>,
     namespaced: impl Fn(&str) -> Api<K>,
     (list_step, delete_step): (Step, Step),
-) -> Result<bool, Error>
+) -> Result<usize, Error>
 where
     K: kube::Resource + Clone + DeserializeOwned + Debug,
 {
@@ -152,7 +153,7 @@ where
     let listed = match all.list(&ListParams::default().limit(PAGE)).await {
         Err(kube::Error::Api(s)) if s.code == 404 => {
             tracing::debug!("not served by the member: nothing to clean up");
-            return Ok(true);
+            return Ok(0);
         }
         listed => listed.map_err(failed(list_step, "", ""))?,
     };
@@ -174,8 +175,10 @@ where
         }
     }
     if listed.items.is_empty() {
-        return Ok(true);
+        return Ok(0);
     }
+    let found = listed.items.len()
+        + usize::try_from(listed.metadata.remaining_item_count.unwrap_or(0)).unwrap_or(0);
     tracing::info!(
         step = crate::controller::Step::as_str(list_step),
         listed = listed.items.len(),
@@ -187,5 +190,5 @@ where
         .list(&ListParams::default().limit(1))
         .await
         .map_err(failed(list_step, "", ""))?;
-    Ok(left.items.is_empty())
+    Ok(if left.items.is_empty() { 0 } else { found })
 }

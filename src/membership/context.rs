@@ -9,6 +9,7 @@ use kube::runtime::reflector::ObjectRef;
 use parking_lot::Mutex;
 use tokio::sync::OnceCell;
 
+use super::decide::Cleanup;
 use crate::api::{AgentTypes, InternalMemberCluster, ServiceExportVersion};
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::streaks::Streaks;
@@ -28,8 +29,11 @@ pub(crate) struct Context {
     pub(super) views: Synced,
     /// Consecutive failures per object; cleared on success.
     pub(super) failures: Streaks<ObjectRef<InternalMemberCluster>>,
-    /// How many times in a row a leave found what it deleted not gone yet.
+    /// How many times in a row a leave found what it deleted not gone yet, and no fewer of
+    /// them than the pass before.
     pub(super) waiting: Streaks<String>,
+    /// What the last pass of a leave found not gone yet, per object: its step and how many.
+    pub(super) left: Mutex<HashMap<String, (Cleanup, usize)>>,
     /// Our status writes, read while the view is behind them.
     pub(super) own: OwnWrites<String, Arc<InternalMemberCluster>>,
     /// The heartbeat we last wrote per object and agent type: one newer than it is someone

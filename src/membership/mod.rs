@@ -85,6 +85,7 @@ impl<S: Needs> Job<S> for MembershipJob {
             views: synced.clone(),
             failures: Streaks::default(),
             waiting: Streaks::default(),
+            left: Default::default(),
             own: OwnWrites::default(),
             heartbeats: Default::default(),
             se_version: Default::default(),

@@ -11,7 +11,7 @@ use kube::runtime::reflector::ObjectRef;
 
 use super::act;
 use super::context::Context;
-use super::decide::{Observation, Outcome, Plan, decide, period};
+use super::decide::{Cleanup, Observation, Outcome, Plan, decide, period};
 use super::error::Error;
 use crate::api::InternalMemberCluster;
 use crate::controller::runner::Action;
@@ -19,9 +19,11 @@ use crate::controller::runner::Action;
 /// How soon a leave looks again at what it deleted and is not gone yet (the reference polls).
 const LEAVE_POLL: Duration = Duration::from_secs(1);
 
-/// How many times a leave looks again each [`LEAVE_POLL`] before it backs off (as the
-/// reference's wait gives up and its controller backs off): an object whose finalizer nobody
-/// removes costs the member two lists per 5 minutes, not per second.
+/// How many times a leave that makes no progress looks again each [`LEAVE_POLL`] before it
+/// backs off (as the reference's wait gives up and its controller backs off): an object whose
+/// finalizer nobody removes costs the member two lists per 5 minutes, not per second. A pass
+/// that finds fewer objects than the one before starts the count again: a large leave draining
+/// at the member's request budget (100 exports take longer than 15 s) never backs off.
 const LEAVE_POLLS: u32 = 15;
 
 /// When a leave that has waited `waits` times in a row looks again.
@@ -78,12 +80,14 @@ async fn observe_decide_act(
             } => join(ctx, &imc, status, next, &others).await,
             Plan::Leave { cleanup, status } => {
                 for step in cleanup {
-                    if !act::clean(ctx, step).await? {
-                        let waits = ctx.waiting.bump(name.clone());
+                    let left = act::clean(ctx, step).await?;
+                    if left > 0 {
+                        let waits = waited(ctx, &name, step, left);
                         return Ok((Outcome::Leaving, Action::requeue(leave_poll(waits))));
                     }
                 }
                 ctx.waiting.clear(&name);
+                ctx.left.lock().remove(&name);
                 match status {
                     None => Ok((Outcome::Gone, Action::await_change())),
                     Some(status) => act::write_status(ctx, &imc, status)
@@ -104,6 +108,21 @@ async fn observe_decide_act(
             result => return result,
         }
     }
+}
+
+/// Counts one more wait of the leave of `name`, whose `step` found `left` objects not gone:
+/// the count starts again when the pass before was of another step or found more.
+fn waited(ctx: &Context, name: &str, step: Cleanup, left: usize) -> u32 {
+    let before = ctx.left.lock().insert(name.to_string(), (step, left));
+    if progressed(before, (step, left)) {
+        ctx.waiting.clear(&name.to_string());
+    }
+    ctx.waiting.bump(name.to_string())
+}
+
+/// Whether a leave's pass that found `now` made progress since the pass that found `before`.
+fn progressed(before: Option<(Cleanup, usize)>, now: (Cleanup, usize)) -> bool {
+    before.is_none_or(|(step, left)| step != now.0 || now.1 < left)
 }
 
 /// What the decision reads about `imc` now.
@@ -188,6 +207,16 @@ fn retry_delay(failures: u32, jitter: f64, period: Duration, error: &Error) -> D
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_leave_that_drains_is_progress_and_one_stuck_is_not() {
+        use Cleanup::{MultiClusterServices as Mcs, ServiceExports as Ses};
+        assert!(progressed(None, (Ses, 100)));
+        assert!(progressed(Some((Ses, 100)), (Ses, 99)));
+        assert!(progressed(Some((Mcs, 1)), (Ses, 100)));
+        assert!(!progressed(Some((Ses, 7)), (Ses, 7)));
+        assert!(!progressed(Some((Ses, 7)), (Ses, 8)));
+    }
 
     #[test]
     fn a_leave_polls_each_second_then_backs_off_to_five_minutes() {
