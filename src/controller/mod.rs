@@ -23,7 +23,7 @@ pub mod writers;
 pub use failure::{ApiFailure, Step};
 pub(crate) use failure::{Failure, api_failures_only};
 pub use job::{Job, MemberInputs, Running};
-pub use observer::{NoObserver, ReconcileObserver, Reconciled};
+pub use observer::{NoObserver, ReconcileObserver, Reconciled, tell_other_writer};
 pub use reconcile::backoff;
 pub(crate) use reconcile::{
     MAX_BACKOFF, Outcome, REREADS, failed, only_uid, reconcile_span, reported,

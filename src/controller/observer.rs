@@ -108,6 +108,27 @@ impl ReconcileObserver for NoObserver {
     fn conflict_reflected(&self, _: &str, _: Duration) {}
 }
 
+/// Tells that job `job` left `object` of `member` to `other`: a Warning naming them, and the
+/// observer (`/members` shows it on the job; the reconcile's outcome counts it in metrics).
+pub fn tell_other_writer(
+    observer: &dyn ReconcileObserver,
+    job: &'static str,
+    member: &str,
+    object: &str,
+    other: &super::writers::OtherWriter,
+) {
+    tracing::warn!(
+        fleet.member = %member,
+        job,
+        object,
+        manager = other.manager,
+        written = %other.time,
+        "another writer ({}) still writes this object for the member: left alone; is its agent still running?",
+        other.manager,
+    );
+    observer.other_writer(member, job, object, other);
+}
+
 #[cfg(test)]
 mod tests {
     use super::Reconciled;

@@ -17,7 +17,6 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, Time};
 
-use super::observer::ReconcileObserver;
 use crate::client::FIELD_MANAGER;
 
 /// The field managers of fleet-networking's member agents (`member-net-controller-manager`
@@ -156,27 +155,6 @@ pub fn other_writer(meta: &ObjectMeta, own: &str, since: Timestamp) -> Option<Ot
 pub fn since(engaged: Timestamp, now: Timestamp) -> Timestamp {
     let held = now.checked_sub(HOLD).unwrap_or(Timestamp::MIN);
     engaged.max(held)
-}
-
-/// Tells that job `job` left `object` of `member` to `other`: a Warning naming them, and the
-/// observer (`/members` shows it on the job; the reconcile's outcome counts it in metrics).
-pub fn tell(
-    observer: &dyn ReconcileObserver,
-    job: &'static str,
-    member: &str,
-    object: &str,
-    other: &OtherWriter,
-) {
-    tracing::warn!(
-        fleet.member = %member,
-        job,
-        object,
-        manager = other.manager,
-        written = %other.time,
-        "another writer ({}) still writes this object for the member: left alone; is its agent still running?",
-        other.manager,
-    );
-    observer.other_writer(member, job, object, other);
 }
 
 #[cfg(test)]

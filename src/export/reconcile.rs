@@ -79,7 +79,7 @@ async fn reconcile_inner(se: &ServiceExport, ctx: &Context) -> Result<(Outcome, 
         if let Some(other) = &plan.held {
             let ise = format!("InternalServiceExport {}", ise_name(&pass.ns, &pass.name));
             let observer = ctx.observer.as_ref();
-            writers::tell(observer, super::NAME, &ctx.member, &ise, other);
+            crate::controller::tell_other_writer(observer, super::NAME, &ctx.member, &ise, other);
             // Looked at again when the agent's write stops holding the ISE (or on a change).
             return Ok((plan.outcome, Action::requeue(other.wait(now))));
         }

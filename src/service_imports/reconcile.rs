@@ -71,31 +71,10 @@ async fn forward_steps(
         }
         let seen = isi.as_ref().map(|i| i.resource_version.clone());
         tracing::debug!(?step, si = %si.resource_version, ?seen, "decided");
-        let result = match &step {
-            Forward::Nothing => return done(outcome),
-            Forward::AddFinalizer => ctx.set_finalizer(&si, true).await.map(|s| si = s),
-            Forward::RemoveFinalizer => ctx.set_finalizer(&si, false).await.map(|_| ()),
-            Forward::Create(reference) => {
-                let view_rv = None;
-                ctx.create_internal(&si, reference, view_rv)
-                    .await
-                    .map(|i| isi = Some(i))
-            }
-            Forward::Update(reference) => match &isi {
-                Some(seen) => ctx
-                    .update_internal(&si, seen, reference)
-                    .await
-                    .map(|i| isi = Some(i)),
-                None => Ok(()),
-            },
-            Forward::DeleteInternal => match &isi {
-                Some(seen) => {
-                    let who = (si.namespace.as_str(), si.name.as_str());
-                    ctx.delete_internal(seen, who).await.map(|_| isi = None)
-                }
-                None => Ok(()),
-            },
-        };
+        if step == Forward::Nothing {
+            return done(outcome);
+        }
+        let result = forward_step(ctx, &step, &mut si, &mut isi).await;
         match result {
             Ok(()) => {
                 outcome = outcome.of_forward(&step);
@@ -120,6 +99,41 @@ async fn forward_steps(
     done(outcome)
 }
 
+/// Takes `step` (not [`Forward::Nothing`]) on `si` and its copy `isi`, each updated to what the
+/// write returned.
+async fn forward_step(
+    ctx: &Context,
+    step: &Forward,
+    si: &mut ImportView,
+    isi: &mut Option<InternalView>,
+) -> Result<(), Error> {
+    match step {
+        Forward::Nothing => Ok(()),
+        Forward::AddFinalizer => ctx.set_finalizer(si, true).await.map(|s| *si = s),
+        Forward::RemoveFinalizer => ctx.set_finalizer(si, false).await.map(|_| ()),
+        Forward::Create(reference) => {
+            let view_rv = None;
+            ctx.create_internal(si, reference, view_rv)
+                .await
+                .map(|i| *isi = Some(i))
+        }
+        Forward::Update(reference) => match isi {
+            Some(seen) => ctx
+                .update_internal(si, seen, reference)
+                .await
+                .map(|i| *isi = Some(i)),
+            None => Ok(()),
+        },
+        Forward::DeleteInternal => match isi {
+            Some(seen) => {
+                let who = (si.namespace.as_str(), si.name.as_str());
+                ctx.delete_internal(seen, who).await.map(|_| *isi = None)
+            }
+            None => Ok(()),
+        },
+    }
+}
+
 /// When `step` would update copy `name`, which the agent wrote last since the job started for
 /// the member: told, and looked at again when the agent's write stops holding it (or on a
 /// change).
@@ -133,7 +147,7 @@ fn left_to_agent(
     let other = isi?.writers.other_writer(writers::since(ctx.engaged, now));
     let other = decide::left_to(step, other)?;
     let object = format!("InternalServiceImport {}/{name}", ctx.hub_namespace);
-    writers::tell(
+    crate::controller::tell_other_writer(
         ctx.observer.as_ref(),
         decide::NAME,
         &ctx.member,

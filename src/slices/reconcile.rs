@@ -82,7 +82,7 @@ async fn observe_decide_act(
         }
         if let Some(other) = &plan.held {
             let export = plan_export(ctx, slice.as_ref());
-            crate::controller::writers::tell(
+            crate::controller::tell_other_writer(
                 ctx.observer.as_ref(),
                 NAME,
                 &ctx.member,
