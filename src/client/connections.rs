@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use tower::BoxError;
 use tower::util::BoxCloneService;
 
+use super::credentials::{Credentials, FromCell};
 use super::{Transport, bounded};
 
 /// A member's answers are read under these ([`bounded`]); the hub's are not (the operator's own
@@ -80,15 +81,18 @@ fn tunnel(
 /// `lanes` pooled hyper clients whose TLS offers HTTP/2 and HTTP/1.1, cloneable so that
 /// several clients share their connections. A request goes out on the connection its [`Lane`]
 /// names (the first without one): with HTTP/2, one connection per lane carries all of its
-/// requests and watches. With `bounds`, every answer's body is read under them.
+/// requests and watches. With `bounds`, every answer's body is read under them. With
+/// `credentials`, every request and TLS handshake takes the credentials in that cell (which a
+/// rotation updates) instead of the kubeconfig's.
 pub(super) fn connections(
     config: &kube::Config,
     lanes: usize,
     bounds: Option<Bounds>,
     proxy: Proxy,
+    credentials: Option<Arc<Credentials>>,
 ) -> Result<Transport, kube::Error> {
     use kube::client::ConfigExt;
-    let connector = tls(config, dial(config, proxy)?)?;
+    let connector = tls(config, dial(config, proxy)?, credentials.clone())?;
     let pooled = move || pooled(connector.clone());
     // Requests of no lane (the replica's own); each lane's connection, while a member uses it.
     let unlaned = pooled();
@@ -111,7 +115,14 @@ pub(super) fn connections(
     });
     let service = tower::ServiceBuilder::new()
         .layer(config.base_uri_layer())
-        .option_layer(config.auth_layer()?)
+        .option_layer(match credentials {
+            Some(_) => None,
+            None => config.auth_layer()?,
+        })
+        .map_request(move |req: Request<Body>| match &credentials {
+            Some(cell) => cell.authorize(req),
+            None => req,
+        })
         .layer(config.extra_headers_layer()?)
         .map_err(BoxError::from)
         .service(route);
@@ -144,13 +155,18 @@ fn dial(config: &kube::Config, proxy: Proxy) -> Result<Connector, kube::Error> {
 }
 
 /// TLS over `http`'s connections, as the kubeconfig says (its CA, client certificate,
-/// `tls-server-name`), offering HTTP/2 and HTTP/1.1.
+/// `tls-server-name`), offering HTTP/2 and HTTP/1.1; the client certificate of
+/// `credentials` when given, read at each handshake.
 fn tls(
     config: &kube::Config,
     http: Connector,
+    credentials: Option<Arc<Credentials>>,
 ) -> Result<hyper_rustls::HttpsConnector<Connector>, kube::Error> {
     use kube::client::ConfigExt;
     let mut tls = config.rustls_client_config()?;
+    if let Some(cell) = credentials {
+        tls.client_auth_cert_resolver = Arc::new(FromCell(cell));
+    }
     // rustls's default remembers tickets for 32 servers, allocated up front (~14 KiB per
     // client); these connections all go to one server.
     tls.resumption = rustls::client::Resumption::in_memory_sessions(SESSIONS_KEPT);

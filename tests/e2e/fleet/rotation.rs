@@ -1,0 +1,195 @@
+//! Credential rotation in place (issue #42 point 2): a member's new token takes effect for the
+//! next request with no watch dropped and nothing listed again; a changed server re-engages the
+//! member as before (what every rotation cost until now: measured here).
+
+use super::*;
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+use kube::api::{Api, DeleteParams, PostParams};
+
+const NS: &str = "rotation";
+const SA: &str = "hub-agent";
+
+/// A cluster-admin ServiceAccount token of `member` bound to a Secret of its own (deleting the
+/// Secret revokes the token).
+async fn bound_token(member: &kube::Client, secret: &str) -> String {
+    let secrets = Api::<Secret>::namespaced(member.clone(), NS);
+    let mut s = Secret::default();
+    s.metadata.name = Some(secret.into());
+    let created = secrets
+        .create(&PostParams::default(), &s)
+        .await
+        .expect("secret");
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(3600),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Secret".into()),
+                name: Some(secret.into()),
+                uid: created.metadata.uid,
+            }),
+        },
+        ..Default::default()
+    };
+    let issued: TokenRequest = Api::<ServiceAccount>::namespaced(member.clone(), NS)
+        .create_subresource("token", SA, &PostParams::default(), &request)
+        .await
+        .expect("TokenRequest");
+    issued.status.expect("issued").token
+}
+
+async fn service_account(member: &kube::Client) {
+    namespace(member, NS).await;
+    let mut sa = ServiceAccount::default();
+    sa.metadata.name = Some(SA.into());
+    Api::<ServiceAccount>::namespaced(member.clone(), NS)
+        .create(&PostParams::default(), &sa)
+        .await
+        .expect("service account");
+    let binding = ClusterRoleBinding {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("{SA}-admin")),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: "cluster-admin".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: SA.into(),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(member.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding");
+}
+
+/// `kubeconfig` with its user's token replaced by `token`.
+fn with_token(kubeconfig: &str, token: &str) -> String {
+    kubeconfig
+        .lines()
+        .map(|l| match l.split_once("token:") {
+            Some((indent, _)) => format!("{indent}token: {token}"),
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+fn write_member(dir: &Path, member: &str, content: &str) {
+    let tmp = dir.join(format!(".{member}.new"));
+    std::fs::write(&tmp, content).expect("write");
+    std::fs::rename(tmp, dir.join(format!("{member}.yaml"))).expect("swap");
+}
+
+/// LISTs and ended WATCHes the member's apiserver counted so far.
+async fn lists_and_watches(member: &kube::Client) -> (f64, f64) {
+    let text = apiserver_metrics(member).await;
+    (
+        sum(&text, "apiserver_request_total", &["verb=\"LIST\""]),
+        sum(&text, "apiserver_request_total", &["verb=\"WATCH\""]),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_token_is_used_without_relisting_and_a_new_server_re_engages() {
+    let fleet = Fleet::builder()
+        .members(["alpha"])
+        .start()
+        .await
+        .expect("fleet");
+    let admin = fleet.member("alpha").client().await.expect("member client");
+    service_account(&admin).await;
+    let (first, second) = (
+        bound_token(&admin, "token-1").await,
+        bound_token(&admin, "token-2").await,
+    );
+    let original =
+        std::fs::read_to_string(fleet.member("alpha").kubeconfig_path()).expect("kubeconfig");
+    let dir = member_dir(&fleet, &[]);
+    write_member(&dir, "alpha", &with_token(&original, &first));
+    let running = app::start(config(&fleet, &dir), Extensions::default())
+        .await
+        .expect("starts");
+    wait_phase(&running, "alpha", Phase::Ready).await;
+    export_and_wait(&fleet, "alpha", "shop", "before").await;
+    let engaged = running.state.member("alpha").expect("alpha");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = lists_and_watches(&admin).await;
+
+    // The token rotated: taken in place; then the old one revoked.
+    let rotated_at = Instant::now();
+    write_member(&dir, "alpha", &with_token(&original, &second));
+    eventually("alpha's new kubeconfig taken", || async {
+        running
+            .state
+            .member("alpha")
+            .filter(|m| m.kubeconfig_hash != engaged.kubeconfig_hash)
+            .map(|_| ())
+    })
+    .await;
+    let taken = rotated_at.elapsed();
+    Api::<Secret>::namespaced(admin.clone(), NS)
+        .delete("token-1", &DeleteParams::default())
+        .await
+        .expect("revoke the first token");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Its writes (the export's finalizer and status on the member, the hub's side) go on.
+    export_and_wait(&fleet, "alpha", "shop", "after").await;
+    let exported = exports(&admin, "shop").get("after").await.expect("export");
+    assert!(
+        exported.metadata.finalizers.is_some_and(|f| !f.is_empty()),
+        "the member's write after the revocation went through"
+    );
+    let after = lists_and_watches(&admin).await;
+    let status = running.state.member("alpha").expect("alpha");
+    eprintln!(
+        "rotation in place: taken after {taken:?}; LISTs {}, ended WATCHes {}",
+        after.0 - before.0,
+        after.1 - before.1
+    );
+    assert_eq!(after.0 - before.0, 0.0, "nothing listed again");
+    assert_eq!(after.1 - before.1, 0.0, "no watch dropped");
+    assert_eq!(status.since, engaged.since, "not engaged again: {status:?}");
+    assert_eq!(status.phase, Phase::Ready);
+
+    // A new server (the same apiserver by another name): engaged again, as before; what each
+    // rotation cost until now.
+    let changed_at = Instant::now();
+    let renamed =
+        with_token(&original, &second).replace("https://127.0.0.1:", "https://localhost:");
+    assert_ne!(
+        renamed,
+        with_token(&original, &second),
+        "server named by IP"
+    );
+    write_member(&dir, "alpha", &renamed);
+    eventually("alpha engaged again", || async {
+        running
+            .state
+            .member("alpha")
+            .filter(|m| m.since != status.since && m.phase == Phase::Ready)
+            .map(|_| ())
+    })
+    .await;
+    let ready = changed_at.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let re_engaged = lists_and_watches(&admin).await;
+    eprintln!(
+        "re-engagement: ready after {ready:?}; LISTs {}, ended WATCHes {}",
+        re_engaged.0 - after.0,
+        re_engaged.1 - after.1
+    );
+    assert!(re_engaged.0 > after.0, "a re-engagement lists again");
+    export_and_wait(&fleet, "alpha", "shop", "renamed").await;
+    running.shutdown().await;
+}
