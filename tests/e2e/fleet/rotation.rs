@@ -22,8 +22,8 @@ async fn bound_token(member: &kube::Client, secret: &str) -> String {
         .await
         .expect("secret");
     let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
+        spec: Some(TokenRequestSpec {
+            audiences: None,
             expiration_seconds: Some(3600),
             bound_object_ref: Some(BoundObjectReference {
                 api_version: Some("v1".into()),
@@ -31,14 +31,14 @@ async fn bound_token(member: &kube::Client, secret: &str) -> String {
                 name: Some(secret.into()),
                 uid: created.metadata.uid,
             }),
-        },
+        }),
         ..Default::default()
     };
     let issued: TokenRequest = Api::<ServiceAccount>::namespaced(member.clone(), NS)
         .create_subresource("token", SA, &PostParams::default(), &request)
         .await
         .expect("TokenRequest");
-    issued.status.expect("issued").token
+    issued.status.and_then(|s| s.token).expect("a token issued")
 }
 
 async fn service_account(member: &kube::Client) {
@@ -55,7 +55,7 @@ async fn service_account(member: &kube::Client) {
             ..Default::default()
         },
         role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
             kind: "ClusterRole".into(),
             name: "cluster-admin".into(),
         },
@@ -162,11 +162,13 @@ async fn a_rotated_token_is_used_without_relisting_and_a_new_server_re_engages()
     assert_eq!(status.since, engaged.since, "not engaged again: {status:?}");
     assert_eq!(status.phase, Phase::Ready);
 
-    // A new server (the same apiserver by another name): engaged again, as before; what each
-    // rotation cost until now.
+    // A new server (the same apiserver by another name; its certificate names `kubernetes`,
+    // not `localhost`): engaged again, as before; what each rotation cost until now.
     let changed_at = Instant::now();
-    let renamed =
-        with_token(&original, &second).replace("https://127.0.0.1:", "https://localhost:");
+    let renamed = with_token(&original, &second).replace(
+        "server: https://127.0.0.1:",
+        "tls-server-name: kubernetes\n    server: https://localhost:",
+    );
     assert_ne!(
         renamed,
         with_token(&original, &second),
