@@ -94,8 +94,15 @@ pub(super) fn connections(
     use kube::client::ConfigExt;
     let connector = tls(config, dial(config, proxy)?, credentials.clone())?;
     let pooled = move || pooled(connector.clone());
-    // Requests of no lane (the replica's own); each lane's connection, while a member uses it.
-    let unlaned = pooled();
+    // Requests of no lane (a member's, the replica's own); each lane's connection, while a
+    // member uses it. A rotated client certificate takes a new pool, so the next request opens
+    // a connection that presents it; the old connection goes on carrying the streams already on
+    // it (the watches, authorized when they started) and closes once they end.
+    let generation = {
+        let cell = credentials.clone();
+        move || cell.as_ref().map_or(0, |c| c.identity_generation())
+    };
+    let unlaned = Arc::new(Mutex::new((generation(), pooled())));
     let lanes: Arc<Mutex<Vec<Weak<LaneConnection>>>> =
         Arc::new(Mutex::new((0..lanes.max(1)).map(|_| Weak::new()).collect()));
     let route = tower::service_fn(move |req: Request<Body>| {
@@ -109,7 +116,14 @@ pub(super) fn connections(
                 })
                 .0
                 .clone(),
-            None => unlaned.clone(),
+            None => {
+                let mut unlaned = unlaned.lock();
+                let now = generation();
+                if unlaned.0 != now {
+                    *unlaned = (now, pooled());
+                }
+                unlaned.1.clone()
+            }
         };
         send(&client, req, bounds.as_ref())
     });

@@ -7,6 +7,7 @@
 //! Nothing here prints a credential: the cell's `Debug` shows which kinds it holds only.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use base64::Engine;
 use http::HeaderValue;
@@ -190,6 +191,8 @@ fn certified_key(cert: &str, key: &str) -> Result<Arc<CertifiedKey>, String> {
 pub struct Credentials {
     bearer: RwLock<Option<HeaderValue>>,
     identity: RwLock<Option<Arc<CertifiedKey>>>,
+    /// Bumped by every new client certificate: connections opened before present the old one.
+    identity_generation: AtomicU64,
 }
 
 /// Never the credentials: which kinds are held only.
@@ -217,6 +220,7 @@ impl Credentials {
         Ok(Some(Arc::new(Self {
             bearer: RwLock::new(inline.bearer),
             identity: RwLock::new(inline.identity),
+            identity_generation: AtomicU64::new(0),
         })))
     }
 
@@ -226,7 +230,15 @@ impl Credentials {
         let user = current_user(kubeconfig).ok_or("no current user")?;
         let inline = Inline::of(&user)?;
         *self.bearer.write() = inline.bearer;
-        *self.identity.write() = inline.identity;
+        let mut identity = self.identity.write();
+        let same = match (identity.as_ref(), inline.identity.as_ref()) {
+            (Some(old), Some(new)) => old.cert == new.cert,
+            (old, new) => old.is_none() && new.is_none(),
+        };
+        *identity = inline.identity;
+        if !same {
+            self.identity_generation.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -237,6 +249,12 @@ impl Credentials {
                 .insert(http::header::AUTHORIZATION, bearer);
         }
         req
+    }
+
+    /// Which client certificate the cell holds: a connection opened under an older one
+    /// presents that one ([`super::connections`] opens a new one for the next request).
+    pub(super) fn identity_generation(&self) -> u64 {
+        self.identity_generation.load(Ordering::Relaxed)
     }
 
     /// Whether the cell holds a client certificate (TLS then offers the cell's).

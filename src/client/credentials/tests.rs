@@ -147,6 +147,18 @@ fn the_cell_sends_the_new_token_and_presents_the_new_certificate() {
         first,
         "the next handshake presents the new pair"
     );
+    assert_eq!(
+        cell.identity_generation(),
+        1,
+        "a new connection for the new pair"
+    );
+    cell.replace(&kubeconfig(SERVER, &(token("t2") + &pair(CERT_B, KEY_B))))
+        .expect("the same again");
+    assert_eq!(
+        cell.identity_generation(),
+        1,
+        "the same pair keeps its connection"
+    );
     // A broken new pair is refused, named by its field only; the cell keeps what it has.
     let refused = cell
         .replace(&kubeconfig(
