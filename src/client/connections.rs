@@ -178,12 +178,17 @@ fn tls(
 ) -> Result<hyper_rustls::HttpsConnector<Connector>, kube::Error> {
     use kube::client::ConfigExt;
     let mut tls = config.rustls_client_config()?;
-    if let Some(cell) = credentials {
-        tls.client_auth_cert_resolver = Arc::new(FromCell(cell));
-    }
     // rustls's default remembers tickets for 32 servers, allocated up front (~14 KiB per
     // client); these connections all go to one server.
     tls.resumption = rustls::client::Resumption::in_memory_sessions(SESSIONS_KEPT);
+    if let Some(cell) = credentials {
+        // A resumed session keeps the client certificate of the handshake it resumes: after a
+        // rotation the server would still see the old one (as client-go, which resumes none).
+        if cell.has_identity() {
+            tls.resumption = rustls::client::Resumption::disabled();
+        }
+        tls.client_auth_cert_resolver = Arc::new(FromCell(cell));
+    }
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http();

@@ -7,6 +7,7 @@ use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, T
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use kube::api::{Api, DeleteParams, PostParams};
+use support::tls::{base64, make_pki};
 
 const NS: &str = "rotation";
 const SA: &str = "hub-agent";
@@ -193,5 +194,154 @@ async fn a_rotated_token_is_used_without_relisting_and_a_new_server_re_engages()
     );
     assert!(re_engaged.0 > after.0, "a re-engagement lists again");
     export_and_wait(&fleet, "alpha", "shop", "renamed").await;
+    running.shutdown().await;
+}
+
+/// A client certificate (X.509 v3: rustls refuses the v1 certificates `x509 -req` makes without
+/// extensions) for user `user` signed by the CA `make_pki` left in `dir`: (PEM, key).
+fn client_pair(dir: &Path, user: &str) -> (Vec<u8>, Vec<u8>) {
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl runs");
+        assert!(out.status.success(), "openssl {args:?}");
+    };
+    let (key, csr, pem) = (
+        format!("{user}.key"),
+        format!("{user}.csr"),
+        format!("{user}.pem"),
+    );
+    let subject = format!("/CN={user}");
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").expect("write ext");
+    openssl(&[
+        "req", "-subj", &subject, "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr,
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &csr,
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "client.ext",
+        "-out",
+        &pem,
+    ]);
+    let read = |f: &str| std::fs::read(dir.join(f)).expect("read PEM");
+    (read(&pem), read(&key))
+}
+
+/// `user` bound to cluster-admin.
+async fn admin_binding(member: &kube::Client, user: &str) {
+    let binding = ClusterRoleBinding {
+        metadata: kube::api::ObjectMeta {
+            name: Some(user.into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: "cluster-admin".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".into(),
+            name: user.into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(member.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding");
+}
+
+/// `kubeconfig` with its user's token replaced by the client certificate `pair`.
+fn with_pair(kubeconfig: &str, (cert, key): &(Vec<u8>, Vec<u8>)) -> String {
+    let (cert, key) = (base64(cert), base64(key));
+    kubeconfig
+        .lines()
+        .map(|l| match l.split_once("token:") {
+            Some((indent, _)) => {
+                format!("{indent}client-certificate-data: {cert}\n{indent}client-key-data: {key}")
+            }
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_client_certificate_is_presented_by_new_connections_without_relisting() {
+    let pki = tempfile::tempdir().expect("tempdir");
+    make_pki(pki.path());
+    let (first, second) = (
+        client_pair(pki.path(), "agent-1"),
+        client_pair(pki.path(), "agent-2"),
+    );
+    let client_ca = format!("--client-ca-file={}", pki.path().join("ca.pem").display());
+    let fleet = Fleet::builder()
+        .members(["alpha"])
+        .apiserver_args("alpha", [client_ca])
+        .start()
+        .await
+        .expect("fleet");
+    let admin = fleet.member("alpha").client().await.expect("member client");
+    admin_binding(&admin, "agent-1").await;
+    admin_binding(&admin, "agent-2").await;
+    let original =
+        std::fs::read_to_string(fleet.member("alpha").kubeconfig_path()).expect("kubeconfig");
+    let dir = member_dir(&fleet, &[]);
+    write_member(&dir, "alpha", &with_pair(&original, &first));
+    let running = app::start(config(&fleet, &dir), Extensions::default())
+        .await
+        .expect("starts");
+    wait_phase(&running, "alpha", Phase::Ready).await;
+    export_and_wait(&fleet, "alpha", "shop", "before").await;
+    let engaged = running.state.member("alpha").expect("alpha");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = lists_and_watches(&admin).await;
+
+    write_member(&dir, "alpha", &with_pair(&original, &second));
+    eventually("alpha's new kubeconfig taken", || async {
+        running
+            .state
+            .member("alpha")
+            .filter(|m| m.kubeconfig_hash != engaged.kubeconfig_hash)
+            .map(|_| ())
+    })
+    .await;
+    // The old identity loses its rights: the member's next writes go as agent-2 (a new
+    // connection), its watches on the old connection go on.
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .delete("agent-1", &DeleteParams::default())
+        .await
+        .expect("unbind agent-1");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    export_and_wait(&fleet, "alpha", "shop", "after").await;
+    let exported = exports(&admin, "shop").get("after").await.expect("export");
+    assert!(
+        exported.metadata.finalizers.is_some_and(|f| !f.is_empty()),
+        "the member's write as the new identity went through"
+    );
+    let after = lists_and_watches(&admin).await;
+    let status = running.state.member("alpha").expect("alpha");
+    eprintln!(
+        "certificate rotation: LISTs {}, ended WATCHes {}",
+        after.0 - before.0,
+        after.1 - before.1
+    );
+    assert_eq!(after.0 - before.0, 0.0, "nothing listed again");
+    assert_eq!(after.1 - before.1, 0.0, "no watch dropped");
+    assert_eq!(status.since, engaged.since, "not engaged again: {status:?}");
     running.shutdown().await;
 }
