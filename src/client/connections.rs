@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use tower::BoxError;
 use tower::util::BoxCloneService;
 
+use super::credentials::{Credentials, FromCell};
 use super::{Transport, bounded};
 
 /// A member's answers are read under these ([`bounded`]); the hub's are not (the operator's own
@@ -80,18 +81,28 @@ fn tunnel(
 /// `lanes` pooled hyper clients whose TLS offers HTTP/2 and HTTP/1.1, cloneable so that
 /// several clients share their connections. A request goes out on the connection its [`Lane`]
 /// names (the first without one): with HTTP/2, one connection per lane carries all of its
-/// requests and watches. With `bounds`, every answer's body is read under them.
+/// requests and watches. With `bounds`, every answer's body is read under them. With
+/// `credentials`, every request and TLS handshake takes the credentials in that cell (which a
+/// rotation updates) instead of the kubeconfig's.
 pub(super) fn connections(
     config: &kube::Config,
     lanes: usize,
     bounds: Option<Bounds>,
     proxy: Proxy,
+    credentials: Option<Arc<Credentials>>,
 ) -> Result<Transport, kube::Error> {
     use kube::client::ConfigExt;
-    let connector = tls(config, dial(config, proxy)?)?;
+    let connector = tls(config, dial(config, proxy)?, credentials.clone())?;
     let pooled = move || pooled(connector.clone());
-    // Requests of no lane (the replica's own); each lane's connection, while a member uses it.
-    let unlaned = pooled();
+    // Requests of no lane (a member's, the replica's own); each lane's connection, while a
+    // member uses it. A rotated client certificate takes a new pool, so the next request opens
+    // a connection that presents it; the old connection goes on carrying the streams already on
+    // it (the watches, authorized when they started) and closes once they end.
+    let generation = {
+        let cell = credentials.clone();
+        move || cell.as_ref().map_or(0, |c| c.identity_generation())
+    };
+    let unlaned = Arc::new(Mutex::new((generation(), pooled())));
     let lanes: Arc<Mutex<Vec<Weak<LaneConnection>>>> =
         Arc::new(Mutex::new((0..lanes.max(1)).map(|_| Weak::new()).collect()));
     let route = tower::service_fn(move |req: Request<Body>| {
@@ -105,13 +116,27 @@ pub(super) fn connections(
                 })
                 .0
                 .clone(),
-            None => unlaned.clone(),
+            None => {
+                let mut unlaned = unlaned.lock();
+                let now = generation();
+                if unlaned.0 != now {
+                    *unlaned = (now, pooled());
+                }
+                unlaned.1.clone()
+            }
         };
         send(&client, req, bounds.as_ref())
     });
     let service = tower::ServiceBuilder::new()
         .layer(config.base_uri_layer())
-        .option_layer(config.auth_layer()?)
+        .option_layer(match credentials {
+            Some(_) => None,
+            None => config.auth_layer()?,
+        })
+        .map_request(move |req: Request<Body>| match &credentials {
+            Some(cell) => cell.authorize(req),
+            None => req,
+        })
         .layer(config.extra_headers_layer()?)
         .map_err(BoxError::from)
         .service(route);
@@ -144,16 +169,26 @@ fn dial(config: &kube::Config, proxy: Proxy) -> Result<Connector, kube::Error> {
 }
 
 /// TLS over `http`'s connections, as the kubeconfig says (its CA, client certificate,
-/// `tls-server-name`), offering HTTP/2 and HTTP/1.1.
+/// `tls-server-name`), offering HTTP/2 and HTTP/1.1; the client certificate of
+/// `credentials` when given, read at each handshake.
 fn tls(
     config: &kube::Config,
     http: Connector,
+    credentials: Option<Arc<Credentials>>,
 ) -> Result<hyper_rustls::HttpsConnector<Connector>, kube::Error> {
     use kube::client::ConfigExt;
     let mut tls = config.rustls_client_config()?;
     // rustls's default remembers tickets for 32 servers, allocated up front (~14 KiB per
     // client); these connections all go to one server.
     tls.resumption = rustls::client::Resumption::in_memory_sessions(SESSIONS_KEPT);
+    if let Some(cell) = credentials {
+        // A resumed session keeps the client certificate of the handshake it resumes: after a
+        // rotation the server would still see the old one (as client-go, which resumes none).
+        if cell.has_identity() {
+            tls.resumption = rustls::client::Resumption::disabled();
+        }
+        tls.client_auth_cert_resolver = Arc::new(FromCell(cell));
+    }
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http();

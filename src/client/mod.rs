@@ -12,6 +12,7 @@
 pub mod bounded;
 mod classify;
 mod connections;
+pub mod credentials;
 pub mod exec;
 mod printable;
 
@@ -203,12 +204,15 @@ pub struct MemberClients {
 /// connection when the API server offers it (every kube-apiserver does; client-go's own
 /// choice): the member's watches, its requests and its Events share one TLS session instead
 /// of a connection each (kube's builder speaks HTTP/1.1 only).
+/// With `credentials`, its requests authenticate with what that cell holds (rotated in place),
+/// not with the kubeconfig's.
 pub async fn member_clients(
     name: &str,
     kubeconfig: Kubeconfig,
     limits: &Limits,
     stats: Arc<ClientStats>,
     fence: Fence,
+    credentials: Option<Arc<credentials::Credentials>>,
 ) -> Result<MemberClients, Error> {
     let config = config_of(Some(kubeconfig)).await?;
     let server = config.cluster_url.to_string();
@@ -216,7 +220,7 @@ pub async fn member_clients(
         .proxy_url
         .as_ref()
         .map(|url| printable::printable_proxy(&url.to_string()));
-    let client = member_client_of(name, &config, limits, stats, fence)?;
+    let client = member_client_of(name, &config, limits, stats, fence, credentials)?;
     Ok(MemberClients {
         client,
         server,
@@ -233,6 +237,7 @@ fn member_client_of(
     limits: &Limits,
     stats: Arc<ClientStats>,
     fence: Fence,
+    credentials: Option<Arc<credentials::Credentials>>,
 ) -> Result<kube::Client, Error> {
     // No kube retry layer to switch off here: `connections` builds the stack without one.
     let plugin = exec::plugin_of(config);
@@ -247,7 +252,7 @@ fn member_client_of(
         member: name.into(),
         limits: limits.body_limits(),
     };
-    let transport = connections(config, 1, Some(bounds), Proxy::Member)
+    let transport = connections(config, 1, Some(bounds), Proxy::Member, credentials)
         .map_err(|source| kube_error(&member, plugin.as_ref(), source))?;
     let events =
         crate::policy::bucket(limits.event_qps, limits.event_burst).map_err(|e| Error::Limits {
@@ -301,7 +306,7 @@ pub fn build_over(
 ) -> Result<kube::Client, Error> {
     let plugin = exec::plugin_of(&config);
     // kube runs an exec plugin once already here, for its first token.
-    let transport = connections(&config, lanes, None, Proxy::Never)
+    let transport = connections(&config, lanes, None, Proxy::Never, None)
         .map_err(|source| kube_error(name, plugin.as_ref(), source))?;
     let builder = ClientBuilder::new(transport, &config.default_namespace);
     layered(name, builder, plugin, limits, vec![], stats, fence)

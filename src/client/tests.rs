@@ -200,7 +200,7 @@ async fn a_members_events_and_its_requests_spend_separate_budgets() {
         ..Limits::default()
     };
     let config = kube::Config::new(url.parse().expect("url"));
-    let client = member_client_of("m", &config, &limits, Arc::default(), Fence::open())
+    let client = member_client_of("m", &config, &limits, Arc::default(), Fence::open(), None)
         .expect("member client");
     let send = |path: &'static str, method: http::Method| {
         let client = client.clone();
@@ -375,13 +375,14 @@ async fn a_kubeconfig_without_proxy_url_never_takes_one_from_the_environment() {
         proxied.proxy_url.map(|u| u.to_string()),
         Some("http://user:pw@proxy.example:3128/".to_string())
     );
-    let Err(refused) = connections(&proxied_config("http"), 1, None, Proxy::Never) else {
+    let Err(refused) = connections(&proxied_config("http"), 1, None, Proxy::Never, None) else {
         panic!("the hub's client never goes through a proxy");
     };
     assert!(!refused.to_string().contains("pw"), "{refused}");
-    assert!(connections(&proxied_config("http"), 1, None, Proxy::Member).is_ok());
+    assert!(connections(&proxied_config("http"), 1, None, Proxy::Member, None).is_ok());
     for scheme in ["https", "socks5"] {
-        let Err(refused) = connections(&proxied_config(scheme), 1, None, Proxy::Member) else {
+        let Err(refused) = connections(&proxied_config(scheme), 1, None, Proxy::Member, None)
+        else {
             panic!("{scheme}: only http:// proxies");
         };
         let refused = refused.to_string();

@@ -12,6 +12,9 @@ use tokio_util::task::TaskTracker;
 
 use super::sources::{Desired, Sources};
 use super::{Error, Event, Shared, member, registry, removal};
+use crate::client::credentials::Credentials;
+
+mod rotation;
 
 /// How long a stopping member's in-flight reconciles may take to finish.
 const DRAIN: Duration = Duration::from_secs(15);
@@ -23,6 +26,9 @@ struct Engagement {
     settings: String,
     /// Shared with the member's task (one copy, not two, of each member's kubeconfig).
     kubeconfig: Option<Arc<str>>,
+    /// The running member's inline credentials, updated in place by a rotation ([`rotation`]);
+    /// `None`: an exec plugin or basic auth, re-engaged on any change as before.
+    credentials: Option<Arc<Credentials>>,
     cancel: CancellationToken,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -185,6 +191,11 @@ async fn sync_members(
         {
             continue;
         }
+        if engaged.get_mut(&name).is_some_and(|e| {
+            e.settings == settings && rotation::taken_in_place(shared, &name, e, &source)
+        }) {
+            continue;
+        }
         if let Some(old) = engaged.remove(&name) {
             if old.hash == source.hash {
                 tracing::info!(member = %name, azure = %settings, "member settings changed: re-engaging");
@@ -279,31 +290,34 @@ fn engage(
         .kubeconfig
         .map_err(Error::Source)
         .and_then(|kubeconfig| Ok((kubeconfig, hub_namespace.map_err(Error::HubNamespace)?)));
-    let (task, kubeconfig) = match admissible {
+    let (task, kubeconfig, credentials) = match admissible {
         Ok((kubeconfig, hub_namespace)) => {
             let kubeconfig: Arc<str> = kubeconfig.into();
+            let credentials = rotation::cell(shared, &kubeconfig, &place);
             let task = tokio::spawn(member::run(
                 name.to_string(),
                 hub_namespace,
-                place,
+                place.clone(),
                 kubeconfig.clone(),
+                credentials.clone(),
                 shared.clone(),
                 cancel.clone(),
             ));
-            (Some(task), Some(kubeconfig))
+            (Some(task), Some(kubeconfig), credentials)
         }
         Err(e) => {
             tracing::error!(member = %name, source = %place, error = %e, "member not started");
             shared.state.record(name, Event::Refused(e.to_string()));
             // Its series show the refusal on /metrics too.
             shared.hooks.member_engaged(name, Arc::default());
-            (None, None)
+            (None, None, None)
         }
     };
     Engagement {
         hash: source.hash,
         settings,
         kubeconfig,
+        credentials,
         cancel,
         task,
     }

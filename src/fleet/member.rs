@@ -29,6 +29,7 @@ pub(super) async fn run(
     hub_namespace: String,
     file: String,
     kubeconfig: Arc<str>,
+    credentials: Option<Arc<client::credentials::Credentials>>,
     shared: Arc<Shared>,
     cancel: CancellationToken,
 ) {
@@ -56,9 +57,10 @@ pub(super) async fn run(
         shared.state.record(&name, Event::Connecting);
         // A panic in this member's attempt (outside data nothing else caught) costs this
         // member an attempt, not its task: it is failing and tried again like any failure.
-        let ended = std::panic::AssertUnwindSafe(run_once(&member, &shared, &cancel))
-            .catch_unwind()
-            .await;
+        let ended =
+            std::panic::AssertUnwindSafe(run_once(&member, credentials.clone(), &shared, &cancel))
+                .catch_unwind()
+                .await;
         let Some(e) = settle(ended, cancel.is_cancelled()) else {
             break;
         };
@@ -161,10 +163,11 @@ pub async fn member_client(
     fence: client::Fence,
 ) -> Result<MemberClient, Error> {
     let vetted = vet::vet(kubeconfig, origin, trust).map_err(Error::Refused)?;
-    connect(name, origin, vetted, limits, stats, fence).await
+    connect(name, origin, vetted, limits, stats, fence, None).await
 }
 
-/// Clients for a member whose kubeconfig (from `origin`) was vetted.
+/// Clients for a member whose kubeconfig (from `origin`) was vetted; with `credentials`,
+/// authenticating with what that cell holds (rotated in place by the engagement).
 async fn connect(
     name: &str,
     origin: &str,
@@ -172,10 +175,12 @@ async fn connect(
     limits: &client::Limits,
     stats: Arc<ClientStats>,
     fence: client::Fence,
+    credentials: Option<Arc<client::credentials::Credentials>>,
 ) -> Result<MemberClient, Error> {
-    let mut clients = client::member_clients(name, vetted.kubeconfig, limits, stats, fence)
-        .await
-        .map_err(|e| redacted(origin, e))?;
+    let mut clients =
+        client::member_clients(name, vetted.kubeconfig, limits, stats, fence, credentials)
+            .await
+            .map_err(|e| redacted(origin, e))?;
     // Shown on /members, in `check` and in logs: the vetting refuses credentials in the URL,
     // and this keeps it so should a URL ever get past it.
     clients.server = crate::client::printable_server(&clients.server);
@@ -187,6 +192,7 @@ async fn connect(
 
 async fn run_once(
     member: &Member,
+    credentials: Option<Arc<client::credentials::Credentials>>,
     shared: &Arc<Shared>,
     cancel: &CancellationToken,
 ) -> Result<(), Error> {
@@ -212,6 +218,7 @@ async fn run_once(
         &cfg.member_limits,
         stats.clone(),
         shared.ownership.fence_of(name),
+        credentials,
     ))
     .await?;
     if tls_verify_disabled {

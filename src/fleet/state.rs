@@ -225,6 +225,18 @@ impl FleetState {
         self.write().insert(name.to_string(), status);
     }
 
+    /// A running member's new kubeconfig was taken in place (`Ok`: its hash, the engagement's
+    /// from now on) or refused (`Err`: why, shown as its last error while it keeps the
+    /// credentials it has).
+    pub fn rotated(&self, name: &str, outcome: Result<&str, String>) {
+        if let Some(status) = self.write().get_mut(name) {
+            match outcome {
+                Ok(hash) => status.kubeconfig_hash = hash.to_string(),
+                Err(refusal) => status.last_error = Some(refusal),
+            }
+        }
+    }
+
     /// Stops tracking a member (it left the fleet).
     pub fn remove(&self, name: &str) {
         self.write().remove(name);

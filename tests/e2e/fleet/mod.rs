@@ -5,6 +5,7 @@ mod hub_namespace;
 mod jobs;
 mod lifecycle;
 mod outages;
+mod rotation;
 mod serving;
 mod sources;
 mod watches;

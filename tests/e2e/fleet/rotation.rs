@@ -1,0 +1,347 @@
+//! Credential rotation in place (issue #42 point 2): a member's new token takes effect for the
+//! next request with no watch dropped and nothing listed again; a changed server re-engages the
+//! member as before (what every rotation cost until now: measured here).
+
+use super::*;
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+use kube::api::{Api, DeleteParams, PostParams};
+use support::tls::{base64, make_pki};
+
+const NS: &str = "rotation";
+const SA: &str = "hub-agent";
+
+/// A cluster-admin ServiceAccount token of `member` bound to a Secret of its own (deleting the
+/// Secret revokes the token).
+async fn bound_token(member: &kube::Client, secret: &str) -> String {
+    let secrets = Api::<Secret>::namespaced(member.clone(), NS);
+    let mut s = Secret::default();
+    s.metadata.name = Some(secret.into());
+    let created = secrets
+        .create(&PostParams::default(), &s)
+        .await
+        .expect("secret");
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: None,
+            expiration_seconds: Some(3600),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Secret".into()),
+                name: Some(secret.into()),
+                uid: created.metadata.uid,
+            }),
+        }),
+        ..Default::default()
+    };
+    let issued: TokenRequest = Api::<ServiceAccount>::namespaced(member.clone(), NS)
+        .create_subresource("token", SA, &PostParams::default(), &request)
+        .await
+        .expect("TokenRequest");
+    issued.status.and_then(|s| s.token).expect("a token issued")
+}
+
+async fn service_account(member: &kube::Client) {
+    namespace(member, NS).await;
+    let mut sa = ServiceAccount::default();
+    sa.metadata.name = Some(SA.into());
+    Api::<ServiceAccount>::namespaced(member.clone(), NS)
+        .create(&PostParams::default(), &sa)
+        .await
+        .expect("service account");
+    let binding = ClusterRoleBinding {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("{SA}-admin")),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: "cluster-admin".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: SA.into(),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(member.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding");
+}
+
+/// `kubeconfig` with its user's token replaced by `token`.
+fn with_token(kubeconfig: &str, token: &str) -> String {
+    kubeconfig
+        .lines()
+        .map(|l| match l.split_once("token:") {
+            Some((indent, _)) => format!("{indent}token: {token}"),
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+fn write_member(dir: &Path, member: &str, content: &str) {
+    let tmp = dir.join(format!(".{member}.new"));
+    std::fs::write(&tmp, content).expect("write");
+    std::fs::rename(tmp, dir.join(format!("{member}.yaml"))).expect("swap");
+}
+
+/// LISTs and ended WATCHes the member's apiserver counted so far.
+async fn lists_and_watches(member: &kube::Client) -> (f64, f64) {
+    let text = apiserver_metrics(member).await;
+    (
+        sum(&text, "apiserver_request_total", &["verb=\"LIST\""]),
+        sum(&text, "apiserver_request_total", &["verb=\"WATCH\""]),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_token_is_used_without_relisting_and_a_new_server_re_engages() {
+    let fleet = Fleet::builder()
+        .members(["alpha"])
+        .start()
+        .await
+        .expect("fleet");
+    let admin = fleet.member("alpha").client().await.expect("member client");
+    service_account(&admin).await;
+    let (first, second) = (
+        bound_token(&admin, "token-1").await,
+        bound_token(&admin, "token-2").await,
+    );
+    let original =
+        std::fs::read_to_string(fleet.member("alpha").kubeconfig_path()).expect("kubeconfig");
+    let dir = member_dir(&fleet, &[]);
+    write_member(&dir, "alpha", &with_token(&original, &first));
+    let running = app::start(config(&fleet, &dir), Extensions::default())
+        .await
+        .expect("starts");
+    wait_phase(&running, "alpha", Phase::Ready).await;
+    export_and_wait(&fleet, "alpha", "shop", "before").await;
+    let engaged = running.state.member("alpha").expect("alpha");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = lists_and_watches(&admin).await;
+
+    // The token rotated: taken in place; then the old one revoked.
+    let rotated_at = Instant::now();
+    write_member(&dir, "alpha", &with_token(&original, &second));
+    eventually("alpha's new kubeconfig taken", || async {
+        running
+            .state
+            .member("alpha")
+            .filter(|m| m.kubeconfig_hash != engaged.kubeconfig_hash)
+            .map(|_| ())
+    })
+    .await;
+    let taken = rotated_at.elapsed();
+    Api::<Secret>::namespaced(admin.clone(), NS)
+        .delete("token-1", &DeleteParams::default())
+        .await
+        .expect("revoke the first token");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Its writes (the export's finalizer and status on the member, the hub's side) go on.
+    export_and_wait(&fleet, "alpha", "shop", "after").await;
+    let exported = exports(&admin, "shop").get("after").await.expect("export");
+    assert!(
+        exported.metadata.finalizers.is_some_and(|f| !f.is_empty()),
+        "the member's write after the revocation went through"
+    );
+    let after = lists_and_watches(&admin).await;
+    let status = running.state.member("alpha").expect("alpha");
+    eprintln!(
+        "rotation in place: taken after {taken:?}; LISTs {}, ended WATCHes {}",
+        after.0 - before.0,
+        after.1 - before.1
+    );
+    assert_eq!(after.0 - before.0, 0.0, "nothing listed again");
+    assert_eq!(after.1 - before.1, 0.0, "no watch dropped");
+    assert_eq!(status.since, engaged.since, "not engaged again: {status:?}");
+    assert_eq!(status.phase, Phase::Ready);
+
+    // A new server (the same apiserver by another name; its certificate names `kubernetes`,
+    // not `localhost`): engaged again, as before; what each rotation cost until now.
+    let changed_at = Instant::now();
+    let renamed = with_token(&original, &second).replace(
+        "server: https://127.0.0.1:",
+        "tls-server-name: kubernetes\n    server: https://localhost:",
+    );
+    assert_ne!(
+        renamed,
+        with_token(&original, &second),
+        "server named by IP"
+    );
+    write_member(&dir, "alpha", &renamed);
+    eventually("alpha engaged again", || async {
+        running
+            .state
+            .member("alpha")
+            .filter(|m| m.since != status.since && m.phase == Phase::Ready)
+            .map(|_| ())
+    })
+    .await;
+    let ready = changed_at.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let re_engaged = lists_and_watches(&admin).await;
+    eprintln!(
+        "re-engagement: ready after {ready:?}; LISTs {}, ended WATCHes {}",
+        re_engaged.0 - after.0,
+        re_engaged.1 - after.1
+    );
+    assert!(re_engaged.0 > after.0, "a re-engagement lists again");
+    export_and_wait(&fleet, "alpha", "shop", "renamed").await;
+    running.shutdown().await;
+}
+
+/// A client certificate (X.509 v3: rustls refuses the v1 certificates `x509 -req` makes without
+/// extensions) for user `user` signed by the CA `make_pki` left in `dir`: (PEM, key).
+fn client_pair(dir: &Path, user: &str) -> (Vec<u8>, Vec<u8>) {
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl runs");
+        assert!(out.status.success(), "openssl {args:?}");
+    };
+    let (key, csr, pem) = (
+        format!("{user}.key"),
+        format!("{user}.csr"),
+        format!("{user}.pem"),
+    );
+    let subject = format!("/CN={user}");
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").expect("write ext");
+    openssl(&[
+        "req", "-subj", &subject, "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr,
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &csr,
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "client.ext",
+        "-out",
+        &pem,
+    ]);
+    let read = |f: &str| std::fs::read(dir.join(f)).expect("read PEM");
+    (read(&pem), read(&key))
+}
+
+/// `user` bound to cluster-admin.
+async fn admin_binding(member: &kube::Client, user: &str) {
+    let binding = ClusterRoleBinding {
+        metadata: kube::api::ObjectMeta {
+            name: Some(user.into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: "cluster-admin".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".into(),
+            name: user.into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(member.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding");
+}
+
+/// `kubeconfig` with its user's token replaced by the client certificate `pair`.
+fn with_pair(kubeconfig: &str, (cert, key): &(Vec<u8>, Vec<u8>)) -> String {
+    let (cert, key) = (base64(cert), base64(key));
+    kubeconfig
+        .lines()
+        .map(|l| match l.split_once("token:") {
+            Some((indent, _)) => {
+                format!("{indent}client-certificate-data: {cert}\n{indent}client-key-data: {key}")
+            }
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_client_certificate_is_presented_by_new_connections_without_relisting() {
+    let pki = tempfile::tempdir().expect("tempdir");
+    make_pki(pki.path());
+    let (first, second) = (
+        client_pair(pki.path(), "agent-1"),
+        client_pair(pki.path(), "agent-2"),
+    );
+    let client_ca = format!("--client-ca-file={}", pki.path().join("ca.pem").display());
+    let fleet = Fleet::builder()
+        .members(["alpha"])
+        .apiserver_args("alpha", [client_ca])
+        .start()
+        .await
+        .expect("fleet");
+    let admin = fleet.member("alpha").client().await.expect("member client");
+    admin_binding(&admin, "agent-1").await;
+    admin_binding(&admin, "agent-2").await;
+    let original =
+        std::fs::read_to_string(fleet.member("alpha").kubeconfig_path()).expect("kubeconfig");
+    let dir = member_dir(&fleet, &[]);
+    write_member(&dir, "alpha", &with_pair(&original, &first));
+    let running = app::start(config(&fleet, &dir), Extensions::default())
+        .await
+        .expect("starts");
+    wait_phase(&running, "alpha", Phase::Ready).await;
+    export_and_wait(&fleet, "alpha", "shop", "before").await;
+    let engaged = running.state.member("alpha").expect("alpha");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = lists_and_watches(&admin).await;
+
+    write_member(&dir, "alpha", &with_pair(&original, &second));
+    eventually("alpha's new kubeconfig taken", || async {
+        running
+            .state
+            .member("alpha")
+            .filter(|m| m.kubeconfig_hash != engaged.kubeconfig_hash)
+            .map(|_| ())
+    })
+    .await;
+    // The old identity loses its rights: the member's next writes go as agent-2 (a new
+    // connection), its watches on the old connection go on.
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .delete("agent-1", &DeleteParams::default())
+        .await
+        .expect("unbind agent-1");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    export_and_wait(&fleet, "alpha", "shop", "after").await;
+    let exported = exports(&admin, "shop").get("after").await.expect("export");
+    assert!(
+        exported.metadata.finalizers.is_some_and(|f| !f.is_empty()),
+        "the member's write as the new identity went through"
+    );
+    let after = lists_and_watches(&admin).await;
+    let status = running.state.member("alpha").expect("alpha");
+    eprintln!(
+        "certificate rotation: LISTs {}, ended WATCHes {}",
+        after.0 - before.0,
+        after.1 - before.1
+    );
+    assert_eq!(after.0 - before.0, 0.0, "nothing listed again");
+    assert_eq!(after.1 - before.1, 0.0, "no watch dropped");
+    assert_eq!(status.since, engaged.since, "not engaged again: {status:?}");
+    running.shutdown().await;
+}
