@@ -26,4 +26,5 @@ pub mod service_exports;
 pub mod service_imports;
 pub mod slice_imports;
 pub mod slices;
+pub mod status;
 pub mod telemetry;

@@ -7,6 +7,7 @@ mod lifecycle;
 mod outages;
 mod serving;
 mod sources;
+mod status;
 
 use crate::support;
 

@@ -1,0 +1,98 @@
+//! The owner's side: publishes a member's [`Status`] to its `MemberStatus`, on change only.
+
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    GROUP, KIND, MANAGED_BY, MANAGED_BY_LABEL, MEMBER_LABEL, NAME, Status, VERSION, decide,
+    resource,
+};
+
+/// At most one write per member per this period; also how often the state is looked at (in
+/// memory: a quiet member costs no request).
+pub const DEBOUNCE: Duration = Duration::from_secs(5);
+
+/// The field manager of the status writes.
+const MANAGER: &str = "fleetnet-hub-status";
+
+/// Publishes `read()` (the member's status as this replica runs it; `None` once it is gone)
+/// to the `MemberStatus` in `namespace` through `hub` (the member's fenced view of the hub:
+/// a write is sent only while this replica owns the member), until `cancel`.
+///
+/// Nothing is written before the member has settled (ready or failing), so a cold start's
+/// exports go first; the hub's object is read once, then only what changed is written.
+pub async fn publish(
+    hub: kube::Client,
+    namespace: String,
+    read: impl Fn() -> Option<Status>,
+    cancel: CancellationToken,
+) {
+    let api: Api<DynamicObject> = Api::namespaced_with(hub, &namespace, &resource());
+    // What the hub holds, as last read or written; `None`: to be read.
+    let mut on_hub: Option<Option<Status>> = None;
+    let start = tokio::time::Instant::now() + DEBOUNCE;
+    let mut ticker = tokio::time::interval_at(start, DEBOUNCE);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        let Some(now) = read() else { return };
+        if now.phase == "connecting" || now.phase == "syncing" {
+            continue;
+        }
+        let hub_status = match &on_hub {
+            Some(known) => known.clone(),
+            None => match api.get_opt(NAME).await {
+                Ok(found) => found.and_then(|o| status_of(&o)),
+                Err(e) => {
+                    tracing::debug!(namespace = %namespace, error = %e, "MemberStatus read failed");
+                    continue;
+                }
+            },
+        };
+        let observed_at = jiff::Timestamp::now().to_string();
+        let Some(next) = decide(now, hub_status.as_ref(), &observed_at) else {
+            on_hub = Some(hub_status);
+            continue;
+        };
+        match write(&api, &next).await {
+            Ok(()) => on_hub = Some(Some(next)),
+            Err(e) => {
+                // Fenced off (another replica owns it now), or the CRD is missing: read again.
+                tracing::debug!(namespace = %namespace, error = %e, "MemberStatus write failed");
+                on_hub = None;
+            }
+        }
+    }
+}
+
+/// The `.status` of a `MemberStatus`, if it parses.
+pub(super) fn status_of(object: &DynamicObject) -> Option<Status> {
+    let status = object.data.get("status")?;
+    serde_json::from_value(status.clone()).ok()
+}
+
+/// One server-side apply of the whole object (no status subresource: one write per change).
+async fn write(api: &Api<DynamicObject>, status: &Status) -> Result<(), kube::Error> {
+    let object = json!({
+        "apiVersion": format!("{GROUP}/{VERSION}"),
+        "kind": KIND,
+        "metadata": {
+            "name": NAME,
+            "labels": {
+                MANAGED_BY_LABEL: MANAGED_BY,
+                MEMBER_LABEL: status.member,
+            },
+        },
+        "status": status,
+    });
+    let params = PatchParams::apply(MANAGER).force();
+    api.patch(NAME, &params, &Patch::Apply(&object))
+        .await
+        .map(drop)
+}
