@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use kube::core::{ApiResource, GroupVersionKind};
 use serde::{Deserialize, Serialize};
 
-pub use publish::{DEBOUNCE, publish};
+pub use publish::{DEBOUNCE, publish, remove};
 
 /// API group of the status objects.
 pub const GROUP: &str = "fleetnet.azure.com";

@@ -96,3 +96,14 @@ async fn write(api: &Api<DynamicObject>, status: &Status) -> Result<(), kube::Er
         .await
         .map(drop)
 }
+
+/// Deletes the `MemberStatus` in `namespace` (the member left the fleet and its cleanup runs),
+/// through `hub`, the member's fenced view; already gone is done.
+pub async fn remove(hub: kube::Client, namespace: &str) -> Result<(), kube::Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(hub, namespace, &resource());
+    match api.delete(NAME, &Default::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}

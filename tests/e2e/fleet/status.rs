@@ -1,7 +1,8 @@
 //! One status view (issue #42, point 4): two sharded replicas publish a `MemberStatus` per member
 //! on the hub; `fleetnet-hub status` shows every member with its owner, a failing job (its hub
 //! CRD missing) on the object and in the output, as a table and as JSON, with no credential;
-//! a restart writes no MemberStatus.
+//! the owners after both replicas restart; a restart of a converged process writes no
+//! MemberStatus.
 
 use super::*;
 use crate::support::replicas::{self, Access, replica};
@@ -162,22 +163,73 @@ async fn status_shows_every_member_its_owner_and_a_failing_job_across_replicas()
     }
     assert!(!json.contains("BEGIN") && !text.contains("BEGIN"));
 
-    // Both replicas restart: the same owners, the same states: nothing written.
-    let before = versions(&hub).await;
-    assert_eq!(before.len(), MEMBERS.len(), "{before:?}");
+    // Both replicas restart: each member's owner, whoever it is now, is shown.
     a.kill();
     b.kill();
     drop((a, b));
     let a = replica("replica-a", &admin, &["--member-sync-timeout", "3s"]);
     let b = replica("replica-b", &admin, &["--member-sync-timeout", "3s"]);
-    assert_eq!(replicas::settled(&hub, &[&a, &b], &MEMBERS).await, owners);
-    // Two publishing periods after every member is ready again.
+    // The old processes' leases still name them: ask the new ones once they listen.
+    for r in [&a, &b] {
+        eventually("the replica listens", || async {
+            let health = std::net::SocketAddr::from(([127, 0, 0, 1], r.health));
+            tokio::net::TcpStream::connect(health).await.ok().map(drop)
+        })
+        .await;
+    }
+    let owners = replicas::settled(&hub, &[&a, &b], &MEMBERS).await;
+    eventually("status shows the owners after the restart", || {
+        let (kubeconfig, owners) = (kubeconfig.clone(), owners.clone());
+        async move {
+            let json: serde_json::Value =
+                serde_json::from_str(&status(&kubeconfig, "json").await).expect("JSON");
+            let rows = json["members"].as_array()?.clone();
+            let shown: BTreeMap<String, String> = rows
+                .iter()
+                .map(|r| {
+                    (
+                        r["member"].as_str().unwrap_or_default().into(),
+                        r["owner"].as_str().unwrap_or_default().into(),
+                    )
+                })
+                .collect();
+            (shown == owners).then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_writes_no_member_status() {
+    let fleet = Fleet::builder()
+        .members(["alpha", "beta"])
+        .start()
+        .await
+        .expect("fleet");
+    let hub = fleet.hub().client().await.expect("hub");
+    let dir = member_dir(&fleet, &["alpha", "beta"]);
+    let running = app::start(config(&fleet, &dir), Extensions::default())
+        .await
+        .expect("starts");
+    eventually("both MemberStatuses written", || async {
+        (versions(&hub).await.len() == 2).then_some(())
+    })
+    .await;
+    let before = versions(&hub).await;
+    running.shutdown().await;
+    let running = app::start(config(&fleet, &dir), Extensions::default())
+        .await
+        .expect("restarts");
+    wait_phase(&running, "alpha", Phase::Ready).await;
+    wait_phase(&running, "beta", Phase::Ready).await;
+    // Past two publishing periods after both are ready again.
     tokio::time::sleep(fleetnet_hub::status::DEBOUNCE * 3).await;
     assert_eq!(
         versions(&hub).await,
         before,
         "a restart wrote a MemberStatus"
     );
+    running.shutdown().await;
 }
 
 /// `status` at 1,000 members: the LIST it makes, timed (issue #42: within 2 s).
