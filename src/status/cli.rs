@@ -10,7 +10,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde::Serialize;
 
-use super::{JobState, MANAGED_BY, MANAGED_BY_LABEL, resource};
+use super::object::{JobState, MANAGED_BY, MANAGED_BY_LABEL, resource};
 
 /// Flags of `status`.
 #[derive(clap::Args, Clone, Debug)]

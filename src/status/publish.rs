@@ -6,7 +6,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::{
+use super::object::{
     GROUP, KIND, MANAGED_BY, MANAGED_BY_LABEL, MEMBER_LABEL, NAME, Status, VERSION, decide,
     resource,
 };
