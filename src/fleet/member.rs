@@ -31,6 +31,13 @@ pub(super) async fn run(
     shared: Arc<Shared>,
     cancel: CancellationToken,
 ) {
+    // Its state on the hub for as long as it is engaged here, refused or failing included.
+    let _status = AbortOnDropHandle::new(tokio::spawn(publish_status(
+        shared.clone(),
+        name.clone(),
+        hub_namespace.clone(),
+        cancel.clone(),
+    )));
     let candidate = Candidate {
         name: &name,
         hub_namespace: &hub_namespace,
@@ -272,17 +279,8 @@ async fn run_once(
         cfg.member_sync_timeout,
         engaging,
     )));
-    let _prober = AbortOnDropHandle::new(tokio::spawn(probe(
-        state.clone(),
-        name.to_string(),
-        probe_client,
-    )));
-    let _status = AbortOnDropHandle::new(tokio::spawn(publish_status(
-        shared.clone(),
-        name.to_string(),
-        hub_namespace.clone(),
-        cancel.clone(),
-    )));
+    let _prober =
+        AbortOnDropHandle::new(tokio::spawn(probe(state, name.to_string(), probe_client)));
     // A JoinError's text quotes the panic's message, which may quote what the member sent.
     run.await.map(drop).map_err(|e| match e.is_panic() {
         true => Error::Panicked,
@@ -291,16 +289,17 @@ async fn run_once(
 }
 
 /// Publishes the member's state on the hub ([`crate::status`]) while this engagement runs,
-/// through the member's view of the hub (its fence: written only while owned here).
+/// fenced by the member's hold (written only while owned here).
 async fn publish_status(
     shared: Arc<Shared>,
     name: String,
     hub_namespace: String,
     cancel: CancellationToken,
 ) {
+    let hub = client::member_view(&shared.hub_client, shared.ownership.fence_of(&name));
     let (state, owner) = (shared.state.clone(), shared.config.instance.clone());
     let read = move || state.member(&name).map(|s| s.published(&name, &owner));
-    crate::status::publish(shared.hub_views.client(), hub_namespace, read, cancel).await;
+    crate::status::publish(hub, hub_namespace, read, cancel).await;
 }
 
 /// What the member gives every job it runs.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -36,10 +36,17 @@ pub async fn publish(
     let start = tokio::time::Instant::now() + DEBOUNCE;
     let mut ticker = tokio::time::interval_at(start, DEBOUNCE);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Periods to sit out after failed requests (the namespace missing, the CRD not installed):
+    // a hub that refuses costs a request per member every few minutes, not every period.
+    let (mut failures, mut skip) = (0u32, 0u32);
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = ticker.tick() => {}
+        }
+        if skip > 0 {
+            skip -= 1;
+            continue;
         }
         let Some(now) = read() else { return };
         if now.phase == "connecting" || now.phase == "syncing" {
@@ -48,9 +55,11 @@ pub async fn publish(
         let hub_status = match &on_hub {
             Some(known) => known.clone(),
             None => match api.get_opt(NAME).await {
-                Ok(found) => found.and_then(|o| status_of(&o)),
+                // An object without a readable status is there all the same: applied over.
+                Ok(found) => found.map(|o| status_of(&o).unwrap_or_default()),
                 Err(e) => {
                     tracing::debug!(namespace = %namespace, error = %e, "MemberStatus read failed");
+                    (failures, skip) = backoff(failures);
                     continue;
                 }
             },
@@ -60,15 +69,23 @@ pub async fn publish(
             on_hub = Some(hub_status);
             continue;
         };
-        match write(&api, &next).await {
-            Ok(()) => on_hub = Some(Some(next)),
+        match write(&api, &next, hub_status.is_some()).await {
+            Ok(()) => (on_hub, failures) = (Some(Some(next)), 0),
             Err(e) => {
                 // Fenced off (another replica owns it now), or the CRD is missing: read again.
                 tracing::debug!(namespace = %namespace, error = %e, "MemberStatus write failed");
                 on_hub = None;
+                (failures, skip) = backoff(failures);
             }
         }
     }
+}
+
+/// After `failures` failed requests in a row: one more, and the periods to sit out
+/// (1, 2, 4 … at most 60: five minutes).
+fn backoff(failures: u32) -> (u32, u32) {
+    let failures = failures.saturating_add(1);
+    (failures, 2u32.saturating_pow(failures - 1).min(60))
 }
 
 /// The `.status` of a `MemberStatus`, if it parses.
@@ -77,8 +94,9 @@ pub(super) fn status_of(object: &DynamicObject) -> Option<Status> {
     serde_json::from_value(status.clone()).ok()
 }
 
-/// One server-side apply of the whole object (no status subresource: one write per change).
-async fn write(api: &Api<DynamicObject>, status: &Status) -> Result<(), kube::Error> {
+/// One write of the whole object (no status subresource: one write per change): created when
+/// the hub has none (an apply would need the create verb as well as patch), else applied.
+async fn write(api: &Api<DynamicObject>, status: &Status, exists: bool) -> Result<(), kube::Error> {
     let object = json!({
         "apiVersion": format!("{GROUP}/{VERSION}"),
         "kind": KIND,
@@ -91,6 +109,15 @@ async fn write(api: &Api<DynamicObject>, status: &Status) -> Result<(), kube::Er
         },
         "status": status,
     });
+    if !exists {
+        let object: DynamicObject =
+            serde_json::from_value(object).map_err(kube::Error::SerdeError)?;
+        let params = PostParams {
+            field_manager: Some(MANAGER.into()),
+            ..Default::default()
+        };
+        return api.create(&params, &object).await.map(drop);
+    }
     let params = PatchParams::apply(MANAGER).force();
     api.patch(NAME, &params, &Patch::Apply(&object))
         .await
