@@ -1,8 +1,8 @@
 //! One status view (issue #42, point 4): two sharded replicas publish a `MemberStatus` per member
 //! on the hub; `fleetnet-hub status` shows every member with its owner, a failing job (its hub
 //! CRD missing) on the object and in the output, as a table and as JSON, with no credential;
-//! the owners after both replicas restart; a restart of a converged process writes no
-//! MemberStatus.
+//! the owners after both replicas restart; a refused member shown failing without its token;
+//! a restart of a converged process writes no MemberStatus.
 
 use super::*;
 use crate::support::replicas::{self, Access, replica};
@@ -200,7 +200,7 @@ async fn status_shows_every_member_its_owner_and_a_failing_job_across_replicas()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restart_writes_no_member_status() {
+async fn a_refused_member_is_shown_and_a_restart_writes_no_member_status() {
     let fleet = Fleet::builder()
         .members(["alpha", "beta"])
         .start()
@@ -208,13 +208,46 @@ async fn a_restart_writes_no_member_status() {
         .expect("fleet");
     let hub = fleet.hub().client().await.expect("hub");
     let dir = member_dir(&fleet, &["alpha", "beta"]);
+    // A refused member (an exec plugin) is shown too, failing, without its token.
+    let token = "status-test-secret-token-0123456789";
+    let server = fleet.member("alpha").server();
+    std::fs::write(
+        dir.join("gamma.yaml"),
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n\
+             contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n\
+             users:\n- name: u\n  user:\n    token: {token}\n    exec:\n      apiVersion: \
+             client.authentication.k8s.io/v1\n      command: /bin/true\n"
+        ),
+    )
+    .expect("write");
+    fleetnet_testenv::ensure_namespace(&hub, "hub", &fleet.hub_namespace("gamma"))
+        .await
+        .expect("namespace");
     let running = app::start(config(&fleet, &dir), Extensions::default())
         .await
         .expect("starts");
-    eventually("both MemberStatuses written", || async {
-        (versions(&hub).await.len() == 2).then_some(())
+    eventually("the three MemberStatuses written", || async {
+        (versions(&hub).await.len() == 3).then_some(())
     })
     .await;
+    let kubeconfig = fleet.hub().kubeconfig_path().to_path_buf();
+    let json = status(&kubeconfig, "json").await;
+    let parsed: serde_json::Value = serde_json::from_str(&json).expect("JSON parses");
+    let gamma = parsed["members"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["member"] == "gamma"))
+        .unwrap_or_else(|| panic!("{json}"));
+    assert_eq!(gamma["phase"], "failing", "{json}");
+    assert!(
+        gamma["lastError"].as_str().is_some_and(|e| !e.is_empty()),
+        "{json}"
+    );
+    let text = status(&kubeconfig, "text").await;
+    assert!(
+        !json.contains(token) && !text.contains(token),
+        "the token shown"
+    );
     let before = versions(&hub).await;
     running.shutdown().await;
     let running = app::start(config(&fleet, &dir), Extensions::default())
