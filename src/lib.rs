@@ -27,4 +27,5 @@ pub mod service_exports;
 pub mod service_imports;
 pub mod slice_imports;
 pub mod slices;
+pub mod status;
 pub mod telemetry;

@@ -14,10 +14,10 @@ use fleetnet_hub::config::{
     DEFAULT_METRICS_BIND_ADDRESS, LeaderElection, instance, positive_count, positive_duration,
     positive_rate, release_namespace,
 };
-use fleetnet_hub::fleet::Controllers;
-use fleetnet_hub::fleet::TrustPolicy;
 use fleetnet_hub::fleet::registry::DEFAULT_NAMESPACE_PREFIX;
 use fleetnet_hub::fleet::sources::register;
+use fleetnet_hub::fleet::{Controllers, TrustPolicy};
+use fleetnet_hub::status::cli as status;
 
 #[derive(Parser)]
 #[command(
@@ -64,6 +64,8 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Every member across all replicas, from the MemberStatus objects on the hub.
+    Status(status::Args),
     /// Unregister a member: delete the member Secrets that declare it.
     Unregister {
         member: String,
@@ -569,6 +571,7 @@ async fn async_main() -> std::process::ExitCode {
         })
         .await
         .map_err(anyhow::Error::msg),
+        (Command::Status(args), _) => status::run(&args).await.map_err(anyhow::Error::msg),
         (Command::Unregister { member, at }, _) => {
             register::run_unregister(&member, &at.namespace(), at.hub_kubeconfig.as_deref())
                 .await

@@ -596,6 +596,7 @@ want = {
     ("networking.fleet.azure.com", "endpointsliceimports"): {"get", "list", "watch", "patch"},
     ("cluster.kubernetes-fleet.io", "internalmemberclusters"): {"get", "list", "watch"},
     ("cluster.kubernetes-fleet.io", "internalmemberclusters/status"): {"update"},
+    ("fleetnet.azure.com", "memberstatuses"): {"get", "create", "patch", "delete"},
 }
 assert grants == want, f"grants {grants} != {want}"
 print("ok")

@@ -33,6 +33,13 @@ pub(super) async fn run(
     shared: Arc<Shared>,
     cancel: CancellationToken,
 ) {
+    // Its state on the hub for as long as it is engaged here, refused or failing included.
+    let _status = AbortOnDropHandle::new(tokio::spawn(publish_status(
+        shared.clone(),
+        name.clone(),
+        hub_namespace.clone(),
+        cancel.clone(),
+    )));
     let candidate = Candidate {
         name: &name,
         hub_namespace: &hub_namespace,
@@ -289,6 +296,26 @@ async fn run_once(
         true => Error::Panicked,
         false => Error::Abnormal,
     })
+}
+
+/// Publishes the member's state on the hub ([`crate::status`]) while this engagement runs,
+/// fenced by the member's hold (written only while owned here).
+async fn publish_status(
+    shared: Arc<Shared>,
+    name: String,
+    hub_namespace: String,
+    cancel: CancellationToken,
+) {
+    let hub = client::member_view(&shared.hub_client, shared.ownership.fence_of(&name));
+    // The Lease that gives the right to write, not this replica: a rollout (new pod names)
+    // changes its holder, not the object (`status` reads the holder).
+    let owner = match shared.ownership.lease_of(&name) {
+        Some(lease) => format!("{}{lease}", crate::status::LEASE_OWNER),
+        None => crate::status::NO_ELECTION_OWNER.to_string(),
+    };
+    let state = shared.state.clone();
+    let read = move || state.member(&name).map(|s| s.published(&name, &owner));
+    crate::status::publish(hub, hub_namespace, read, cancel).await;
 }
 
 /// What the member gives every job it runs.

@@ -163,7 +163,11 @@ async fn withdraw(shared: &Arc<Shared>, name: &str, kubeconfig: Option<&str>) ->
         None => Err(Error::NoKubeconfig),
     };
     let member = member.map_err(|e| e.to_string());
-    crate::export::cleanup::withdraw_member(name, hub, &ns, member)
+    crate::export::cleanup::withdraw_member(name, hub.clone(), &ns, member)
         .await
-        .map_err(Error::Withdraw)
+        .map_err(Error::Withdraw)?;
+    // Its status view goes last: until then it shows the member as it was.
+    crate::status::remove(hub, &ns)
+        .await
+        .map_err(|e| Error::Withdraw(format!("MemberStatus in {ns}: {e}")))
 }

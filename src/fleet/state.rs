@@ -83,6 +83,17 @@ pub enum JobPhase {
     Failing,
 }
 
+impl JobPhase {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobPhase::Syncing => "syncing",
+            JobPhase::Ready => "ready",
+            JobPhase::Failing => "failing",
+        }
+    }
+}
+
 /// The state of one job of a member, as `/members` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JobStatus {
@@ -173,6 +184,31 @@ impl MemberStatus {
             next.last_sync = Some(now);
         }
         Some(next)
+    }
+}
+
+impl MemberStatus {
+    /// What `owner` publishes of member `name` on the hub ([`crate::status`]): phases, errors
+    /// (redacted already, clipped), since when; never its server, proxy or kubeconfig.
+    pub fn published(&self, name: &str, owner: &str) -> crate::status::Status {
+        let jobs = self.jobs.iter().map(|(job, s)| {
+            let state = crate::status::JobState {
+                phase: s.phase.as_str().to_string(),
+                last_error: s.last_error.as_deref().map(crate::status::clip),
+                since: s.since.to_string(),
+            };
+            (job.to_string(), state)
+        });
+        crate::status::Status {
+            member: name.to_string(),
+            owner: owner.to_string(),
+            phase: self.phase.as_str().to_string(),
+            since: self.since.to_string(),
+            last_error: self.last_error.as_deref().map(crate::status::clip),
+            source: self.source.clone(),
+            jobs: jobs.collect(),
+            ..Default::default()
+        }
     }
 }
 

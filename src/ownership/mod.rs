@@ -44,6 +44,9 @@ pub struct Ownership {
     /// then has its shard's).
     process: Fence,
     shards: Option<Arc<Shards>>,
+    /// The namespace and name (sharded: the prefix, and the number of shards) of the Leases
+    /// that give the right to write; `None` without an election.
+    leases: Option<(String, String, Option<u16>)>,
 }
 
 /// The loop that keeps the holds [`Ownership`] reads: [`Election::run`] it.
@@ -58,6 +61,15 @@ enum Run {
 impl Ownership {
     /// The ownership of a replica in `mode` and the election that keeps it.
     pub fn new(mode: Mode) -> (Self, Election) {
+        let leases = match &mode {
+            Mode::Alone => None,
+            Mode::Leader(cfg) => Some((cfg.namespace.clone(), cfg.name.clone(), None)),
+            Mode::Sharded { lease, shards } => Some((
+                lease.namespace.clone(),
+                lease.name.clone(),
+                Some((*shards).max(1)),
+            )),
+        };
         let (process, shards, run) = match mode {
             Mode::Alone => (Fence::open(), None, Run::Nothing),
             Mode::Leader(cfg) => {
@@ -70,7 +82,12 @@ impl Ownership {
                 (Fence::open(), Some(shards.clone()), Run::Shards(shards))
             }
         };
-        (Self { process, shards }, Election(run))
+        let ownership = Self {
+            process,
+            shards,
+            leases,
+        };
+        (ownership, Election(run))
     }
 
     /// The fence of process-wide writes (the hub client's default).
@@ -104,6 +121,19 @@ impl Ownership {
     /// Whether this replica writes for `member` now: its fence holds.
     pub fn may_write(&self, member: &str) -> bool {
         self.fence_of(member).holds_now()
+    }
+
+    /// The Lease whose holder writes for `member` (`<namespace>/<name>`: the leader Lease, or
+    /// the member's shard's), the same whichever replica holds it; `None` without an election.
+    pub fn lease_of(&self, member: &str) -> Option<String> {
+        let (namespace, name, shards) = self.leases.as_ref()?;
+        Some(match shards {
+            Some(count) => format!(
+                "{namespace}/{}",
+                shard::shard_lease(name, placement::shard_of(member, *count))
+            ),
+            None => format!("{namespace}/{name}"),
+        })
     }
 
     /// The shards, when members are sharded.

@@ -8,6 +8,7 @@ mod outages;
 mod rotation;
 mod serving;
 mod sources;
+mod status;
 mod watches;
 
 use crate::support;

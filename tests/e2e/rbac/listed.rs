@@ -80,6 +80,11 @@ fn rendered_rbac_has_no_wildcard_and_exactly_the_listed_rules() {
             rules.push(rule(&scope, fleet, imc, &[], &["get", "list", "watch"]));
             let status = format!("{imc}/status");
             rules.push(rule(&scope, fleet, &status, &[], &["update"]));
+            // The member's MemberStatus (`crate::status`): read once, created, applied, deleted
+            // with the member's cleanup.
+            let own = "fleetnet.azure.com";
+            let verbs = ["get", "create", "patch", "delete"];
+            rules.push(rule(&scope, own, "memberstatuses", &[], &verbs));
         }
     };
     let release = format!("Role {RELEASE_NS}");

@@ -18,6 +18,7 @@ mod listed;
 mod membership;
 mod multicluster;
 mod slice_imports;
+mod status;
 mod used;
 
 use crate::support;

@@ -117,6 +117,7 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
     slice_imports::walk(&walk).await;
     membership::walk(&walk).await;
     exports::remove_member(&walk, &dir.join("member-2.yaml")).await;
+    status::walk(&walk).await;
 
     // Shutdown releases the Lease.
     running.shutdown().await;

@@ -380,7 +380,9 @@ impl CrdFiles {
         };
         for crd in crds {
             match crd.spec.names.kind.as_str() {
-                "InternalServiceExport" | "EndpointSliceExport" => files.hub.push(crd),
+                "InternalServiceExport" | "EndpointSliceExport" | "MemberStatus" => {
+                    files.hub.push(crd)
+                }
                 "ServiceExport" => files.member.push(crd),
                 _ => {}
             }
