@@ -60,13 +60,7 @@ struct Connection {
 
 impl Connection {
     fn of(kubeconfig: &Kubeconfig) -> Option<Self> {
-        let current = kubeconfig.current_context.as_deref()?;
-        let context = kubeconfig
-            .contexts
-            .iter()
-            .find(|c| c.name == current)?
-            .context
-            .as_ref()?;
+        let context = current_context(kubeconfig)?;
         let cluster = kubeconfig
             .clusters
             .iter()
@@ -95,15 +89,16 @@ impl Connection {
     }
 }
 
+/// `kubeconfig`'s current context.
+fn current_context(kubeconfig: &Kubeconfig) -> Option<&kube::config::Context> {
+    let current = kubeconfig.current_context.as_deref()?;
+    let named = kubeconfig.contexts.iter().find(|c| c.name == current)?;
+    named.context.as_ref()
+}
+
 /// The user of `kubeconfig`'s current context.
 fn current_user(kubeconfig: &Kubeconfig) -> Option<AuthInfo> {
-    let current = kubeconfig.current_context.as_deref()?;
-    let context = kubeconfig
-        .contexts
-        .iter()
-        .find(|c| c.name == current)?
-        .context
-        .as_ref()?;
+    let context = current_context(kubeconfig)?;
     let name = context.user.as_deref()?;
     kubeconfig
         .auth_infos
