@@ -93,6 +93,37 @@ fn write_member(dir: &Path, member: &str, content: &str) {
 }
 
 /// LISTs and ended WATCHes the member's apiserver counted so far.
+/// Once the old credential is gone (revoked, unbound): the member's next write (an export's
+/// finalizer) goes through on the new one, nothing was listed again since `before` (LISTs,
+/// ended WATCHes), and the member was not engaged again (its `since` is `engaged_since`).
+/// Returns its status.
+async fn kept_going(
+    fleet: &Fleet,
+    admin: &kube::Client,
+    running: &app::Running,
+    before: (f64, f64),
+    engaged: &fleetnet_hub::fleet::MemberStatus,
+) -> fleetnet_hub::fleet::MemberStatus {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    export_and_wait(fleet, "alpha", "shop", "after").await;
+    let exported = exports(admin, "shop").get("after").await.expect("export");
+    assert!(
+        exported.metadata.finalizers.is_some_and(|f| !f.is_empty()),
+        "the member's write on the new credential went through"
+    );
+    let after = lists_and_watches(admin).await;
+    let status = running.state.member("alpha").expect("alpha");
+    eprintln!(
+        "after the rotation: LISTs {}, ended WATCHes {}",
+        after.0 - before.0,
+        after.1 - before.1
+    );
+    assert_eq!(after.0 - before.0, 0.0, "nothing listed again");
+    assert_eq!(after.1 - before.1, 0.0, "no watch dropped");
+    assert_eq!(status.since, engaged.since, "not engaged again: {status:?}");
+    status
+}
+
 async fn lists_and_watches(member: &kube::Client) -> (f64, f64) {
     let text = apiserver_metrics(member).await;
     (
@@ -143,25 +174,11 @@ async fn a_rotated_token_is_used_without_relisting_and_a_new_server_re_engages()
         .delete("token-1", &DeleteParams::default())
         .await
         .expect("revoke the first token");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    eprintln!("rotation in place: taken after {taken:?}");
     // Its writes (the export's finalizer and status on the member, the hub's side) go on.
-    export_and_wait(&fleet, "alpha", "shop", "after").await;
-    let exported = exports(&admin, "shop").get("after").await.expect("export");
-    assert!(
-        exported.metadata.finalizers.is_some_and(|f| !f.is_empty()),
-        "the member's write after the revocation went through"
-    );
-    let after = lists_and_watches(&admin).await;
-    let status = running.state.member("alpha").expect("alpha");
-    eprintln!(
-        "rotation in place: taken after {taken:?}; LISTs {}, ended WATCHes {}",
-        after.0 - before.0,
-        after.1 - before.1
-    );
-    assert_eq!(after.0 - before.0, 0.0, "nothing listed again");
-    assert_eq!(after.1 - before.1, 0.0, "no watch dropped");
-    assert_eq!(status.since, engaged.since, "not engaged again: {status:?}");
+    let status = kept_going(&fleet, &admin, &running, before, &engaged).await;
     assert_eq!(status.phase, Phase::Ready);
+    let after = lists_and_watches(&admin).await;
 
     // A new server (the same apiserver by another name; its certificate names `kubernetes`,
     // not `localhost`): engaged again, as before; what each rotation cost until now.
@@ -326,22 +343,6 @@ async fn a_rotated_client_certificate_is_presented_by_new_connections_without_re
         .delete("agent-1", &DeleteParams::default())
         .await
         .expect("unbind agent-1");
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    export_and_wait(&fleet, "alpha", "shop", "after").await;
-    let exported = exports(&admin, "shop").get("after").await.expect("export");
-    assert!(
-        exported.metadata.finalizers.is_some_and(|f| !f.is_empty()),
-        "the member's write as the new identity went through"
-    );
-    let after = lists_and_watches(&admin).await;
-    let status = running.state.member("alpha").expect("alpha");
-    eprintln!(
-        "certificate rotation: LISTs {}, ended WATCHes {}",
-        after.0 - before.0,
-        after.1 - before.1
-    );
-    assert_eq!(after.0 - before.0, 0.0, "nothing listed again");
-    assert_eq!(after.1 - before.1, 0.0, "no watch dropped");
-    assert_eq!(status.since, engaged.since, "not engaged again: {status:?}");
+    kept_going(&fleet, &admin, &running, before, &engaged).await;
     running.shutdown().await;
 }

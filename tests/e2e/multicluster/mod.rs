@@ -15,7 +15,7 @@ mod restarts;
 
 use crate::support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fleetnet_hub::api::{MultiClusterService, ServiceImport};
 use fleetnet_hub::app::Running;
@@ -202,23 +202,7 @@ async fn writes_by(member: &kube::Client) -> Vec<(String, f64)> {
 
 /// The job's writes once they have not moved for `quiet`.
 async fn settled_writes(member: &kube::Client, quiet: Duration) -> f64 {
-    let mut last = job_writes(member).await;
-    let mut since = Instant::now();
-    let started = Instant::now();
-    loop {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        let now = job_writes(member).await;
-        if now != last {
-            last = now;
-            since = Instant::now();
-        } else if since.elapsed() >= quiet {
-            return now;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "writes never settled"
-        );
-    }
+    support::settled_count("writes", quiet, || job_writes(member)).await
 }
 
 /// The owner references of import `name` without their UIDs, as (kind, name, controller,
