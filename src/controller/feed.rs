@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 
 use super::observer::ReconcileObserver;
 use super::pace::Pace;
-use super::views::{Synced, View, WatchHealth, view_watch};
+use super::views::{Synced, View, WatchHealth, shared_watch, view_watch};
 
 /// The watch before it runs: subscribe each job ([`Feed::subscribe`]), then run it
 /// ([`Feed::run`]).
@@ -136,14 +136,6 @@ where
             }
             futures::future::ready(())
         });
-        async move {
-            if idle {
-                return;
-            }
-            tokio::select! {
-                () = watch => {}
-                () = shutdown => {}
-            }
-        }
+        shared_watch(idle, watch, shutdown)
     }
 }

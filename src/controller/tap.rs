@@ -24,7 +24,7 @@ use kube::runtime::watcher::{self, Event};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 
-use super::views::{View, WatchHealth, view_watch};
+use super::views::{View, WatchHealth, shared_watch, view_watch};
 
 /// What one reader does with each event of the watch.
 type Reader<K> = Box<dyn FnMut(&Event<K>) + Send>;
@@ -134,15 +134,7 @@ where
             }
             futures::future::ready(())
         });
-        async move {
-            if idle {
-                return;
-            }
-            tokio::select! {
-                () = watch => {}
-                () = shutdown => {}
-            }
-        }
+        shared_watch(idle, watch, shutdown)
     }
 }
 

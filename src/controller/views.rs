@@ -217,6 +217,22 @@ fn not_served(error: &watcher::Error) -> bool {
     }
 }
 
+/// A watch several jobs share, run until `shutdown`; at once when none reads it (`idle`:
+/// nothing is watched).
+pub(crate) async fn shared_watch(
+    idle: bool,
+    watch: impl Future<Output = ()> + Send,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    if idle {
+        return;
+    }
+    tokio::select! {
+        () = watch => {}
+        () = shutdown => {}
+    }
+}
+
 /// A view's watch of `api`: kube's watcher, held to [`MAX_OBJECTS_PER_VIEW`] objects
 /// ([`capped`]; `size` is the view's store), retried after [`watch_backoff`], each poll
 /// allocating in the scratch arena ([`crate::memory`]: the lists and full objects it decodes
