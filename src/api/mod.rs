@@ -109,3 +109,12 @@ pub const LAST_SEEN_RESOURCE_VERSION_ANNOTATION: &str =
     "networking.fleet.azure.com/last-seen-resource-version";
 /// Annotation: when that resourceVersion was first seen (RFC 3339).
 pub const LAST_SEEN_TIMESTAMP_ANNOTATION: &str = "networking.fleet.azure.com/last-seen-timestamp";
+
+/// Label on a MultiClusterService: its derived Service's name (the MultiClusterService job
+/// writes it, the EndpointSliceImport job reads it).
+pub const DERIVED_SERVICE_LABEL: &str = "networking.fleet.azure.com/derived-service";
+/// Kubernetes' label that names the Service an EndpointSlice belongs to.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// Azure's annotation: whether a LoadBalancer Service is internal (case-sensitive "true").
+pub const AZURE_LB_INTERNAL_ANNOTATION: &str =
+    "service.beta.kubernetes.io/azure-load-balancer-internal";

@@ -24,6 +24,7 @@ use serde::de::DeserializeOwned;
 use super::decide::{CONTROLLER_ID, DERIVED_SERVICE_LABEL, MANAGED_BY_LABEL};
 use crate::api::{EndpointSliceImport, MultiClusterService};
 use crate::controller::pace::Pace;
+use crate::controller::projection::HUB_WATCH_TIMEOUT_S;
 use crate::controller::tap::{Keep, Tap, every};
 use crate::controller::views::{View, WatchHealth, view_watch};
 
@@ -34,10 +35,6 @@ const SLICES: View = View::member(3, "imported EndpointSlices");
 
 /// The watches whose first lists the job waits for.
 pub(super) const WATCHED: [View; 4] = [IMPORTS, MULTI_CLUSTER_SERVICES, SERVICES, SLICES];
-
-/// How long one watch of the hub's imports lasts before it is re-established (as the
-/// EndpointSlice job's hub watch: a quiet fleet's hub requests grow with members).
-const HUB_WATCH_TIMEOUT_S: u32 = 1800;
 
 pub(super) struct Views {
     pub(super) imports: Store<EndpointSliceImport>,
