@@ -77,19 +77,20 @@ pub(crate) fn rebuilt(
     Some(annotations).filter(|a| !a.is_empty())
 }
 
-/// A view of `api`'s objects as projections `B`, each reduced as the watch ([`view_watch`],
-/// capped by the store's size) delivers it: the store, and the watch's events (each applied
-/// to the store before it passes on) for the job to turn into triggers.
+/// A view of `api`'s objects as projections `B`, each reduced by `reduce` as the watch
+/// ([`view_watch`], capped by the store's size) delivers it: the store, and the watch's events
+/// (each applied to the store before it passes on) for the job to turn into triggers.
 pub(crate) fn projected<A, B>(
     api: &Api<A>,
     config: watcher::Config,
+    reduce: impl Fn(A) -> B + Send + 'static,
 ) -> (
     Store<B>,
     impl Stream<Item = watcher::Result<watcher::Event<B>>> + Send + 'static,
 )
 where
     A: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-    B: From<A> + Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+    B: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store::<B>();
     let size = {
@@ -98,19 +99,19 @@ where
     };
     let events = reflector::reflector(
         writer,
-        view_watch(api.clone(), config, size).map_ok(project::<A, B>),
+        view_watch(api.clone(), config, size).map_ok(move |event| project(event, &reduce)),
     );
     (store, events)
 }
 
-/// A watch event whose object is reduced to what a view keeps of it (`B::from`).
-pub(crate) fn project<A, B: From<A>>(event: watcher::Event<A>) -> watcher::Event<B> {
+/// A watch event whose object is reduced to what a view keeps of it.
+fn project<A, B>(event: watcher::Event<A>, reduce: impl Fn(A) -> B) -> watcher::Event<B> {
     use watcher::Event;
     match event {
-        Event::Apply(a) => Event::Apply(a.into()),
-        Event::Delete(a) => Event::Delete(a.into()),
+        Event::Apply(a) => Event::Apply(reduce(a)),
+        Event::Delete(a) => Event::Delete(reduce(a)),
         Event::Init => Event::Init,
-        Event::InitApply(a) => Event::InitApply(a.into()),
+        Event::InitApply(a) => Event::InitApply(reduce(a)),
         Event::InitDone => Event::InitDone,
     }
 }

@@ -104,7 +104,7 @@ fn watch_ises(
     dangling: Lossy<String>,
 ) -> (Store<IseView>, BoxStream<'static, ExportRef>) {
     let version = exports.dyntype;
-    let (ises, events) = projected::<_, IseView>(hub, watcher::Config::default());
+    let (ises, events) = projected(hub, watcher::Config::default(), IseView::from);
     let loser_index = exports.store.clone();
     let events = events
         .inspect(health.inspector(INTERNAL_SERVICE_EXPORTS))

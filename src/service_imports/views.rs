@@ -52,7 +52,7 @@ impl Views {
         paces: Paces,
     ) -> (Self, BoxFuture<'static, ()>) {
         let config = watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S);
-        let (internals, internal_events) = projected::<_, InternalView>(hub, config);
+        let (internals, internal_events) = projected(hub, config, InternalView::from);
         let paces = Arc::new(paces);
         let imports = {
             let (paces, by_reference) = (paces.clone(), internals.clone());

@@ -122,7 +122,7 @@ fn hub_events(
     futures::stream::BoxStream<'static, ObjectRef<SliceView>>,
 ) {
     let config = watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S);
-    let (hub_view, events) = projected::<_, ExportView>(hub, config);
+    let (hub_view, events) = projected(hub, config, ExportView::from);
     let events = events
         .inspect(health.inspector(ENDPOINT_SLICE_EXPORTS))
         .inspect(move |event| {
