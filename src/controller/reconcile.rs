@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use kube::api::{DeleteParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 
 use super::failure::Failure;
 use super::observer::{ReconcileObserver, Reconciled};
@@ -139,6 +139,24 @@ pub(crate) fn only_uid(uid: Option<String>) -> DeleteParams {
         uid,
         resource_version,
     })
+}
+
+/// Merge-patches the object `name` with `body`: its status subresource when `status`, else
+/// the object itself; the API's answer is the object as written.
+pub(crate) async fn merge_patch<K>(
+    api: &kube::Api<K>,
+    name: &str,
+    status: bool,
+    body: &serde_json::Value,
+) -> kube::Result<K>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let (params, patch) = (PatchParams::default(), Patch::Merge(body));
+    match status {
+        true => api.patch_status(name, &params, &patch).await,
+        false => api.patch(name, &params, &patch).await,
+    }
 }
 
 /// The longest backoff of an object.

@@ -14,7 +14,7 @@ use crate::api::{
     set_condition,
 };
 use crate::controller::ApiFailure;
-use crate::controller::only_uid;
+use crate::controller::{merge_patch, only_uid};
 
 /// What `perform` changed, for metrics.
 #[derive(Debug, Default, Clone)]
@@ -157,11 +157,7 @@ impl<'a> Writes<'a> {
 
     /// Merge-patches the ServiceExport (its status subresource when `status`).
     async fn patch(&mut self, status: bool, body: &Value, step: Step) -> Result<(), Error> {
-        let (params, patch) = (PatchParams::default(), Patch::Merge(body));
-        let patched = match status {
-            true => self.exports.patch_status(self.name, &params, &patch).await,
-            false => self.exports.patch(self.name, &params, &patch).await,
-        };
+        let patched = merge_patch(&self.exports, self.name, status, body).await;
         self.wrote(patched.map_err(self.err(step))?);
         Ok(())
     }
