@@ -1,14 +1,27 @@
 //! The fleet-networking API types fleetnet-hub reads and writes (group `networking.fleet.azure.com`),
 //! wire-compatible with fleet-networking's CRDs, and the CRDs generated from them.
 
-/// Declares an object of the group: the struct with `apiVersion`, `kind` and `metadata` before
-/// the given fields, and its `kube::Resource` impl; `$dt` is the dynamic type and `$version` the
-/// version, given that value as `$v`.
+/// Declares an object of the group (or of `group`): the struct with `apiVersion`, `kind` and
+/// `metadata` before the given fields, and its `kube::Resource` impl; `$dt` is the dynamic type
+/// and `$version` the version, given that value as `$v`.
 macro_rules! object {
     (
         $(#[$attr:meta])*
         pub struct $ty:ident { $($fields:tt)* }
         kind $kind:literal, plural $plural:literal, scope $scope:ty,
+        version |$v:ident: $dt:ty| $version:expr
+    ) => {
+        object! {
+            $(#[$attr])*
+            pub struct $ty { $($fields)* }
+            group super::GROUP, kind $kind, plural $plural, scope $scope,
+            version |$v: $dt| $version
+        }
+    };
+    (
+        $(#[$attr:meta])*
+        pub struct $ty:ident { $($fields:tt)* }
+        group $group:expr, kind $kind:literal, plural $plural:literal, scope $scope:ty,
         version |$v:ident: $dt:ty| $version:expr
     ) => {
         $(#[$attr])*
@@ -32,7 +45,7 @@ macro_rules! object {
                 $kind.into()
             }
             fn group(_: &$dt) -> std::borrow::Cow<'_, str> {
-                super::GROUP.into()
+                $group.into()
             }
             fn version($v: &$dt) -> std::borrow::Cow<'_, str> {
                 $version.into()
