@@ -159,6 +159,23 @@ where
     }
 }
 
+/// Deletes the object `name` with `params`: `true` when this delete took it, `false` when it
+/// was gone already (a 404: what the delete was for).
+pub(crate) async fn delete_unless_gone<K>(
+    api: &kube::Api<K>,
+    name: &str,
+    params: &DeleteParams,
+) -> kube::Result<bool>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// The longest backoff of an object.
 pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
