@@ -26,7 +26,8 @@ pub use job::{Job, MemberInputs, Running};
 pub use observer::{NoObserver, ReconcileObserver, Reconciled, tell_other_writer};
 pub use reconcile::backoff;
 pub(crate) use reconcile::{
-    MAX_BACKOFF, Outcome, REREADS, failed, only_uid, reconcile_span, reported,
+    MAX_BACKOFF, Outcome, REREADS, delete_unless_gone, failed, merge_patch, only_uid,
+    reconcile_span, reported,
 };
 pub(crate) use runner::leadership_gained;
 pub use views::Synced;

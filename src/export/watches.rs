@@ -3,22 +3,22 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 
 use super::decide::ise_name;
 use super::projections::{IseView, ServiceView};
 use crate::api::{InternalServiceExport, ServiceExportVersion};
-use crate::controller::projection::project;
+use crate::controller::projection::projected;
 use crate::controller::queue::Lossy;
 use crate::controller::tap::{Keep, Tap, every};
-use crate::controller::views::{View, WatchHealth, view_watch};
+use crate::controller::views::{View, WatchHealth};
 use crate::service_exports::{ExportRef, ServiceExportView, Subscription};
 
 /// The member's Services.
@@ -90,7 +90,7 @@ fn watch_services(
     let project = Keep::new(every, ServiceView::from);
     member.view((health, SERVICES), project, move |event| {
         if let Event::Apply(svc) | Event::InitApply(svc) | Event::Delete(svc) = event {
-            pace.trigger(ObjectRef::new_with(&svc.name, version).within(&svc.namespace));
+            pace.trigger(ObjectRef::new_with(&svc.id.name, version).within(&svc.id.namespace));
         }
     })
 }
@@ -104,39 +104,32 @@ fn watch_ises(
     dangling: Lossy<String>,
 ) -> (Store<IseView>, BoxStream<'static, ExportRef>) {
     let version = exports.dyntype;
-    let (ises, writer) = reflector::store::<IseView>();
+    let (ises, events) = projected(hub, watcher::Config::default(), IseView::from);
     let loser_index = exports.store.clone();
-    let events = reflector::reflector(
-        writer,
-        view_watch(hub.clone(), watcher::Config::default(), {
-            let ises = ises.clone();
-            move || ises.len()
+    let events = events
+        .inspect(health.inspector(INTERNAL_SERVICE_EXPORTS))
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Apply(ise) | watcher::Event::InitApply(ise)) = event {
+                dangling.push(ise.id.name.clone());
+            }
         })
-        .map_ok(project::<InternalServiceExport, IseView>),
-    )
-    .inspect(health.inspector(INTERNAL_SERVICE_EXPORTS))
-    .inspect(move |event| {
-        if let Ok(watcher::Event::Apply(ise) | watcher::Event::InitApply(ise)) = event {
-            dangling.push(ise.name.clone());
-        }
-    })
-    .touched_objects()
-    .filter_map(|ise| futures::future::ready(ise.ok()))
-    .flat_map(move |ise: IseView| {
-        // The export it carries, and any other export of the same hub name (the loser of
-        // a name collision takes over when the winner's ISE goes).
-        let owner = ise
-            .spec
-            .service_reference
-            .namespaced_name
-            .split_once('/')
-            .map(|(ns, name)| ObjectRef::new_with(name, version).within(ns));
-        let mut refs = exports_sharing_hub_name(&loser_index, version, &ise.name);
-        refs.extend(owner);
-        refs.dedup();
-        futures::stream::iter(refs)
-    })
-    .boxed();
+        .touched_objects()
+        .filter_map(|ise| futures::future::ready(ise.ok()))
+        .flat_map(move |ise: IseView| {
+            // The export it carries, and any other export of the same hub name (the loser of
+            // a name collision takes over when the winner's ISE goes).
+            let owner = ise
+                .spec
+                .service_reference
+                .namespaced_name
+                .split_once('/')
+                .map(|(ns, name)| ObjectRef::new_with(name, version).within(ns));
+            let mut refs = exports_sharing_hub_name(&loser_index, version, &ise.id.name);
+            refs.extend(owner);
+            refs.dedup();
+            futures::stream::iter(refs)
+        })
+        .boxed();
     (ises, events)
 }
 

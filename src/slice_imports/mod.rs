@@ -31,7 +31,6 @@ use crate::controller::pace::Pace;
 use crate::controller::runner::{Runner, beside};
 use crate::controller::streaks::Streaks;
 use crate::controller::tap::Tap;
-use crate::controller::views::WatchHealth;
 use crate::controller::{Job, MemberInputs, Running};
 use context::Context;
 
@@ -60,13 +59,8 @@ impl<S: Needs> Job<S> for EndpointSliceImportJob {
 
     fn start(&self, inputs: &mut MemberInputs<S>, shutdown: CancellationToken) -> Running {
         let fleet_namespace = inputs.shared.fleet_system_namespace().to_string();
-        let hub: Api<EndpointSliceImport> =
-            Api::namespaced(inputs.hub_client.clone(), &inputs.hub_namespace);
-        let health = Arc::new(WatchHealth::new(
-            &inputs.member,
-            NAME,
-            inputs.observer.clone(),
-        ));
+        let hub: Api<EndpointSliceImport> = inputs.hub_api();
+        let health = inputs.health(NAME);
         let pace = Arc::new(Pace::new(inputs.concurrency));
         let scope = views::Scope {
             hub: &hub,

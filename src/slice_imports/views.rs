@@ -8,24 +8,25 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use serde::de::DeserializeOwned;
 
 use super::decide::{CONTROLLER_ID, DERIVED_SERVICE_LABEL, MANAGED_BY_LABEL};
 use crate::api::{EndpointSliceImport, MultiClusterService};
 use crate::controller::pace::Pace;
+use crate::controller::projection::{HUB_WATCH_TIMEOUT_S, projected};
 use crate::controller::tap::{Keep, Tap, every};
-use crate::controller::views::{View, WatchHealth, view_watch};
+use crate::controller::views::{View, WatchHealth};
 
 const IMPORTS: View = View::hub(0, "EndpointSliceImports");
 const MULTI_CLUSTER_SERVICES: View = View::member(1, "MultiClusterServices");
@@ -34,10 +35,6 @@ const SLICES: View = View::member(3, "imported EndpointSlices");
 
 /// The watches whose first lists the job waits for.
 pub(super) const WATCHED: [View; 4] = [IMPORTS, MULTI_CLUSTER_SERVICES, SERVICES, SLICES];
-
-/// How long one watch of the hub's imports lasts before it is re-established (as the
-/// EndpointSlice job's hub watch: a quiet fleet's hub requests grow with members).
-const HUB_WATCH_TIMEOUT_S: u32 = 1800;
 
 pub(super) struct Views {
     pub(super) imports: Store<EndpointSliceImport>,
@@ -173,24 +170,16 @@ where
     K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync,
     K: 'static,
 {
-    let (store, writer) = reflector::store::<K>();
-    let size = {
-        let store = store.clone();
-        move || store.len()
-    };
-    let events = reflector::reflector(
-        writer,
-        view_watch(api, config, size).map_ok(move |event| {
-            event.modify(|o| {
-                o.meta_mut().managed_fields = None;
-                strip(o);
-            })
-        }),
-    )
-    .inspect(health.inspector(view))
-    .touched_objects()
-    .filter_map(|o| futures::future::ready(o.ok()))
-    .boxed();
+    let (store, events) = projected(&api, config, move |mut o: K| {
+        o.meta_mut().managed_fields = None;
+        strip(&mut o);
+        o
+    });
+    let events = events
+        .inspect(health.inspector(view))
+        .touched_objects()
+        .filter_map(|o| futures::future::ready(o.ok()))
+        .boxed();
     (store, events)
 }
 

@@ -35,7 +35,6 @@ use crate::controller::queue::Lossy;
 use crate::controller::runner::{Runner, beside};
 use crate::controller::streaks::Streaks;
 use crate::controller::tap::Tap;
-use crate::controller::views::WatchHealth;
 use crate::controller::{Job, MemberInputs, Running};
 use crate::service_exports::ServiceExportFeed;
 use context::Context;
@@ -102,10 +101,9 @@ fn start<S: Needs>(
 ) -> Running {
     // Mapped to slices, which the job paces.
     let exports = inputs.shared.service_exports().subscribe(0);
-    let hub: Api<EndpointSliceExport> =
-        Api::namespaced(inputs.hub_client.clone(), &inputs.hub_namespace);
+    let hub: Api<EndpointSliceExport> = inputs.hub_api();
     let observer = inputs.observer.clone();
-    let health = Arc::new(WatchHealth::new(&inputs.member, NAME, observer.clone()));
+    let health = inputs.health(NAME);
     let (absent_tx, absent_rx) = Lossy::channel(
         views::ABSENT_QUEUE,
         &inputs.member,

@@ -5,12 +5,12 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
-use futures::{StreamExt, TryStreamExt};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 
 use super::decide::Halves;
@@ -20,10 +20,10 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::api::EndpointSliceExport;
 use crate::controller::pace::Pace;
-use crate::controller::projection::project;
+use crate::controller::projection::{HUB_WATCH_TIMEOUT_S, projected};
 use crate::controller::queue::Lossy;
 use crate::controller::tap::{Keep, Tap};
-use crate::controller::views::{View, WatchHealth, view_watch};
+use crate::controller::views::{View, WatchHealth};
 use crate::service_exports::{ExportRef, Subscription};
 
 /// The member's EndpointSlices (those of a Service kept).
@@ -34,12 +34,6 @@ const ENDPOINT_SLICE_EXPORTS: View = View::hub(4, "EndpointSliceExports");
 /// The watches whose first lists the job waits for. (The ServiceExports are the shared
 /// watch's.)
 pub(super) const WATCHED: [View; 2] = [ENDPOINT_SLICES, ENDPOINT_SLICE_EXPORTS];
-
-/// How long one watch of the hub's exports lasts before it is re-established. kube's default
-/// (295 s, for clients with a read timeout; ours has none, and h2 pings find a dead connection)
-/// would make every member's hub watch a request every 5 minutes: 3.4 hub requests/s at 1,000
-/// members in a quiet fleet, against 0.6 at 30 minutes.
-const HUB_WATCH_TIMEOUT_S: u32 = 1800;
 
 /// Slices to look at that the view does not have; beyond this many waiting, a name is dropped
 /// (counted in the log) and found again by the next sweep.
@@ -127,33 +121,23 @@ fn hub_events(
     Store<ExportView>,
     futures::stream::BoxStream<'static, ObjectRef<SliceView>>,
 ) {
-    let (hub_view, hub_writer) = reflector::store::<ExportView>();
-    let events = reflector::reflector(
-        hub_writer,
-        view_watch(
-            hub.clone(),
-            watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S),
+    let config = watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S);
+    let (hub_view, events) = projected(hub, config, ExportView::from);
+    let events = events
+        .inspect(health.inspector(ENDPOINT_SLICE_EXPORTS))
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event
+                && cleanup
             {
-                let hub_view = hub_view.clone();
-                move || hub_view.len()
-            },
-        )
-        .map_ok(project::<EndpointSliceExport, ExportView>),
-    )
-    .inspect(health.inspector(ENDPOINT_SLICE_EXPORTS))
-    .inspect(move |event| {
-        if let Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event
-            && cleanup
-        {
-            let (ns, name) = referred(e);
-            if known.get(&ObjectRef::new(&name).within(&ns)).is_none() {
-                queue.push((ns, name));
+                let (ns, name) = referred(e);
+                if known.get(&ObjectRef::new(&name).within(&ns)).is_none() {
+                    queue.push((ns, name));
+                }
             }
-        }
-    })
-    .touched_objects()
-    .filter_map(|e| futures::future::ready(e.ok().map(|e| referred_slice(&e))))
-    .boxed();
+        })
+        .touched_objects()
+        .filter_map(|e| futures::future::ready(e.ok().map(|e| referred_slice(&e))))
+        .boxed();
     (hub_view, events)
 }
 
