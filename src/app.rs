@@ -104,6 +104,7 @@ pub async fn hub_client(
 /// Starts everything and returns at once; [`Running::shutdown`] stops it.
 pub async fn start(config: Config, ext: Extensions) -> Result<Running, Error> {
     config.check_kubeconfig_dir()?;
+    crate::announce::log_startup(&config);
     let (ownership, election) = Ownership::new(ownership_mode(&config));
     let hub_stats = Arc::new(ClientStats::default());
     let (hub, _) = hub_client(
