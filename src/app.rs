@@ -68,15 +68,15 @@ impl Running {
 }
 
 /// A hub client from the kubeconfig (or the in-cluster configuration), named `name`, its
-/// writes fenced by `fence`.
-async fn hub_client(
+/// writes fenced by `fence`, and its server's URL (`check` uses the same client).
+pub async fn hub_client(
     name: &str,
     path: Option<&std::path::Path>,
     lanes: usize,
     limits: &Limits,
     stats: Arc<ClientStats>,
     fence: client::Fence,
-) -> Result<kube::Client, Error> {
+) -> Result<(kube::Client, String), Error> {
     // Parser and kube errors quote the file, which may be a token or a key: by place only.
     use crate::fleet::vet::parse_error;
     let failed = |e: String| match path {
@@ -93,7 +93,7 @@ async fn hub_client(
         None => None,
     };
     match client::from_kubeconfig(name, kubeconfig, lanes, limits, stats, fence).await {
-        Ok((client, _)) => Ok(client),
+        Ok(built) => Ok(built),
         // The in-cluster configuration's errors name environment variables and files only.
         Err(client::Error::Config(e)) if path.is_none() => Err(failed(e)),
         Err(client::Error::Config(e)) => Err(failed(parse_error::kube_message(&e))),
@@ -104,9 +104,10 @@ async fn hub_client(
 /// Starts everything and returns at once; [`Running::shutdown`] stops it.
 pub async fn start(config: Config, ext: Extensions) -> Result<Running, Error> {
     config.check_kubeconfig_dir()?;
+    crate::announce::log_startup(&config);
     let (ownership, election) = Ownership::new(ownership_mode(&config));
     let hub_stats = Arc::new(ClientStats::default());
-    let hub = hub_client(
+    let (hub, _) = hub_client(
         "hub",
         config.hub_kubeconfig.as_deref(),
         client::HUB_LANES,
@@ -225,7 +226,8 @@ async fn control_client(config: &Config, sharded: bool) -> Result<kube::Client, 
     };
     let path = config.hub_kubeconfig.as_deref();
     let fence = client::Fence::open();
-    hub_client("control", path, 1, &limits, Arc::default(), fence).await
+    let (client, _) = hub_client("control", path, 1, &limits, Arc::default(), fence).await?;
+    Ok(client)
 }
 
 /// How this replica takes part in writing, from its election settings.

@@ -3,6 +3,7 @@
 //! (EndpointSlice → EndpointSliceExport), member-scoped reconcilers per member: each job one
 //! folder (`export/`, `slices/`) on one controller kit (`controller/`), listed in `jobs`.
 
+pub mod announce;
 pub mod api;
 pub mod app;
 pub mod azure;

@@ -219,7 +219,9 @@ async fn answers(client: &kube::Client, within: Duration) -> Result<(), String> 
 /// Hub reachability for `/readyz`, every 5 s, through `control` (the control client: our own
 /// queue of writes never makes the hub look unreachable).
 pub async fn probe_hub(control: kube::Client, state: Arc<FleetState>, shutdown: CancellationToken) {
+    use crate::announce::HubOutage;
     let mut ticker = tokio::time::interval(Duration::from_secs(5));
+    let mut outage = HubOutage::default();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -229,6 +231,7 @@ pub async fn probe_hub(control: kube::Client, state: Arc<FleetState>, shutdown: 
         if ok != state.hub_reachable() {
             tracing::info!(reachable = ok, "hub reachability changed");
         }
+        HubOutage::log(outage.observe(ok, std::time::Instant::now()));
         state.set_hub_reachable(ok);
     }
 }

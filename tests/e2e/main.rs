@@ -11,6 +11,7 @@ mod support;
 
 mod azure;
 mod chart;
+mod check;
 mod crds;
 mod e2e_kind;
 mod export;
