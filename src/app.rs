@@ -51,6 +51,8 @@ pub struct Running {
     /// members are sharded).
     pub claim: ownership::Claim,
     shutdown: CancellationToken,
+    /// How long [`Running::shutdown`] waits for the drain (`--shutdown-timeout`).
+    shutdown_timeout: Duration,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -58,11 +60,12 @@ impl Running {
     /// Stops accepting work, lets in-flight reconciles finish, releases the lease. Bounded.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
-        if tokio::time::timeout(Duration::from_secs(25), self.task)
-            .await
-            .is_err()
-        {
-            tracing::warn!("shutdown did not complete within 25 s");
+        let timeout = self.shutdown_timeout;
+        if tokio::time::timeout(timeout, self.task).await.is_err() {
+            tracing::warn!(
+                ?timeout,
+                "shutdown did not complete within --shutdown-timeout"
+            );
         }
     }
 }
@@ -118,7 +121,7 @@ pub async fn start(config: Config, ext: Extensions) -> Result<Running, Error> {
     .await?;
     let shutdown = CancellationToken::new();
     let state = Arc::new(FleetState::default());
-    let metrics = metrics(state.clone(), hub_stats, ext.azure_counters);
+    let metrics = metrics(&config, state.clone(), hub_stats, ext.azure_counters);
     let (health_address, metrics_address) =
         serve_http(&config, &ext.http, &state, &metrics, &shutdown).await?;
     metrics.set_leader(ownership.claim());
@@ -158,17 +161,19 @@ pub async fn start(config: Config, ext: Extensions) -> Result<Running, Error> {
         metrics,
         claim: ownership.claim(),
         shutdown,
+        shutdown_timeout: config.shutdown_timeout,
         task,
     })
 }
 
 /// The process's metrics: the fleet's state, the hub client's counters and Azure's.
 fn metrics(
+    config: &Config,
     state: Arc<FleetState>,
     hub_stats: Arc<ClientStats>,
     azure_counters: Option<crate::metrics::AzureSource>,
 ) -> Arc<Metrics> {
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::with_detail(config.metrics_detail));
     metrics.set_fleet_state(state);
     metrics.set_hub_client(hub_stats);
     if let Some(source) = azure_counters {

@@ -605,6 +605,8 @@ fn app_config(
         .records("default", fleetnet_hub::config::DEFAULT_LEADER_ELECTION_ID)
         .instance("fleetnet-bench")
         .bind_addresses("127.0.0.1:0", "127.0.0.1:0")
+        // The budget figures count each member's requests by verb and resource.
+        .metrics_detail(fleetnet_hub::metrics::MetricsDetail::Member)
         .build()
         .context("the product's configuration")
 }

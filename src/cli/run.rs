@@ -12,6 +12,7 @@ use fleetnet_hub::config::{
     LeaderElection, instance, positive_count, positive_duration, positive_rate,
 };
 use fleetnet_hub::fleet::Controllers;
+use fleetnet_hub::metrics::MetricsDetail;
 
 use super::{FleetArgs, TrustArgs};
 
@@ -39,6 +40,16 @@ pub struct RunArgs {
         default_value = DEFAULT_HEALTH_PROBE_BIND_ADDRESS
     )]
     health_probe_bind_address: String,
+    /// Per-member detail of /metrics: `fleet` keeps per member what the shipped alerts and
+    /// dashboard read (at most 15 series a healthy member); `member` adds reconciles by outcome,
+    /// the reconcile duration histogram and API requests by verb and resource (some 40 more).
+    #[arg(long, env = "FLEETNET_METRICS_DETAIL", value_enum, default_value_t = MetricsDetail::Fleet)]
+    metrics_detail: MetricsDetail,
+    /// How long a stop (SIGTERM, Ctrl-C) may take to drain: members' jobs, their queued Events,
+    /// then the Leases released; past it the process exits anyway (traces are flushed after it,
+    /// up to 5 s). The pod's terminationGracePeriodSeconds must exceed it.
+    #[arg(long, env = "FLEETNET_SHUTDOWN_TIMEOUT", default_value = "25s", value_parser = positive_duration)]
+    shutdown_timeout: Duration,
     #[command(flatten)]
     budgets: Budgets,
     /// A member whose first sync takes longer is marked failing (and keeps trying).
@@ -193,6 +204,8 @@ impl RunArgs {
         })
         .leader_election(leader_election)
         .bind_addresses(&self.metrics_bind_address, &self.health_probe_bind_address)
+        .metrics_detail(self.metrics_detail)
+        .shutdown_timeout(self.shutdown_timeout)
         .member_config(self.member_config.clone());
         match self.trace_sampling_ratio {
             Some(ratio) => builder.trace_sampling_ratio(ratio).build(),

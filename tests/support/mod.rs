@@ -240,6 +240,8 @@ pub fn config_builder(fleet: &Fleet, dir: &std::path::Path) -> fleetnet_hub::con
         .records("default", fleetnet_hub::config::DEFAULT_LEADER_ELECTION_ID)
         .instance("test")
         .bind_addresses("127.0.0.1:0", "127.0.0.1:0")
+        // Job tests count reconciles by member and outcome.
+        .metrics_detail(fleetnet_hub::metrics::MetricsDetail::Member)
 }
 
 /// [`config_builder`], built.

@@ -97,6 +97,8 @@ pub fn replica(name: &str, access: &Access, extra: &[&str]) -> Replica {
             &format!("127.0.0.1:{health}"),
             "--metrics-bind-address",
             &format!("127.0.0.1:{metrics}"),
+            // member_writes counts each member's requests by verb.
+            "--metrics-detail=member",
         ])
         .args(extra)
         .args(if extra.contains(&"--kube-api-qps") {

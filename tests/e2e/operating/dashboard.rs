@@ -257,6 +257,15 @@ async fn dashboard_and_alerts_evaluate_against_a_real_prometheus_scraping_two_re
         .to_string();
 
     let (mut fleet, hub) = fleet_with_release_namespace(&["alpha", "beta"]).await;
+    // A job that cannot work (its hub CRD missing) while its members are Ready: the failing-job
+    // panel and alert have a series to find.
+    let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
+    crds.delete(
+        "endpointsliceexports.networking.fleet.azure.com",
+        &Default::default(),
+    )
+    .await
+    .expect("delete the EndpointSliceExport CRD");
     let dir = fleet.scratch_dir().join("kubeconfigs-operating");
     std::fs::create_dir_all(&dir).expect("mkdir");
     for m in ["alpha", "beta"] {
@@ -276,6 +285,8 @@ async fn dashboard_and_alerts_evaluate_against_a_real_prometheus_scraping_two_re
         let mut cfg = app_config(&fleet, &dir);
         // The throttling member is a plain-http test server on loopback.
         cfg.runtime.trust.allow_plain_http_loopback = true;
+        // The queries must work on the series the chart's default (no --metrics-detail) serves.
+        cfg.metrics_detail = fleetnet_hub::metrics::MetricsDetail::Fleet;
         cfg.leader_election = Some(LeaderElection {
             namespace: "fleetnet-system".into(),
             name: "fleetnet-hub".into(),
