@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use kube::runtime::watcher;
 
 /// The values of `keys` among an object's annotations, in that order: what a view keeps of
 /// them (a `BTreeMap` of two entries is a 544-byte node; a `kubectl apply` annotation alone can
@@ -27,18 +26,6 @@ pub(crate) fn rebuilt(
         .filter_map(|(k, v)| Some((k.to_string(), v.clone()?)))
         .collect();
     Some(annotations).filter(|a| !a.is_empty())
-}
-
-/// A watch event whose object is reduced to what a view keeps of it (`B::from`).
-pub(crate) fn project<A, B: From<A>>(event: watcher::Event<A>) -> watcher::Event<B> {
-    use watcher::Event;
-    match event {
-        Event::Apply(a) => Event::Apply(a.into()),
-        Event::Delete(a) => Event::Delete(a.into()),
-        Event::Init => Event::Init,
-        Event::InitApply(a) => Event::InitApply(a.into()),
-        Event::InitDone => Event::InitDone,
-    }
 }
 
 /// A projection kept in a reflector store keyed by its `name` and `namespace` fields only: a
