@@ -136,9 +136,13 @@ pub async fn start(config: Config, ext: Extensions) -> Result<Running, Error> {
     };
     let coordinating = coordination.spawn().await?;
 
+    // The replica's one watch of each hub kind a job reads, every member's namespace in it.
+    let hub_watches = crate::hub_watches::HubWatches::of(&hub, config.runtime.controllers);
+    tokio::spawn(hub_watches.clone().run(shutdown.clone()));
     let shared = Arc::new(fleet::Shared {
         config: config.runtime,
         hub_views: crate::client::HubViews::new(&hub),
+        hub_watches,
         hub_client: hub,
         state: state.clone(),
         observer: metrics.clone(),

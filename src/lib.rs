@@ -14,6 +14,7 @@ pub mod controller;
 pub mod export;
 pub mod fleet;
 pub mod http;
+pub mod hub_watches;
 pub mod jobs;
 pub mod member_watches;
 pub mod membership;

@@ -19,8 +19,8 @@
 //!   watch on the hub), → every name `ready` on some replica's `GET /members`, and → ownership
 //!   settled (every name ready on exactly one replica, no change for 15 s); against the
 //!   budget bound of the replica with the largest share (`ceil(N/R)` members: one ISE create
-//!   per export and two LISTs per member (ISEs, EndpointSliceExports) through its hub bucket, as
-//!   `ideal_bound` computes it);
+//!   per export through its hub bucket, and one LIST per hub kind the jobs read for all its
+//!   members (the replica's hub watches), as `ideal_bound` computes it);
 //! - RSS (`/proc/<pid>/status`) per replica at convergence and after the quiet window, and per
 //!   member (sum over replicas / N; and less R times the RSS of the binary running no member,
 //!   read before the run: what a member adds);

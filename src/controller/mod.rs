@@ -16,6 +16,7 @@ pub(crate) mod queue;
 mod reconcile;
 pub(crate) mod runner;
 pub(crate) mod streaks;
+pub mod hub_tap;
 pub mod tap;
 pub mod views;
 pub mod writers;

@@ -3,19 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use futures::{Stream, TryStreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::Api;
-use kube::runtime::reflector::{self, Lookup, Store};
-use kube::runtime::watcher;
-
-use super::views::view_watch;
-
-/// How long one watch of a member's objects in the hub lasts before it is re-established.
-/// kube's default (295 s, for clients with a read timeout; ours has none, and h2 pings find a
-/// dead connection) would make every member's hub watch a request every 5 minutes: 3.4 hub
-/// requests/s at 1,000 members in a quiet fleet, against 0.6 at 30 minutes.
-pub(crate) const HUB_WATCH_TIMEOUT_S: u32 = 1800;
 
 /// What every projection keeps of an object's identity: the name and namespace its store is
 /// keyed by ([`keyed_by_name`]), the UID a delete's precondition names and the resourceVersion
@@ -75,45 +63,6 @@ pub(crate) fn rebuilt(
         .filter_map(|(k, v)| Some((k.to_string(), v.clone()?)))
         .collect();
     Some(annotations).filter(|a| !a.is_empty())
-}
-
-/// A view of `api`'s objects as projections `B`, each reduced by `reduce` as the watch
-/// ([`view_watch`], capped by the store's size) delivers it: the store, and the watch's events
-/// (each applied to the store before it passes on) for the job to turn into triggers.
-pub(crate) fn projected<A, B>(
-    api: &Api<A>,
-    config: watcher::Config,
-    reduce: impl Fn(A) -> B + Send + 'static,
-) -> (
-    Store<B>,
-    impl Stream<Item = watcher::Result<watcher::Event<B>>> + Send + 'static,
-)
-where
-    A: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-    B: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
-{
-    let (store, writer) = reflector::store::<B>();
-    let size = {
-        let store = store.clone();
-        move || store.len()
-    };
-    let events = reflector::reflector(
-        writer,
-        view_watch(api.clone(), config, size).map_ok(move |event| project(event, &reduce)),
-    );
-    (store, events)
-}
-
-/// A watch event whose object is reduced to what a view keeps of it.
-fn project<A, B>(event: watcher::Event<A>, reduce: impl Fn(A) -> B) -> watcher::Event<B> {
-    use watcher::Event;
-    match event {
-        Event::Apply(a) => Event::Apply(reduce(a)),
-        Event::Delete(a) => Event::Delete(reduce(a)),
-        Event::Init => Event::Init,
-        Event::InitApply(a) => Event::InitApply(reduce(a)),
-        Event::InitDone => Event::InitDone,
-    }
 }
 
 /// A projection kept in a reflector store keyed by its identity's ([`ObjectId`], field `id`)

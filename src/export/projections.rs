@@ -96,7 +96,7 @@ impl ServiceView {
 /// conditions, without the rest of `ObjectMeta` (360 bytes, most of them empty); rebuilt as an
 /// `InternalServiceExport` for each decision ([`IseView::to_ise`]).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct IseView {
+pub struct IseView {
     pub(crate) id: ObjectId,
     deletion_timestamp: Option<Time>,
     pub(crate) spec: InternalServiceExportSpec,

@@ -113,6 +113,8 @@ pub struct Shared {
     pub hub_client: kube::Client,
     /// The members' views of `hub_client`, one client for all ([`crate::client::HubViews`]).
     pub hub_views: crate::client::HubViews,
+    /// The replica's watches of the hub, every member's namespace in them ([`crate::hub_watches`]).
+    pub hub_watches: crate::hub_watches::HubWatches,
     pub state: Arc<FleetState>,
     pub observer: Arc<dyn ReconcileObserver>,
     pub hooks: Arc<dyn MemberHooks>,

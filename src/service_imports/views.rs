@@ -9,16 +9,14 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher::Event;
 
 use super::model::{ImportView, InternalView};
-use crate::api::InternalServiceImport;
 use crate::api::ServiceImport;
+use crate::controller::hub_tap::Followed;
 use crate::controller::pace::Pace;
-use crate::controller::projection::{HUB_WATCH_TIMEOUT_S, projected};
 use crate::controller::tap::{Keep, Tap, every};
 use crate::controller::views::{View, WatchHealth};
 
@@ -42,17 +40,16 @@ pub(super) struct Views {
 }
 
 impl Views {
-    /// Starts the watch of the hub's copies and takes the job's view of the member's shared
+    /// Takes the job's part of the replica's watch of the hub's copies (`hub`: the store and
+    /// events of the member's namespace) and the job's view of the member's shared
     /// ServiceImport watch; the future feeds the copies' changes to `paces` (never ends), the
     /// view feeds its own.
     pub(super) fn watch(
         member: &mut Tap<ServiceImport>,
-        hub: &Api<InternalServiceImport>,
+        (internals, followed): (Store<InternalView>, Followed<InternalView>),
         health: &Arc<WatchHealth>,
         paces: Paces,
     ) -> (Self, BoxFuture<'static, ()>) {
-        let config = watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S);
-        let (internals, internal_events) = projected(hub, config, InternalView::from);
         let paces = Arc::new(paces);
         let imports = {
             let (paces, by_reference) = (paces.clone(), internals.clone());
@@ -63,10 +60,10 @@ impl Views {
                 }
             })
         };
-        let internal_events = internal_events
-            .inspect(health.inspector(INTERNAL_SERVICE_IMPORTS))
-            .touched_objects()
-            .filter_map(|i| futures::future::ready(i.ok()));
+        let internal_events = followed
+        .inspect(health.inspector(INTERNAL_SERVICE_IMPORTS))
+        .touched_objects()
+        .filter_map(|i| futures::future::ready(i.ok()));
         let by_reference = internals.clone();
         let triggers = internal_events
             .for_each(move |isi| {

@@ -1,14 +1,13 @@
 //! The EndpointSlice exporter's two views, each of a projection (`model`): the member's
 //! EndpointSlices that belong to a Service (its view of the member's shared EndpointSlice
 //! watch, [`crate::member_watches`]) and the EndpointSliceExports in the member's hub
-//! namespace; its ServiceExports are the watch the jobs share ([`crate::service_exports`]).
+//! namespace (its part of the replica's watch, [`crate::controller::hub_tap`]); its ServiceExports are the watch the jobs share ([`crate::service_exports`]).
 
 use std::sync::Arc;
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use kube::ResourceExt;
-use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
@@ -18,9 +17,8 @@ use super::model::{ExportView, SERVICE_NAME_LABEL, SliceView};
 use crate::api::UNIQUE_NAME_ANNOTATION;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use crate::api::EndpointSliceExport;
+use crate::controller::hub_tap::Followed;
 use crate::controller::pace::Pace;
-use crate::controller::projection::{HUB_WATCH_TIMEOUT_S, projected};
 use crate::controller::queue::Lossy;
 use crate::controller::tap::{Keep, Tap};
 use crate::controller::views::{View, WatchHealth};
@@ -54,7 +52,7 @@ impl Views {
     /// EndpointSlice controller's half only), the hub's exports, and what they trigger.
     pub(super) fn watch(
         member: &mut Tap<EndpointSlice>,
-        hub: &Api<EndpointSliceExport>,
+        hub: (Store<ExportView>, Followed<ExportView>),
         exports: &Subscription,
         health: &Arc<WatchHealth>,
         (queue, pace): (Lossy<Absent>, &Arc<Pace<SliceView>>),
@@ -108,11 +106,12 @@ impl Views {
     }
 }
 
-/// The view of the member's EndpointSliceExports and the slices their changes trigger; with
+/// The view of the member's EndpointSliceExports (the replica's hub watch's, of the member's
+/// namespace) and the slices their changes trigger; with
 /// `cleanup`, an export whose slice `known` does not have (gone, or of no Service) goes to
 /// `queue`, to be looked at live.
 fn hub_events(
-    hub: &Api<EndpointSliceExport>,
+    (hub_view, followed): (Store<ExportView>, Followed<ExportView>),
     health: &Arc<WatchHealth>,
     known: Store<SliceView>,
     queue: Lossy<Absent>,
@@ -121,9 +120,7 @@ fn hub_events(
     Store<ExportView>,
     futures::stream::BoxStream<'static, ObjectRef<SliceView>>,
 ) {
-    let config = watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S);
-    let (hub_view, events) = projected(hub, config, ExportView::from);
-    let events = events
+    let events = followed
         .inspect(health.inspector(ENDPOINT_SLICE_EXPORTS))
         .inspect(move |event| {
             if let Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event

@@ -19,6 +19,7 @@ mod fleet;
 mod ha;
 mod hostile;
 mod http_server;
+mod hub_tap;
 mod limits;
 mod membership;
 mod metrics;

@@ -65,19 +65,26 @@ fn rendered_rbac_has_no_wildcard_and_exactly_the_listed_rules() {
     const ESE: &str = "endpointsliceexports";
     const ISI: &str = "internalserviceimports";
     const NET: &str = "networking.fleet.azure.com";
-    let hub_rw = ["get", "list", "watch", "create", "patch", "delete"];
+    let hub_rw = ["get", "create", "patch", "delete"];
     let members_value = format!("members={{{}}}", MEMBERS.join(","));
     let per_member = |rules: &mut Vec<Rule>| {
+        // The five hub kinds the jobs read: one list + watch per kind for the whole replica.
+        let read = ["list", "watch"];
+        for kind in [ISE, ESE, ISI, "endpointsliceimports"] {
+            rules.push(rule("ClusterRole", NET, kind, &[], &read));
+        }
+        let imcs = "internalmemberclusters";
+        rules.push(rule("ClusterRole", "cluster.kubernetes-fleet.io", imcs, &[], &read));
         for m in MEMBERS {
             let scope = format!("Role fleet-member-{m}");
             rules.push(rule(&scope, NET, ISE, &[], &hub_rw));
             rules.push(rule(&scope, NET, ESE, &[], &hub_rw));
             rules.push(rule(&scope, NET, ISI, &[], &hub_rw));
-            let read_patch = ["get", "list", "watch", "patch"];
+            let read_patch = ["get", "patch"];
             rules.push(rule(&scope, NET, "endpointsliceimports", &[], &read_patch));
             let imc = "internalmemberclusters";
             let fleet = "cluster.kubernetes-fleet.io";
-            rules.push(rule(&scope, fleet, imc, &[], &["get", "list", "watch"]));
+            rules.push(rule(&scope, fleet, imc, &[], &["get"]));
             let status = format!("{imc}/status");
             rules.push(rule(&scope, fleet, &status, &[], &["update"]));
             // The member's MemberStatus (`crate::status`): read once, created, applied, deleted
