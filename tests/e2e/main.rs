@@ -18,6 +18,7 @@ mod fleet;
 mod ha;
 mod hostile;
 mod http_server;
+mod image;
 mod limits;
 mod membership;
 mod metrics;
