@@ -197,11 +197,21 @@ def image_blobs(binary, args, mtime, workdir):
     return compressed, config, manifest
 
 
+def normalized(name):
+    """A name as docker and containerd spell it in full: fleetnet-hub is
+    docker.io/library/fleetnet-hub, me/fleetnet-hub is docker.io/me/fleetnet-hub, a name whose
+    first part is a host (a dot, a port or localhost) stays as it is."""
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return name
+    return f"docker.io/{name}" if rest else f"docker.io/library/{name}"
+
+
 def archive(out, tag, blobs, mtime):
     """Writes the OCI layout + docker-archive tar to `out` (via a temporary file, then renamed)."""
     layer, config, manifest = blobs
     name, _, version = tag.rpartition(":")
-    full = name if "/" in name else "docker.io/library/" + name
+    full = normalized(name)
     index = canonical({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.index.v1+json",
@@ -217,7 +227,9 @@ def archive(out, tag, blobs, mtime):
             },
         }],
     })
-    blob = lambda b: "blobs/sha256/" + digest(b).split(":")[1]
+    def blob(data):
+        return "blobs/sha256/" + digest(data).split(":")[1]
+
     docker_manifest = canonical([{
         "Config": blob(config), "RepoTags": [tag], "Layers": [blob(layer)],
     }])

@@ -31,6 +31,14 @@ const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn image_runs_the_charts_container_with_its_rbac_and_security_context_against_a_real_hub() {
+    use std::os::unix::fs::MetadataExt;
+    let euid = std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(0);
+    assert_eq!(
+        euid, 0,
+        "runc runs the image as root (CI and the developer machines are root)"
+    );
     let scratch = tempfile::tempdir().expect("tempdir");
     let dir = scratch.path();
     let (layout, digest) = build_image(dir);
@@ -328,4 +336,20 @@ fn confined(pid: u32, container: &Container) {
     }
     assert_eq!(field("NoNewPrivs"), "1");
     assert_eq!(field("Seccomp"), "2", "seccomp filter mode");
+    assert_eq!(
+        field("Groups"),
+        "65532",
+        "fsGroup as the supplementary group"
+    );
+    // readOnlyRootFilesystem: the container's / is mounted read-only.
+    let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).expect("mountinfo");
+    let root = mounts
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .rfind(|f| f.get(4) == Some(&"/"))
+        .expect("a mount at /");
+    assert!(
+        root.get(5).is_some_and(|o| o.split(',').any(|o| o == "ro")),
+        "root not read-only: {root:?}"
+    );
 }

@@ -287,3 +287,45 @@ impl Drop for Container {
             .output();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rules granted by a capability go (the container has none); rules for a missing
+    /// capability, for amd64 or for every architecture stay, with their args and errno.
+    #[test]
+    fn seccomp_profile_for_an_amd64_process_without_capabilities() {
+        let profile = json!({
+            "defaultAction": "SCMP_ACT_ERRNO",
+            "defaultErrnoRet": 38,
+            "archMap": [
+                {"architecture": "SCMP_ARCH_X86_64", "subArchitectures": ["SCMP_ARCH_X86"]},
+                {"architecture": "SCMP_ARCH_AARCH64", "subArchitectures": ["SCMP_ARCH_ARM"]}
+            ],
+            "syscalls": [
+                {"names": ["read"], "action": "SCMP_ACT_ALLOW", "args": [], "includes": {}, "excludes": {}},
+                {"names": ["arch_prctl"], "action": "SCMP_ACT_ALLOW", "includes": {"arches": ["amd64", "x32"]}, "excludes": {}},
+                {"names": ["sync_file_range2"], "action": "SCMP_ACT_ALLOW", "includes": {"arches": ["ppc64le"]}, "excludes": {}},
+                {"names": ["mount"], "action": "SCMP_ACT_ALLOW", "includes": {"caps": ["CAP_SYS_ADMIN"]}, "excludes": {}},
+                {"names": ["mount"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1, "includes": {}, "excludes": {"caps": ["CAP_SYS_ADMIN"]}},
+                {"names": ["personality"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 8, "valueTwo": 0, "op": "SCMP_CMP_EQ"}], "includes": {}, "excludes": {}}
+            ]
+        });
+        assert_eq!(
+            runtime_seccomp(&profile),
+            json!({
+                "defaultAction": "SCMP_ACT_ERRNO",
+                "defaultErrnoRet": 38,
+                "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86"],
+                "syscalls": [
+                    {"names": ["read"], "action": "SCMP_ACT_ALLOW"},
+                    {"names": ["arch_prctl"], "action": "SCMP_ACT_ALLOW"},
+                    {"names": ["mount"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1},
+                    {"names": ["personality"], "action": "SCMP_ACT_ALLOW",
+                     "args": [{"index": 0, "value": 8, "valueTwo": 0, "op": "SCMP_CMP_EQ"}]}
+                ]
+            })
+        );
+    }
+}
