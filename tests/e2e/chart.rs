@@ -340,7 +340,7 @@ async fn sharded_rendering_is_accepted_and_its_lease_rbac_suffices(
 }
 
 /// Server-side applies every object of a rendering to the hub; returns them as applied.
-async fn apply_rendering(
+pub(crate) async fn apply_rendering(
     hub: &kube::Client,
     discovery: &Discovery,
     path: &std::path::Path,

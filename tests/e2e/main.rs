@@ -20,6 +20,7 @@ mod ha;
 mod hostile;
 mod http_server;
 mod hub_tap;
+mod image;
 mod limits;
 mod membership;
 mod metrics;
