@@ -175,7 +175,8 @@ where
             loop {
                 let listed = api.list(&ListParams::default()).await;
                 let objects = listed.map(|list| list.items.into_iter().map(inner.reduce));
-                let again = (inner.routes.lock()).filled(&namespace, objects.map(Iterator::collect));
+                let again =
+                    (inner.routes.lock()).filled(&namespace, objects.map(Iterator::collect));
                 if !again {
                     return;
                 }
@@ -284,7 +285,11 @@ where
     pub(crate) fn subscribe(
         &mut self,
         ns: &str,
-    ) -> (Store<V>, mpsc::UnboundedReceiver<watcher::Result<Event<V>>>, bool) {
+    ) -> (
+        Store<V>,
+        mpsc::UnboundedReceiver<watcher::Result<Event<V>>>,
+        bool,
+    ) {
         let fill = self.know(ns);
         let failing = self.failing.clone();
         let (tx, rx) = mpsc::unbounded();
@@ -460,7 +465,10 @@ where
 
 /// The kept type's name, as a view over its cap tells it.
 fn kind_of<V>() -> &'static str {
-    std::any::type_name::<V>().rsplit("::").next().unwrap_or_default()
+    std::any::type_name::<V>()
+        .rsplit("::")
+        .next()
+        .unwrap_or_default()
 }
 
 /// A watch failure as each reader hears of it again (kube's errors are not `Clone`): the API's

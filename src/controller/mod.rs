@@ -7,6 +7,7 @@
 pub(crate) mod events;
 mod failure;
 pub mod feed;
+pub mod hub_tap;
 mod job;
 mod observer;
 pub(crate) mod own_writes;
@@ -16,7 +17,6 @@ pub(crate) mod queue;
 mod reconcile;
 pub(crate) mod runner;
 pub(crate) mod streaks;
-pub mod hub_tap;
 pub mod tap;
 pub mod views;
 pub mod writers;

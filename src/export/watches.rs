@@ -105,29 +105,29 @@ fn watch_ises(
     let version = exports.dyntype;
     let loser_index = exports.store.clone();
     let events = followed
-    .inspect(health.inspector(INTERNAL_SERVICE_EXPORTS))
-    .inspect(move |event| {
-        if let Ok(watcher::Event::Apply(ise) | watcher::Event::InitApply(ise)) = event {
-            dangling.push(ise.id.name.clone());
-        }
-    })
-    .touched_objects()
-    .filter_map(|ise| futures::future::ready(ise.ok()))
-    .flat_map(move |ise: IseView| {
-        // The export it carries, and any other export of the same hub name (the loser of
-        // a name collision takes over when the winner's ISE goes).
-        let owner = ise
-            .spec
-            .service_reference
-            .namespaced_name
-            .split_once('/')
-            .map(|(ns, name)| ObjectRef::new_with(name, version).within(ns));
-        let mut refs = exports_sharing_hub_name(&loser_index, version, &ise.id.name);
-        refs.extend(owner);
-        refs.dedup();
-        futures::stream::iter(refs)
-    })
-    .boxed();
+        .inspect(health.inspector(INTERNAL_SERVICE_EXPORTS))
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Apply(ise) | watcher::Event::InitApply(ise)) = event {
+                dangling.push(ise.id.name.clone());
+            }
+        })
+        .touched_objects()
+        .filter_map(|ise| futures::future::ready(ise.ok()))
+        .flat_map(move |ise: IseView| {
+            // The export it carries, and any other export of the same hub name (the loser of
+            // a name collision takes over when the winner's ISE goes).
+            let owner = ise
+                .spec
+                .service_reference
+                .namespaced_name
+                .split_once('/')
+                .map(|(ns, name)| ObjectRef::new_with(name, version).within(ns));
+            let mut refs = exports_sharing_hub_name(&loser_index, version, &ise.id.name);
+            refs.extend(owner);
+            refs.dedup();
+            futures::stream::iter(refs)
+        })
+        .boxed();
     (ises, events)
 }
 

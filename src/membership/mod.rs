@@ -18,8 +18,8 @@ mod reconcile;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures::stream::BoxStream;
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
@@ -30,11 +30,11 @@ pub use decide::{NAME, Outcome};
 pub use error::{Error, Step};
 
 use crate::api::{AgentTypes, InternalMemberCluster};
+use crate::controller::hub_tap::{Followed, HubTap};
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::pace::Pace;
 use crate::controller::runner::{Runner, beside};
 use crate::controller::streaks::Streaks;
-use crate::controller::hub_tap::{Followed, HubTap};
 use crate::controller::views::{View, WatchHealth};
 use crate::controller::{Job, MemberInputs, Running};
 use context::Context;
@@ -120,23 +120,23 @@ fn triggers(
 ) -> BoxStream<'static, ObjectRef<InternalMemberCluster>> {
     let mut generations = HashMap::new();
     followed
-    .inspect(health.inspector(MEMBER_CLUSTERS))
-    .filter_map(move |event| {
-        let key = match event {
-            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                let changed = generations.insert(o.name_any(), o.metadata.generation)
-                    != Some(o.metadata.generation);
-                changed.then(|| ObjectRef::new(&o.name_any()).within(&namespace_of(&o)))
-            }
-            Ok(watcher::Event::Delete(o)) => {
-                generations.remove(&o.name_any());
-                None
-            }
-            _ => None,
-        };
-        futures::future::ready(key)
-    })
-    .boxed()
+        .inspect(health.inspector(MEMBER_CLUSTERS))
+        .filter_map(move |event| {
+            let key = match event {
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                    let changed = generations.insert(o.name_any(), o.metadata.generation)
+                        != Some(o.metadata.generation);
+                    changed.then(|| ObjectRef::new(&o.name_any()).within(&namespace_of(&o)))
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    generations.remove(&o.name_any());
+                    None
+                }
+                _ => None,
+            };
+            futures::future::ready(key)
+        })
+        .boxed()
 }
 
 fn namespace_of(o: &InternalMemberCluster) -> String {

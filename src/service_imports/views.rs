@@ -61,9 +61,9 @@ impl Views {
             })
         };
         let internal_events = followed
-        .inspect(health.inspector(INTERNAL_SERVICE_IMPORTS))
-        .touched_objects()
-        .filter_map(|i| futures::future::ready(i.ok()));
+            .inspect(health.inspector(INTERNAL_SERVICE_IMPORTS))
+            .touched_objects()
+            .filter_map(|i| futures::future::ready(i.ok()));
         let by_reference = internals.clone();
         let triggers = internal_events
             .for_each(move |isi| {

@@ -52,13 +52,20 @@ fn list(routes: &mut Routes<ConfigMap>, objects: &[ConfigMap]) {
 #[test]
 fn objects_go_to_their_namespace_and_those_of_no_member_are_not_kept() {
     let mut routes = Routes::<ConfigMap>::default();
-    assert!(!routes.know("fleet-member-a"), "not listed yet: the list fills it");
+    assert!(
+        !routes.know("fleet-member-a"),
+        "not listed yet: the list fills it"
+    );
     routes.know("fleet-member-b");
     let (a, mut rx_a, fill) = routes.subscribe("fleet-member-a");
     assert!(!fill);
     list(
         &mut routes,
-        &[cm("fleet-member-a", "x"), cm("fleet-member-b", "y"), cm("other", "z")],
+        &[
+            cm("fleet-member-a", "x"),
+            cm("fleet-member-b", "y"),
+            cm("other", "z"),
+        ],
     );
     assert_eq!(names(&a), ["x"]);
     assert_eq!(heard(&mut rx_a), ["init", "+x", "done"]);
@@ -67,8 +74,15 @@ fn objects_go_to_their_namespace_and_those_of_no_member_are_not_kept() {
     routes.take(Event::Apply(cm("other", "u")), same);
     routes.take(Event::Delete(cm("fleet-member-a", "x")), same);
     assert_eq!(names(&a), ["w"]);
-    assert_eq!(heard(&mut rx_a), ["apply w", "delete x"], "its own namespace only");
-    assert!(routes.namespaces.get("other").is_none(), "no member's: not kept");
+    assert_eq!(
+        heard(&mut rx_a),
+        ["apply w", "delete x"],
+        "its own namespace only"
+    );
+    assert!(
+        !routes.namespaces.contains_key("other"),
+        "no member's: not kept"
+    );
 }
 
 #[test]
@@ -126,12 +140,18 @@ fn a_failed_fill_is_told_to_its_readers_and_asked_again() {
     let told = heard(&mut rx);
     assert_eq!(told.len(), 1);
     assert!(told[0].contains("connection refused"), "{told:?}");
-    assert!(!routes.filled("gone", Ok(vec![])), "a namespace dropped needs none");
+    assert!(
+        !routes.filled("gone", Ok(vec![])),
+        "a namespace dropped needs none"
+    );
 }
 
 fn not_found() -> watcher::Error {
-    let status = kube::core::Status::failure("the server could not find the requested resource", "NotFound")
-        .with_code(404);
+    let status = kube::core::Status::failure(
+        "the server could not find the requested resource",
+        "NotFound",
+    )
+    .with_code(404);
     watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status)))
 }
 
@@ -157,11 +177,19 @@ fn a_failure_reaches_every_reader_of_every_namespace_and_a_new_one_until_the_wat
         [Err(watcher::Error::InitialListFailed(kube::Error::Api(s)))] if s.code == 404
     ));
     list(&mut routes, &[]);
-    assert_eq!(heard(&mut rx_a), ["init", "done"], "listed again: recovered");
+    assert_eq!(
+        heard(&mut rx_a),
+        ["init", "done"],
+        "listed again: recovered"
+    );
     routes.know("d");
     list(&mut routes, &[]);
     let (_d, mut rx_d, _) = routes.subscribe("d");
-    assert_eq!(heard(&mut rx_d), ["init", "done"], "no failure told any more");
+    assert_eq!(
+        heard(&mut rx_d),
+        ["init", "done"],
+        "no failure told any more"
+    );
 }
 
 #[test]

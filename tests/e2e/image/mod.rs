@@ -303,10 +303,9 @@ async fn ready(container: &Container, health: u16) -> u32 {
     loop {
         if tokio::net::TcpStream::connect(addr).await.is_ok()
             && http_get(addr, "/readyz").await.0 == 200
+            && let Some(pid) = container.pid()
         {
-            if let Some(pid) = container.pid() {
-                return pid;
-            }
+            return pid;
         }
         assert!(
             Instant::now() < deadline,

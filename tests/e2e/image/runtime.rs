@@ -264,13 +264,11 @@ impl Container {
     /// `runc kill <id> TERM` (what a kubelet sends first) and the container's exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         run(Command::new(tool("runc", "runc")).args(["kill", &self.id, "TERM"]));
-        let status = self
-            .child
+        self.child
             .take()
             .expect("running")
             .wait()
-            .expect("wait runc");
-        status
+            .expect("wait runc")
     }
 }
 

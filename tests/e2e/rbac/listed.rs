@@ -74,7 +74,13 @@ fn rendered_rbac_has_no_wildcard_and_exactly_the_listed_rules() {
             rules.push(rule("ClusterRole", NET, kind, &[], &read));
         }
         let imcs = "internalmemberclusters";
-        rules.push(rule("ClusterRole", "cluster.kubernetes-fleet.io", imcs, &[], &read));
+        rules.push(rule(
+            "ClusterRole",
+            "cluster.kubernetes-fleet.io",
+            imcs,
+            &[],
+            &read,
+        ));
         for m in MEMBERS {
             let scope = format!("Role fleet-member-{m}");
             rules.push(rule(&scope, NET, ISE, &[], &hub_rw));
