@@ -1110,14 +1110,14 @@ mod tests {
             churn: None,
             heartbeat_period_s: 60,
         };
-        // 100 members × (10 creates + 1 heartbeat + 5 LISTs) = 1600 requests, 200 of them in
-        // the burst.
-        assert_eq!(budget_bound(&config), Duration::from_secs(14));
+        // 100 members × (10 creates + 1 heartbeat) + 5 LISTs (one per hub kind, for all the
+        // replica's members) = 1105 requests, 200 of them in the burst.
+        assert_eq!(budget_bound(&config), Duration::from_secs_f64(9.05));
         let single = Config {
             replicas: 1,
             ..config
         };
-        assert_eq!(budget_bound(&single), Duration::from_secs(46));
+        assert_eq!(budget_bound(&single), Duration::from_secs_f64(31.05));
     }
 
     #[test]
