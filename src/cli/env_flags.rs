@@ -50,6 +50,8 @@ const VALUES: &[(&str, &str, &str)] = &[
         "127.0.0.1:1004",
     ),
     ("FLEETNET_MEMBER_SYNC_TIMEOUT", "7s", "9s"),
+    ("FLEETNET_METRICS_DETAIL", "member", "fleet"),
+    ("FLEETNET_SHUTDOWN_TIMEOUT", "7s", "9s"),
     ("FLEETNET_CONTROLLERS", "serviceexport", "endpointslice"),
     (
         "FLEETNET_AGENT_TYPES",
