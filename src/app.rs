@@ -137,7 +137,8 @@ pub async fn start(config: Config, ext: Extensions) -> Result<Running, Error> {
     let coordinating = coordination.spawn().await?;
 
     // The replica's one watch of each hub kind a job reads, every member's namespace in it.
-    let hub_watches = crate::hub_watches::HubWatches::of(&hub, config.runtime.controllers);
+    let hub_watches =
+        crate::hub_watches::HubWatches::of(&hub, |job| config.runtime.controllers.runs(job));
     tokio::spawn(hub_watches.clone().run(shutdown.clone()));
     let shared = Arc::new(fleet::Shared {
         config: config.runtime,

@@ -8,7 +8,6 @@ use crate::api::{
 };
 use crate::controller::hub_tap::HubTap;
 use crate::export::IseView;
-use crate::jobs::Controllers;
 use crate::service_imports::InternalView;
 use crate::slices::ExportView;
 use crate::{export, membership, service_imports, slice_imports, slices};
@@ -29,9 +28,9 @@ pub struct HubWatches {
 }
 
 impl HubWatches {
-    /// The watches of `hub`; each watches only if a job of `controllers` reads its kind.
-    pub fn of(hub: &kube::Client, controllers: Controllers) -> Self {
-        let runs = |names: &[&str]| names.iter().any(|n| controllers.runs(n));
+    /// The watches of `hub`; each watches only if a job that `runs` (by name) reads its kind.
+    pub fn of(hub: &kube::Client, runs: impl Fn(&str) -> bool) -> Self {
+        let runs = |names: &[&str]| names.iter().any(|n| runs(n));
         Self {
             ises: export::hub_tap(hub, runs(&[export::NAME])),
             slice_exports: slices::hub_tap(hub, runs(&[slices::NAME, slices::CLEANUP_NAME])),

@@ -341,9 +341,21 @@ if cred == "client-secret":
 
 # --- RBAC
 sa_subject = {"kind": "ServiceAccount", "name": sa.get("metadata", {}).get("name"), "namespace": release_ns}
-# Nothing cluster-scoped is used (tests/e2e/rbac proves it from the audit log): no ClusterRole.
-check("no ClusterRole", not of_kind("ClusterRole"), [d["metadata"]["name"] for d in of_kind("ClusterRole")])
-check("no ClusterRoleBinding", not of_kind("ClusterRoleBinding"),
+# Cluster-scoped: only list + watch of the five hub kinds the jobs read (each replica's one watch
+# per kind, src/controller/hub_tap.rs; tests/e2e/rbac proves the use from the audit log).
+reader = f"{release}-hub-reader"
+hub_reads = [
+    {"apiGroups": ["networking.fleet.azure.com"],
+     "resources": ["internalserviceexports", "endpointsliceexports", "internalserviceimports", "endpointsliceimports"],
+     "verbs": ["list", "watch"]},
+    {"apiGroups": ["cluster.kubernetes-fleet.io"], "resources": ["internalmemberclusters"], "verbs": ["list", "watch"]},
+]
+check("one ClusterRole: the hub reader", [d["metadata"]["name"] for d in of_kind("ClusterRole")] == [reader],
+      [d["metadata"]["name"] for d in of_kind("ClusterRole")])
+check("the hub reader lists and watches the five hub kinds, nothing else",
+      all(d.get("rules") == hub_reads for d in of_kind("ClusterRole")), [d.get("rules") for d in of_kind("ClusterRole")])
+check("one ClusterRoleBinding, of the hub reader",
+      [(d["metadata"]["name"], d.get("roleRef", {}).get("name")) for d in of_kind("ClusterRoleBinding")] == [(reader, reader)],
       [d["metadata"]["name"] for d in of_kind("ClusterRoleBinding")])
 for rb in of_kind("ClusterRoleBinding") + of_kind("RoleBinding"):
     check(f"{rb['kind']} {rb['metadata']['name']} binds only the chart's ServiceAccount", rb.get("subjects") == [sa_subject], rb.get("subjects"))
@@ -589,13 +601,14 @@ for r in rules:
     for g in r["apiGroups"]:
         for res in r["resources"]:
             grants.setdefault((g, res), set()).update(r["verbs"])
-# What tests/e2e/rbac proves the controller uses in a member's hub namespace (no update, no Events).
+# What tests/e2e/rbac proves the controller uses in a member's hub namespace (no update, no Events;
+# list and watch are the hub reader ClusterRole's).
 want = {
-    ("networking.fleet.azure.com", "internalserviceexports"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("networking.fleet.azure.com", "endpointsliceexports"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("networking.fleet.azure.com", "internalserviceimports"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("networking.fleet.azure.com", "endpointsliceimports"): {"get", "list", "watch", "patch"},
-    ("cluster.kubernetes-fleet.io", "internalmemberclusters"): {"get", "list", "watch"},
+    ("networking.fleet.azure.com", "internalserviceexports"): {"get", "create", "patch", "delete"},
+    ("networking.fleet.azure.com", "endpointsliceexports"): {"get", "create", "patch", "delete"},
+    ("networking.fleet.azure.com", "internalserviceimports"): {"get", "create", "patch", "delete"},
+    ("networking.fleet.azure.com", "endpointsliceimports"): {"get", "patch"},
+    ("cluster.kubernetes-fleet.io", "internalmemberclusters"): {"get"},
     ("cluster.kubernetes-fleet.io", "internalmemberclusters/status"): {"update"},
     ("fleetnet.azure.com", "memberstatuses"): {"get", "create", "patch", "delete"},
 }

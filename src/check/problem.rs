@@ -80,18 +80,18 @@ pub fn api_status(error: &(dyn StdError + 'static)) -> Option<u16> {
 
 /// The problem of a request that failed with `error`, while doing `doing` (`list
 /// networking.fleet.azure.com/v1alpha1`). The first cause that tells a category wins, from
-/// the outside in: the server's answer, then TLS, then the connection.
+/// the outside in: the server's answer, then TLS, then the connection; the connector's
+/// catch-all ("cannot connect") only when no cause says more (a TLS refusal travels inside
+/// it).
 pub fn classify(doing: &str, error: &(dyn StdError + 'static)) -> Problem {
-    for cause in chain(error) {
-        if let Some(problem) = of_kube(doing, cause)
-            .or_else(|| of_tls(cause))
-            .or_else(|| of_io(cause))
-            .or_else(|| of_transport(doing, cause))
-        {
-            return problem;
-        }
-    }
-    Problem::new(Category::Other, format!("{doing} failed: {error}"))
+    chain(error)
+        .find_map(|cause| {
+            of_kube(doing, cause)
+                .or_else(|| of_tls(cause))
+                .or_else(|| of_io(cause))
+        })
+        .or_else(|| chain(error).find_map(|cause| of_transport(doing, cause)))
+        .unwrap_or_else(|| Problem::new(Category::Other, format!("{doing} failed: {error}")))
 }
 
 /// `error` and its sources, each `io::Error`'s inner error too (`io::Error::source` skips it,
@@ -171,6 +171,7 @@ fn of_tls(cause: &(dyn StdError + 'static)) -> Option<Problem> {
                 "the server's certificate is not valid yet ({certificate}): check the clocks"
             ),
             C::Revoked => "the server's certificate is revoked".to_string(),
+            C::BadSignature => "the server's certificate does not verify against the configured CA (a CA of the same name, not the one that signed it): fix certificate-authority(-data)".to_string(),
             other => format!("the server's certificate is refused: {other}"),
         },
         other => format!("TLS handshake failed: {other}"),

@@ -153,13 +153,7 @@ async fn image_runs_the_charts_container_with_its_rbac_and_security_context_agai
         .await
         .expect("member admin");
     namespace(&member, "shop").await;
-    create_service(&member, &service("shop", "cart", 80)).await;
-    create_export(&member, "shop", "cart", &[]).await;
-    wait_ise(&hub, &fleet.hub_namespace("member-1"), "shop-cart", |_| {
-        true
-    })
-    .await;
-    wait_condition(&member, "shop", "cart", "Valid", "True", "ServiceIsValid").await;
+    export_cart_and_wait(&member, &hub, &fleet.hub_namespace("member-1")).await;
 
     let log = started.log();
     let status = started.terminate();
@@ -209,13 +203,7 @@ fn build_image(dir: &Path) -> (std::path::PathBuf, String) {
 /// the member's kubeconfig (its ServiceAccount bound to the member ClusterRole the chart ships),
 /// the rendered member-config ConfigMap, and a token of the chart's hub ServiceAccount.
 async fn volumes(fleet: &Fleet, dir: &Path, rendered: &[Value], container: &Value) -> Vec<Value> {
-    let hub_identity = ScopedIdentity {
-        namespace: RELEASE_NS.into(),
-        name: "fleetnet-hub".into(),
-        cluster_role: None,
-        role: None,
-        role_namespaces: vec![],
-    };
+    let hub_identity = fleetnet_testenv::ScopedIdentity::bare(RELEASE_NS, "fleetnet-hub");
     let hub_kubeconfig = fleet
         .hub()
         .issue_scoped_kubeconfig(&hub_identity, &dir.join("hub-sa.kubeconfig"))

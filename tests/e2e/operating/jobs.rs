@@ -54,33 +54,15 @@ fn every_job_metrics() -> Arc<Metrics> {
 
 /// Serves `metrics` as `/metrics` (Prometheus text) on an ephemeral port.
 async fn serve(metrics: Arc<Metrics>) -> std::net::SocketAddr {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let body = metrics.encode_prometheus();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 8192];
-                let mut seen = Vec::new();
-                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let response = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    fleetnet_hub::metrics::PROMETHEUS_CONTENT_TYPE,
-                    body.len()
-                );
-                let _ = stream.write_all(response.as_bytes()).await;
-            });
-        }
-    });
-    addr
+    serve_http(move || {
+        let body = metrics.encode_prometheus();
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            fleetnet_hub::metrics::PROMETHEUS_CONTENT_TYPE,
+            body.len()
+        )
+    })
+    .await
 }
 
 /// The jobs among `names` whose name a result series carries: as an outcome's prefix
