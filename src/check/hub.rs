@@ -85,7 +85,9 @@ pub async fn connect(options: &HubOptions) -> Result<(kube::Client, String), Hub
 pub async fn check(client: &kube::Client, server: &str, options: &HubOptions) -> HubCheck {
     let verdict = async {
         served::all_served(client, &served::hub_resources()).await?;
-        let missing = access::missing(client, release_permissions(options)).await?;
+        let mut wanted = release_permissions(options);
+        wanted.extend(hub_reads());
+        let missing = access::missing(client, wanted).await?;
         match access::denied(" in the hub", &missing) {
             Some(problem) => Err(problem),
             None => Ok(()),
@@ -141,6 +143,24 @@ fn release_permissions(options: &HubOptions) -> Vec<Permission> {
         Leases::Shards => wanted.extend(["list", "create", "update", "delete"].map(lease)),
     }
     wanted
+}
+
+/// The replica's one list and watch of each hub kind the jobs read, cluster-wide
+/// ([`crate::controller::hub_tap`]; the chart's `hub-reader` ClusterRole).
+fn hub_reads() -> Vec<Permission> {
+    const KINDS: [(&str, &str); 5] = [
+        ("networking.fleet.azure.com", "internalserviceexports"),
+        ("networking.fleet.azure.com", "endpointsliceexports"),
+        ("networking.fleet.azure.com", "internalserviceimports"),
+        ("networking.fleet.azure.com", "endpointsliceimports"),
+        ("cluster.kubernetes-fleet.io", "internalmemberclusters"),
+    ];
+    KINDS
+        .iter()
+        .flat_map(|&(group, resource)| {
+            ["list", "watch"].map(|verb| Permission::new((group, resource, verb), None))
+        })
+        .collect()
 }
 
 /// The members declared by labelled Secrets in `namespace`, as `run` reads them.

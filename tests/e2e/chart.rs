@@ -49,7 +49,11 @@ async fn charts_lint_render_apply_and_grant_exactly_what_the_controller_needs() 
         .expect("release namespace");
     let discovery = Discovery::new(hub.clone()).run().await.expect("discovery");
     let applied = apply_rendering(&hub, &discovery, &out.path().join("three-members.yaml")).await;
-    assert_eq!(applied.len(), 17, "every rendered object applied");
+    assert_eq!(
+        applied.len(),
+        19,
+        "every rendered object applied (the hub reader ClusterRole and its binding among them)"
+    );
     // The NetworkPolicy (#40 item 5) is accepted by a real apiserver as rendered.
     let policies: Vec<&DynamicObject> = applied
         .iter()

@@ -336,6 +336,11 @@ async fn member_series_at(
     create_export(&member, "shop", name, &[]).await;
     let ise = format!("shop-{name}");
     wait_ise(hub, &fleet.hub_namespace("alpha"), &ise, |_| true).await;
+    // An export of no Service: a second outcome (`invalid:…`), which only the member detail
+    // tells apart from `exported` (by default both are `ok`).
+    let ghost = format!("ghost-{name}");
+    create_export(&member, "shop", &ghost, &[]).await;
+    wait_condition(&member, "shop", &ghost, "Valid", "False", "ServiceNotFound").await;
     // Settled: nothing in flight, and the same series for 2 s.
     let mut last = None;
     let families = eventually("series settled", || {

@@ -164,9 +164,7 @@ impl Replica {
     async fn get(&self, path: &str) -> String {
         let addr = ([127, 0, 0, 1], self.health).into();
         let deadline = Instant::now() + Duration::from_secs(30);
-        while tokio::net::TcpStream::connect(addr).await.is_err()
-            && Instant::now() < deadline
-        {
+        while tokio::net::TcpStream::connect(addr).await.is_err() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         http_get(addr, path).await.1

@@ -173,7 +173,7 @@ async fn every_category_from_real_apiservers_and_the_hub_too() {
         .filter_map(|m| m["source"].as_str())
         .collect();
     assert!(
-        sources.contains(&"Secret fleetnet/fromsecret"),
+        sources.contains(&"Secret fleetnet/fleetnet-member-fromsecret"),
         "{sources:?}"
     );
     let text = report.to_string();
@@ -211,15 +211,68 @@ async fn every_category_from_real_apiservers_and_the_hub_too() {
         hub_problem.contains("list secrets in fleetnet"),
         "{report:#}"
     );
-    // Without member Secrets, the per-member namespaces' rules are what is missing.
-    let (_, report) = check_json(&dir, &hub_nobody, &["--member-secrets=false"]).await;
+    assert!(
+        hub_problem.contains("list networking.fleet.azure.com/internalserviceexports,"),
+        "the hub reader's cluster-wide list is named: {report:#}"
+    );
+    // With the release namespace's and the cluster-wide rules granted (the chart's Roles but
+    // the per-member ones), the per-member namespaces' rules are what is missing.
+    let hub_reader = fleet.scratch_dir().join("hub-reader.kubeconfig");
+    fleet
+        .hub()
+        .issue_scoped_kubeconfig(&hub_reader_identity(), &hub_reader)
+        .await
+        .expect("hub reader kubeconfig");
+    let (_, report) = check_json(&dir, &hub_reader, &["--member-secrets=false"]).await;
     let hub_problem = report["hub"]["problem"].as_str().unwrap_or_default();
     assert!(
         hub_problem.contains(
-            "create networking.fleet.azure.com/internalserviceexports in fleet-member-good"
+            "create networking.fleet.azure.com/internalserviceexports in fleet-member-badtoken"
         ),
         "{report:#}"
     );
+}
+
+/// A hub identity with everything `run` needs but the per-member Roles: the hub reader's
+/// cluster-wide list and watch, Leases and Secrets.
+fn hub_reader_identity() -> fleetnet_testenv::ScopedIdentity {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
+    let rule = |group: &str, resources: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec![group.into()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..Default::default()
+    };
+    let reads = ["list", "watch"];
+    fleetnet_testenv::ScopedIdentity {
+        cluster_role: Some(ClusterRole {
+            rules: Some(vec![
+                rule(
+                    "networking.fleet.azure.com",
+                    &[
+                        "internalserviceexports",
+                        "endpointsliceexports",
+                        "internalserviceimports",
+                        "endpointsliceimports",
+                    ],
+                    &reads,
+                ),
+                rule(
+                    "cluster.kubernetes-fleet.io",
+                    &["internalmemberclusters"],
+                    &reads,
+                ),
+                rule("", &["secrets"], &["list", "watch", "create"]),
+                rule(
+                    "coordination.k8s.io",
+                    &["leases"],
+                    &["get", "list", "create", "update", "delete"],
+                ),
+            ]),
+            ..Default::default()
+        }),
+        ..fleetnet_testenv::ScopedIdentity::bare("default", "hub-reader")
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
