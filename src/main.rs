@@ -6,8 +6,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use fleetnet_hub::app::{self, Extensions};
 use fleetnet_hub::azure::{
-    AZURE_PUBLIC_CLOUD_ARM, AZURE_PUBLIC_CLOUD_AUTHORITY, AzureConfig, AzureMembers,
-    CredentialKind, Secret,
+    AZURE_AUTHORITY_HOST_ENV, AZURE_PUBLIC_CLOUD_ARM, AzureConfig, AzureMembers, CredentialKind,
+    Secret, authority_host_of,
 };
 use fleetnet_hub::config::{
     Budgets, Config, ConfigError, DEFAULT_HEALTH_PROBE_BIND_ADDRESS, DEFAULT_LEADER_ELECTION_ID,
@@ -163,6 +163,18 @@ pub struct RunArgs {
     /// --leader-election-namespace).
     #[arg(long, env = "FLEETNET_MEMBER_SECRETS_NAMESPACE")]
     member_secrets_namespace: Option<String>,
+    /// Read members from fleet's inventory too: its MemberClusters, each one's ClusterProfile
+    /// (server, CA) and the token of the Secret named after the profile in
+    /// --member-secrets-namespace (the cluster-inventory API's secret-reader convention).
+    #[arg(long, env = "FLEETNET_MEMBER_INVENTORY", default_value_t = false, action = clap::ArgAction::Set)]
+    member_inventory: bool,
+    /// Namespace of fleet's ClusterProfiles (fleet writes them in its system namespace).
+    #[arg(
+        long,
+        env = "FLEETNET_INVENTORY_PROFILE_NAMESPACE",
+        default_value = "fleet-system"
+    )]
+    inventory_profile_namespace: String,
     /// When a member's kubeconfig is removed, delete its exports from the hub and its finalizers.
     #[arg(long, env = "FLEETNET_CLEANUP_ON_REMOVE")]
     cleanup_on_remove: bool,
@@ -271,9 +283,10 @@ pub struct AzureArgs {
     /// ARM endpoint (sovereign clouds, tests).
     #[arg(long, env = "FLEETNET_AZURE_ARM_ENDPOINT", default_value = AZURE_PUBLIC_CLOUD_ARM)]
     azure_arm_endpoint: String,
-    /// Microsoft Entra authority host (token endpoint).
-    #[arg(long, env = "FLEETNET_AZURE_AUTHORITY_HOST", default_value = AZURE_PUBLIC_CLOUD_AUTHORITY)]
-    azure_authority_host: String,
+    /// Microsoft Entra authority host (token endpoint). Default: $AZURE_AUTHORITY_HOST (set by
+    /// the workload identity webhook), else the public cloud's.
+    #[arg(long, env = "FLEETNET_AZURE_AUTHORITY_HOST")]
+    azure_authority_host: Option<String>,
     #[arg(long, env = "FLEETNET_AZURE_CREDENTIAL", value_enum, default_value_t)]
     azure_credential: CredentialKind,
     #[arg(long, env = "AZURE_TENANT_ID")]
@@ -311,7 +324,10 @@ impl AzureArgs {
     fn azure_config(&self) -> Result<AzureConfig, String> {
         let config = AzureConfig {
             arm_endpoint: self.azure_arm_endpoint.clone(),
-            authority_host: self.azure_authority_host.clone(),
+            authority_host: authority_host_of(
+                self.azure_authority_host.as_deref(),
+                std::env::var(AZURE_AUTHORITY_HOST_ENV).ok().as_deref(),
+            ),
             credential: self.azure_credential,
             tenant_id: self.azure_tenant_id.clone(),
             client_id: self.azure_client_id.clone(),
@@ -356,6 +372,10 @@ impl RunArgs {
                     .clone()
                     .unwrap_or_else(|| release_namespace.clone())
             }))
+            .member_inventory(
+                self.member_inventory
+                    .then(|| self.inventory_profile_namespace.clone()),
+            )
             .records(release_namespace, &self.leader_election_id)
             .traffic_manager(self.enable_traffic_manager)
             .instance(instance)

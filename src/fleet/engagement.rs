@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::sources::{Desired, Sources};
+use super::sources::{Desired, Sources, inventory};
 use super::{Error, Event, Shared, member, registry, removal};
 use crate::client::credentials::Credentials;
 
@@ -60,6 +60,7 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
     let sources = Sources::start(
         dir,
         shared.config.member_secrets_namespace.as_deref(),
+        inventory_settings(&shared.config),
         &shared.hub_client,
         tx.clone(),
         shutdown.clone(),
@@ -96,6 +97,20 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
     {
         tracing::warn!("members still stopping after 20 s; leaving them");
     }
+}
+
+/// Where fleet's inventory is read, when `--member-inventory` is on: its token Secrets in
+/// the member Secrets' namespace (the release namespace when those are off).
+fn inventory_settings(config: &super::RuntimeConfig) -> Option<inventory::Settings> {
+    let profile_namespace = config.member_inventory.clone()?;
+    let secret_namespace = (config.member_secrets_namespace.clone())
+        .unwrap_or_else(|| config.records_namespace.clone());
+    Some(inventory::Settings {
+        profile_namespace,
+        secret_namespace,
+        namespace_prefix: config.namespace_prefix.clone(),
+        agents: config.agent_types,
+    })
 }
 
 /// Resolves `true` when this replica's share of members changed; never without sharding.
