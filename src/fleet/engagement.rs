@@ -297,14 +297,14 @@ fn engage(
     hub_namespace: Result<String, String>,
 ) -> Engagement {
     let place = source.place.to_string();
+    let inventory = matches!(source.place, registry::Place::MemberCluster(_));
     shared
         .state
         .engage_from(name, &source.hash[..12], place.clone());
     let cancel = CancellationToken::new();
-    let admissible = source
-        .kubeconfig
-        .map_err(Error::Source)
-        .and_then(|kubeconfig| Ok((kubeconfig, hub_namespace.map_err(Error::HubNamespace)?)));
+    let admissible = source.kubeconfig.map_err(Error::Source).and_then(|kubeconfig| {
+        Ok((kubeconfig, hub_namespace.clone().map_err(Error::HubNamespace)?))
+    });
     let (task, kubeconfig, credentials) = match admissible {
         Ok((kubeconfig, hub_namespace)) => {
             let kubeconfig: Arc<str> = kubeconfig.into();
@@ -325,7 +325,18 @@ fn engage(
             shared.state.record(name, Event::Refused(e.to_string()));
             // Its series show the refusal on /metrics too.
             shared.hooks.member_engaged(name, Arc::default());
-            (None, None, None)
+            // A member of fleet's inventory awaiting credentials: its MemberStatus tells it
+            // (`status`, kubectl), in the namespace fleet made for it.
+            let publish = match (inventory, &hub_namespace) {
+                (true, Ok(ns)) => Some(tokio::spawn(member::publish_status(
+                    shared.clone(),
+                    name.to_string(),
+                    ns.clone(),
+                    cancel.clone(),
+                ))),
+                _ => None,
+            };
+            (publish, None, None)
         }
     };
     Engagement {
