@@ -249,11 +249,11 @@ async fn a_member_fleet_lists_awaits_credentials_is_served_rotated_refused_twice
     // The CRD and the profile as fleet writes them: still awaiting, the token now.
     install(&hub, CLUSTER_PROFILES_CRD, &cluster_profiles()).await;
     write_profile(&hub, &fleet, "alpha").await;
-    let e = eventually("alpha awaiting its token", || async {
-        error_of(&running, "alpha").filter(|e| e.contains(&format!("no Secret {NS}/alpha")))
+    let awaiting_token = format!("awaiting credentials: no Secret {NS}/alpha");
+    eventually("alpha awaiting its token alone", || async {
+        error_of(&running, "alpha").filter(|e| *e == awaiting_token)
     })
     .await;
-    assert_eq!(e, format!("awaiting credentials: no Secret {NS}/alpha"));
 
     // The token Secret: engaged, its export on the hub, its agents joined.
     let secrets = Api::<Secret>::namespaced(hub.clone(), NS);
