@@ -302,9 +302,15 @@ fn engage(
         .state
         .engage_from(name, &source.hash[..12], place.clone());
     let cancel = CancellationToken::new();
-    let admissible = source.kubeconfig.map_err(Error::Source).and_then(|kubeconfig| {
-        Ok((kubeconfig, hub_namespace.clone().map_err(Error::HubNamespace)?))
-    });
+    let admissible = source
+        .kubeconfig
+        .map_err(Error::Source)
+        .and_then(|kubeconfig| {
+            Ok((
+                kubeconfig,
+                hub_namespace.clone().map_err(Error::HubNamespace)?,
+            ))
+        });
     let (task, kubeconfig, credentials) = match admissible {
         Ok((kubeconfig, hub_namespace)) => {
             let kubeconfig: Arc<str> = kubeconfig.into();

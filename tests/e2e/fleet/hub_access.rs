@@ -41,9 +41,16 @@ fn bound_to_the_controller(binding: &Value, role_kind: &str, role: &str) {
 fn the_chart_grants_hub_writes_cluster_wide_and_the_inventorys_reads_only_when_asked() {
     let default = render_chart(&[]);
     for name in ["fleetnet-hub-hub-writes", "fleetnet-hub-inventory"] {
-        assert!(named(&default, "ClusterRole", name).is_none(), "{name} by default");
+        assert!(
+            named(&default, "ClusterRole", name).is_none(),
+            "{name} by default"
+        );
     }
-    assert!(!args(&default).iter().any(|a| a.starts_with("--member-inventory")));
+    assert!(
+        !args(&default)
+            .iter()
+            .any(|a| a.starts_with("--member-inventory"))
+    );
 
     let rendered = render_chart(&[
         "--set",
@@ -52,7 +59,11 @@ fn the_chart_grants_hub_writes_cluster_wide_and_the_inventorys_reads_only_when_a
         "controller.memberInventory=true",
     ]);
     let writes = named(&rendered, "ClusterRole", "fleetnet-hub-hub-writes").expect("rendered");
-    assert_eq!(writes["rules"], member_role_rules(), "the per-member Role's rules, verbatim");
+    assert_eq!(
+        writes["rules"],
+        member_role_rules(),
+        "the per-member Role's rules, verbatim"
+    );
     let binding = named(&rendered, "ClusterRoleBinding", "fleetnet-hub-hub-writes").expect("bound");
     bound_to_the_controller(binding, "ClusterRole", "fleetnet-hub-hub-writes");
 
@@ -76,14 +87,21 @@ fn the_chart_grants_hub_writes_cluster_wide_and_the_inventorys_reads_only_when_a
     };
     assert_eq!(
         rules_in("fleet-system"),
-        Some(json!([{"apiGroups": ["multicluster.x-k8s.io"], "resources": ["clusterprofiles"], "verbs": ["list", "watch"]}]))
+        Some(
+            json!([{"apiGroups": ["multicluster.x-k8s.io"], "resources": ["clusterprofiles"], "verbs": ["list", "watch"]}])
+        )
     );
     assert_eq!(
         rules_in(RELEASE_NS),
-        Some(json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}]))
+        Some(
+            json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}])
+        )
     );
     let args = args(&rendered);
-    for flag in ["--member-inventory=true", "--inventory-profile-namespace=fleet-system"] {
+    for flag in [
+        "--member-inventory=true",
+        "--inventory-profile-namespace=fleet-system",
+    ] {
         assert!(args.iter().any(|a| a == flag), "{flag}: {args:?}");
     }
 }

@@ -63,8 +63,17 @@ async fn charts_identity(fleet: &Fleet, hub: &kube::Client) -> PathBuf {
         .run()
         .await
         .expect("discovery");
-    let rbac = ["ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"];
-    for obj in rendered.into_iter().filter(|o| rbac.iter().any(|k| o["kind"] == *k)) {
+    let rbac = [
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ClusterRole",
+        "ClusterRoleBinding",
+    ];
+    for obj in rendered
+        .into_iter()
+        .filter(|o| rbac.iter().any(|k| o["kind"] == *k))
+    {
         let obj: DynamicObject = serde_json::from_value(obj).expect("an object");
         let (resource, _) = support::served_as(&discovery, &obj);
         let name = obj.metadata.name.clone().expect("name");
@@ -72,9 +81,13 @@ async fn charts_identity(fleet: &Fleet, hub: &kube::Client) -> PathBuf {
             Some(ns) => Api::<DynamicObject>::namespaced_with(hub.clone(), ns, &resource),
             None => Api::all_with(hub.clone(), &resource),
         };
-        api.patch(&name, &PatchParams::apply("chart").force(), &Patch::Apply(&obj))
-            .await
-            .unwrap_or_else(|e| panic!("apply {} {name}: {e}", resource.kind));
+        api.patch(
+            &name,
+            &PatchParams::apply("chart").force(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply {} {name}: {e}", resource.kind));
     }
     let identity = fleetnet_testenv::ScopedIdentity {
         namespace: NS.into(),
@@ -182,8 +195,9 @@ async fn wait_agents(imcs: &Api<InternalMemberCluster>, member: &str, status: &s
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_member_fleet_lists_awaits_credentials_is_served_rotated_refused_twice_and_leaves() {
+/// A fleet of one member, `alpha`, that fleet lists: its MemberCluster and its
+/// InternalMemberCluster (`Join`) on the hub; the hub serves no ClusterProfiles yet.
+async fn alpha_in_the_inventory() -> Fleet {
     let fleet = Fleet::builder()
         .members(["alpha"])
         .quiet()
@@ -196,19 +210,20 @@ async fn a_member_fleet_lists_awaits_credentials_is_served_rotated_refused_twice
             .await
             .expect("ns");
     }
-    // fleet lists alpha; the hub has no ClusterProfile CRD yet.
     install(&hub, MEMBER_CLUSTERS_CRD, &member_clusters()).await;
-    let mcs = Api::<DynamicObject>::all_with(hub.clone(), &member_clusters());
-    mcs.create(&PostParams::default(), &member_cluster("alpha"))
+    Api::<DynamicObject>::all_with(hub.clone(), &member_clusters())
+        .create(&PostParams::default(), &member_cluster("alpha"))
         .await
         .expect("MemberCluster");
-    let hub_ns = fleet.hub_namespace("alpha");
-    create_imc(&hub, &hub_ns, "alpha").await;
-    // The process runs as the chart's ServiceAccount, alpha not in `members:`: what it may do
-    // on the hub is what rbac.hubAccess=clusterWide and controller.memberInventory grant.
-    let identity = charts_identity(&fleet, &hub).await;
-    let dir = member_dir(&fleet, &[]);
-    let config = fleetnet_hub::config::Config::builder(Some(identity), &dir)
+    create_imc(&hub, &fleet.hub_namespace("alpha"), "alpha").await;
+    fleet
+}
+
+/// The process as the chart runs it with `controller.memberInventory=true`, as `identity`: no
+/// member in its kubeconfig directory, member Secrets and the inventory on.
+fn inventory_config(fleet: &Fleet, identity: &Path) -> Config {
+    let dir = member_dir(fleet, &[]);
+    Config::builder(Some(identity.to_path_buf()), &dir)
         .member_sync_timeout(Duration::from_secs(10))
         .records(NS, fleetnet_hub::config::DEFAULT_LEADER_ELECTION_ID)
         .instance("test")
@@ -216,7 +231,20 @@ async fn a_member_fleet_lists_awaits_credentials_is_served_rotated_refused_twice
         .member_secrets_namespace(Some(NS.into()))
         .member_inventory(Some(PROFILES.into()))
         .build()
-        .expect("config");
+        .expect("config")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_fleet_lists_awaits_credentials_is_served_rotated_refused_twice_and_leaves() {
+    let fleet = alpha_in_the_inventory().await;
+    let hub = fleet.hub().client().await.expect("hub client");
+    let mcs = Api::<DynamicObject>::all_with(hub.clone(), &member_clusters());
+    let hub_ns = fleet.hub_namespace("alpha");
+    // The process runs as the chart's ServiceAccount, alpha not in `members:`: what it may do
+    // on the hub is what rbac.hubAccess=clusterWide and controller.memberInventory grant.
+    let identity = charts_identity(&fleet, &hub).await;
+    let config = inventory_config(&fleet, &identity);
+    // The hub serves no ClusterProfiles yet.
     let running = app::start(config, Extensions::default())
         .await
         .expect("starts despite the missing CRD");
@@ -244,7 +272,10 @@ async fn a_member_fleet_lists_awaits_credentials_is_served_rotated_refused_twice
         text.contains("awaiting credentials").then_some(text)
     })
     .await;
-    assert!(shown.contains("the hub does not serve ClusterProfiles"), "{shown}");
+    assert!(
+        shown.contains("the hub does not serve ClusterProfiles"),
+        "{shown}"
+    );
 
     // The CRD and the profile as fleet writes them: still awaiting, the token now.
     install(&hub, CLUSTER_PROFILES_CRD, &cluster_profiles()).await;
@@ -365,5 +396,95 @@ async fn a_member_fleet_lists_awaits_credentials_is_served_rotated_refused_twice
     .expect("fleet's finalizer removed");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(running.state.member("alpha").is_none(), "not served again");
+    running.shutdown().await;
+}
+
+/// The resource versions of what the process writes for `member`: on the hub its
+/// InternalServiceExports, InternalMemberCluster and MemberStatus; on the member the
+/// ServiceExports of `ns`.
+async fn written(fleet: &Fleet, member: &str, ns: &str) -> Vec<(String, Option<String>)> {
+    let hub = fleet.hub().client().await.expect("hub client");
+    let hub_ns = fleet.hub_namespace(member);
+    let mut all = vec![];
+    let ises = ises(&hub, &hub_ns)
+        .list(&Default::default())
+        .await
+        .expect("ISEs");
+    all.extend(ises.items.into_iter().map(|o| ("ISE", o.metadata)));
+    let imc = Api::<InternalMemberCluster>::namespaced(hub.clone(), &hub_ns);
+    all.push(("IMC", imc.get(member).await.expect("IMC").metadata));
+    let statuses =
+        Api::<DynamicObject>::namespaced_with(hub, &hub_ns, &fleetnet_hub::status::resource());
+    let statuses = statuses
+        .list(&Default::default())
+        .await
+        .expect("MemberStatus");
+    all.extend(
+        statuses
+            .items
+            .into_iter()
+            .map(|o| ("MemberStatus", o.metadata)),
+    );
+    let client = fleet.member(member).client().await.expect("member client");
+    let exported = exports(&client, ns)
+        .list(&Default::default())
+        .await
+        .expect("exports");
+    all.extend(
+        exported
+            .items
+            .into_iter()
+            .map(|o| ("ServiceExport", o.metadata)),
+    );
+    all.into_iter()
+        .map(|(kind, m)| {
+            (
+                format!("{kind} {}", m.name.unwrap_or_default()),
+                m.resource_version,
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_of_a_converged_inventory_member_writes_nothing() {
+    let fleet = alpha_in_the_inventory().await;
+    let hub = fleet.hub().client().await.expect("hub client");
+    install(&hub, CLUSTER_PROFILES_CRD, &cluster_profiles()).await;
+    write_profile(&hub, &fleet, "alpha").await;
+    Api::<Secret>::namespaced(hub.clone(), NS)
+        .create(
+            &PostParams::default(),
+            &token_secret("alpha", &admin_token(&fleet, "alpha")),
+        )
+        .await
+        .expect("token Secret");
+    let identity = charts_identity(&fleet, &hub).await;
+    let running = app::start(inventory_config(&fleet, &identity), Extensions::default())
+        .await
+        .expect("starts");
+    wait_phase(&running, "alpha", Phase::Ready).await;
+    export_and_wait(&fleet, "alpha", "ns1", "web").await;
+    let imcs = Api::<InternalMemberCluster>::namespaced(hub.clone(), &fleet.hub_namespace("alpha"));
+    wait_agents(&imcs, "alpha", "True").await;
+    // Converged: its MemberStatus published, the export's status written.
+    tokio::time::sleep(fleetnet_hub::status::DEBOUNCE * 2).await;
+    let before = written(&fleet, "alpha", "ns1").await;
+    running.shutdown().await;
+
+    let running = app::start(inventory_config(&fleet, &identity), Extensions::default())
+        .await
+        .expect("restarts");
+    wait_phase(&running, "alpha", Phase::Ready).await;
+    assert_eq!(
+        running.state.member("alpha").and_then(|m| m.source),
+        Some("MemberCluster alpha".into())
+    );
+    tokio::time::sleep(fleetnet_hub::status::DEBOUNCE * 3).await;
+    assert_eq!(
+        written(&fleet, "alpha", "ns1").await,
+        before,
+        "a restart wrote"
+    );
     running.shutdown().await;
 }
