@@ -94,7 +94,7 @@ fn the_chart_grants_hub_writes_cluster_wide_and_the_inventorys_reads_only_when_a
     assert_eq!(
         rules_in(RELEASE_NS),
         Some(
-            json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}])
+            json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]}])
         )
     );
     let args = args(&rendered);
