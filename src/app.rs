@@ -51,6 +51,8 @@ pub struct Running {
     /// members are sharded).
     pub claim: ownership::Claim,
     shutdown: CancellationToken,
+    /// How long [`Running::shutdown`] waits for the drain (`--shutdown-timeout`).
+    shutdown_timeout: Duration,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -58,25 +60,26 @@ impl Running {
     /// Stops accepting work, lets in-flight reconciles finish, releases the lease. Bounded.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
-        if tokio::time::timeout(Duration::from_secs(25), self.task)
-            .await
-            .is_err()
-        {
-            tracing::warn!("shutdown did not complete within 25 s");
+        let timeout = self.shutdown_timeout;
+        if tokio::time::timeout(timeout, self.task).await.is_err() {
+            tracing::warn!(
+                ?timeout,
+                "shutdown did not complete within --shutdown-timeout"
+            );
         }
     }
 }
 
 /// A hub client from the kubeconfig (or the in-cluster configuration), named `name`, its
-/// writes fenced by `fence`.
-async fn hub_client(
+/// writes fenced by `fence`, and its server's URL (`check` uses the same client).
+pub async fn hub_client(
     name: &str,
     path: Option<&std::path::Path>,
     lanes: usize,
     limits: &Limits,
     stats: Arc<ClientStats>,
     fence: client::Fence,
-) -> Result<kube::Client, Error> {
+) -> Result<(kube::Client, String), Error> {
     // Parser and kube errors quote the file, which may be a token or a key: by place only.
     use crate::fleet::vet::parse_error;
     let failed = |e: String| match path {
@@ -93,7 +96,7 @@ async fn hub_client(
         None => None,
     };
     match client::from_kubeconfig(name, kubeconfig, lanes, limits, stats, fence).await {
-        Ok((client, _)) => Ok(client),
+        Ok(built) => Ok(built),
         // The in-cluster configuration's errors name environment variables and files only.
         Err(client::Error::Config(e)) if path.is_none() => Err(failed(e)),
         Err(client::Error::Config(e)) => Err(failed(parse_error::kube_message(&e))),
@@ -104,9 +107,10 @@ async fn hub_client(
 /// Starts everything and returns at once; [`Running::shutdown`] stops it.
 pub async fn start(config: Config, ext: Extensions) -> Result<Running, Error> {
     config.check_kubeconfig_dir()?;
+    crate::announce::log_startup(&config);
     let (ownership, election) = Ownership::new(ownership_mode(&config));
     let hub_stats = Arc::new(ClientStats::default());
-    let hub = hub_client(
+    let (hub, _) = hub_client(
         "hub",
         config.hub_kubeconfig.as_deref(),
         client::HUB_LANES,
@@ -117,7 +121,7 @@ pub async fn start(config: Config, ext: Extensions) -> Result<Running, Error> {
     .await?;
     let shutdown = CancellationToken::new();
     let state = Arc::new(FleetState::default());
-    let metrics = metrics(state.clone(), hub_stats, ext.azure_counters);
+    let metrics = metrics(&config, state.clone(), hub_stats, ext.azure_counters);
     let (health_address, metrics_address) =
         serve_http(&config, &ext.http, &state, &metrics, &shutdown).await?;
     metrics.set_leader(ownership.claim());
@@ -132,9 +136,14 @@ pub async fn start(config: Config, ext: Extensions) -> Result<Running, Error> {
     };
     let coordinating = coordination.spawn().await?;
 
+    // The replica's one watch of each hub kind a job reads, every member's namespace in it.
+    let hub_watches =
+        crate::hub_watches::HubWatches::of(&hub, |job| config.runtime.controllers.runs(job));
+    tokio::spawn(hub_watches.clone().run(shutdown.clone()));
     let shared = Arc::new(fleet::Shared {
         config: config.runtime,
         hub_views: crate::client::HubViews::new(&hub),
+        hub_watches,
         hub_client: hub,
         state: state.clone(),
         observer: metrics.clone(),
@@ -157,17 +166,19 @@ pub async fn start(config: Config, ext: Extensions) -> Result<Running, Error> {
         metrics,
         claim: ownership.claim(),
         shutdown,
+        shutdown_timeout: config.shutdown_timeout,
         task,
     })
 }
 
 /// The process's metrics: the fleet's state, the hub client's counters and Azure's.
 fn metrics(
+    config: &Config,
     state: Arc<FleetState>,
     hub_stats: Arc<ClientStats>,
     azure_counters: Option<crate::metrics::AzureSource>,
 ) -> Arc<Metrics> {
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::with_detail(config.metrics_detail));
     metrics.set_fleet_state(state);
     metrics.set_hub_client(hub_stats);
     if let Some(source) = azure_counters {
@@ -225,7 +236,8 @@ async fn control_client(config: &Config, sharded: bool) -> Result<kube::Client, 
     };
     let path = config.hub_kubeconfig.as_deref();
     let fence = client::Fence::open();
-    hub_client("control", path, 1, &limits, Arc::default(), fence).await
+    let (client, _) = hub_client("control", path, 1, &limits, Arc::default(), fence).await?;
+    Ok(client)
 }
 
 /// How this replica takes part in writing, from its election settings.

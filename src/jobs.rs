@@ -7,17 +7,22 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use crate::api::{MultiClusterService, ServiceImport};
+use crate::api::{
+    EndpointSliceExport, EndpointSliceImport, InternalMemberCluster, InternalServiceExport,
+    InternalServiceImport, MultiClusterService, ServiceImport,
+};
+use crate::controller::hub_tap::HubTap;
 use crate::controller::tap::Tap;
 use crate::controller::{Job, MemberInputs};
-use crate::export::{self, PublicIpLookup, ServiceExportJob};
+use crate::export::{self, IseView, PublicIpLookup, ServiceExportJob};
+use crate::hub_watches::HubWatches;
 use crate::member_watches::MemberWatches;
 use crate::membership::{self, MembershipJob};
 use crate::multicluster::{self, MultiClusterServiceJob};
 use crate::service_exports::ServiceExportFeed;
-use crate::service_imports::{self, InternalServiceImportJob, ServiceImportJob};
+use crate::service_imports::{self, InternalServiceImportJob, InternalView, ServiceImportJob};
 use crate::slice_imports::{self, EndpointSliceImportJob};
-use crate::slices::{self, EndpointSliceExportJob, EndpointSliceJob};
+use crate::slices::{self, EndpointSliceExportJob, EndpointSliceJob, ExportView};
 
 /// Every job, in the order a member starts them. A new job is its folder and one line here.
 pub static JOBS: &[&dyn Job<Shared>] = &[
@@ -38,6 +43,8 @@ pub struct Shared {
     pub service_exports: ServiceExportFeed,
     /// The member's one watch of each other kind several jobs read.
     pub member_watches: MemberWatches,
+    /// The replica's one watch of each hub kind, every member's namespace in it.
+    pub hub_watches: HubWatches,
     /// The ServiceExport job's settings for the member.
     pub export_settings: export::Settings,
     /// Traffic Manager lookups for the member; `None` when the feature is off.
@@ -68,6 +75,10 @@ impl export::Needs for Shared {
     fn services(&mut self) -> &mut Tap<Service> {
         &mut self.member_watches.services
     }
+
+    fn hub_ises(&self) -> &HubTap<InternalServiceExport, IseView> {
+        &self.hub_watches.ises
+    }
 }
 
 impl slices::Needs for Shared {
@@ -86,6 +97,10 @@ impl slices::Needs for Shared {
     fn runs(&self, job: &str) -> bool {
         self.controllers.runs(job)
     }
+
+    fn hub_exports(&self) -> &HubTap<EndpointSliceExport, ExportView> {
+        &self.hub_watches.slice_exports
+    }
 }
 
 impl service_imports::Needs for Shared {
@@ -95,6 +110,10 @@ impl service_imports::Needs for Shared {
 
     fn service_imports(&mut self) -> &mut Tap<ServiceImport> {
         &mut self.member_watches.service_imports
+    }
+
+    fn hub_internals(&self) -> &HubTap<InternalServiceImport, InternalView> {
+        &self.hub_watches.internal_imports
     }
 }
 
@@ -123,6 +142,10 @@ impl membership::Needs for Shared {
     fn agent_types(&self) -> crate::api::AgentTypes {
         self.agent_types
     }
+
+    fn hub_member_clusters(&self) -> &HubTap<InternalMemberCluster, InternalMemberCluster> {
+        &self.hub_watches.member_clusters
+    }
 }
 
 impl slice_imports::Needs for Shared {
@@ -143,6 +166,10 @@ impl slice_imports::Needs for Shared {
             &mut w.services,
             &mut w.endpoint_slices,
         )
+    }
+
+    fn hub_imports(&self) -> &HubTap<EndpointSliceImport, EndpointSliceImport> {
+        &self.hub_watches.slice_imports
     }
 }
 

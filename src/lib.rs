@@ -3,6 +3,7 @@
 //! (EndpointSlice → EndpointSliceExport), member-scoped reconcilers per member: each job one
 //! folder (`export/`, `slices/`) on one controller kit (`controller/`), listed in `jobs`.
 
+pub mod announce;
 pub mod api;
 pub mod app;
 pub mod azure;
@@ -13,6 +14,7 @@ pub mod controller;
 pub mod export;
 pub mod fleet;
 pub mod http;
+pub mod hub_watches;
 pub mod jobs;
 pub mod member_watches;
 pub mod membership;

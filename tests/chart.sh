@@ -21,7 +21,8 @@
 #   <set>.yaml for each value set (release "fleetnet-hub" in namespace "fleetnet-system", without CRDs),
 #   three-members.yaml being the one meant to be applied to a real apiserver, and
 #   fleetnet-hub-member.yaml (the member manifest).
-# FLEETNET_CHART_UPDATE=1 rewrites charts/fleetnet-hub-member.yaml instead of comparing it.
+# FLEETNET_CHART_UPDATE=1 rewrites charts/fleetnet-hub-member.yaml and the values reference of
+# charts/fleetnet-hub/README.md (generated from values.schema.json) instead of comparing them.
 # FLEETNET_HELM=/path/to/helm uses that helm instead of building v4 (tests/testenv/versions.env).
 # FLEETNET_HUB_BIN=/path/to/fleetnet-hub: the binary whose `run --help` lists the flags the chart may
 # pass (default: `cargo run`); tests/e2e/chart.rs passes the one cargo built for the test.
@@ -340,9 +341,21 @@ if cred == "client-secret":
 
 # --- RBAC
 sa_subject = {"kind": "ServiceAccount", "name": sa.get("metadata", {}).get("name"), "namespace": release_ns}
-# Nothing cluster-scoped is used (tests/e2e/rbac proves it from the audit log): no ClusterRole.
-check("no ClusterRole", not of_kind("ClusterRole"), [d["metadata"]["name"] for d in of_kind("ClusterRole")])
-check("no ClusterRoleBinding", not of_kind("ClusterRoleBinding"),
+# Cluster-scoped: only list + watch of the five hub kinds the jobs read (each replica's one watch
+# per kind, src/controller/hub_tap.rs; tests/e2e/rbac proves the use from the audit log).
+reader = f"{release}-hub-reader"
+hub_reads = [
+    {"apiGroups": ["networking.fleet.azure.com"],
+     "resources": ["internalserviceexports", "endpointsliceexports", "internalserviceimports", "endpointsliceimports"],
+     "verbs": ["list", "watch"]},
+    {"apiGroups": ["cluster.kubernetes-fleet.io"], "resources": ["internalmemberclusters"], "verbs": ["list", "watch"]},
+]
+check("one ClusterRole: the hub reader", [d["metadata"]["name"] for d in of_kind("ClusterRole")] == [reader],
+      [d["metadata"]["name"] for d in of_kind("ClusterRole")])
+check("the hub reader lists and watches the five hub kinds, nothing else",
+      all(d.get("rules") == hub_reads for d in of_kind("ClusterRole")), [d.get("rules") for d in of_kind("ClusterRole")])
+check("one ClusterRoleBinding, of the hub reader",
+      [(d["metadata"]["name"], d.get("roleRef", {}).get("name")) for d in of_kind("ClusterRoleBinding")] == [(reader, reader)],
       [d["metadata"]["name"] for d in of_kind("ClusterRoleBinding")])
 for rb in of_kind("ClusterRoleBinding") + of_kind("RoleBinding"):
     check(f"{rb['kind']} {rb['metadata']['name']} binds only the chart's ServiceAccount", rb.get("subjects") == [sa_subject], rb.get("subjects"))
@@ -588,13 +601,14 @@ for r in rules:
     for g in r["apiGroups"]:
         for res in r["resources"]:
             grants.setdefault((g, res), set()).update(r["verbs"])
-# What tests/e2e/rbac proves the controller uses in a member's hub namespace (no update, no Events).
+# What tests/e2e/rbac proves the controller uses in a member's hub namespace (no update, no Events;
+# list and watch are the hub reader ClusterRole's).
 want = {
-    ("networking.fleet.azure.com", "internalserviceexports"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("networking.fleet.azure.com", "endpointsliceexports"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("networking.fleet.azure.com", "internalserviceimports"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("networking.fleet.azure.com", "endpointsliceimports"): {"get", "list", "watch", "patch"},
-    ("cluster.kubernetes-fleet.io", "internalmemberclusters"): {"get", "list", "watch"},
+    ("networking.fleet.azure.com", "internalserviceexports"): {"get", "create", "patch", "delete"},
+    ("networking.fleet.azure.com", "endpointsliceexports"): {"get", "create", "patch", "delete"},
+    ("networking.fleet.azure.com", "internalserviceimports"): {"get", "create", "patch", "delete"},
+    ("networking.fleet.azure.com", "endpointsliceimports"): {"get", "patch"},
+    ("cluster.kubernetes-fleet.io", "internalmemberclusters"): {"get"},
     ("cluster.kubernetes-fleet.io", "internalmemberclusters/status"): {"update"},
     ("fleetnet.azure.com", "memberstatuses"): {"get", "create", "patch", "delete"},
 }
@@ -812,7 +826,7 @@ for r in rules:
     if custom:
         check(f"{a}: alertLabels", r.get("labels", {}).get("team") == "networking")
         check(f"{a}: runbook_url", r.get("annotations", {}).get("runbook_url") == f"https://runbooks.example/fleetnet#{a.lower()}")
-always = {"FleetnetMemberFailing", "FleetnetMemberNotSynced", "FleetnetExportLatencyHigh", "FleetnetReconcileErrors",
+always = {"FleetnetMemberFailing", "FleetnetMemberNotSynced", "FleetnetJobFailing", "FleetnetExportLatencyHigh", "FleetnetReconcileErrors",
           "FleetnetControllerErrors", "FleetnetApiThrottled", "FleetnetRateLimiterSaturated", "FleetnetHubUnreachable",
           "FleetnetDown"}
 if set_name == "monitoring-sharded":
@@ -913,6 +927,40 @@ refused "an alert duration that is not a Prometheus duration" "does not match pa
 refused "an unknown alert threshold" "additional properties" --set metrics.prometheusRule.thresholds.latency=1
 refused "an empty Grafana sidecar label" "grafanaDashboard" --set metrics.grafanaDashboard.label=
 # <<< monitoring <<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<
+
+# --- the values reference, the derived grace period, the metrics detail ---------------------------------
+# charts/fleetnet-hub/README.md's values table is generated from values.schema.json (descriptions and
+# x-flag there, defaults from values.yaml) by tests/chart_values.py; FLEETNET_CHART_UPDATE=1 rewrites it.
+values_ref=("$PY" "$root/tests/chart_values.py" "$hub_chart/values.schema.json" "$hub_chart/values.yaml" "$hub_chart/README.md")
+if [ "${FLEETNET_CHART_UPDATE:-}" = 1 ]; then
+  run_check "README.md values reference rewritten from values.schema.json" "${values_ref[@]}" --write
+else
+  run_check "README.md values reference is generated from values.schema.json (FLEETNET_CHART_UPDATE=1 bash tests/chart.sh rewrites it)" \
+    "${values_ref[@]}"
+fi
+# grace = drain + margin: the kubelet never kills a drain that is within its bound.
+grace_of() {  # grace_of DRAIN GRACE [helm args...]: the rendered grace and --shutdown-timeout
+  local drain="$1" grace="$2"; shift 2
+  "$HELM" template --kube-version "$kube_version" "$release" "$hub_chart" --namespace "$release_ns" \
+    -s templates/deployment.yaml "$@" >"$tmp/grace.yaml" 2>&1 \
+    && grep -qx -- "      terminationGracePeriodSeconds: $grace" "$tmp/grace.yaml" \
+    && grep -qx -- "            - --shutdown-timeout=${drain}s" "$tmp/grace.yaml"
+}
+run_check "terminationGracePeriodSeconds = shutdown.drainSeconds + graceMarginSeconds (defaults: 25 + 20)" grace_of 25 45
+run_check "a longer drain lengthens the grace (60 + 20), passed as --shutdown-timeout" grace_of 60 80 --set shutdown.drainSeconds=60
+run_check "a wider margin (25 + 40)" grace_of 25 65 --set shutdown.graceMarginSeconds=40
+refused "a grace margin under 10 s (a drain at its bound would be killed)" "graceMarginSeconds" --set shutdown.graceMarginSeconds=5
+refused "terminationGracePeriodSeconds set directly (it is derived from shutdown)" "additional properties" \
+  --set terminationGracePeriodSeconds=30
+if "$HELM" template --kube-version "$kube_version" "$release" "$hub_chart" --namespace "$release_ns" \
+  -s templates/deployment.yaml --set metrics.detail=member >"$tmp/detail.yaml" 2>&1 \
+  && grep -qx -- "            - --metrics-detail=member" "$tmp/detail.yaml"; then
+  pass "metrics.detail=member renders --metrics-detail=member"
+else
+  fail "metrics.detail=member renders --metrics-detail=member"
+fi
+refused "an unknown metrics.detail" "detail" --set metrics.detail=everything
+refused "a member response cap that is not a size" "memberMaxResponseBytes" --set quotas.memberMaxResponseBytes=16MB
 
 # --- every rendering parses strictly: a duplicated mapping key (Kubernetes keeps the last one, PyYAML
 # and most tools silently too) is an error ------------------------------------------------------------

@@ -19,8 +19,8 @@
 //!   watch on the hub), → every name `ready` on some replica's `GET /members`, and → ownership
 //!   settled (every name ready on exactly one replica, no change for 15 s); against the
 //!   budget bound of the replica with the largest share (`ceil(N/R)` members: one ISE create
-//!   per export and two LISTs per member (ISEs, EndpointSliceExports) through its hub bucket, as
-//!   `ideal_bound` computes it);
+//!   per export through its hub bucket, and one LIST per hub kind the jobs read for all its
+//!   members (the replica's hub watches), as `ideal_bound` computes it);
 //! - RSS (`/proc/<pid>/status`) per replica at convergence and after the quiet window, and per
 //!   member (sum over replicas / N; and less R times the RSS of the binary running no member,
 //!   read before the run: what a member adds);
@@ -1110,14 +1110,14 @@ mod tests {
             churn: None,
             heartbeat_period_s: 60,
         };
-        // 100 members × (10 creates + 1 heartbeat + 5 LISTs) = 1600 requests, 200 of them in
-        // the burst.
-        assert_eq!(budget_bound(&config), Duration::from_secs(14));
+        // 100 members × (10 creates + 1 heartbeat) + 5 LISTs (one per hub kind, for all the
+        // replica's members) = 1105 requests, 200 of them in the burst.
+        assert_eq!(budget_bound(&config), Duration::from_secs_f64(9.05));
         let single = Config {
             replicas: 1,
             ..config
         };
-        assert_eq!(budget_bound(&single), Duration::from_secs(46));
+        assert_eq!(budget_bound(&single), Duration::from_secs_f64(31.05));
     }
 
     #[test]

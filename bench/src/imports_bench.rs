@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fleetnet_bench::{NAMESPACE, member_names, quantile, substrate};
-use fleetnet_hub::api::EndpointSliceImport;
+use fleetnet_hub::api::{DERIVED_SERVICE_LABEL, EndpointSliceImport};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -36,8 +36,6 @@ use crate::slices_bench::{SlicesConfig, settle_memory, start_binary, sum_writes,
 const FLEET_SYSTEM: &str = "fleet-system";
 /// MultiClusterServices (and derived Services) per member.
 const MCS_PER_MEMBER: usize = 10;
-/// The label on a MultiClusterService naming its derived Service.
-const DERIVED_SERVICE_LABEL: &str = "networking.fleet.azure.com/derived-service";
 
 /// Figures of a `--slice-imports` run.
 #[derive(Debug, Clone, Serialize, Deserialize)]

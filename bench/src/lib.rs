@@ -167,8 +167,8 @@ pub struct Report {
     /// The least time the budgets allow for the requests a cold start needs at minimum: per
     /// member 2 ServiceExport PATCHes per export and 4 LISTs (ServiceExports and Services; the
     /// EndpointSlice exporter's ServiceExports and EndpointSlices), on the hub 1 ISE POST per
-    /// export and [`server::HUB_LISTS_PER_MEMBER`] LISTs per member (one per job that watches the
-    /// hub); Events have their own budget, no export waits for them.
+    /// export and [`server::HUB_LISTS_PER_REPLICA`] LISTs for all its members (one per hub kind a
+    /// job reads); Events have their own budget, no export waits for them.
     pub ideal_bound_s: f64,
     /// Which bucket gives that bound: `hub` or `member <name>`.
     pub binding_client: String,
@@ -605,6 +605,8 @@ fn app_config(
         .records("default", fleetnet_hub::config::DEFAULT_LEADER_ELECTION_ID)
         .instance("fleetnet-bench")
         .bind_addresses("127.0.0.1:0", "127.0.0.1:0")
+        // The budget figures count each member's requests by verb and resource.
+        .metrics_detail(fleetnet_hub::metrics::MetricsDetail::Member)
         .build()
         .context("the product's configuration")
 }

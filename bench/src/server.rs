@@ -191,21 +191,22 @@ pub fn parse_sample<'a>(line: &'a str, name: &str) -> Option<(Vec<(&'a str, Stri
 /// See [`Report::ideal_bound_s`].
 pub fn ideal_bound(config: &Config) -> Duration {
     let (n, m) = (config.members as u64, config.exports as u64);
-    let lists = HUB_LISTS_PER_MEMBER;
+    let lists = HUB_LISTS_PER_REPLICA;
     let member = &config.member_limits;
     Duration::from_secs_f64(
         bucket_time(2 * m + 4, member.qps, member.burst).max(bucket_time(
-            n * m + lists * n,
+            n * m + lists,
             config.hub_limits.qps,
             config.hub_limits.burst,
         )),
     )
 }
 
-/// The hub LISTs a member's jobs make at start, one per job that watches the hub (ISEs,
-/// EndpointSliceExports, InternalServiceImports, EndpointSliceImports, InternalMemberClusters):
-/// every job runs by default.
-pub const HUB_LISTS_PER_MEMBER: u64 = 5;
+/// The hub LISTs a replica makes at start, whatever its number of members: one per hub kind its
+/// jobs read (ISEs, EndpointSliceExports, InternalServiceImports, EndpointSliceImports,
+/// InternalMemberClusters; every job runs by default), each the replica's one watch of the kind
+/// for all its members (`src/controller/hub_tap.rs`), not one per member.
+pub const HUB_LISTS_PER_REPLICA: u64 = 5;
 
 /// The least time a token bucket of `qps` and `burst` needs to let `requests` through.
 pub(crate) fn bucket_time(requests: u64, qps: f64, burst: u32) -> f64 {

@@ -4,8 +4,6 @@
 //! entries). Its status has fields other agents write (conditions, properties, resource usage):
 //! they are kept as read, so a write of ours never drops them.
 
-use std::borrow::Cow;
-
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
@@ -24,19 +22,15 @@ pub const MULTI_CLUSTER_SERVICE_AGENT: &str = "MultiClusterServiceAgent";
 /// The networking agent that runs the export and import jobs (`member-net-controller-manager`).
 pub const SERVICE_EXPORT_IMPORT_AGENT: &str = "ServiceExportImportAgent";
 
-/// InternalMemberCluster: fleet's per-member object in the member's hub namespace.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InternalMemberCluster {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_version: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
-    #[serde(default)]
-    pub metadata: ObjectMeta,
-    pub spec: InternalMemberClusterSpec,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<InternalMemberClusterStatus>,
+object! {
+    /// InternalMemberCluster: fleet's per-member object in the member's hub namespace.
+    pub struct InternalMemberCluster {
+        pub spec: InternalMemberClusterSpec,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub status: Option<InternalMemberClusterStatus>,
+    }
+    group FLEET_CLUSTER_GROUP, kind "InternalMemberCluster", plural "internalmemberclusters",
+    scope NamespaceResourceScope, version |_v: ()| "v1beta1"
 }
 
 /// What fleet's hub asks of the member.
@@ -88,30 +82,6 @@ impl InternalMemberCluster {
             .agent_status
             .iter()
             .find(|a| a.type_ == agent_type)
-    }
-}
-
-impl kube::Resource for InternalMemberCluster {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "InternalMemberCluster".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        FLEET_CLUSTER_GROUP.into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1beta1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "internalmemberclusters".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
     }
 }
 

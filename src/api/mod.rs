@@ -1,14 +1,27 @@
 //! The fleet-networking API types fleetnet-hub reads and writes (group `networking.fleet.azure.com`),
 //! wire-compatible with fleet-networking's CRDs, and the CRDs generated from them.
 
-/// Declares an object of the group: the struct with `apiVersion`, `kind` and `metadata` before
-/// the given fields, and its `kube::Resource` impl; `$dt` is the dynamic type and `$version` the
-/// version, given that value as `$v`.
+/// Declares an object of the group (or of `group`): the struct with `apiVersion`, `kind` and
+/// `metadata` before the given fields, and its `kube::Resource` impl; `$dt` is the dynamic type
+/// and `$version` the version, given that value as `$v`.
 macro_rules! object {
     (
         $(#[$attr:meta])*
         pub struct $ty:ident { $($fields:tt)* }
         kind $kind:literal, plural $plural:literal, scope $scope:ty,
+        version |$v:ident: $dt:ty| $version:expr
+    ) => {
+        object! {
+            $(#[$attr])*
+            pub struct $ty { $($fields)* }
+            group super::GROUP, kind $kind, plural $plural, scope $scope,
+            version |$v: $dt| $version
+        }
+    };
+    (
+        $(#[$attr:meta])*
+        pub struct $ty:ident { $($fields:tt)* }
+        group $group:expr, kind $kind:literal, plural $plural:literal, scope $scope:ty,
         version |$v:ident: $dt:ty| $version:expr
     ) => {
         $(#[$attr])*
@@ -32,7 +45,7 @@ macro_rules! object {
                 $kind.into()
             }
             fn group(_: &$dt) -> std::borrow::Cow<'_, str> {
-                super::GROUP.into()
+                $group.into()
             }
             fn version($v: &$dt) -> std::borrow::Cow<'_, str> {
                 $version.into()
@@ -109,3 +122,12 @@ pub const LAST_SEEN_RESOURCE_VERSION_ANNOTATION: &str =
     "networking.fleet.azure.com/last-seen-resource-version";
 /// Annotation: when that resourceVersion was first seen (RFC 3339).
 pub const LAST_SEEN_TIMESTAMP_ANNOTATION: &str = "networking.fleet.azure.com/last-seen-timestamp";
+
+/// Label on a MultiClusterService: its derived Service's name (the MultiClusterService job
+/// writes it, the EndpointSliceImport job reads it).
+pub const DERIVED_SERVICE_LABEL: &str = "networking.fleet.azure.com/derived-service";
+/// Kubernetes' label that names the Service an EndpointSlice belongs to.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// Azure's annotation: whether a LoadBalancer Service is internal (case-sensitive "true").
+pub const AZURE_LB_INTERNAL_ANNOTATION: &str =
+    "service.beta.kubernetes.io/azure-load-balancer-internal";

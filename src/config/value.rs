@@ -20,6 +20,9 @@ pub const DEFAULT_HUB_API_QPS: f64 = 100.0;
 pub const DEFAULT_HUB_API_BURST: u32 = 200;
 /// `--member-sync-timeout`'s default.
 pub const DEFAULT_MEMBER_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+/// `--shutdown-timeout`: room for each member's jobs to drain (15 s), then its queued Events
+/// (5 s), with the Leases released after them.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
 /// `--leader-election-id`'s default: the leader Lease's name and the cleanup records' prefix.
 pub const DEFAULT_LEADER_ELECTION_ID: &str = "fleetnet-hub";
 /// `--metrics-bind-address`'s default.
@@ -59,6 +62,10 @@ pub struct Config {
     /// Fraction of reconciles traced, for members without their own ratio; `None`: not given,
     /// `FLEETNET_TRACE_SAMPLING`'s default ratio applies (1 without it).
     pub trace_sampling_ratio: Option<f64>,
+    /// Per-member detail of `/metrics` (`--metrics-detail`).
+    pub metrics_detail: crate::metrics::MetricsDetail,
+    /// How long a stop may drain before the process exits anyway (`--shutdown-timeout`).
+    pub shutdown_timeout: Duration,
 }
 
 /// A configuration that cannot run; the message names the flag.
@@ -117,6 +124,8 @@ impl Config {
             metrics_bind_address: DEFAULT_METRICS_BIND_ADDRESS.into(),
             health_probe_bind_address: DEFAULT_HEALTH_PROBE_BIND_ADDRESS.into(),
             trace_sampling_ratio: None,
+            metrics_detail: crate::metrics::MetricsDetail::default(),
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
         };
         ConfigBuilder {
             config,
@@ -253,6 +262,18 @@ impl ConfigBuilder {
     pub fn bind_addresses(mut self, metrics: impl Into<String>, health: impl Into<String>) -> Self {
         self.config.metrics_bind_address = metrics.into();
         self.config.health_probe_bind_address = health.into();
+        self
+    }
+
+    /// `--metrics-detail`.
+    pub fn metrics_detail(mut self, detail: crate::metrics::MetricsDetail) -> Self {
+        self.config.metrics_detail = detail;
+        self
+    }
+
+    /// `--shutdown-timeout`.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.config.shutdown_timeout = timeout;
         self
     }
 

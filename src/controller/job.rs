@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use super::observer::ReconcileObserver;
-use super::views::Synced;
+use super::views::{Synced, WatchHealth};
 
 /// One job: what it watches, the pure decision, the act, for every member it runs for. It is
 /// listed once in the registry (`crate::jobs`), which `--controllers` reads.
@@ -68,4 +68,20 @@ pub struct MemberInputs<S> {
     pub concurrency: u16,
     /// What the jobs share beyond the kit, and the settings of each.
     pub shared: S,
+}
+
+impl<S> MemberInputs<S> {
+    /// The member's objects of kind `K` in the hub (its hub namespace).
+    pub fn hub_api<K>(&self) -> kube::Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        kube::Api::namespaced(self.hub_client.clone(), &self.hub_namespace)
+    }
+
+    /// The health of the job `job`'s views of this member, told to the observer.
+    pub(crate) fn health(&self, job: &'static str) -> Arc<WatchHealth> {
+        Arc::new(WatchHealth::new(&self.member, job, self.observer.clone()))
+    }
 }

@@ -7,6 +7,7 @@
 pub(crate) mod events;
 mod failure;
 pub mod feed;
+pub mod hub_tap;
 mod job;
 mod observer;
 pub(crate) mod own_writes;
@@ -26,7 +27,8 @@ pub use job::{Job, MemberInputs, Running};
 pub use observer::{NoObserver, ReconcileObserver, Reconciled, tell_other_writer};
 pub use reconcile::backoff;
 pub(crate) use reconcile::{
-    MAX_BACKOFF, Outcome, REREADS, failed, only_uid, reconcile_span, reported,
+    MAX_BACKOFF, Outcome, REREADS, delete_unless_gone, failed, merge_patch, only_uid,
+    reconcile_span, reported,
 };
 pub(crate) use runner::leadership_gained;
 pub use views::Synced;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use kube::api::{DeleteParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 
 use super::failure::Failure;
 use super::observer::{ReconcileObserver, Reconciled};
@@ -139,6 +139,41 @@ pub(crate) fn only_uid(uid: Option<String>) -> DeleteParams {
         uid,
         resource_version,
     })
+}
+
+/// Merge-patches the object `name` with `body`: its status subresource when `status`, else
+/// the object itself; the API's answer is the object as written.
+pub(crate) async fn merge_patch<K>(
+    api: &kube::Api<K>,
+    name: &str,
+    status: bool,
+    body: &serde_json::Value,
+) -> kube::Result<K>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let (params, patch) = (PatchParams::default(), Patch::Merge(body));
+    match status {
+        true => api.patch_status(name, &params, &patch).await,
+        false => api.patch(name, &params, &patch).await,
+    }
+}
+
+/// Deletes the object `name` with `params`: `true` when this delete took it, `false` when it
+/// was gone already (a 404: what the delete was for).
+pub(crate) async fn delete_unless_gone<K>(
+    api: &kube::Api<K>,
+    name: &str,
+    params: &DeleteParams,
+) -> kube::Result<bool>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// The longest backoff of an object.

@@ -257,6 +257,31 @@ where
     )
 }
 
+/// The replica's one watch of a hub kind in every namespace ([`super::hub_tap`]): as
+/// [`view_watch`], but held to no count of its own (the tap holds each member's namespace to
+/// [`MAX_OBJECTS_PER_VIEW`]: the whole fleet's objects are its list).
+pub(crate) fn hub_watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let open = move || watch_of(api.clone(), config.clone());
+    crate::memory::scratch_stream(
+        capped(open, || 0, usize::MAX, String::new()).backoff(watch_backoff()),
+    )
+}
+
+/// The error a view gets when its `kind` reached [`MAX_OBJECTS_PER_VIEW`].
+pub(crate) fn over_cap(kind: &str) -> watcher::Error {
+    let error = OverCap {
+        kind: kind.to_string(),
+        max: MAX_OBJECTS_PER_VIEW,
+    };
+    watcher::Error::InitialListFailed(kube::Error::Service(Box::new(error)))
+}
+
 /// The most objects one view holds (a member's Services, ServiceExports or EndpointSlices):
 /// five times Kubernetes' scalability envelope of 10,000 Services per cluster. What a member
 /// sends beyond it is not kept: its view fails (`50000 or more services`) and lists again

@@ -14,7 +14,7 @@ use crate::api::{
     set_condition,
 };
 use crate::controller::ApiFailure;
-use crate::controller::only_uid;
+use crate::controller::{delete_unless_gone, merge_patch, only_uid};
 
 /// What `perform` changed, for metrics.
 #[derive(Debug, Default, Clone)]
@@ -113,16 +113,11 @@ impl<'a> Writes<'a> {
         // Accepted (gone, or terminating behind the hub's finalizer) or already gone: the
         // export is withdrawn and the finalizer may go. A failed precondition (409) means
         // the name now holds another object: the caller re-observes.
-        match self
-            .ctx
-            .hub
-            .delete(&ise_name(self.ns, self.name), &params)
+        let name = ise_name(self.ns, self.name);
+        let deleted = delete_unless_gone(&self.ctx.hub, &name, &params)
             .await
-        {
-            Ok(_) => self.done.hub_writes += 1,
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(self.err(Step::DeleteInternalServiceExport)(e)),
-        }
+            .map_err(self.err(Step::DeleteInternalServiceExport))?;
+        self.done.hub_writes += u32::from(deleted);
         self.done.hub_object = Some(None);
         Ok(())
     }
@@ -157,11 +152,7 @@ impl<'a> Writes<'a> {
 
     /// Merge-patches the ServiceExport (its status subresource when `status`).
     async fn patch(&mut self, status: bool, body: &Value, step: Step) -> Result<(), Error> {
-        let (params, patch) = (PatchParams::default(), Patch::Merge(body));
-        let patched = match status {
-            true => self.exports.patch_status(self.name, &params, &patch).await,
-            false => self.exports.patch(self.name, &params, &patch).await,
-        };
+        let patched = merge_patch(&self.exports, self.name, status, body).await;
         self.wrote(patched.map_err(self.err(step))?);
         Ok(())
     }

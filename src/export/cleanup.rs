@@ -7,6 +7,7 @@ use std::time::Duration;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 
 use crate::api::{EndpointSliceExport, InternalServiceExport, ServiceExport, ServiceExportVersion};
+use crate::controller::delete_unless_gone;
 
 const EACH_SIDE: Duration = Duration::from_secs(30);
 
@@ -57,11 +58,7 @@ where
 {
     for object in hub.list(&ListParams::default()).await?.items {
         let name = object.meta().name.clone().unwrap_or_default();
-        match hub.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e),
-        }
+        delete_unless_gone(hub, &name, &DeleteParams::default()).await?;
     }
     Ok(())
 }

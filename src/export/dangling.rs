@@ -52,7 +52,7 @@ pub(super) async fn sweep(
 
 async fn check_all(ctx: &Context, exports: &Store<ServiceExportView>) {
     for ise in ctx.ises.state() {
-        check(ctx, exports, &ise.name).await;
+        check(ctx, exports, &ise.id.name).await;
     }
 }
 

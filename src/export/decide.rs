@@ -25,9 +25,7 @@ pub mod reason {
     pub const TOO_LARGE: &str = "ExportTooLarge";
 }
 
-/// Annotation: whether an Azure LoadBalancer Service is internal (case-sensitive "true").
-pub const AZURE_LB_INTERNAL_ANNOTATION: &str =
-    "service.beta.kubernetes.io/azure-load-balancer-internal";
+pub use crate::api::AZURE_LB_INTERNAL_ANNOTATION;
 /// Annotation: resource group of the LoadBalancer's public IP.
 pub const AZURE_LB_RESOURCE_GROUP_ANNOTATION: &str =
     "service.beta.kubernetes.io/azure-load-balancer-resource-group";

@@ -28,12 +28,14 @@ use tokio_util::sync::CancellationToken;
 
 pub use decide::{Outcome, Quotas, Settings};
 pub use error::{Error, Step};
+pub use projections::IseView;
 pub use public_ip::{
     LookupError, PublicIp, PublicIpAccess, PublicIpLookup, resource_group_allowed,
 };
 
 use crate::api::InternalServiceExport;
 use crate::controller::events::{Creator, Events};
+use crate::controller::hub_tap::HubTap;
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::queue::Lossy;
 use crate::controller::runner::{Runner, beside};
@@ -60,6 +62,14 @@ pub trait Needs {
     fn export_settings(&self) -> (Settings, Option<Arc<dyn PublicIpLookup>>);
     /// The member's shared Service watch.
     fn services(&mut self) -> &mut Tap<Service>;
+    /// The replica's watch of the hub's InternalServiceExports ([`hub_tap`]).
+    fn hub_ises(&self) -> &HubTap<InternalServiceExport, IseView>;
+}
+
+/// The replica's watch of the hub's InternalServiceExports, each kept as the job reads it;
+/// `read`: the job runs.
+pub fn hub_tap(hub: &kube::Client, read: bool) -> HubTap<InternalServiceExport, IseView> {
+    HubTap::new(hub, IseView::from, read)
 }
 
 impl<S: Needs> Job<S> for ServiceExportJob {
@@ -86,7 +96,9 @@ impl<S: Needs> Job<S> for ServiceExportJob {
             observer: inputs.observer.clone(),
             instance: inputs.instance.clone(),
         };
-        let (run, synced) = exporter.start(inputs.shared.services(), shutdown.cancelled_owned());
+        let hub_ises = inputs.shared.hub_ises().clone();
+        let taps = (inputs.shared.services(), &hub_ises);
+        let (run, synced) = exporter.start(taps, shutdown.cancelled_owned());
         Running::new(run, synced)
     }
 }
@@ -115,11 +127,12 @@ pub struct MemberExporter {
 }
 
 impl MemberExporter {
-    /// Builds the controller. Returns the future that runs it until `shutdown` resolves
-    /// (in-flight reconciles finish first) and the handle that tells when its watches synced.
+    /// Builds the controller over the member's Service watch and the replica's ISE watch.
+    /// Returns the future that runs it until `shutdown` resolves (in-flight reconciles finish
+    /// first) and the handle that tells when its watches synced.
     pub fn start(
         self,
-        member_services: &mut Tap<Service>,
+        (member_services, hub_ises): (&mut Tap<Service>, &HubTap<InternalServiceExport, IseView>),
         shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     ) -> (futures::future::BoxFuture<'static, ()>, Synced) {
         let hub_api: Api<InternalServiceExport> =
@@ -133,7 +146,7 @@ impl MemberExporter {
         );
         let (views, handed, triggers) = Views::watch(
             member_services,
-            &hub_api,
+            hub_ises.subscribe(&self.hub_namespace),
             &self.exports,
             &health,
             dangling_tx,

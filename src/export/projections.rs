@@ -12,7 +12,7 @@ use super::decide::{
     AZURE_DNS_LABEL_ANNOTATION, AZURE_LB_INTERNAL_ANNOTATION, AZURE_LB_RESOURCE_GROUP_ANNOTATION,
 };
 use crate::api::{InternalServiceExport, InternalServiceExportSpec, InternalServiceExportStatus};
-use crate::controller::projection::{kept, keyed_by_name, rebuilt};
+use crate::controller::projection::{ObjectId, kept, keyed_by_name, rebuilt};
 use crate::controller::writers::Writers;
 
 /// The annotations decisions read on a Service.
@@ -29,10 +29,7 @@ const SERVICE_ANNOTATIONS: [&str; 3] = [
 /// ([`ServiceView::to_service`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct ServiceView {
-    pub(crate) name: String,
-    pub(crate) namespace: String,
-    uid: Option<String>,
-    resource_version: Option<String>,
+    pub(crate) id: ObjectId,
     generation: Option<i64>,
     deletion_timestamp: Option<Time>,
     /// The values of [`SERVICE_ANNOTATIONS`], in that order.
@@ -45,7 +42,7 @@ pub(crate) struct ServiceView {
 
 impl From<Service> for ServiceView {
     fn from(service: Service) -> Self {
-        let meta = service.metadata;
+        let mut meta = service.metadata;
         let spec = service.spec.unwrap_or_default();
         let ingress_ip = service
             .status
@@ -54,10 +51,7 @@ impl From<Service> for ServiceView {
             .and_then(|ingress| ingress.into_iter().next())
             .and_then(|first| first.ip);
         Self {
-            name: meta.name.unwrap_or_default(),
-            namespace: meta.namespace.unwrap_or_default(),
-            uid: meta.uid,
-            resource_version: meta.resource_version,
+            id: ObjectId::take(&mut meta),
             generation: meta.generation,
             deletion_timestamp: meta.deletion_timestamp,
             annotations: kept(SERVICE_ANNOTATIONS, meta.annotations),
@@ -74,14 +68,10 @@ impl ServiceView {
     pub(crate) fn to_service(&self) -> Service {
         Service {
             metadata: ObjectMeta {
-                name: Some(self.name.clone()),
-                namespace: Some(self.namespace.clone()),
-                uid: self.uid.clone(),
-                resource_version: self.resource_version.clone(),
                 generation: self.generation,
                 deletion_timestamp: self.deletion_timestamp.clone(),
                 annotations: rebuilt(&SERVICE_ANNOTATIONS, &self.annotations),
-                ..Default::default()
+                ..self.id.meta()
             },
             spec: Some(ServiceSpec {
                 type_: self.type_.clone(),
@@ -106,11 +96,8 @@ impl ServiceView {
 /// conditions, without the rest of `ObjectMeta` (360 bytes, most of them empty); rebuilt as an
 /// `InternalServiceExport` for each decision ([`IseView::to_ise`]).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct IseView {
-    pub(crate) name: String,
-    namespace: String,
-    uid: Option<String>,
-    pub(crate) resource_version: Option<String>,
+pub struct IseView {
+    pub(crate) id: ObjectId,
     deletion_timestamp: Option<Time>,
     pub(crate) spec: InternalServiceExportSpec,
     status: Option<InternalServiceExportStatus>,
@@ -120,13 +107,10 @@ pub(crate) struct IseView {
 
 impl From<InternalServiceExport> for IseView {
     fn from(ise: InternalServiceExport) -> Self {
-        let meta = ise.metadata;
+        let mut meta = ise.metadata;
         Self {
             writers: Writers::of_ours(&meta),
-            name: meta.name.unwrap_or_default(),
-            namespace: meta.namespace.unwrap_or_default(),
-            uid: meta.uid,
-            resource_version: meta.resource_version,
+            id: ObjectId::take(&mut meta),
             deletion_timestamp: meta.deletion_timestamp,
             spec: ise.spec,
             status: ise.status,
@@ -139,13 +123,9 @@ impl IseView {
     pub(crate) fn to_ise(&self) -> InternalServiceExport {
         InternalServiceExport {
             metadata: ObjectMeta {
-                name: Some(self.name.clone()),
-                namespace: Some(self.namespace.clone()),
-                uid: self.uid.clone(),
-                resource_version: self.resource_version.clone(),
                 deletion_timestamp: self.deletion_timestamp.clone(),
                 managed_fields: self.writers.managed_fields(),
-                ..Default::default()
+                ..self.id.meta()
             },
             spec: self.spec.clone(),
             status: self.status.clone(),
@@ -155,10 +135,4 @@ impl IseView {
 }
 
 keyed_by_name!(ServiceView, "Service", "", "v1", "services");
-keyed_by_name!(
-    IseView,
-    "InternalServiceExport",
-    crate::api::GROUP,
-    "v1alpha1",
-    "internalserviceexports"
-);
+keyed_by_name!(IseView, "InternalServiceExport", "internalserviceexports");

@@ -201,7 +201,7 @@ impl Pass {
         let cached = ctx
             .ises
             .get(&ObjectRef::new(&hub_name).within(&ctx.hub_namespace));
-        let view_rv = cached.as_ref().and_then(|i| i.resource_version.clone());
+        let view_rv = cached.as_ref().and_then(|i| i.id.resource_version.clone());
         let viewed = match ctx.own_ises.over(&hub_name, view_rv.as_deref()) {
             Some(own) => own.map(Arc::new),
             None => cached.map(|view| Arc::new(view.to_ise())),

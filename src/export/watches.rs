@@ -3,22 +3,21 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
-use kube::api::Api;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 
 use super::decide::ise_name;
 use super::projections::{IseView, ServiceView};
-use crate::api::{InternalServiceExport, ServiceExportVersion};
-use crate::controller::projection::project;
+use crate::api::ServiceExportVersion;
+use crate::controller::hub_tap::Followed;
 use crate::controller::queue::Lossy;
 use crate::controller::tap::{Keep, Tap, every};
-use crate::controller::views::{View, WatchHealth, view_watch};
+use crate::controller::views::{View, WatchHealth};
 use crate::service_exports::{ExportRef, ServiceExportView, Subscription};
 
 /// The member's Services.
@@ -41,7 +40,7 @@ impl Views {
     /// a missing export (when its queue is full, the name is left to the next periodic sweep).
     pub(super) fn watch(
         member: &mut Tap<Service>,
-        hub: &Api<InternalServiceExport>,
+        hub: (Store<IseView>, Followed<IseView>),
         exports: &Subscription,
         health: &Arc<WatchHealth>,
         dangling: Lossy<String>,
@@ -90,53 +89,45 @@ fn watch_services(
     let project = Keep::new(every, ServiceView::from);
     member.view((health, SERVICES), project, move |event| {
         if let Event::Apply(svc) | Event::InitApply(svc) | Event::Delete(svc) = event {
-            pace.trigger(ObjectRef::new_with(&svc.name, version).within(&svc.namespace));
+            pace.trigger(ObjectRef::new_with(&svc.id.name, version).within(&svc.id.namespace));
         }
     })
 }
 
-/// The view of the ISEs of the member's hub namespace, and the exports each change touches;
+/// The view of the ISEs of the member's hub namespace (its part of the replica's watch), and the exports each change touches;
 /// every ISE seen (listed or changed) is sent to `dangling`.
 fn watch_ises(
-    hub: &Api<InternalServiceExport>,
+    (ises, followed): (Store<IseView>, Followed<IseView>),
     exports: &Subscription,
     health: &Arc<WatchHealth>,
     dangling: Lossy<String>,
 ) -> (Store<IseView>, BoxStream<'static, ExportRef>) {
     let version = exports.dyntype;
-    let (ises, writer) = reflector::store::<IseView>();
     let loser_index = exports.store.clone();
-    let events = reflector::reflector(
-        writer,
-        view_watch(hub.clone(), watcher::Config::default(), {
-            let ises = ises.clone();
-            move || ises.len()
+    let events = followed
+        .inspect(health.inspector(INTERNAL_SERVICE_EXPORTS))
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Apply(ise) | watcher::Event::InitApply(ise)) = event {
+                dangling.push(ise.id.name.clone());
+            }
         })
-        .map_ok(project::<InternalServiceExport, IseView>),
-    )
-    .inspect(health.inspector(INTERNAL_SERVICE_EXPORTS))
-    .inspect(move |event| {
-        if let Ok(watcher::Event::Apply(ise) | watcher::Event::InitApply(ise)) = event {
-            dangling.push(ise.name.clone());
-        }
-    })
-    .touched_objects()
-    .filter_map(|ise| futures::future::ready(ise.ok()))
-    .flat_map(move |ise: IseView| {
-        // The export it carries, and any other export of the same hub name (the loser of
-        // a name collision takes over when the winner's ISE goes).
-        let owner = ise
-            .spec
-            .service_reference
-            .namespaced_name
-            .split_once('/')
-            .map(|(ns, name)| ObjectRef::new_with(name, version).within(ns));
-        let mut refs = exports_sharing_hub_name(&loser_index, version, &ise.name);
-        refs.extend(owner);
-        refs.dedup();
-        futures::stream::iter(refs)
-    })
-    .boxed();
+        .touched_objects()
+        .filter_map(|ise| futures::future::ready(ise.ok()))
+        .flat_map(move |ise: IseView| {
+            // The export it carries, and any other export of the same hub name (the loser of
+            // a name collision takes over when the winner's ISE goes).
+            let owner = ise
+                .spec
+                .service_reference
+                .namespaced_name
+                .split_once('/')
+                .map(|(ns, name)| ObjectRef::new_with(name, version).within(ns));
+            let mut refs = exports_sharing_hub_name(&loser_index, version, &ise.id.name);
+            refs.extend(owner);
+            refs.dedup();
+            futures::stream::iter(refs)
+        })
+        .boxed();
     (ises, events)
 }
 

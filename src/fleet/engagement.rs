@@ -181,6 +181,12 @@ async fn sync_members(
         .as_ref()
         .filter(|_| shared.config.traffic_manager);
     let mut namespaces = hub_namespaces(shared, &desired);
+    // Every member's namespace, owned here or not: a takeover finds it held already.
+    let kept: Vec<String> = namespaces
+        .values()
+        .filter_map(|ns| ns.clone().ok())
+        .collect();
+    shared.hub_watches.members(&kept, complete);
     for (name, source) in desired {
         if !shared.ownership.owns(&name) {
             continue;

@@ -348,6 +348,7 @@ fn inputs(
         shared: jobs::Shared {
             service_exports,
             member_watches,
+            hub_watches: shared.hub_watches.clone(),
             export_settings: Settings {
                 member: name.to_string(),
                 traffic_manager: cfg.traffic_manager,

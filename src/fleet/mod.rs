@@ -116,6 +116,8 @@ pub struct Shared {
     pub hub_client: kube::Client,
     /// The members' views of `hub_client`, one client for all ([`crate::client::HubViews`]).
     pub hub_views: crate::client::HubViews,
+    /// The replica's watches of the hub, every member's namespace in them ([`crate::hub_watches`]).
+    pub hub_watches: crate::hub_watches::HubWatches,
     pub state: Arc<FleetState>,
     pub observer: Arc<dyn ReconcileObserver>,
     pub hooks: Arc<dyn MemberHooks>,
@@ -222,7 +224,9 @@ async fn answers(client: &kube::Client, within: Duration) -> Result<(), String> 
 /// Hub reachability for `/readyz`, every 5 s, through `control` (the control client: our own
 /// queue of writes never makes the hub look unreachable).
 pub async fn probe_hub(control: kube::Client, state: Arc<FleetState>, shutdown: CancellationToken) {
+    use crate::announce::HubOutage;
     let mut ticker = tokio::time::interval(Duration::from_secs(5));
+    let mut outage = HubOutage::default();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -232,6 +236,7 @@ pub async fn probe_hub(control: kube::Client, state: Arc<FleetState>, shutdown: 
         if ok != state.hub_reachable() {
             tracing::info!(reachable = ok, "hub reachability changed");
         }
+        HubOutage::log(outage.observe(ok, std::time::Instant::now()));
         state.set_hub_reachable(ok);
     }
 }

@@ -18,34 +18,30 @@ mod reconcile;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use futures::StreamExt;
 use futures::stream::BoxStream;
-use futures::{StreamExt, TryStreamExt};
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::reflector::store::Writer;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 
 pub use decide::{NAME, Outcome};
 pub use error::{Error, Step};
 
 use crate::api::{AgentTypes, InternalMemberCluster};
+use crate::controller::hub_tap::{Followed, HubTap};
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::pace::Pace;
 use crate::controller::runner::{Runner, beside};
 use crate::controller::streaks::Streaks;
-use crate::controller::views::{View, WatchHealth, view_watch};
+use crate::controller::views::{View, WatchHealth};
 use crate::controller::{Job, MemberInputs, Running};
 use context::Context;
 
 /// The InternalMemberClusters of the member's hub namespace (fleet names the one there after
 /// the member).
 const MEMBER_CLUSTERS: View = View::hub(0, "InternalMemberClusters");
-
-/// How long one watch of the hub's objects lasts before it is re-established (as the other
-/// jobs' hub watches: a quiet fleet's hub requests grow with this, not with kube's 295 s).
-const HUB_WATCH_TIMEOUT_S: u32 = 1800;
 
 /// The membership job, as the registry lists it.
 pub struct MembershipJob;
@@ -54,6 +50,18 @@ pub struct MembershipJob;
 pub trait Needs {
     /// Which networking agents it reports for (`--agent-types`).
     fn agent_types(&self) -> AgentTypes;
+    /// The replica's watch of the hub's InternalMemberClusters ([`hub_tap`]).
+    fn hub_member_clusters(&self) -> &HubTap<InternalMemberCluster, InternalMemberCluster>;
+}
+
+/// The replica's watch of the hub's InternalMemberClusters, kept whole but for their managed
+/// fields (fleet's agents' field ownership, a few KiB per member read by nobody: a status
+/// update without it leaves it as it is); `read`: the job runs.
+pub fn hub_tap(
+    hub: &kube::Client,
+    read: bool,
+) -> HubTap<InternalMemberCluster, InternalMemberCluster> {
+    HubTap::new(hub, crate::controller::tap::whole, read)
 }
 
 impl<S: Needs> Job<S> for MembershipJob {
@@ -70,9 +78,12 @@ impl<S: Needs> Job<S> for MembershipJob {
             inputs.observer.clone(),
         ));
         let synced = health.synced(None, &[MEMBER_CLUSTERS]);
-        let (view, writer) = reflector::store::<InternalMemberCluster>();
+        let (view, followed) = inputs
+            .shared
+            .hub_member_clusters()
+            .subscribe(&inputs.hub_namespace);
         let pace = Arc::new(Pace::new(inputs.concurrency));
-        let triggers = triggers(&hub, &health, &view, writer);
+        let triggers = triggers(followed, &health);
         let triggers = pace.clone().take_from(triggers);
         let ctx = Arc::new(Context {
             member: inputs.member.clone(),
@@ -100,46 +111,32 @@ impl<S: Needs> Job<S> for MembershipJob {
     }
 }
 
-/// The view's watch, each object it shows with a new generation handed on as a trigger: only a
+/// The view's events (of the replica's watch), each object it shows with a new generation handed on as a trigger: only a
 /// changed spec triggers, as the reference's predicate has it (our own status writes, and the
 /// other agents', come back through the watch too).
 fn triggers(
-    hub: &Api<InternalMemberCluster>,
+    followed: Followed<InternalMemberCluster>,
     health: &Arc<WatchHealth>,
-    view: &Store<InternalMemberCluster>,
-    writer: Writer<InternalMemberCluster>,
 ) -> BoxStream<'static, ObjectRef<InternalMemberCluster>> {
-    let size = {
-        let view = view.clone();
-        move || view.len()
-    };
     let mut generations = HashMap::new();
-    view_watch(
-        hub.clone(),
-        watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S),
-        size,
-    )
-    // Not kept: fleet's agents' field ownership, a few KiB per member read by nobody (a status
-    // update without it leaves it as it is).
-    .map_ok(|event| event.modify(|o| o.metadata.managed_fields = None))
-    .reflect(writer)
-    .inspect(health.inspector(MEMBER_CLUSTERS))
-    .filter_map(move |event| {
-        let key = match event {
-            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                let changed = generations.insert(o.name_any(), o.metadata.generation)
-                    != Some(o.metadata.generation);
-                changed.then(|| ObjectRef::new(&o.name_any()).within(&namespace_of(&o)))
-            }
-            Ok(watcher::Event::Delete(o)) => {
-                generations.remove(&o.name_any());
-                None
-            }
-            _ => None,
-        };
-        futures::future::ready(key)
-    })
-    .boxed()
+    followed
+        .inspect(health.inspector(MEMBER_CLUSTERS))
+        .filter_map(move |event| {
+            let key = match event {
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                    let changed = generations.insert(o.name_any(), o.metadata.generation)
+                        != Some(o.metadata.generation);
+                    changed.then(|| ObjectRef::new(&o.name_any()).within(&namespace_of(&o)))
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    generations.remove(&o.name_any());
+                    None
+                }
+                _ => None,
+            };
+            futures::future::ready(key)
+        })
+        .boxed()
 }
 
 fn namespace_of(o: &InternalMemberCluster) -> String {

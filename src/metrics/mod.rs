@@ -10,6 +10,11 @@
 //! Cardinality is bounded: labels are member names, outcome labels (a fixed set), verbs,
 //! resources (kinds, never object names), HTTP codes and write ops. No object name is a label.
 //! [`Metrics::remove_member`] drops every series of a member that left the fleet.
+//!
+//! Per member, only what the shipped alerts and dashboard read is kept by default
+//! ([`MetricsDetail::Fleet`]); the breakdowns by outcome, by request verb and resource, and the
+//! duration histogram per member cost some 40 series a member more and come with
+//! [`MetricsDetail::Member`] (`--metrics-detail=member`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -32,6 +37,9 @@ use crate::fleet::{FleetState, MemberHooks};
 mod scrape;
 use scrape::ScrapeCollector;
 pub use scrape::{AllocatorBytes, report_allocator};
+
+#[cfg(test)]
+mod detail_tests;
 
 /// `Content-Type` of [`Metrics::encode`] (OpenMetrics text 1.0, exemplars included).
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -57,6 +65,29 @@ pub type AzureSource = Arc<dyn Fn() -> AzureCounters + Send + Sync>;
 
 /// The labels of one series.
 type Labels = Vec<(&'static str, String)>;
+
+/// How much per-member detail `/metrics` carries (`--metrics-detail`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum MetricsDetail {
+    /// Per member what an operator acts on (state, failing jobs, reconciles and their errors,
+    /// queue depth, watch errors, API answers by code, throttling, flags): at most 15 series
+    /// for a healthy member. Outcomes and durations are counted for the whole fleet.
+    #[default]
+    Fleet,
+    /// Also per member: reconciles by outcome, the reconcile duration histogram and API
+    /// requests by verb and resource.
+    Member,
+}
+
+/// The outcome label a member's `fleetnet_reconcile_total` carries: errors always by step (the
+/// alerts name the failed step); without member detail every other outcome is `ok` (the fleet's
+/// outcomes are in `fleetnet_reconcile_outcomes_total`).
+fn member_outcome(detail: MetricsDetail, outcome: &Reconciled, label: &str) -> String {
+    match (detail, outcome) {
+        (MetricsDetail::Fleet, Reconciled::Done { .. }) => "ok".into(),
+        _ => label.to_string(),
+    }
+}
 
 fn member_labels(name: &str) -> Labels {
     vec![("member", label(name))]
@@ -130,6 +161,7 @@ struct Shared {
     fleet: RwLock<Option<Arc<FleetState>>>,
     leader: RwLock<Option<crate::ownership::Claim>>,
     azure: RwLock<Option<AzureSource>>,
+    detail: MetricsDetail,
 }
 
 /// The process's metrics. Share it as `Arc<Metrics>`: it is the exporters' observer and the
@@ -138,6 +170,7 @@ pub struct Metrics {
     registry: Registry,
     shared: Arc<Shared>,
     reconciles: Family<Labels, Counter>,
+    outcomes: Family<Labels, Counter>,
     durations: Family<Labels, ExemplarHistogram, fn() -> ExemplarHistogram>,
     in_flight: Family<Labels, Gauge>,
     controller_errors: Family<Labels, Counter>,
@@ -162,6 +195,27 @@ impl Default for Metrics {
     }
 }
 
+impl Metrics {
+    /// Every family registered, no member yet, with the default detail ([`MetricsDetail::Fleet`]).
+    pub fn new() -> Self {
+        Self::with_detail(MetricsDetail::default())
+    }
+
+    /// The per-member detail this registry records.
+    pub fn detail(&self) -> MetricsDetail {
+        self.shared.detail
+    }
+
+    /// The labels of a per-member series that only [`MetricsDetail::Member`] breaks down by
+    /// member (none: one series for the fleet).
+    fn detailed_labels(&self, member: &str) -> Labels {
+        match self.shared.detail {
+            MetricsDetail::Member => member_labels(member),
+            MetricsDetail::Fleet => vec![],
+        }
+    }
+}
+
 /// Registers each `(name, help, unit, metric)`, in order (the order of the families on
 /// `/metrics`).
 macro_rules! register {
@@ -174,12 +228,16 @@ macro_rules! register {
 }
 
 impl Metrics {
-    /// Every family registered, no member yet.
-    pub fn new() -> Self {
+    /// Every family registered, no member yet, with `detail` per member.
+    pub fn with_detail(detail: MetricsDetail) -> Self {
         let mut m = Self {
             registry: Registry::default(),
-            shared: Arc::default(),
+            shared: Arc::new(Shared {
+                detail,
+                ..Shared::default()
+            }),
             reconciles: Family::default(),
+            outcomes: Family::default(),
             durations: Family::new_with_constructor(|| {
                 HistogramWithExemplars::new(RECONCILE_BUCKETS.into_iter())
             }),
@@ -213,13 +271,19 @@ impl Metrics {
             registry,
             (
                 "fleetnet_reconcile",
-                "Reconciles of ServiceExports and EndpointSlices, by member and outcome (exported, unexported, skipped, invalid:<reason>, endpointslice:<outcome>, error:<step>)",
+                "Reconciles by member and outcome: error:<step>, and ok for the others (with --metrics-detail=member every outcome: exported, unexported, skipped, invalid:<reason>, <job>:<outcome>)",
                 None,
                 self.reconciles.clone()
             ),
             (
+                "fleetnet_reconcile_outcomes",
+                "Reconciles of every member, by outcome (exported, unexported, skipped, invalid:<reason>, <job>:<outcome>, error:<step>)",
+                None,
+                self.outcomes.clone()
+            ),
+            (
                 "fleetnet_reconcile_duration",
-                "Duration of one reconcile, by member",
+                "Duration of one reconcile (by member with --metrics-detail=member)",
                 Some(Unit::Seconds),
                 self.durations.clone()
             ),
@@ -417,19 +481,21 @@ impl ReconcileObserver for Metrics {
     }
 
     fn reconciled(&self, member: &str, outcome: Reconciled, took: Duration) {
-        let outcome = outcome.label();
-        let outcome = outcome.as_str();
-        self.note_outcome(member, outcome);
-        let labels = member_labels(member);
-        self.in_flight.get_or_create(&labels).dec();
+        let full = outcome.label();
+        self.outcomes
+            .get_or_create(&vec![("outcome", label(&full))])
+            .inc();
+        let outcome = member_outcome(self.shared.detail, &outcome, &full);
+        self.note_outcome(member, &outcome);
+        self.in_flight.get_or_create(&member_labels(member)).dec();
         self.reconciles
             .get_or_create(&vec![
                 ("member", label(member)),
-                ("outcome", label(outcome)),
+                ("outcome", label(&outcome)),
             ])
             .inc();
         self.durations
-            .get_or_create(&labels)
+            .get_or_create(&self.detailed_labels(member))
             .observe(took.as_secs_f64(), current_trace(), None);
     }
 

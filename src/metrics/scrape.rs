@@ -11,7 +11,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
-use super::{AzureCounters, Labels, Shared, label, member_labels};
+use super::{AzureCounters, Labels, MetricsDetail, Shared, label, member_labels};
 use crate::client::{ClientStats, RequestCount};
 use crate::fleet::{JobPhase, MemberStatus, Phase};
 
@@ -44,6 +44,9 @@ impl fmt::Debug for ScrapeCollector {
 struct ClientSeries {
     labels: Labels,
     stats: Arc<ClientStats>,
+    /// Its requests by verb and resource too (the hub's always, a member's with
+    /// `--metrics-detail=member`); else by code only.
+    by_request: bool,
 }
 
 impl Shared {
@@ -59,11 +62,14 @@ impl Shared {
         let hub = self.hub_client.read().clone().map(|stats| ClientSeries {
             labels: vec![("client", "hub".into())],
             stats,
+            by_request: true,
         });
+        let by_request = self.detail == MetricsDetail::Member;
         let per_member = members.iter().filter_map(|(name, entry)| {
             Some(ClientSeries {
                 labels: vec![("client", "member".into()), ("member", label(name))],
                 stats: entry.member_client.clone()?,
+                by_request,
             })
         });
         (states, hub.into_iter().chain(per_member).collect())
@@ -119,7 +125,9 @@ fn encode_members(e: &mut DescriptorEncoder, states: &[(String, MemberStatus)]) 
     let failing_jobs = states.iter().flat_map(|(name, s)| {
         let failing = s.jobs.iter().filter(|(_, j)| j.phase == JobPhase::Failing);
         failing.map(move |(job, _)| {
-            let labels = vec![("member", label(name)), ("job", (*job).to_string())];
+            // `controller`, as --controllers names it: a `job` label would clash with the
+            // target label Prometheus gives every series (it would become `exported_job`).
+            let labels = vec![("member", label(name)), ("controller", (*job).to_string())];
             (labels, ConstGauge::new(1))
         })
     });
@@ -142,18 +150,35 @@ fn encode_members(e: &mut DescriptorEncoder, states: &[(String, MemberStatus)]) 
     )
 }
 
-fn encode_clients(e: &mut DescriptorEncoder, clients: &[ClientSeries]) -> fmt::Result {
-    let requests = clients.iter().flat_map(|client| {
-        client.stats.snapshot().into_iter().map(|r: RequestCount| {
+/// A client's request counts as rows: by verb, resource and code, or summed by code.
+fn request_rows(client: &ClientSeries) -> Vec<(Labels, ConstCounter)> {
+    let code = |r: &RequestCount| r.code.map_or_else(|| "none".to_string(), |c| c.to_string());
+    let snapshot = client.stats.snapshot();
+    if !client.by_request {
+        let mut by_code = std::collections::BTreeMap::<String, u64>::new();
+        for r in &snapshot {
+            *by_code.entry(code(r)).or_default() += r.count;
+        }
+        let rows = by_code.into_iter().map(|(code, n)| {
             let mut labels = client.labels.clone();
-            labels.push(("verb", r.verb.to_string()));
-            labels.push(("resource", label(&r.resource)));
-            let code = r.code.map_or_else(|| "none".to_string(), |c| c.to_string());
             labels.push(("code", code));
-            (labels, ConstCounter::new(r.count))
-        })
+            (labels, ConstCounter::new(n))
+        });
+        return rows.collect();
+    }
+    let rows = snapshot.iter().map(|r| {
+        let mut labels = client.labels.clone();
+        labels.push(("verb", r.verb.to_string()));
+        labels.push(("resource", label(&r.resource)));
+        labels.push(("code", code(r)));
+        (labels, ConstCounter::new(r.count))
     });
-    let help = "Kubernetes API requests by client (member or hub), member, verb, resource kind and HTTP code (none: no response).";
+    rows.collect()
+}
+
+fn encode_clients(e: &mut DescriptorEncoder, clients: &[ClientSeries]) -> fmt::Result {
+    let requests = clients.iter().flat_map(request_rows);
+    let help = "Kubernetes API requests by client (member or hub), member, HTTP code (none: no response), and for the hub (for members with --metrics-detail=member) verb and resource kind.";
     family(e, ("fleetnet_api_requests", help, None), requests.collect())?;
     let waits = clients.iter().map(|c| {
         let wait = ConstCounter::new(c.stats.waited().as_secs_f64());

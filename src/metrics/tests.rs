@@ -63,7 +63,7 @@ fn the_allocator_figures_the_binary_reports_are_gauges_in_bytes() {
 
 #[test]
 fn observer_calls_become_series_and_removal_drops_them() {
-    let m = Metrics::new();
+    let m = Metrics::with_detail(MetricsDetail::Member);
     let stats = Arc::new(ClientStats::default());
     m.register_member("a", stats);
     m.register_member("b", Arc::new(ClientStats::default()));
@@ -139,7 +139,7 @@ fn observer_calls_become_series_and_removal_drops_them() {
 
 #[test]
 fn label_values_from_outside_cannot_forge_or_hide_lines() {
-    let m = Metrics::new();
+    let m = Metrics::with_detail(MetricsDetail::Member);
     // A member name comes from a file name: anything but '/' and NUL.
     let evil = "m\r\nfleetnet_leader 1\x1b[2K\u{9b}31m\"";
     m.register_member(evil, Arc::new(ClientStats::default()));

@@ -13,7 +13,7 @@ use super::context::Context;
 use super::decide::{FINALIZER, MetadataChange, Plan, ServiceChange, StatusChange, Write};
 use super::error::{Error, Step};
 use crate::api::{MultiClusterService, ServiceImport, set_condition};
-use crate::controller::ApiFailure;
+use crate::controller::{ApiFailure, delete_unless_gone, merge_patch};
 
 /// Carries out `plan` on `mcs` (as it was decided on); its Events are queued once the writes
 /// went through. Our writes are remembered until the views show them.
@@ -142,12 +142,9 @@ impl<'a> Writes<'a> {
     /// Merge-patches the MultiClusterService (its status when `status`), remembering what the
     /// API answered.
     async fn patch(&mut self, status: bool, body: &Value, step: Step) -> Result<(), Error> {
-        let (params, patch) = (PatchParams::default(), Patch::Merge(body));
-        let patched = match status {
-            true => self.api.patch_status(self.name, &params, &patch).await,
-            false => self.api.patch(self.name, &params, &patch).await,
-        }
-        .map_err(self.err(step))?;
+        let patched = merge_patch(&self.api, self.name, status, body)
+            .await
+            .map_err(self.err(step))?;
         let superseded = self.resource_version.take();
         self.resource_version = patched.metadata.resource_version.clone();
         self.ctx
@@ -168,11 +165,9 @@ impl<'a> Writes<'a> {
     }
 
     async fn delete_import(&mut self, name: &str) -> Result<(), Error> {
-        match self.imports.delete(name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(self.err(Step::DeleteServiceImport)(e)),
-        }
+        delete_unless_gone(&self.imports, name, &DeleteParams::default())
+            .await
+            .map_err(self.err(Step::DeleteServiceImport))?;
         self.wrote_import(name, None);
         Ok(())
     }
@@ -222,11 +217,9 @@ impl<'a> Writes<'a> {
     }
 
     async fn delete_service(&mut self, name: &str) -> Result<(), Error> {
-        match self.services.delete(name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(self.err(Step::DeleteService)(e)),
-        }
+        delete_unless_gone(&self.services, name, &DeleteParams::default())
+            .await
+            .map_err(self.err(Step::DeleteService))?;
         self.wrote_service(name, None);
         Ok(())
     }

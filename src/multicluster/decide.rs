@@ -24,15 +24,14 @@ pub const FINALIZER: &str = "networking.fleet.azure.com/service-resources-cleanu
 /// Label on the MultiClusterService: its ServiceImport's name, written before the import.
 pub const SERVICE_IMPORT_LABEL: &str = "networking.fleet.azure.com/service-import";
 /// Label on the MultiClusterService: its derived Service's name, written before the Service.
-pub const DERIVED_SERVICE_LABEL: &str = "networking.fleet.azure.com/derived-service";
+pub use crate::api::DERIVED_SERVICE_LABEL;
 /// Labels on the derived Service: the MultiClusterService it serves.
 pub const MCS_NAME_LABEL: &str = "networking.fleet.azure.com/multi-cluster-service-name";
 pub const MCS_NAMESPACE_LABEL: &str = "networking.fleet.azure.com/multi-cluster-service-namespace";
 /// Annotation on the MultiClusterService asking for an internal load balancer...
 pub const INTERNAL_LB_ANNOTATION: &str = "networking.fleet.azure.com/azure-load-balancer-internal";
 /// ...which the derived Service carries as Azure's own annotation.
-pub const SERVICE_INTERNAL_LB_ANNOTATION: &str =
-    "service.beta.kubernetes.io/azure-load-balancer-internal";
+pub use crate::api::AZURE_LB_INTERNAL_ANNOTATION as SERVICE_INTERNAL_LB_ANNOTATION;
 /// The MultiClusterService's condition (`Valid`).
 pub use crate::api::CONDITION_VALID;
 /// The owner reference's `apiVersion` and `kind`.

@@ -31,7 +31,6 @@ use crate::controller::pace::Pace;
 use crate::controller::runner::Runner;
 use crate::controller::streaks::Streaks;
 use crate::controller::tap::Tap;
-use crate::controller::views::WatchHealth;
 use crate::controller::{Job, MemberInputs, Running};
 use context::Context;
 
@@ -60,7 +59,7 @@ impl<S: Needs> Job<S> for MultiClusterServiceJob {
     fn start(&self, inputs: &mut MemberInputs<S>, shutdown: CancellationToken) -> Running {
         let fleet_system_namespace = inputs.shared.fleet_system_namespace();
         let member = inputs.member.clone();
-        let health = Arc::new(WatchHealth::new(&member, NAME, inputs.observer.clone()));
+        let health = inputs.health(NAME);
         let pace = Arc::new(Pace::new(inputs.concurrency));
         let (mcs, imports, services) = inputs.shared.watches();
         let taps = views::Taps {

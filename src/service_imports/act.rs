@@ -61,7 +61,7 @@ impl Context {
         si: &ImportView,
         add: bool,
     ) -> Result<ImportView, Error> {
-        let (ns, name) = (si.namespace.as_str(), si.name.as_str());
+        let (ns, name) = (si.id.namespace.as_str(), si.id.name.as_str());
         let mut finalizers: Vec<&str> = si
             .finalizers
             .iter()
@@ -75,7 +75,7 @@ impl Context {
             Step::RemoveFinalizer
         };
         let body = json!({"metadata": {
-            "resourceVersion": si.resource_version,
+            "resourceVersion": si.id.resource_version,
             "finalizers": finalizers,
         }});
         let after = self
@@ -87,11 +87,8 @@ impl Context {
         let gone = !add && after.finalizers.is_empty() && after.deleting;
         // Released and being deleted with no other finalizer: the member deletes it now.
         let kept = (!gone).then(|| after.clone());
-        self.own_imports.wrote(
-            import_key(ns, name),
-            [Some(si.resource_version.clone())],
-            kept,
-        );
+        self.own_imports
+            .wrote(import_key(ns, name), [si.id.resource_version.clone()], kept);
         Ok(after)
     }
 
@@ -102,7 +99,7 @@ impl Context {
         si: &ImportView,
         status: &ServiceImportStatus,
     ) -> Result<ImportView, Error> {
-        let (ns, name) = (si.namespace.as_str(), si.name.as_str());
+        let (ns, name) = (si.id.namespace.as_str(), si.id.name.as_str());
         let mut body = ServiceImport {
             api_version: Some(format!("{GROUP}/v1alpha1")),
             kind: Some("ServiceImport".into()),
@@ -111,7 +108,7 @@ impl Context {
         };
         body.metadata.name = Some(name.to_string());
         body.metadata.namespace = Some(ns.to_string());
-        body.metadata.resource_version = Some(si.resource_version.clone());
+        body.metadata.resource_version = si.id.resource_version.clone();
         let after = self
             .imports_in(ns)
             .replace_status(name, &PostParams::default(), &body)
@@ -120,7 +117,7 @@ impl Context {
         let after = ImportView::from(after);
         self.own_imports.wrote(
             import_key(ns, name),
-            [Some(si.resource_version.clone())],
+            [si.id.resource_version.clone()],
             Some(after.clone()),
         );
         Ok(after)
@@ -133,7 +130,7 @@ impl Context {
         reference: &ExportedObjectReference,
         view_rv: Option<String>,
     ) -> Result<InternalView, Error> {
-        let name = internal_name(&si.namespace, &si.name);
+        let name = internal_name(&si.id.namespace, &si.id.name);
         let mut isi = InternalServiceImport {
             api_version: Some(format!("{GROUP}/v1alpha1")),
             kind: Some("InternalServiceImport".into()),
@@ -164,18 +161,18 @@ impl Context {
         reference: &ExportedObjectReference,
     ) -> Result<InternalView, Error> {
         let body = json!({
-            "metadata": {"resourceVersion": isi.resource_version},
+            "metadata": {"resourceVersion": isi.id.resource_version},
             "spec": {"serviceImportReference": reference_patch(reference)},
         });
         let updated = self
             .hub
-            .patch(&isi.name, &PatchParams::default(), &Patch::Merge(&body))
+            .patch(&isi.id.name, &PatchParams::default(), &Patch::Merge(&body))
             .await
             .map_err(self.on(si, Step::UpdateInternalServiceImport))?;
         let updated = InternalView::from(updated);
         self.own_internals.wrote(
-            isi.name.clone(),
-            [isi.resource_version.clone()],
+            isi.id.name.clone(),
+            [isi.id.resource_version.clone()],
             Some(updated.clone()),
         );
         Ok(updated)
@@ -189,7 +186,11 @@ impl Context {
         isi: &InternalView,
         (ns, name): (&str, &str),
     ) -> Result<bool, Error> {
-        let deleted = match self.hub.delete(&isi.name, &only_uid(isi.uid.clone())).await {
+        let deleted = match self
+            .hub
+            .delete(&isi.id.name, &only_uid(isi.id.uid.clone()))
+            .await
+        {
             Ok(_) => true,
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => false,
             Err(e) => {
@@ -198,12 +199,12 @@ impl Context {
             }
         };
         self.own_internals
-            .wrote(isi.name.clone(), [isi.resource_version.clone()], None);
+            .wrote(isi.id.name.clone(), [isi.id.resource_version.clone()], None);
         Ok(deleted)
     }
 
     fn on(&self, si: &ImportView, step: Step) -> impl FnOnce(kube::Error) -> Error + use<> {
-        let failed = ApiFailure::of(&self.member, &si.namespace, &si.name, step);
+        let failed = ApiFailure::of(&self.member, &si.id.namespace, &si.id.name, step);
         move |e| failed(e).into()
     }
 }

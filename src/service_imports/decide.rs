@@ -68,12 +68,12 @@ pub fn reference_of(member: &str, si: &ImportView) -> ExportedObjectReference {
     ExportedObjectReference {
         cluster_id: member.to_string(),
         kind: String::new(),
-        namespace: si.namespace.clone(),
-        name: si.name.clone(),
-        resource_version: si.resource_version.clone(),
+        namespace: si.id.namespace.clone(),
+        name: si.id.name.clone(),
+        resource_version: si.id.resource_version.clone().unwrap_or_default(),
         generation: si.generation,
-        uid: si.uid.clone(),
-        namespaced_name: format!("{}/{}", si.namespace, si.name),
+        uid: si.id.uid.clone().unwrap_or_default(),
+        namespaced_name: format!("{}/{}", si.id.namespace, si.id.name),
         api_version: None,
         exported_since: si.created.clone(),
     }
@@ -90,7 +90,7 @@ pub fn left_to(step: &Forward, other: Option<OtherWriter>) -> Option<OtherWriter
 /// does: version, generation and the export time (the creation time); the rest is kept.
 pub fn updated(existing: &ExportedObjectReference, si: &ImportView) -> ExportedObjectReference {
     ExportedObjectReference {
-        resource_version: si.resource_version.clone(),
+        resource_version: si.id.resource_version.clone().unwrap_or_default(),
         generation: si.generation,
         exported_since: si.created.clone(),
         ..existing.clone()

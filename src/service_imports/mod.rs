@@ -27,9 +27,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use decide::{BACK_NAME, NAME, Outcome};
 pub use error::{Error, Step};
-pub use model::SERVICE_IMPORT_FINALIZER;
+pub use model::{InternalView, SERVICE_IMPORT_FINALIZER};
 
 use crate::api::{InternalServiceImport, ServiceImport};
+use crate::controller::hub_tap::HubTap;
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::pace::Pace;
 use crate::controller::runner::{Runner, beside};
@@ -45,6 +46,14 @@ pub trait Needs {
     fn service_import_job_runs(&self) -> bool;
     /// The member's shared ServiceImport watch.
     fn service_imports(&mut self) -> &mut Tap<ServiceImport>;
+    /// The replica's watch of the hub's InternalServiceImports ([`hub_tap`]).
+    fn hub_internals(&self) -> &HubTap<InternalServiceImport, InternalView>;
+}
+
+/// The replica's watch of the hub's InternalServiceImports, each kept as the jobs read it;
+/// `read`: one of the jobs runs.
+pub fn hub_tap(hub: &kube::Client, read: bool) -> HubTap<InternalServiceImport, InternalView> {
+    HubTap::new(hub, InternalView::from, read)
 }
 
 /// The `serviceimport` job (both halves), as the registry lists it.
@@ -87,6 +96,8 @@ pub struct MemberImports {
     /// The member's view of the hub client; only ever used inside `hub_namespace`.
     pub hub_client: kube::Client,
     pub hub_namespace: String,
+    /// The replica's watch of the hub's InternalServiceImports.
+    pub internals: HubTap<InternalServiceImport, InternalView>,
     /// Whether the forward half runs (`serviceimport`); the back half always does.
     pub forward: bool,
     /// Reconciles running at once, per half; 0: unbounded.
@@ -97,8 +108,9 @@ pub struct MemberImports {
 }
 
 impl MemberImports {
-    fn of<S>(inputs: &MemberInputs<S>, forward: bool) -> Self {
+    fn of<S: Needs>(inputs: &MemberInputs<S>, forward: bool) -> Self {
         Self {
+            internals: inputs.shared.hub_internals().clone(),
             member: inputs.member.clone(),
             member_client: inputs.member_client.clone(),
             hub_client: inputs.hub_client.clone(),
@@ -132,7 +144,8 @@ impl MemberImports {
             forward: forward_pace.clone(),
             back: back_pace.clone(),
         };
-        let (views, triggers) = views::Views::watch(imports, &hub, &health, paces);
+        let internals = self.internals.subscribe(&self.hub_namespace);
+        let (views, triggers) = views::Views::watch(imports, internals, &health, paces);
         let synced = health.synced(None, &views::WATCHED);
         let ctx = Arc::new(Context {
             member: self.member,

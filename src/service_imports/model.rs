@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::api::{
     ExportedObjectReference, InternalServiceImport, ServiceImport, ServiceImportStatus,
 };
+use crate::controller::projection::{ObjectId, keyed_by_name};
 
 /// The finalizer that keeps a ServiceImport until its InternalServiceImport is deleted.
 pub const SERVICE_IMPORT_FINALIZER: &str = "networking.fleet.azure.com/serviceimport-cleanup";
@@ -15,10 +16,7 @@ pub const SERVICE_IMPORT_FINALIZER: &str = "networking.fleet.azure.com/serviceim
 /// A member's ServiceImport as decisions read it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ImportView {
-    pub name: String,
-    pub namespace: String,
-    pub uid: String,
-    pub resource_version: String,
+    pub id: ObjectId,
     pub generation: i64,
     pub created: Option<Time>,
     /// It has a deletion timestamp.
@@ -39,12 +37,9 @@ impl ImportView {
 
 impl From<ServiceImport> for ImportView {
     fn from(si: ServiceImport) -> Self {
-        let meta = si.metadata;
+        let mut meta = si.metadata;
         Self {
-            name: meta.name.unwrap_or_default(),
-            namespace: meta.namespace.unwrap_or_default(),
-            uid: meta.uid.unwrap_or_default(),
-            resource_version: meta.resource_version.unwrap_or_default(),
+            id: ObjectId::take(&mut meta),
             generation: meta.generation.unwrap_or_default(),
             created: meta.creation_timestamp,
             deleting: meta.deletion_timestamp.is_some(),
@@ -54,21 +49,12 @@ impl From<ServiceImport> for ImportView {
     }
 }
 
-crate::controller::projection::keyed_by_name!(
-    ImportView,
-    "ServiceImport",
-    crate::api::GROUP,
-    "v1alpha1",
-    "serviceimports"
-);
+keyed_by_name!(ImportView, "ServiceImport", "serviceimports");
 
 /// An InternalServiceImport as decisions read it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct InternalView {
-    pub name: String,
-    pub namespace: String,
-    pub uid: Option<String>,
-    pub resource_version: Option<String>,
+    pub id: ObjectId,
     /// The ServiceImport it stands for.
     pub reference: ExportedObjectReference,
     /// The hub's verdict; absent and empty alike.
@@ -86,23 +72,18 @@ impl InternalView {
 
 impl From<InternalServiceImport> for InternalView {
     fn from(isi: InternalServiceImport) -> Self {
-        let meta = isi.metadata;
+        let mut meta = isi.metadata;
         Self {
             writers: crate::controller::writers::Writers::of_ours(&meta),
-            name: meta.name.unwrap_or_default(),
-            namespace: meta.namespace.unwrap_or_default(),
-            uid: meta.uid,
-            resource_version: meta.resource_version,
+            id: ObjectId::take(&mut meta),
             reference: isi.spec.service_import_reference,
             status: isi.status.unwrap_or_default(),
         }
     }
 }
 
-crate::controller::projection::keyed_by_name!(
+keyed_by_name!(
     InternalView,
     "InternalServiceImport",
-    crate::api::GROUP,
-    "v1alpha1",
     "internalserviceimports"
 );

@@ -22,9 +22,9 @@ const MAX_STEPS: u32 = 2 + 2 * crate::controller::REREADS;
 /// Reconciles one ServiceImport: one trace per call, a root span `reconcile_serviceimport`.
 pub(super) async fn forward(si: Arc<ImportView>, ctx: Arc<Context>) -> Result<Action, Error> {
     let span = crate::controller::reconcile_span!(
-        "reconcile_serviceimport", %ctx.member, %si.namespace, fleet.serviceimport.name = %si.name
+        "reconcile_serviceimport", %ctx.member, %si.id.namespace, fleet.serviceimport.name = %si.id.name
     );
-    let key = import_key(&si.namespace, &si.name);
+    let key = import_key(&si.id.namespace, &si.id.name);
     let work = forward_steps(&ctx, &key, si.as_ref().clone());
     let observer = ctx.observer.as_ref();
     crate::controller::reported(
@@ -56,12 +56,15 @@ async fn forward_steps(
     if !ctx.claim.may_write() {
         return done(Outcome::Skipped);
     }
-    let mut si = match ctx.own_imports.over(key, Some(&viewed.resource_version)) {
+    let mut si = match ctx
+        .own_imports
+        .over(key, viewed.id.resource_version.as_deref())
+    {
         Some(None) => return done(Outcome::Gone),
         Some(Some(own)) => own,
         None => viewed,
     };
-    let name = internal_name(&si.namespace, &si.name);
+    let name = internal_name(&si.id.namespace, &si.id.name);
     let mut isi = internal_seen(ctx, &name);
     let mut outcome = Outcome::Unchanged;
     for _ in 0..MAX_STEPS {
@@ -69,8 +72,8 @@ async fn forward_steps(
         if let Some(held) = left_to_agent(ctx, &step, isi.as_ref(), &name) {
             return Ok(held);
         }
-        let seen = isi.as_ref().map(|i| i.resource_version.clone());
-        tracing::debug!(?step, si = %si.resource_version, ?seen, "decided");
+        let seen = isi.as_ref().map(|i| i.id.resource_version.clone());
+        tracing::debug!(?step, si = ?si.id.resource_version, ?seen, "decided");
         if step == Forward::Nothing {
             return done(outcome);
         }
@@ -84,11 +87,11 @@ async fn forward_steps(
             }
             Err(e) if e.stale_view() => {
                 tracing::debug!(error = %e, "a view was behind; reading live");
-                let Some(live) = ctx.read_import(&si.namespace, &si.name).await? else {
+                let Some(live) = ctx.read_import(&si.id.namespace, &si.id.name).await? else {
                     return done(Outcome::Gone);
                 };
                 isi = ctx
-                    .read_internal(&live.namespace, &live.name, &name)
+                    .read_internal(&live.id.namespace, &live.id.name, &name)
                     .await?;
                 si = live;
             }
@@ -126,7 +129,7 @@ async fn forward_step(
         },
         Forward::DeleteInternal => match isi {
             Some(seen) => {
-                let who = (si.namespace.as_str(), si.name.as_str());
+                let who = (si.id.namespace.as_str(), si.id.name.as_str());
                 ctx.delete_internal(seen, who).await.map(|_| *isi = None)
             }
             None => Ok(()),
@@ -165,7 +168,7 @@ fn left_to_agent(
 /// has not shown it, or the view.
 fn internal_seen(ctx: &Context, name: &str) -> Option<InternalView> {
     let viewed = ctx.internals.get(&internal_key(&ctx.hub_namespace, name));
-    let view_rv = viewed.as_ref().and_then(|i| i.resource_version.clone());
+    let view_rv = viewed.as_ref().and_then(|i| i.id.resource_version.clone());
     match ctx
         .own_internals
         .over(&name.to_string(), view_rv.as_deref())
@@ -178,11 +181,11 @@ fn internal_seen(ctx: &Context, name: &str) -> Option<InternalView> {
 /// Reconciles one InternalServiceImport: a root span `reconcile_internalserviceimport`.
 pub(super) async fn back(isi: Arc<InternalView>, ctx: Arc<Context>) -> Result<Action, Error> {
     let span = crate::controller::reconcile_span!(
-        "reconcile_internalserviceimport", %ctx.member, %isi.namespace,
-        fleet.internalserviceimport.name = %isi.name
+        "reconcile_internalserviceimport", %ctx.member, %isi.id.namespace,
+        fleet.internalserviceimport.name = %isi.id.name
     );
-    let key = internal_key(&isi.namespace, &isi.name);
-    let work = back_steps(&ctx, &isi.name);
+    let key = internal_key(&isi.id.namespace, &isi.id.name);
+    let work = back_steps(&ctx, &isi.id.name);
     let observer = ctx.observer.as_ref();
     crate::controller::reported(span, observer, &ctx.member, &ctx.back_failures, &key, work).await
 }
@@ -206,7 +209,7 @@ async fn back_steps(ctx: &Context, name: &str) -> Result<(Labelled, Action), Err
         let result = match decide::back(&isi, si.as_ref()) {
             Back::Nothing => return done(Outcome::Unchanged),
             Back::Invalid => {
-                tracing::warn!(member = %ctx.member, copy = %isi.name, "InternalServiceImport names no ServiceImport; left alone");
+                tracing::warn!(member = %ctx.member, copy = %isi.id.name, "InternalServiceImport names no ServiceImport; left alone");
                 return done(Outcome::InvalidReference);
             }
             Back::DeleteInternal if !live => Err(None),
@@ -246,7 +249,7 @@ async fn back_steps(ctx: &Context, name: &str) -> Result<(Labelled, Action), Err
 fn import_seen(ctx: &Context, ns: &str, name: &str) -> Option<ImportView> {
     let key = import_key(ns, name);
     let viewed = ctx.imports.get(&key);
-    let view_rv = viewed.as_ref().map(|s| s.resource_version.clone());
+    let view_rv = viewed.as_ref().and_then(|s| s.id.resource_version.clone());
     match ctx.own_imports.over(&key, view_rv.as_deref()) {
         Some(own) => own,
         None => viewed.map(|s| s.as_ref().clone()),
@@ -256,12 +259,12 @@ fn import_seen(ctx: &Context, ns: &str, name: &str) -> Option<ImportView> {
 /// Exponential (1 s doubling to 5 min), jittered, per ServiceImport, never sooner than a
 /// server asked; reset by a success ([`crate::controller::failed`]).
 pub(super) fn forward_policy(si: Arc<ImportView>, error: &Error, ctx: Arc<Context>) -> Action {
-    let key = import_key(&si.namespace, &si.name);
+    let key = import_key(&si.id.namespace, &si.id.name);
     crate::controller::failed(error, &ctx.forward_failures, key)
 }
 
 /// As [`forward_policy`], per InternalServiceImport.
 pub(super) fn back_policy(isi: Arc<InternalView>, error: &Error, ctx: Arc<Context>) -> Action {
-    let key = internal_key(&isi.namespace, &isi.name);
+    let key = internal_key(&isi.id.namespace, &isi.id.name);
     crate::controller::failed(error, &ctx.back_failures, key)
 }

@@ -8,19 +8,17 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt, TryStreamExt};
-use kube::api::Api;
+use futures::{FutureExt, StreamExt};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher::Event;
 
 use super::model::{ImportView, InternalView};
-use crate::api::InternalServiceImport;
 use crate::api::ServiceImport;
+use crate::controller::hub_tap::Followed;
 use crate::controller::pace::Pace;
-use crate::controller::projection::project;
 use crate::controller::tap::{Keep, Tap, every};
-use crate::controller::views::{View, WatchHealth, view_watch};
+use crate::controller::views::{View, WatchHealth};
 
 /// The member's ServiceImports.
 const SERVICE_IMPORTS: View = View::member(0, "ServiceImports");
@@ -29,10 +27,6 @@ const INTERNAL_SERVICE_IMPORTS: View = View::hub(1, "InternalServiceImports");
 
 /// The watches whose first lists the jobs wait for.
 pub(super) const WATCHED: [View; 2] = [SERVICE_IMPORTS, INTERNAL_SERVICE_IMPORTS];
-
-/// How long one watch of the hub's copies lasts before it is re-established (as the
-/// EndpointSlice job's: a quiet fleet's hub requests grow with this rate).
-const HUB_WATCH_TIMEOUT_S: u32 = 1800;
 
 /// The paces of the halves that run: the forward one only when the `serviceimport` job does.
 pub(super) struct Paces {
@@ -46,16 +40,16 @@ pub(super) struct Views {
 }
 
 impl Views {
-    /// Starts the watch of the hub's copies and takes the job's view of the member's shared
+    /// Takes the job's part of the replica's watch of the hub's copies (`hub`: the store and
+    /// events of the member's namespace) and the job's view of the member's shared
     /// ServiceImport watch; the future feeds the copies' changes to `paces` (never ends), the
     /// view feeds its own.
     pub(super) fn watch(
         member: &mut Tap<ServiceImport>,
-        hub: &Api<InternalServiceImport>,
+        (internals, followed): (Store<InternalView>, Followed<InternalView>),
         health: &Arc<WatchHealth>,
         paces: Paces,
     ) -> (Self, BoxFuture<'static, ()>) {
-        let (internals, internals_writer) = reflector::store::<InternalView>();
         let paces = Arc::new(paces);
         let imports = {
             let (paces, by_reference) = (paces.clone(), internals.clone());
@@ -66,21 +60,10 @@ impl Views {
                 }
             })
         };
-        let internal_events = reflector::reflector(
-            internals_writer,
-            view_watch(
-                hub.clone(),
-                watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S),
-                {
-                    let internals = internals.clone();
-                    move || internals.len()
-                },
-            )
-            .map_ok(project::<InternalServiceImport, InternalView>),
-        )
-        .inspect(health.inspector(INTERNAL_SERVICE_IMPORTS))
-        .touched_objects()
-        .filter_map(|i| futures::future::ready(i.ok()));
+        let internal_events = followed
+            .inspect(health.inspector(INTERNAL_SERVICE_IMPORTS))
+            .touched_objects()
+            .filter_map(|i| futures::future::ready(i.ok()));
         let by_reference = internals.clone();
         let triggers = internal_events
             .for_each(move |isi| {
@@ -104,17 +87,18 @@ impl Paces {
         match changed {
             Changed::Import(si) => {
                 if let Some(forward) = &self.forward {
-                    forward.trigger(import_key(&si.namespace, &si.name));
+                    forward.trigger(import_key(&si.id.namespace, &si.id.name));
                 }
                 self.back
-                    .trigger_all(referring(internals, &si.namespace, &si.name));
+                    .trigger_all(referring(internals, &si.id.namespace, &si.id.name));
             }
             Changed::Internal(isi) => {
                 if let Some(forward) = &self.forward {
                     let (ns, name) = isi.referred();
                     forward.trigger(import_key(ns, name));
                 }
-                self.back.trigger(internal_key(&isi.namespace, &isi.name));
+                self.back
+                    .trigger(internal_key(&isi.id.namespace, &isi.id.name));
             }
         }
     }
@@ -140,6 +124,6 @@ pub(super) fn referring(
         .state()
         .iter()
         .filter(|i| i.referred() == (ns, name))
-        .map(|i| internal_key(&i.namespace, &i.name))
+        .map(|i| internal_key(&i.id.namespace, &i.id.name))
         .collect()
 }

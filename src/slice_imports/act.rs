@@ -14,7 +14,7 @@ use super::context::Context;
 use super::decide::{CLEANUP_FINALIZER, LAST_OBSERVED_GENERATION_ANNOTATION, Plan, SliceWrite};
 use super::error::{Error, Step};
 use crate::api::EndpointSliceImport;
-use crate::controller::ApiFailure;
+use crate::controller::{ApiFailure, delete_unless_gone};
 
 /// Performs `plan` for the import `name` (`import` and `slice`: as decided on).
 pub(super) async fn perform(
@@ -124,16 +124,10 @@ async fn write_slice(
                 .map_err(err(Step::UpdateEndpointSlice))?,
         ),
         SliceWrite::Delete => {
-            match ctx
-                .member_slices
-                .delete(name, &DeleteParams::default())
+            // Never written, or deleted by someone (gone already): nothing left to unimport.
+            delete_unless_gone(&ctx.member_slices, name, &DeleteParams::default())
                 .await
-            {
-                Ok(_) => {}
-                // Never written, or deleted by someone: nothing left to unimport.
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(err(Step::DeleteEndpointSlice)(e).into()),
-            }
+                .map_err(err(Step::DeleteEndpointSlice))?;
             None
         }
     };

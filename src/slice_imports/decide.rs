@@ -18,12 +18,10 @@ pub const NAME: &str = "endpointsliceimport";
 pub const CONTROLLER_ID: &str = "endpointsliceimport-controller.networking.fleet.azure.com";
 /// The Kubernetes label that names a slice's manager.
 pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
-/// The Kubernetes label that names a slice's Service.
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+pub use crate::api::SERVICE_NAME_LABEL;
 /// On an import from before its slice is written until the slice is deleted.
 pub const CLEANUP_FINALIZER: &str = "networking.fleet.azure.com/endpointsliceimport-cleanup";
-/// The MCS controller's label: the derived Service of a MultiClusterService.
-pub const DERIVED_SERVICE_LABEL: &str = "networking.fleet.azure.com/derived-service";
+pub use crate::api::DERIVED_SERVICE_LABEL;
 /// The generation of the import's slice whose export-import duration was observed last.
 pub const LAST_OBSERVED_GENERATION_ANNOTATION: &str =
     "networking.fleet.azure.com/last-observed-generation";

@@ -26,12 +26,12 @@ pub use decide::{NAME, Outcome};
 pub use error::{Error, Step};
 
 use crate::api::{EndpointSliceImport, MultiClusterService};
+use crate::controller::hub_tap::HubTap;
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::pace::Pace;
 use crate::controller::runner::{Runner, beside};
 use crate::controller::streaks::Streaks;
 use crate::controller::tap::Tap;
-use crate::controller::views::WatchHealth;
 use crate::controller::{Job, MemberInputs, Running};
 use context::Context;
 
@@ -51,6 +51,14 @@ pub trait Needs {
         &mut Tap<Service>,
         &mut Tap<EndpointSlice>,
     );
+    /// The replica's watch of the hub's EndpointSliceImports ([`hub_tap`]).
+    fn hub_imports(&self) -> &HubTap<EndpointSliceImport, EndpointSliceImport>;
+}
+
+/// The replica's watch of the hub's EndpointSliceImports, kept whole but for their managed
+/// fields; `read`: the job runs.
+pub fn hub_tap(hub: &kube::Client, read: bool) -> HubTap<EndpointSliceImport, EndpointSliceImport> {
+    HubTap::new(hub, crate::controller::tap::whole, read)
 }
 
 impl<S: Needs> Job<S> for EndpointSliceImportJob {
@@ -60,16 +68,11 @@ impl<S: Needs> Job<S> for EndpointSliceImportJob {
 
     fn start(&self, inputs: &mut MemberInputs<S>, shutdown: CancellationToken) -> Running {
         let fleet_namespace = inputs.shared.fleet_system_namespace().to_string();
-        let hub: Api<EndpointSliceImport> =
-            Api::namespaced(inputs.hub_client.clone(), &inputs.hub_namespace);
-        let health = Arc::new(WatchHealth::new(
-            &inputs.member,
-            NAME,
-            inputs.observer.clone(),
-        ));
+        let hub: Api<EndpointSliceImport> = inputs.hub_api();
+        let health = inputs.health(NAME);
         let pace = Arc::new(Pace::new(inputs.concurrency));
+        let imported = inputs.shared.hub_imports().subscribe(&inputs.hub_namespace);
         let scope = views::Scope {
-            hub: &hub,
             hub_namespace: &inputs.hub_namespace,
             fleet_namespace: &fleet_namespace,
         };
@@ -79,7 +82,7 @@ impl<S: Needs> Job<S> for EndpointSliceImportJob {
             services,
             slices,
         };
-        let (views, triggers) = views::Views::watch(&scope, taps, &health, &pace);
+        let (views, triggers) = views::Views::watch((&scope, imported), taps, &health, &pace);
         let synced = health.synced(None, &views::WATCHED);
         let ctx = Arc::new(Context {
             member: inputs.member.clone(),

@@ -5,27 +5,25 @@
 //! (their import: a slice edited or deleted by someone is put back). The member's three are
 //! the job's views of the member's shared watches ([`crate::member_watches`]).
 
-use std::fmt::Debug;
 use std::sync::Arc;
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
-use futures::stream::BoxStream;
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
-use kube::api::Api;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher::{self, Event};
-use serde::de::DeserializeOwned;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher::Event;
 
 use super::decide::{CONTROLLER_ID, DERIVED_SERVICE_LABEL, MANAGED_BY_LABEL};
 use crate::api::{EndpointSliceImport, MultiClusterService};
+use crate::controller::hub_tap::Followed;
 use crate::controller::pace::Pace;
+
 use crate::controller::tap::{Keep, Tap, every};
-use crate::controller::views::{View, WatchHealth, view_watch};
+use crate::controller::views::{View, WatchHealth};
 
 const IMPORTS: View = View::hub(0, "EndpointSliceImports");
 const MULTI_CLUSTER_SERVICES: View = View::member(1, "MultiClusterServices");
@@ -35,10 +33,6 @@ const SLICES: View = View::member(3, "imported EndpointSlices");
 /// The watches whose first lists the job waits for.
 pub(super) const WATCHED: [View; 4] = [IMPORTS, MULTI_CLUSTER_SERVICES, SERVICES, SLICES];
 
-/// How long one watch of the hub's imports lasts before it is re-established (as the
-/// EndpointSlice job's hub watch: a quiet fleet's hub requests grow with members).
-const HUB_WATCH_TIMEOUT_S: u32 = 1800;
-
 pub(super) struct Views {
     pub(super) imports: Store<EndpointSliceImport>,
     pub(super) multi_cluster_services: Store<MultiClusterService>,
@@ -46,9 +40,11 @@ pub(super) struct Views {
     pub(super) slices: Store<EndpointSlice>,
 }
 
+/// The imports of the member's hub namespace: the store and events of the replica's watch.
+pub(super) type Imported = (Store<EndpointSliceImport>, Followed<EndpointSliceImport>);
+
 /// Where the views watch.
 pub(super) struct Scope<'a> {
-    pub(super) hub: &'a Api<EndpointSliceImport>,
     pub(super) hub_namespace: &'a str,
     pub(super) fleet_namespace: &'a str,
 }
@@ -61,19 +57,19 @@ pub(super) struct Taps<'a> {
 }
 
 impl Views {
+    /// The views: the imports are the job's part of the replica's watch of the hub (`hub`:
+    /// the store and events of the member's namespace), the rest its views of the member's.
     pub(super) fn watch(
-        scope: &Scope<'_>,
+        (scope, hub): (&Scope<'_>, Imported),
         taps: Taps<'_>,
         health: &Arc<WatchHealth>,
         pace: &Arc<Pace<EndpointSliceImport>>,
     ) -> (Self, BoxFuture<'static, ()>) {
-        let (imports, import_events) = view_of(
-            scope.hub.clone(),
-            watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S),
-            health,
-            IMPORTS,
-            |_| {},
-        );
+        let (imports, followed) = hub;
+        let import_events = followed
+            .inspect(health.inspector(IMPORTS))
+            .touched_objects()
+            .filter_map(|o| futures::future::ready(o.ok()));
         let hub_ns = scope.hub_namespace.to_string();
         let multi_cluster_services = {
             let (imports, pace) = (imports.clone(), pace.clone());
@@ -158,40 +154,6 @@ fn named(mut s: Service) -> Service {
     s.metadata.annotations = None;
     s.metadata.labels = None;
     s
-}
-
-/// One view: its store (objects without managed fields, and without what `strip` drops) and
-/// the objects its watch touched (applied or deleted).
-fn view_of<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    health: &Arc<WatchHealth>,
-    view: View,
-    strip: fn(&mut K),
-) -> (Store<K>, BoxStream<'static, K>)
-where
-    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync,
-    K: 'static,
-{
-    let (store, writer) = reflector::store::<K>();
-    let size = {
-        let store = store.clone();
-        move || store.len()
-    };
-    let events = reflector::reflector(
-        writer,
-        view_watch(api, config, size).map_ok(move |event| {
-            event.modify(|o| {
-                o.meta_mut().managed_fields = None;
-                strip(o);
-            })
-        }),
-    )
-    .inspect(health.inspector(view))
-    .touched_objects()
-    .filter_map(|o| futures::future::ready(o.ok()))
-    .boxed();
-    (store, events)
 }
 
 /// The imports of the Service `ns/service`.

@@ -170,7 +170,7 @@ async fn write_export(
 fn view_rv(ctx: &Context, unique: &str) -> Option<String> {
     ctx.hub_view
         .get(&ObjectRef::new(unique).within(&ctx.hub_namespace))
-        .and_then(|e| e.resource_version.clone())
+        .and_then(|e| e.id.resource_version.clone())
 }
 
 /// The export refers to the slice's version after our own annotation write, so that the watch

@@ -300,7 +300,7 @@ fn unexport(o: &Observation<'_>) -> Plan {
         let slice_uid = slice.metadata.uid.as_deref().unwrap_or_default();
         let linked = o.named.filter(|e| e.slice_uid == slice_uid);
         for e in doomed(linked.as_slice(), |e| {
-            !plan.delete.iter().any(|d| d.name == e.name)
+            !plan.delete.iter().any(|d| d.name == e.id.name)
         }) {
             plan.delete.push(e);
         }
@@ -318,7 +318,7 @@ fn cleanup(o: &Observation<'_>, keep: Option<&str>) -> Vec<Doomed> {
     if !o.halves.cleanup {
         return vec![];
     }
-    doomed(o.referring, |e| Some(e.name.as_str()) != keep)
+    doomed(o.referring, |e| Some(e.id.name.as_str()) != keep)
 }
 
 /// The size of the export `write` leaves in the hub (its JSON; `usize::MAX` if it cannot be
@@ -360,8 +360,8 @@ fn doomed(referring: &[&ExportView], keep_not: impl Fn(&ExportView) -> bool) -> 
         .iter()
         .filter(|e| !e.deleting && keep_not(e))
         .map(|e| Doomed {
-            name: e.name.clone(),
-            uid: e.uid.clone(),
+            name: e.id.name.clone(),
+            uid: e.id.uid.clone(),
         })
         .collect()
 }

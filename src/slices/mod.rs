@@ -27,15 +27,16 @@ use tokio_util::sync::CancellationToken;
 
 pub use decide::{CLEANUP_NAME, Halves, NAME, Outcome};
 pub use error::{Error, Step};
+pub use model::ExportView;
 
 use crate::api::EndpointSliceExport;
+use crate::controller::hub_tap::HubTap;
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::pace::Pace;
 use crate::controller::queue::Lossy;
 use crate::controller::runner::{Runner, beside};
 use crate::controller::streaks::Streaks;
 use crate::controller::tap::Tap;
-use crate::controller::views::WatchHealth;
 use crate::controller::{Job, MemberInputs, Running};
 use crate::service_exports::ServiceExportFeed;
 use context::Context;
@@ -58,6 +59,8 @@ pub trait Needs {
     fn max_export_bytes(&self) -> u32;
     /// Whether the job named `job` runs (`--controllers`).
     fn runs(&self, job: &str) -> bool;
+    /// The replica's watch of the hub's EndpointSliceExports.
+    fn hub_exports(&self) -> &HubTap<EndpointSliceExport, ExportView>;
 }
 
 impl<S: Needs> Job<S> for EndpointSliceJob {
@@ -93,6 +96,12 @@ impl<S: Needs> Job<S> for EndpointSliceExportJob {
     }
 }
 
+/// The replica's watch of the hub's EndpointSliceExports, each kept as the jobs read it;
+/// `read`: one of the jobs runs.
+pub fn hub_tap(hub: &kube::Client, read: bool) -> HubTap<EndpointSliceExport, ExportView> {
+    HubTap::new(hub, ExportView::from, read)
+}
+
 /// Starts the member's exporter of `halves`: a runner over the member's EndpointSlices, its
 /// sweeper, and the triggers of its views, until `shutdown` (in-flight reconciles finish first).
 fn start<S: Needs>(
@@ -102,10 +111,10 @@ fn start<S: Needs>(
 ) -> Running {
     // Mapped to slices, which the job paces.
     let exports = inputs.shared.service_exports().subscribe(0);
-    let hub: Api<EndpointSliceExport> =
-        Api::namespaced(inputs.hub_client.clone(), &inputs.hub_namespace);
+    let hub: Api<EndpointSliceExport> = inputs.hub_api();
+    let hub_view = inputs.shared.hub_exports().subscribe(&inputs.hub_namespace);
     let observer = inputs.observer.clone();
-    let health = Arc::new(WatchHealth::new(&inputs.member, NAME, observer.clone()));
+    let health = inputs.health(NAME);
     let (absent_tx, absent_rx) = Lossy::channel(
         views::ABSENT_QUEUE,
         &inputs.member,
@@ -115,7 +124,7 @@ fn start<S: Needs>(
     let pace = Arc::new(Pace::new(inputs.concurrency));
     let (views, triggers) = views::Views::watch(
         inputs.shared.endpoint_slices(),
-        &hub,
+        hub_view,
         &exports,
         &health,
         (absent_tx, &pace),

@@ -16,9 +16,9 @@ use crate::api::{
     EndpointSliceExportSpec, LAST_SEEN_GENERATION_ANNOTATION, LAST_SEEN_TIMESTAMP_ANNOTATION,
     ServiceExport, ServiceExportVersion, UNIQUE_NAME_ANNOTATION, find_condition,
 };
+use crate::controller::projection::{ObjectId, keyed_by_name};
 
-/// The label that names the Service an EndpointSlice belongs to.
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+pub use crate::api::SERVICE_NAME_LABEL;
 
 /// An EndpointSlice as decisions read it.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -94,10 +94,7 @@ impl From<EndpointSlice> for SliceView {
 /// store by its name ([`crate::controller::projection::keyed_by_name`]), which is all a store needs.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ExportView {
-    pub name: String,
-    pub namespace: String,
-    pub uid: Option<String>,
-    pub resource_version: Option<String>,
+    pub id: ObjectId,
     /// It has a deletion timestamp.
     pub deleting: bool,
     pub slice_namespace: String,
@@ -114,13 +111,10 @@ impl From<EndpointSliceExport> for ExportView {
     fn from(e: EndpointSliceExport) -> Self {
         let digest = digest(&e.spec);
         let r = e.spec.endpoint_slice_reference;
-        let meta = e.metadata;
+        let mut meta = e.metadata;
         Self {
             writers: crate::controller::writers::Writers::of_ours(&meta),
-            name: meta.name.unwrap_or_default(),
-            namespace: meta.namespace.unwrap_or_default(),
-            uid: meta.uid,
-            resource_version: meta.resource_version,
+            id: ObjectId::take(&mut meta),
             deleting: meta.deletion_timestamp.is_some(),
             slice_namespace: r.namespace,
             slice_name: r.name,
@@ -132,13 +126,7 @@ impl From<EndpointSliceExport> for ExportView {
     }
 }
 
-crate::controller::projection::keyed_by_name!(
-    ExportView,
-    "EndpointSliceExport",
-    crate::api::GROUP,
-    "v1alpha1",
-    "endpointsliceexports"
-);
+keyed_by_name!(ExportView, "EndpointSliceExport", "endpointsliceexports");
 
 /// A ServiceExport as eligibility reads it.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -296,11 +284,11 @@ mod tests {
         let d = digest(&raw.spec);
         let v = ExportView::from(raw);
         assert_eq!(
-            (v.name.as_str(), v.namespace.as_str()),
+            (v.id.name.as_str(), v.id.namespace.as_str()),
             ("m-ns-s-abcde", "fleet-member-m")
         );
         assert_eq!(
-            (v.uid.as_deref(), v.resource_version.as_deref()),
+            (v.id.uid.as_deref(), v.id.resource_version.as_deref()),
             (Some("u"), Some("9"))
         );
         assert!(v.deleting);

@@ -205,7 +205,7 @@ fn named(ctx: &Context, slice: &SliceView, live: &Live) -> Option<Arc<ExportView
     let viewed = ctx
         .hub_view
         .get(&ObjectRef::new(name).within(&ctx.hub_namespace));
-    let view_rv = viewed.as_ref().and_then(|e| e.resource_version.clone());
+    let view_rv = viewed.as_ref().and_then(|e| e.id.resource_version.clone());
     match ctx.own_exports.over(name, view_rv.as_deref()) {
         Some(own) => own.map(Arc::new),
         None => viewed,

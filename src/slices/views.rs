@@ -1,16 +1,15 @@
 //! The EndpointSlice exporter's two views, each of a projection (`model`): the member's
 //! EndpointSlices that belong to a Service (its view of the member's shared EndpointSlice
 //! watch, [`crate::member_watches`]) and the EndpointSliceExports in the member's hub
-//! namespace; its ServiceExports are the watch the jobs share ([`crate::service_exports`]).
+//! namespace (its part of the replica's watch, [`crate::controller::hub_tap`]); its ServiceExports are the watch the jobs share ([`crate::service_exports`]).
 
 use std::sync::Arc;
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
-use futures::{StreamExt, TryStreamExt};
 use kube::ResourceExt;
-use kube::api::Api;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 
 use super::decide::Halves;
@@ -18,12 +17,11 @@ use super::model::{ExportView, SERVICE_NAME_LABEL, SliceView};
 use crate::api::UNIQUE_NAME_ANNOTATION;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use crate::api::EndpointSliceExport;
+use crate::controller::hub_tap::Followed;
 use crate::controller::pace::Pace;
-use crate::controller::projection::project;
 use crate::controller::queue::Lossy;
 use crate::controller::tap::{Keep, Tap};
-use crate::controller::views::{View, WatchHealth, view_watch};
+use crate::controller::views::{View, WatchHealth};
 use crate::service_exports::{ExportRef, Subscription};
 
 /// The member's EndpointSlices (those of a Service kept).
@@ -34,12 +32,6 @@ const ENDPOINT_SLICE_EXPORTS: View = View::hub(4, "EndpointSliceExports");
 /// The watches whose first lists the job waits for. (The ServiceExports are the shared
 /// watch's.)
 pub(super) const WATCHED: [View; 2] = [ENDPOINT_SLICES, ENDPOINT_SLICE_EXPORTS];
-
-/// How long one watch of the hub's exports lasts before it is re-established. kube's default
-/// (295 s, for clients with a read timeout; ours has none, and h2 pings find a dead connection)
-/// would make every member's hub watch a request every 5 minutes: 3.4 hub requests/s at 1,000
-/// members in a quiet fleet, against 0.6 at 30 minutes.
-const HUB_WATCH_TIMEOUT_S: u32 = 1800;
 
 /// Slices to look at that the view does not have; beyond this many waiting, a name is dropped
 /// (counted in the log) and found again by the next sweep.
@@ -60,7 +52,7 @@ impl Views {
     /// EndpointSlice controller's half only), the hub's exports, and what they trigger.
     pub(super) fn watch(
         member: &mut Tap<EndpointSlice>,
-        hub: &Api<EndpointSliceExport>,
+        hub: (Store<ExportView>, Followed<ExportView>),
         exports: &Subscription,
         health: &Arc<WatchHealth>,
         (queue, pace): (Lossy<Absent>, &Arc<Pace<SliceView>>),
@@ -114,11 +106,12 @@ impl Views {
     }
 }
 
-/// The view of the member's EndpointSliceExports and the slices their changes trigger; with
+/// The view of the member's EndpointSliceExports (the replica's hub watch's, of the member's
+/// namespace) and the slices their changes trigger; with
 /// `cleanup`, an export whose slice `known` does not have (gone, or of no Service) goes to
 /// `queue`, to be looked at live.
 fn hub_events(
-    hub: &Api<EndpointSliceExport>,
+    (hub_view, followed): (Store<ExportView>, Followed<ExportView>),
     health: &Arc<WatchHealth>,
     known: Store<SliceView>,
     queue: Lossy<Absent>,
@@ -127,33 +120,21 @@ fn hub_events(
     Store<ExportView>,
     futures::stream::BoxStream<'static, ObjectRef<SliceView>>,
 ) {
-    let (hub_view, hub_writer) = reflector::store::<ExportView>();
-    let events = reflector::reflector(
-        hub_writer,
-        view_watch(
-            hub.clone(),
-            watcher::Config::default().timeout(HUB_WATCH_TIMEOUT_S),
+    let events = followed
+        .inspect(health.inspector(ENDPOINT_SLICE_EXPORTS))
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event
+                && cleanup
             {
-                let hub_view = hub_view.clone();
-                move || hub_view.len()
-            },
-        )
-        .map_ok(project::<EndpointSliceExport, ExportView>),
-    )
-    .inspect(health.inspector(ENDPOINT_SLICE_EXPORTS))
-    .inspect(move |event| {
-        if let Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event
-            && cleanup
-        {
-            let (ns, name) = referred(e);
-            if known.get(&ObjectRef::new(&name).within(&ns)).is_none() {
-                queue.push((ns, name));
+                let (ns, name) = referred(e);
+                if known.get(&ObjectRef::new(&name).within(&ns)).is_none() {
+                    queue.push((ns, name));
+                }
             }
-        }
-    })
-    .touched_objects()
-    .filter_map(|e| futures::future::ready(e.ok().map(|e| referred_slice(&e))))
-    .boxed();
+        })
+        .touched_objects()
+        .filter_map(|e| futures::future::ready(e.ok().map(|e| referred_slice(&e))))
+        .boxed();
     (hub_view, events)
 }
 

@@ -73,13 +73,7 @@ async fn charts_lint_render_apply_and_grant_exactly_what_the_controller_needs() 
     );
 
     // Hub side: the chart's own ServiceAccount, with the RBAC just applied (no extra rules).
-    let hub_identity = ScopedIdentity {
-        namespace: "fleetnet-system".into(),
-        name: "fleetnet-hub".into(),
-        cluster_role: None,
-        role: None,
-        role_namespaces: vec![],
-    };
+    let hub_identity = fleetnet_testenv::ScopedIdentity::bare("fleetnet-system", "fleetnet-hub");
     let hub_kubeconfig = fleet
         .hub()
         .issue_scoped_kubeconfig(
@@ -124,13 +118,7 @@ async fn charts_lint_render_apply_and_grant_exactly_what_the_controller_needs() 
         },
     )
     .await;
-    create_service(&member, &service("shop", "cart", 80)).await;
-    create_export(&member, "shop", "cart", &[]).await;
-    wait_ise(&hub, &fleet.hub_namespace("member-1"), "shop-cart", |_| {
-        true
-    })
-    .await;
-    wait_condition(&member, "shop", "cart", "Valid", "True", "ServiceIsValid").await;
+    export_cart_and_wait(&member, &hub, &fleet.hub_namespace("member-1")).await;
     // Weight 0 exercises delete + finalizer removal with the same identities.
     exports(&member, "shop")
         .patch(
@@ -340,7 +328,7 @@ async fn sharded_rendering_is_accepted_and_its_lease_rbac_suffices(
 }
 
 /// Server-side applies every object of a rendering to the hub; returns them as applied.
-async fn apply_rendering(
+pub(crate) async fn apply_rendering(
     hub: &kube::Client,
     discovery: &Discovery,
     path: &std::path::Path,

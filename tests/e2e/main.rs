@@ -11,6 +11,7 @@ mod support;
 
 mod azure;
 mod chart;
+mod check;
 mod crds;
 mod e2e_kind;
 mod export;
@@ -18,6 +19,8 @@ mod fleet;
 mod ha;
 mod hostile;
 mod http_server;
+mod hub_tap;
+mod image;
 mod limits;
 mod membership;
 mod metrics;

@@ -18,7 +18,9 @@ const MEMBERS: [&str; 2] = ["alpha", "beta"];
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_of_two_exporting_members_and_removal() {
     let (fleet, hub) = quiet_fleet(MEMBERS).await;
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::with_detail(
+        fleetnet_hub::metrics::MetricsDetail::Member,
+    ));
     let state = Arc::new(FleetState::default());
     metrics.set_fleet_state(state.clone());
     metrics.set_azure_source(Arc::new(|| AzureCounters {
@@ -294,5 +296,110 @@ async fn metrics_of_two_exporting_members_and_removal() {
     );
     for e in exporters {
         e.stop().await;
+    }
+}
+
+/// The series of the `/metrics` text whose labels name `member`, by family (the name before
+/// `{`, histogram suffixes kept).
+fn member_series_by_family(text: &str, member: &str) -> std::collections::BTreeMap<String, usize> {
+    let label = format!("member=\"{member}\"");
+    let mut families = std::collections::BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains(&label))
+    {
+        let name = line.split('{').next().unwrap_or(line).to_string();
+        *families.entry(name).or_default() += 1;
+    }
+    families
+}
+
+/// The whole process with every job for one member that exports a Service, at `detail`;
+/// returns the member's series on `/metrics` by family once its reconciles settled.
+async fn member_series_at(
+    fleet: &fleetnet_testenv::Fleet,
+    hub: &kube::Client,
+    detail: fleetnet_hub::metrics::MetricsDetail,
+    name: &str,
+) -> std::collections::BTreeMap<String, usize> {
+    let dir = kubeconfig_dir(fleet, &format!("series-{detail:?}"), &["alpha"]);
+    let config = config_builder(fleet, &dir)
+        .metrics_detail(detail)
+        .build()
+        .expect("config");
+    let running = fleetnet_hub::app::start(config, fleetnet_hub::app::Extensions::default())
+        .await
+        .expect("starts");
+    wait_phase(&running, "alpha", fleetnet_hub::fleet::Phase::Ready).await;
+    let member = fleet.member("alpha").client().await.expect("member client");
+    create_service(&member, &service("shop", name, 80)).await;
+    create_export(&member, "shop", name, &[]).await;
+    let ise = format!("shop-{name}");
+    wait_ise(hub, &fleet.hub_namespace("alpha"), &ise, |_| true).await;
+    // Settled: nothing in flight, and the same series for 2 s.
+    let mut last = None;
+    let families = eventually("series settled", || {
+        let metrics = running.metrics.clone();
+        let previous = last.clone();
+        let now = member_series_by_family(&metrics.encode(), "alpha");
+        let idle = metrics
+            .encode()
+            .lines()
+            .any(|l| l == r#"fleetnet_reconciles_in_flight{member="alpha"} 0"#);
+        last = Some(now.clone());
+        async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            (idle && previous.as_ref() == Some(&now)).then_some(now)
+        }
+    })
+    .await;
+    let (status, body) = http_get(running.metrics_address, "/metrics").await;
+    assert_eq!(status, 200);
+    let scraped = member_series_by_family(&body, "alpha");
+    running.shutdown().await;
+    assert_eq!(
+        scraped.values().sum::<usize>(),
+        families.values().sum::<usize>(),
+        "/metrics serves what Metrics encodes: {scraped:?} / {families:?}"
+    );
+    scraped
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_with_every_job_has_at_most_15_series_by_default_and_the_rest_with_member_detail()
+{
+    use fleetnet_hub::metrics::MetricsDetail;
+    let (fleet, hub) = quiet_fleet(["alpha"]).await;
+    let member = fleet.member("alpha").client().await.expect("member client");
+    namespace(&member, "shop").await;
+    let mut totals = vec![];
+    for (detail, name) in [
+        (MetricsDetail::Fleet, "cart"),
+        (MetricsDetail::Member, "till"),
+    ] {
+        let families = member_series_at(&fleet, &hub, detail, name).await;
+        let total: usize = families.values().sum();
+        eprintln!("metrics series of one member, {detail:?}: {total} {families:#?}");
+        totals.push((detail, total, families));
+    }
+    let (_, fleet_total, fleet_families) = &totals[0];
+    let (_, member_total, member_families) = &totals[1];
+    assert!(
+        *fleet_total <= 15,
+        "at most 15 series per member by default, got {fleet_total}: {fleet_families:#?}"
+    );
+    assert!(
+        member_total > fleet_total,
+        "--metrics-detail=member adds series: {member_families:#?}"
+    );
+    for family in [
+        "fleetnet_reconcile_duration_seconds_bucket",
+        "fleetnet_reconcile_total",
+        "fleetnet_api_requests_total",
+    ] {
+        assert!(
+            member_families.get(family) > fleet_families.get(family),
+            "{family} is broken down by member with the detail: {member_families:#?}"
+        );
     }
 }

@@ -365,7 +365,9 @@ async fn child_two_members() {
     assert!(guard.tracing_enabled(), "OTLP endpoint configured");
 
     let (fleet, hub) = quiet_fleet(MEMBERS).await;
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::with_detail(
+        fleetnet_hub::metrics::MetricsDetail::Member,
+    ));
     let mut exporters = vec![];
     let mut secrets = otlp::kubeconfig_secrets(fleet.hub().kubeconfig_path());
     for member in MEMBERS {

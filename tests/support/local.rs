@@ -48,3 +48,33 @@ pub fn child_test(module: &str, test: &str) -> tokio::process::Command {
     ]);
     cmd
 }
+
+/// A loopback HTTP/1.1 server on an ephemeral port: each request's headers are read, then
+/// answered with what `respond` returns (a whole response, status line to body) and closed.
+pub async fn serve_http(
+    respond: impl Fn() -> String + Send + Sync + 'static,
+) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let respond = std::sync::Arc::new(respond);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let respond = respond.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = stream.write_all(respond().as_bytes()).await;
+            });
+        }
+    });
+    addr
+}

@@ -30,6 +30,7 @@ pub fn init_test_logs() {
             .with_test_writer()
             .with_filter(filter);
         let captured = tracing_subscriber::fmt::layer()
+            .with_ansi(false)
             .with_writer(|| Capture)
             .with_filter(WhileHeld);
         // A child test process may have installed its own (telemetry's): that one stays.

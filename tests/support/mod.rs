@@ -131,7 +131,7 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
         member: member.to_string(),
         events_client,
         member_client,
-        hub_client,
+        hub_client: hub_client.clone(),
         hub_namespace: fleet.hub_namespace(member),
         exports: feed.subscribe(0),
         settings: Settings {
@@ -147,17 +147,22 @@ pub async fn start_exporter(fleet: &Fleet, member: &str, opts: ExporterOptions) 
         instance: "test".into(),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (run, synced) = exporter.start(&mut watches.services, async move {
+    // The replica's ISE watch, the member's namespace in it.
+    let ises = fleetnet_hub::export::hub_tap(&hub_client, true);
+    ises.members(&[fleet.hub_namespace(member)], true);
+    let (run, synced) = exporter.start((&mut watches.services, &ises), async move {
         let _ = stop_rx.await;
     });
     let feed = feed.run(std::future::pending());
     let watches = watches.run(tokio_util::sync::CancellationToken::new());
+    let ises = ises.run(std::future::pending());
     let task = tokio::spawn(async move {
         // The feeds run as long as the exporter.
         tokio::select! {
             () = run => {}
             () = feed => {}
             () = watches => {}
+            () = ises => {}
         }
     });
     tokio::time::timeout(CONVERGE, synced.wait())
@@ -240,6 +245,8 @@ pub fn config_builder(fleet: &Fleet, dir: &std::path::Path) -> fleetnet_hub::con
         .records("default", fleetnet_hub::config::DEFAULT_LEADER_ELECTION_ID)
         .instance("test")
         .bind_addresses("127.0.0.1:0", "127.0.0.1:0")
+        // Job tests count reconciles by member and outcome.
+        .metrics_detail(fleetnet_hub::metrics::MetricsDetail::Member)
 }
 
 /// [`config_builder`], built.

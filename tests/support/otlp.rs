@@ -381,7 +381,7 @@ pub async fn start_observed(
         member: member.to_string(),
         events_client: member_client.clone(),
         member_client,
-        hub_client,
+        hub_client: hub_client.clone(),
         hub_namespace: fleet.hub_namespace(member),
         exports: feed.subscribe(0),
         settings: Settings {
@@ -397,17 +397,22 @@ pub async fn start_observed(
         instance: "observability-test".into(),
     };
     let (stop, stopped) = oneshot::channel::<()>();
-    let (run, synced) = exporter.start(&mut watches.services, async move {
+    // The replica's ISE watch, the member's namespace in it.
+    let ises = fleetnet_hub::export::hub_tap(&hub_client, true);
+    ises.members(&[fleet.hub_namespace(member)], true);
+    let (run, synced) = exporter.start((&mut watches.services, &ises), async move {
         let _ = stopped.await;
     });
     let feed = feed.run(std::future::pending());
     let watches = watches.run(tokio_util::sync::CancellationToken::new());
+    let ises = ises.run(std::future::pending());
     let task = tokio::spawn(async move {
         // The feeds run as long as the exporter.
         tokio::select! {
             () = run => {}
             () = feed => {}
             () = watches => {}
+            () = ises => {}
         }
     });
     tokio::time::timeout(CONVERGE, synced.wait())

@@ -97,6 +97,8 @@ pub fn replica(name: &str, access: &Access, extra: &[&str]) -> Replica {
             &format!("127.0.0.1:{health}"),
             "--metrics-bind-address",
             &format!("127.0.0.1:{metrics}"),
+            // member_writes counts each member's requests by verb.
+            "--metrics-detail=member",
         ])
         .args(extra)
         .args(if extra.contains(&"--kube-api-qps") {
@@ -157,8 +159,17 @@ impl Replica {
         }
     }
 
+    /// `GET path` on the health port, once it listens (a replica just started may not yet:
+    /// up to 30 s).
     async fn get(&self, path: &str) -> String {
-        http_get(([127, 0, 0, 1], self.health).into(), path).await.1
+        let addr = ([127, 0, 0, 1], self.health).into();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(addr).await.is_err()
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        http_get(addr, path).await.1
     }
 
     /// The members this replica runs (engaged and ready), from its `/members`.

@@ -76,6 +76,15 @@ pub async fn wait_ise(
     .await
 }
 
+/// Exports the Service shop/cart of `member` (namespace `shop` made already) and waits for its
+/// ISE in the hub namespace `hub_ns` and its `Valid` condition.
+pub async fn export_cart_and_wait(member: &kube::Client, hub: &kube::Client, hub_ns: &str) {
+    create_service(member, &service("shop", "cart", 80)).await;
+    create_export(member, "shop", "cart", &[]).await;
+    wait_ise(hub, hub_ns, "shop-cart", |_| true).await;
+    wait_condition(member, "shop", "cart", "Valid", "True", "ServiceIsValid").await;
+}
+
 /// Waits until the ISE `name` is gone from `ns`.
 pub async fn wait_ise_gone(hub: &kube::Client, ns: &str, name: &str) {
     wait_gone(&ises(hub, ns), name).await;

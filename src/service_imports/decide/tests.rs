@@ -2,6 +2,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::*;
 use crate::api::{ClusterStatus, ServiceImportStatus};
+use crate::controller::projection::ObjectId;
 use crate::service_imports::model::SERVICE_IMPORT_FINALIZER;
 
 fn created() -> Time {
@@ -10,10 +11,12 @@ fn created() -> Time {
 
 fn import(rv: &str, finalized: bool) -> ImportView {
     ImportView {
-        name: "svc".into(),
-        namespace: "work".into(),
-        uid: "u-1".into(),
-        resource_version: rv.into(),
+        id: ObjectId {
+            name: "svc".into(),
+            namespace: "work".into(),
+            uid: Some("u-1".into()),
+            resource_version: Some(rv.into()),
+        },
         generation: 1,
         created: Some(created()),
         deleting: false,
@@ -28,10 +31,12 @@ fn import(rv: &str, finalized: bool) -> ImportView {
 
 fn internal(reference: ExportedObjectReference) -> InternalView {
     InternalView {
-        name: "work-svc".into(),
-        namespace: "fleet-member-m1".into(),
-        uid: Some("i-1".into()),
-        resource_version: Some("9".into()),
+        id: ObjectId {
+            name: "work-svc".into(),
+            namespace: "fleet-member-m1".into(),
+            uid: Some("i-1".into()),
+            resource_version: Some("9".into()),
+        },
         reference,
         status: ServiceImportStatus::default(),
         writers: Default::default(),

@@ -228,28 +228,38 @@ fn a_first_export_names_the_slice_then_creates_its_export_with_ready_addresses_o
 
 #[test]
 fn a_converged_slice_writes_nothing() {
-    let se = export("True", "False");
-    let s = stamped(slice(), "m1-work-web-abcde-1a2b3");
-    let hub = hub_copy(&s, "m1-work-web-abcde-1a2b3");
+    let (se, s, hub) = exported("m1-work-web-abcde-1a2b3");
     let plan = run(&s, Some(&se), Some(&hub), &[&hub]);
     assert_eq!(plan.writes(), 0, "{plan:?}");
     assert_eq!(plan.outcome, Outcome::Unchanged);
+}
+
+/// A valid ServiceExport, its Service's slice stamped with the unique name `name`, and that
+/// slice's export in the hub.
+fn exported(name: &str) -> (ServiceExport, EndpointSlice, EndpointSliceExport) {
+    let s = stamped(slice(), name);
+    let hub = hub_copy(&s, name);
+    (export("True", "False"), s, hub)
+}
+
+/// The plan for a slice exported as `n-1` whose endpoints changed since: a new ready address,
+/// generation 4.
+fn an_endpoint_change() -> Plan {
+    let (se, s, hub) = exported("n-1");
+    let mut changed = s;
+    changed
+        .endpoints
+        .get_or_insert_with(Vec::new)
+        .push(endpoint(&["10.0.0.9"], Some(true)));
+    changed.metadata.generation = Some(4);
+    run(&changed, Some(&se), Some(&hub), &[&hub])
 }
 
 /// Reference spec "should update exported endpointslice": a new generation is stamped on the
 /// slice, then the export follows with it, exported since now.
 #[test]
 fn an_endpoint_change_stamps_the_new_generation_then_updates_the_export() {
-    let se = export("True", "False");
-    let s = stamped(slice(), "n-1");
-    let hub = hub_copy(&s, "n-1");
-    let mut changed = s.clone();
-    changed
-        .endpoints
-        .get_or_insert_with(Vec::new)
-        .push(endpoint(&["10.0.0.9"], Some(true)));
-    changed.metadata.generation = Some(4);
-    let plan = run(&changed, Some(&se), Some(&hub), &[&hub]);
+    let plan = an_endpoint_change();
     assert_eq!(
         plan.name,
         Some(NameChange::Stamp {

@@ -62,11 +62,11 @@ async fn a_job_whose_hub_crd_is_missing_fails_alone_and_recovers() {
         members.contains("\"endpointslice\"") && members.contains("\"failing\""),
         "{members}"
     );
-    let failing = r#"fleetnet_member_job_failing{member="alpha",job="endpointslice"}"#;
+    let failing = r#"fleetnet_member_job_failing{member="alpha",controller="endpointslice"}"#;
     let metrics = http_get_body(running.metrics_address, "/metrics").await;
     assert_eq!(sample(&metrics, failing), Some(1.0), "{metrics}");
     assert!(
-        !metrics.contains(r#"job="serviceexport""#),
+        !metrics.contains(r#"controller="serviceexport""#),
         "a working job has no series"
     );
     // The other job works meanwhile.

@@ -136,13 +136,7 @@ async fn unreachable_member_fails_alone_and_check_reports_every_member() {
         .expect("fleet");
     let dir = member_dir(&fleet, &["alpha", "beta"]);
     // gamma: an identity without any RBAC.
-    let no_rbac = fleetnet_testenv::ScopedIdentity {
-        namespace: "default".into(),
-        name: "nobody".into(),
-        cluster_role: None,
-        role: None,
-        role_namespaces: vec![],
-    };
+    let no_rbac = fleetnet_testenv::ScopedIdentity::bare("default", "nobody");
     fleet
         .member("gamma")
         .issue_scoped_kubeconfig(&no_rbac, &dir.join("gamma.yaml"))

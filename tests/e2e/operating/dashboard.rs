@@ -8,39 +8,21 @@ use super::*;
 /// member's throttled and failed requests both.
 async fn throttling_server() -> std::net::SocketAddr {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     static SEEN: AtomicUsize = AtomicUsize::new(0);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 8192];
-                let mut seen = Vec::new();
-                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let (code, status, reason) = match SEEN.fetch_add(1, Ordering::Relaxed) % 3 {
-                    2 => (503, "Service Unavailable", "ServiceUnavailable"),
-                    _ => (429, "Too Many Requests", "TooManyRequests"),
-                };
-                let body = format!(
-                    r#"{{"kind":"Status","apiVersion":"v1","metadata":{{}},"status":"Failure","message":"{status}","reason":"{reason}","code":{code}}}"#
-                );
-                let response = format!(
-                    "HTTP/1.1 {code} {status}\r\nRetry-After: 1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(response.as_bytes()).await;
-            });
-        }
-    });
-    addr
+    serve_http(|| {
+        let (code, status, reason) = match SEEN.fetch_add(1, Ordering::Relaxed) % 3 {
+            2 => (503, "Service Unavailable", "ServiceUnavailable"),
+            _ => (429, "Too Many Requests", "TooManyRequests"),
+        };
+        let body = format!(
+            r#"{{"kind":"Status","apiVersion":"v1","metadata":{{}},"status":"Failure","message":"{status}","reason":"{reason}","code":{code}}}"#
+        );
+        format!(
+            "HTTP/1.1 {code} {status}\r\nRetry-After: 1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    })
+    .await
 }
 
 fn throttled_kubeconfig(addr: std::net::SocketAddr) -> String {
@@ -257,6 +239,15 @@ async fn dashboard_and_alerts_evaluate_against_a_real_prometheus_scraping_two_re
         .to_string();
 
     let (mut fleet, hub) = fleet_with_release_namespace(&["alpha", "beta"]).await;
+    // A job that cannot work (its hub CRD missing) while its members are Ready: the failing-job
+    // panel and alert have a series to find.
+    let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
+    crds.delete(
+        "endpointsliceexports.networking.fleet.azure.com",
+        &Default::default(),
+    )
+    .await
+    .expect("delete the EndpointSliceExport CRD");
     let dir = fleet.scratch_dir().join("kubeconfigs-operating");
     std::fs::create_dir_all(&dir).expect("mkdir");
     for m in ["alpha", "beta"] {
@@ -276,6 +267,8 @@ async fn dashboard_and_alerts_evaluate_against_a_real_prometheus_scraping_two_re
         let mut cfg = app_config(&fleet, &dir);
         // The throttling member is a plain-http test server on loopback.
         cfg.runtime.trust.allow_plain_http_loopback = true;
+        // The queries must work on the series the chart's default (no --metrics-detail) serves.
+        cfg.metrics_detail = fleetnet_hub::metrics::MetricsDetail::Fleet;
         cfg.leader_election = Some(LeaderElection {
             namespace: "fleetnet-system".into(),
             name: "fleetnet-hub".into(),

@@ -10,6 +10,7 @@
 //!   Prometheus Operator's CRDs, with strict field validation.
 
 mod dashboard;
+mod jobs;
 mod objects;
 mod rules;
 

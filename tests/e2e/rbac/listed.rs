@@ -65,19 +65,32 @@ fn rendered_rbac_has_no_wildcard_and_exactly_the_listed_rules() {
     const ESE: &str = "endpointsliceexports";
     const ISI: &str = "internalserviceimports";
     const NET: &str = "networking.fleet.azure.com";
-    let hub_rw = ["get", "list", "watch", "create", "patch", "delete"];
+    let hub_rw = ["get", "create", "patch", "delete"];
     let members_value = format!("members={{{}}}", MEMBERS.join(","));
     let per_member = |rules: &mut Vec<Rule>| {
+        // The five hub kinds the jobs read: one list + watch per kind for the whole replica.
+        let read = ["list", "watch"];
+        for kind in [ISE, ESE, ISI, "endpointsliceimports"] {
+            rules.push(rule("ClusterRole", NET, kind, &[], &read));
+        }
+        let imcs = "internalmemberclusters";
+        rules.push(rule(
+            "ClusterRole",
+            "cluster.kubernetes-fleet.io",
+            imcs,
+            &[],
+            &read,
+        ));
         for m in MEMBERS {
             let scope = format!("Role fleet-member-{m}");
             rules.push(rule(&scope, NET, ISE, &[], &hub_rw));
             rules.push(rule(&scope, NET, ESE, &[], &hub_rw));
             rules.push(rule(&scope, NET, ISI, &[], &hub_rw));
-            let read_patch = ["get", "list", "watch", "patch"];
+            let read_patch = ["get", "patch"];
             rules.push(rule(&scope, NET, "endpointsliceimports", &[], &read_patch));
             let imc = "internalmemberclusters";
             let fleet = "cluster.kubernetes-fleet.io";
-            rules.push(rule(&scope, fleet, imc, &[], &["get", "list", "watch"]));
+            rules.push(rule(&scope, fleet, imc, &[], &["get"]));
             let status = format!("{imc}/status");
             rules.push(rule(&scope, fleet, &status, &[], &["update"]));
             // The member's MemberStatus (`crate::status`): read once, created, applied, deleted
@@ -243,11 +256,21 @@ fn rendered_rbac_has_no_wildcard_and_exactly_the_listed_rules() {
             "{what}: listed but not rendered"
         );
         if what.starts_with("hub") {
-            assert!(
-                of_kind(docs, "ClusterRole").is_empty()
-                    && of_kind(docs, "ClusterRoleBinding").is_empty(),
-                "{what}: nothing cluster-scoped in the hub"
-            );
+            // Cluster-scoped in the hub: only the reader of the five kinds (its rules above).
+            let names = |kind| {
+                of_kind(docs, kind)
+                    .iter()
+                    .map(|d| {
+                        d["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string()
+                    })
+                    .collect::<Vec<_>>()
+            };
+            let reader = format!("{RELEASE}-hub-reader");
+            assert_eq!(names("ClusterRole"), names("ClusterRoleBinding"), "{what}");
+            assert_eq!(names("ClusterRoleBinding"), [reader], "{what}");
         }
     }
 }

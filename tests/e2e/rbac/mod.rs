@@ -32,7 +32,7 @@ use fleetnet_hub::api::{InternalServiceExport, WEIGHT_ANNOTATION};
 use fleetnet_hub::app::{self, Extensions};
 use fleetnet_hub::client::Limits;
 use fleetnet_hub::config::{Config, LeaderElection};
-use fleetnet_testenv::{Fleet, ScopedIdentity};
+use fleetnet_testenv::Fleet;
 use k8s_openapi::api::core::v1::{Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -122,13 +122,7 @@ fn deployment_flag(docs: &[Value], flag: &str) -> String {
 /// Issues a 1 h bound token for the ServiceAccount (what `kubectl create token --duration=1h`
 /// does) and writes its kubeconfig to `path`.
 async fn token_kubeconfig(cluster: &fleetnet_testenv::Cluster, sa: &(String, String), path: &Path) {
-    let identity = ScopedIdentity {
-        namespace: sa.0.clone(),
-        name: sa.1.clone(),
-        cluster_role: None,
-        role: None,
-        role_namespaces: vec![],
-    };
+    let identity = fleetnet_testenv::ScopedIdentity::bare(&sa.0, &sa.1);
     cluster
         .issue_scoped_kubeconfig(&identity, path)
         .await

@@ -93,6 +93,11 @@ impl Cluster {
         &self.name
     }
 
+    /// The apiserver's log (stdout and stderr, appended across restarts).
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("kube-apiserver.log")
+    }
+
     /// `https://127.0.0.1:<port>`.
     pub fn server(&self) -> String {
         format!("https://127.0.0.1:{}", self.port)
@@ -287,7 +292,7 @@ impl Cluster {
     }
 
     fn check_alive(&mut self) -> Result<()> {
-        let log = self.dir.join("kube-apiserver.log");
+        let log = self.log_path();
         match self.process.as_mut().map(ProcessGuard::exited) {
             None => Err(self.error("apiserver is not running".into())),
             Some(Some(status)) => {
@@ -303,12 +308,12 @@ impl Cluster {
     }
 
     fn lost_its_port(&self) -> bool {
-        tail(&self.dir.join("kube-apiserver.log"), 3).contains("address already in use")
+        tail(&self.log_path(), 3).contains("address already in use")
     }
 
     fn check_deadline(&self, deadline: Instant) -> Result<()> {
         if Instant::now() > deadline {
-            let log = self.dir.join("kube-apiserver.log");
+            let log = self.log_path();
             return Err(self.error(format!(
                 "not ready within 240 s; last lines of {}:\n{}",
                 log.display(),
@@ -353,7 +358,7 @@ fn random_token() -> String {
         .collect()
 }
 
-fn tail(path: &Path, lines: usize) -> String {
+pub(crate) fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")

@@ -163,13 +163,11 @@ async fn prepare(hub: &Cluster, members: &[Cluster], crds: CrdFiles, prefix: &st
     let mut installs = vec![];
     for m in members {
         let client = m.client().await?;
-        installs.push(install_crds(
-            m.name().to_string(),
-            client,
-            crds.member.clone(),
-        ));
+        let install = install_crds(m.name().to_string(), client, crds.member.clone());
+        installs.push(with_log_tail(m, install));
     }
-    installs.push(install_crds("hub".into(), hub_client.clone(), crds.hub));
+    let install = install_crds("hub".into(), hub_client.clone(), crds.hub);
+    installs.push(with_log_tail(hub, install));
     futures::future::try_join_all(installs).await?;
     for m in members {
         let namespace = format!("{prefix}{}", m.name());
@@ -395,6 +393,29 @@ impl CrdFiles {
         }
         Ok(files)
     }
+}
+
+/// `step`'s failure, with what the cluster's apiserver said last (the last lines of its log,
+/// read when the step failed): a cluster that stops answering
+/// during a fleet's start is otherwise a bare transport error.
+async fn with_log_tail(
+    cluster: &Cluster,
+    step: impl std::future::Future<Output = Result<()>>,
+) -> Result<()> {
+    let log = cluster.log_path();
+    step.await.map_err(|e| Error::Cluster {
+        cluster: cluster.name().to_string(),
+        message: format!(
+            "{e}; its apiserver {}; last lines of {}:\n{}",
+            if cluster.is_running() {
+                "still runs"
+            } else {
+                "has exited"
+            },
+            log.display(),
+            crate::cluster::tail(&log, 20)
+        ),
+    })
 }
 
 /// Creates every CRD of `crds` first, then waits for each to be Established and servable: the

@@ -48,6 +48,20 @@ pub struct ScopedIdentity {
     pub role_namespaces: Vec<String>,
 }
 
+impl ScopedIdentity {
+    /// The ServiceAccount `namespace/name` with no roles of its own: what RBAC applied by other
+    /// means (a chart) grants it, or nothing.
+    pub fn bare(namespace: &str, name: &str) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+            cluster_role: None,
+            role: None,
+            role_namespaces: vec![],
+        }
+    }
+}
+
 impl Cluster {
     /// Creates the ServiceAccount and its RBAC, requests a token (1 h) and writes a kubeconfig
     /// for it at `path`. Returns `path`.

@@ -11,16 +11,7 @@ fn agent() -> OtherWriter {
 
 #[test]
 fn an_update_of_another_writers_export_writes_nothing_and_says_why() {
-    let se = export("True", "False");
-    let s = stamped(slice(), "n-1");
-    let hub = hub_copy(&s, "n-1");
-    let mut changed = s.clone();
-    changed
-        .endpoints
-        .get_or_insert_with(Vec::new)
-        .push(endpoint(&["10.0.0.9"], Some(true)));
-    changed.metadata.generation = Some(4);
-    let plan = run(&changed, Some(&se), Some(&hub), &[&hub]);
+    let plan = an_endpoint_change();
     assert!(matches!(plan.hub, Some(HubWrite::Update { .. })));
     let held = plan.left_to(Some(agent()));
     assert_eq!(held.writes(), 0, "{held:?}");
@@ -33,9 +24,7 @@ fn an_update_of_another_writers_export_writes_nothing_and_says_why() {
 
 #[test]
 fn without_another_writer_or_an_update_the_plan_stands() {
-    let se = export("True", "False");
-    let s = stamped(slice(), "n-1");
-    let hub = hub_copy(&s, "n-1");
+    let (se, s, hub) = exported("n-1");
     let converged = run(&s, Some(&se), Some(&hub), &[&hub]);
     assert_eq!(converged.clone().left_to(Some(agent())), converged);
     let first = run(&slice(), Some(&se), None, &[]);
