@@ -93,9 +93,7 @@ fn the_chart_grants_hub_writes_cluster_wide_and_the_inventorys_reads_only_when_a
     );
     assert_eq!(
         rules_in(RELEASE_NS),
-        Some(
-            json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]}])
-        )
+        Some(json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]}]))
     );
     let args = args(&rendered);
     for flag in [
