@@ -10,6 +10,23 @@ use azure_core::Url;
 pub const AZURE_PUBLIC_CLOUD_ARM: &str = "https://management.azure.com";
 /// Azure public cloud Entra ID (AAD) authority host.
 pub const AZURE_PUBLIC_CLOUD_AUTHORITY: &str = "https://login.microsoftonline.com";
+/// The environment variable the Azure SDKs and AKS's workload identity webhook set to the
+/// authority host of the pod's cloud (sovereign clouds: not the public one).
+pub const AZURE_AUTHORITY_HOST_ENV: &str = "AZURE_AUTHORITY_HOST";
+
+/// The authority host: the flag when given, else `AZURE_AUTHORITY_HOST` (what the workload
+/// identity webhook injects, so a pod in a sovereign cloud needs no flag), else the public
+/// cloud's. An empty value counts as not given.
+pub fn authority_host_of(flag: Option<&str>, env: Option<&str>) -> String {
+    [flag, env]
+        .into_iter()
+        .flatten()
+        .map(str::trim)
+        .find(|v| !v.is_empty())
+        .unwrap_or(AZURE_PUBLIC_CLOUD_AUTHORITY)
+        .to_owned()
+}
+
 /// The instance metadata service's managed identity token endpoint (Azure VMs / AKS nodes).
 pub const IMDS_TOKEN_ENDPOINT: &str = "http://169.254.169.254/metadata/identity/oauth2/token";
 
@@ -291,6 +308,27 @@ impl AzureConfig {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_authority_host_is_the_flag_else_the_webhooks_env_else_the_public_cloud() {
+        let gov = "https://login.microsoftonline.us/";
+        let cn = "https://login.chinacloudapi.cn";
+        assert_eq!(
+            super::authority_host_of(Some(cn), Some(gov)),
+            cn,
+            "the flag wins"
+        );
+        assert_eq!(super::authority_host_of(None, Some(gov)), gov);
+        assert_eq!(super::authority_host_of(Some(""), Some(gov)), gov);
+        assert_eq!(
+            super::authority_host_of(None, Some(" ")),
+            super::AZURE_PUBLIC_CLOUD_AUTHORITY
+        );
+        assert_eq!(
+            super::authority_host_of(None, None),
+            super::AZURE_PUBLIC_CLOUD_AUTHORITY
+        );
+    }
+
     use super::*;
 
     fn secret_config() -> AzureConfig {

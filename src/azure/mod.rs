@@ -26,8 +26,8 @@ mod stats;
 
 pub use client::AzureFleet;
 pub use config::{
-    AZURE_PUBLIC_CLOUD_ARM, AZURE_PUBLIC_CLOUD_AUTHORITY, AzureConfig, ConfigError, CredentialKind,
-    IMDS_TOKEN_ENDPOINT, Secret,
+    AZURE_AUTHORITY_HOST_ENV, AZURE_PUBLIC_CLOUD_ARM, AZURE_PUBLIC_CLOUD_AUTHORITY, AzureConfig,
+    ConfigError, CredentialKind, IMDS_TOKEN_ENDPOINT, Secret, authority_host_of,
 };
 pub use error::AzureError;
 pub use lookup::SubscriptionPublicIps;

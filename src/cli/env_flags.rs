@@ -37,6 +37,12 @@ const VALUES: &[(&str, &str, &str)] = &[
         "env-secrets",
         "flag-secrets",
     ),
+    ("FLEETNET_MEMBER_INVENTORY", "true", "true"),
+    (
+        "FLEETNET_INVENTORY_PROFILE_NAMESPACE",
+        "env-profiles",
+        "flag-profiles",
+    ),
     ("FLEETNET_CLEANUP_ON_REMOVE", "true", "true"),
     ("FLEETNET_SHARDS", "3", "5"),
     (

@@ -52,6 +52,18 @@ pub struct FleetArgs {
     /// --leader-election-namespace).
     #[arg(long, env = "FLEETNET_MEMBER_SECRETS_NAMESPACE")]
     pub(crate) member_secrets_namespace: Option<String>,
+    /// Read members from fleet's inventory too: its MemberClusters, each one's ClusterProfile
+    /// (server, CA) and the token of the Secret named after the profile in
+    /// --member-secrets-namespace (the cluster-inventory API's secret-reader convention).
+    #[arg(long, env = "FLEETNET_MEMBER_INVENTORY", default_value_t = false, action = clap::ArgAction::Set)]
+    pub(crate) member_inventory: bool,
+    /// Namespace of fleet's ClusterProfiles (fleet writes them in its system namespace).
+    #[arg(
+        long,
+        env = "FLEETNET_INVENTORY_PROFILE_NAMESPACE",
+        default_value = "fleet-system"
+    )]
+    pub(crate) inventory_profile_namespace: String,
     /// When a member's kubeconfig is removed, delete its exports from the hub and its finalizers.
     #[arg(long, env = "FLEETNET_CLEANUP_ON_REMOVE")]
     pub(crate) cleanup_on_remove: bool,

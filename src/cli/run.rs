@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use clap::Args;
 use fleetnet_hub::azure::{
-    AZURE_PUBLIC_CLOUD_ARM, AZURE_PUBLIC_CLOUD_AUTHORITY, AzureConfig, CredentialKind, Secret,
+    AZURE_AUTHORITY_HOST_ENV, AZURE_PUBLIC_CLOUD_ARM, AzureConfig, CredentialKind, Secret,
+    authority_host_of,
 };
 use fleetnet_hub::config::{
     Budgets, Config, ConfigError, DEFAULT_HEALTH_PROBE_BIND_ADDRESS, DEFAULT_METRICS_BIND_ADDRESS,
@@ -101,9 +102,10 @@ pub struct AzureArgs {
     /// ARM endpoint (sovereign clouds, tests).
     #[arg(long, env = "FLEETNET_AZURE_ARM_ENDPOINT", default_value = AZURE_PUBLIC_CLOUD_ARM)]
     azure_arm_endpoint: String,
-    /// Microsoft Entra authority host (token endpoint).
-    #[arg(long, env = "FLEETNET_AZURE_AUTHORITY_HOST", default_value = AZURE_PUBLIC_CLOUD_AUTHORITY)]
-    azure_authority_host: String,
+    /// Microsoft Entra authority host (token endpoint). Default: $AZURE_AUTHORITY_HOST (set by
+    /// the workload identity webhook), else the public cloud's.
+    #[arg(long, env = "FLEETNET_AZURE_AUTHORITY_HOST")]
+    azure_authority_host: Option<String>,
     #[arg(long, env = "FLEETNET_AZURE_CREDENTIAL", value_enum, default_value_t)]
     azure_credential: CredentialKind,
     #[arg(long, env = "AZURE_TENANT_ID")]
@@ -141,7 +143,10 @@ impl AzureArgs {
     fn azure_config(&self) -> Result<AzureConfig, String> {
         let config = AzureConfig {
             arm_endpoint: self.azure_arm_endpoint.clone(),
-            authority_host: self.azure_authority_host.clone(),
+            authority_host: authority_host_of(
+                self.azure_authority_host.as_deref(),
+                std::env::var(AZURE_AUTHORITY_HOST_ENV).ok().as_deref(),
+            ),
             credential: self.azure_credential,
             tenant_id: self.azure_tenant_id.clone(),
             client_id: self.azure_client_id.clone(),
@@ -191,6 +196,9 @@ impl RunArgs {
                 .clone()
                 .unwrap_or_else(|| release_namespace.clone())
         }))
+        .member_inventory(
+            (self.fleet.member_inventory).then(|| self.fleet.inventory_profile_namespace.clone()),
+        )
         .records(release_namespace, &self.fleet.leader_election_id)
         .traffic_manager(self.enable_traffic_manager)
         .instance(instance)

@@ -111,6 +111,7 @@ impl Config {
                 rescan_interval: RESCAN_INTERVAL,
                 // On, in the release namespace (`--member-secrets` defaults to true).
                 member_secrets_namespace: Some(release_namespace(None)),
+                member_inventory: None,
                 instance: instance(),
                 trust: TrustPolicy::default(),
                 controllers: Controllers::default(),
@@ -185,6 +186,13 @@ impl ConfigBuilder {
     /// `--member-secrets-namespace` (`None`: `--member-secrets=false`).
     pub fn member_secrets_namespace(mut self, namespace: Option<String>) -> Self {
         self.config.runtime.member_secrets_namespace = namespace;
+        self
+    }
+
+    /// `--member-inventory`: the namespace of fleet's ClusterProfiles
+    /// (`--inventory-profile-namespace`); `None`: off.
+    pub fn member_inventory(mut self, profile_namespace: Option<String>) -> Self {
+        self.config.runtime.member_inventory = profile_namespace;
         self
     }
 

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::sources::{Desired, Sources};
+use super::sources::{Desired, Sources, inventory};
 use super::{Error, Event, Shared, member, registry, removal};
 use crate::client::credentials::Credentials;
 
@@ -60,6 +60,7 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
     let sources = Sources::start(
         dir,
         shared.config.member_secrets_namespace.as_deref(),
+        inventory_settings(&shared.config),
         &shared.hub_client,
         tx.clone(),
         shutdown.clone(),
@@ -96,6 +97,20 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
     {
         tracing::warn!("members still stopping after 20 s; leaving them");
     }
+}
+
+/// Where fleet's inventory is read, when `--member-inventory` is on: its token Secrets in
+/// the member Secrets' namespace (the release namespace when those are off).
+fn inventory_settings(config: &super::RuntimeConfig) -> Option<inventory::Settings> {
+    let profile_namespace = config.member_inventory.clone()?;
+    let secret_namespace = (config.member_secrets_namespace.clone())
+        .unwrap_or_else(|| config.records_namespace.clone());
+    Some(inventory::Settings {
+        profile_namespace,
+        secret_namespace,
+        namespace_prefix: config.namespace_prefix.clone(),
+        agents: config.agent_types,
+    })
 }
 
 /// Resolves `true` when this replica's share of members changed; never without sharding.
@@ -288,6 +303,7 @@ fn engage(
     hub_namespace: Result<String, String>,
 ) -> Engagement {
     let place = source.place.to_string();
+    let inventory = matches!(source.place, registry::Place::MemberCluster(_));
     shared
         .state
         .engage_from(name, &source.hash[..12], place.clone());
@@ -295,7 +311,12 @@ fn engage(
     let admissible = source
         .kubeconfig
         .map_err(Error::Source)
-        .and_then(|kubeconfig| Ok((kubeconfig, hub_namespace.map_err(Error::HubNamespace)?)));
+        .and_then(|kubeconfig| {
+            Ok((
+                kubeconfig,
+                hub_namespace.clone().map_err(Error::HubNamespace)?,
+            ))
+        });
     let (task, kubeconfig, credentials) = match admissible {
         Ok((kubeconfig, hub_namespace)) => {
             let kubeconfig: Arc<str> = kubeconfig.into();
@@ -316,7 +337,18 @@ fn engage(
             shared.state.record(name, Event::Refused(e.to_string()));
             // Its series show the refusal on /metrics too.
             shared.hooks.member_engaged(name, Arc::default());
-            (None, None, None)
+            // A member of fleet's inventory awaiting credentials: its MemberStatus tells it
+            // (`status`, kubectl), in the namespace fleet made for it.
+            let publish = match (inventory, &hub_namespace) {
+                (true, Ok(ns)) => Some(tokio::spawn(member::publish_status(
+                    shared.clone(),
+                    name.to_string(),
+                    ns.clone(),
+                    cancel.clone(),
+                ))),
+                _ => None,
+            };
+            (publish, None, None)
         }
     };
     Engagement {

@@ -300,7 +300,7 @@ async fn run_once(
 
 /// Publishes the member's state on the hub ([`crate::status`]) while this engagement runs,
 /// fenced by the member's hold (written only while owned here).
-async fn publish_status(
+pub(super) async fn publish_status(
     shared: Arc<Shared>,
     name: String,
     hub_namespace: String,

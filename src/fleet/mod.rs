@@ -64,6 +64,9 @@ pub struct RuntimeConfig {
     /// Where member Secrets are read (`--member-secrets-namespace`); `None`: members come
     /// from the kubeconfig directory alone (`--member-secrets=false`).
     pub member_secrets_namespace: Option<String>,
+    /// Members from fleet's inventory (`--member-inventory`): the namespace of its
+    /// ClusterProfiles (`--inventory-profile-namespace`); `None`: off.
+    pub member_inventory: Option<String>,
     /// This replica's name (Events' reporting instance).
     pub instance: String,
     /// What member kubeconfigs may use beyond inline credentials.

@@ -1,4 +1,5 @@
-//! Where a member is declared: a file of the kubeconfig directory or a hub Secret. Logs,
+//! Where a member is declared: a file of the kubeconfig directory, a hub Secret or fleet's
+//! inventory (a MemberCluster). Logs,
 //! `/members` and errors name it; a file is named by its path alone, as it always was.
 
 use std::path::{Path, PathBuf};
@@ -11,6 +12,9 @@ pub enum Place {
     File(PathBuf),
     /// A labelled Secret in the hub (`fleetnet.azure.com/member-kubeconfig: "true"`).
     Secret { namespace: String, name: String },
+    /// fleet's inventory: a MemberCluster, its connection from its ClusterProfile and its
+    /// token from the Secret named after the profile.
+    MemberCluster(String),
 }
 
 impl Place {
@@ -18,7 +22,7 @@ impl Place {
     pub fn path(&self) -> Option<&Path> {
         match self {
             Place::File(path) => Some(path),
-            Place::Secret { .. } => None,
+            Place::Secret { .. } | Place::MemberCluster(_) => None,
         }
     }
 
@@ -27,7 +31,7 @@ impl Place {
     pub fn described(&self) -> String {
         match self {
             Place::File(path) => format!("file {}", path.display()),
-            Place::Secret { .. } => self.to_string(),
+            Place::Secret { .. } | Place::MemberCluster(_) => self.to_string(),
         }
     }
 }
@@ -44,6 +48,7 @@ impl std::fmt::Display for Place {
         match self {
             Place::File(path) => write!(f, "{}", path.display()),
             Place::Secret { namespace, name } => write!(f, "Secret {namespace}/{name}"),
+            Place::MemberCluster(name) => write!(f, "MemberCluster {name}"),
         }
     }
 }
@@ -96,6 +101,13 @@ mod tests {
         assert_eq!(
             declared_twice("alpha", &[file, secret("a")]),
             "file /k/alpha.yaml and Secret fleetnet-system/a both declare member \"alpha\": remove or rename one"
+        );
+        assert_eq!(
+            declared_twice(
+                "alpha",
+                &[secret("a"), Place::MemberCluster("alpha".into())]
+            ),
+            "Secret fleetnet-system/a and MemberCluster alpha both declare member \"alpha\": remove or rename one"
         );
         let three = declared_twice("alpha", &[secret("a"), secret("b"), secret("c")]);
         assert!(

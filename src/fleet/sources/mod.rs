@@ -1,9 +1,10 @@
 //! Where members come from, all watched: the kubeconfig directory (`registry::scan`), labelled
-//! hub Secrets (`secrets`). The engagement loop reads ONE map of them ([`Sources::desired`]):
+//! hub Secrets (`secrets`), fleet's inventory (`inventory`, `--member-inventory`). The engagement loop reads ONE map of them ([`Sources::desired`]):
 //! every member with the place that declares it, a member declared at two places refused with
 //! both named ([`crate::fleet::registry::merge`]). Every source's kubeconfig goes through the
 //! same vetting when its member is engaged.
 
+pub mod inventory;
 pub mod register;
 pub mod secrets;
 
@@ -28,21 +29,30 @@ pub struct Desired {
 pub struct Sources {
     dir: PathBuf,
     secrets: Option<secrets::SecretSource>,
+    inventory: Option<inventory::InventorySource>,
 }
 
 impl Sources {
     /// The directory, and the member Secrets of `secrets_namespace` (when given) watched
-    /// through `hub`; a change of either sends on `rescan`.
+    /// through `hub`, and fleet's inventory (when given); a change of any sends on `rescan`.
     pub fn start(
         dir: PathBuf,
         secrets_namespace: Option<&str>,
+        inventory: Option<inventory::Settings>,
         hub: &kube::Client,
         rescan: mpsc::Sender<()>,
         shutdown: CancellationToken,
     ) -> Self {
+        let inventory = inventory.map(|settings| {
+            inventory::InventorySource::start(hub, settings, rescan.clone(), shutdown.clone())
+        });
         let secrets = secrets_namespace
             .map(|ns| secrets::SecretSource::start(hub.clone(), ns, rescan, shutdown));
-        Self { dir, secrets }
+        Self {
+            dir,
+            secrets,
+            inventory,
+        }
     }
 
     /// The directory the files come from.
@@ -55,12 +65,14 @@ impl Sources {
     pub fn desired(&self) -> std::io::Result<Desired> {
         let files = registry::scan_places(&self.dir)?;
         let secrets = self.secrets.as_ref().map(|s| s.members());
-        let complete = !matches!(secrets, Some(None));
+        let inventory = self.inventory.as_ref().map(|i| i.members());
+        let complete = !matches!(secrets, Some(None)) && !matches!(inventory, Some(None));
         Ok(Desired {
             members: registry::merge(
                 files
                     .into_iter()
-                    .chain(secrets.flatten().into_iter().flatten()),
+                    .chain(secrets.flatten().into_iter().flatten())
+                    .chain(inventory.flatten().into_iter().flatten()),
             ),
             complete,
         })

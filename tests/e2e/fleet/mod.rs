@@ -1,7 +1,9 @@
 //! The multi-member runtime on real apiservers: several members at once, members joining,
 //! leaving and rotating their kubeconfig, member and hub outages, a malformed kubeconfig.
 
+mod hub_access;
 mod hub_namespace;
+mod inventory;
 mod jobs;
 mod lifecycle;
 mod outages;

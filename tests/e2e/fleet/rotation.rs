@@ -14,7 +14,7 @@ const SA: &str = "hub-agent";
 
 /// A cluster-admin ServiceAccount token of `member` bound to a Secret of its own (deleting the
 /// Secret revokes the token).
-async fn bound_token(member: &kube::Client, secret: &str) -> String {
+pub(super) async fn bound_token(member: &kube::Client, secret: &str) -> String {
     let secrets = Api::<Secret>::namespaced(member.clone(), NS);
     let mut s = Secret::default();
     s.metadata.name = Some(secret.into());
@@ -42,7 +42,7 @@ async fn bound_token(member: &kube::Client, secret: &str) -> String {
     issued.status.and_then(|s| s.token).expect("a token issued")
 }
 
-async fn service_account(member: &kube::Client) {
+pub(super) async fn service_account(member: &kube::Client) {
     namespace(member, NS).await;
     let mut sa = ServiceAccount::default();
     sa.metadata.name = Some(SA.into());
