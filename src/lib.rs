@@ -29,3 +29,4 @@ pub mod slice_imports;
 pub mod slices;
 pub mod status;
 pub mod telemetry;
+pub mod uninstall;
