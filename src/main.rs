@@ -17,7 +17,7 @@ use fleetnet_hub::config::{
 use fleetnet_hub::fleet::registry::DEFAULT_NAMESPACE_PREFIX;
 use fleetnet_hub::fleet::sources::register;
 use fleetnet_hub::fleet::{Controllers, TrustPolicy};
-use fleetnet_hub::status::cli as status;
+use fleetnet_hub::{status::cli as status, uninstall};
 
 #[derive(Parser)]
 #[command(
@@ -66,9 +66,8 @@ enum Command {
     },
     /// Every member across all replicas, from the MemberStatus objects on the hub.
     Status(status::Args),
-    /// After the replicas are stopped: take back from every member and the hub what the
-    /// controller wrote (finalizers, its objects, Leases), nothing the user made.
-    Uninstall(fleetnet_hub::uninstall::Args),
+    /// Once the replicas are gone: take back from members and hub what the controller wrote.
+    Uninstall(uninstall::Args),
     /// Unregister a member: delete the member Secrets that declare it.
     Unregister {
         member: String,
@@ -575,9 +574,7 @@ async fn async_main() -> std::process::ExitCode {
         .await
         .map_err(anyhow::Error::msg),
         (Command::Status(args), _) => status::run(&args).await.map_err(anyhow::Error::msg),
-        (Command::Uninstall(args), _) => fleetnet_hub::uninstall::run(&args)
-            .await
-            .map_err(anyhow::Error::msg),
+        (Command::Uninstall(args), _) => uninstall::run(&args).await.map_err(anyhow::Error::msg),
         (Command::Unregister { member, at }, _) => {
             register::run_unregister(&member, &at.namespace(), at.hub_kubeconfig.as_deref())
                 .await

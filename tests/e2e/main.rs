@@ -18,6 +18,7 @@ mod fleet;
 mod ha;
 mod hostile;
 mod http_server;
+mod lifecycle;
 mod limits;
 mod membership;
 mod metrics;
