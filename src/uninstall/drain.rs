@@ -109,8 +109,23 @@ async fn resource(
     Ok(groups
         .get(kind.group)
         .and_then(Option::as_ref)
-        .and_then(|g| g.recommended_kind(kind.kind))
-        .map(|(resource, _)| resource))
+        .and_then(|g| served(g, kind.kind)))
+}
+
+/// `kind` in the group's preferred version, else in its most stable version that serves it:
+/// a group's kinds need not share versions (the fleet's ServiceExport and its imports' CRDs
+/// are served at different versions), and one missing from the preferred version is still
+/// served, and may still hold objects of ours.
+fn served(group: &ApiGroup, kind: &str) -> Option<ApiResource> {
+    group
+        .recommended_kind(kind)
+        .or_else(|| {
+            group
+                .resources_by_stability()
+                .into_iter()
+                .find(|(r, _)| r.kind == kind)
+        })
+        .map(|(resource, _)| resource)
 }
 
 /// Takes one object back, write by write, counting in `tally`.

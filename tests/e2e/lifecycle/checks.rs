@@ -30,30 +30,23 @@ where
     api.list(&ListParams::default()).await.expect("list").items
 }
 
+/// The metadata of objects left, for a failure's message.
+fn metas<K: kube::Resource>(objects: &[K]) -> Vec<&kube::api::ObjectMeta> {
+    objects.iter().map(|o| o.meta()).collect()
+}
+
 /// Nothing of the controller on the hub (its objects, the release's Leases, records, CRD, and
 /// what helm installed) nor on any member (finalizers, conditions, labels, annotations, the
 /// ServiceImports, derived Services and imported slices it made).
 pub async fn nothing_of_the_controller_left(fleet: &Fleet, hub: &kube::Client) {
     for m in MEMBERS {
         let ns = format!("fleet-member-{m}");
-        assert!(
-            all(&Api::<InternalServiceExport>::namespaced(hub.clone(), &ns))
-                .await
-                .is_empty(),
-            "{ns}: ISEs"
-        );
-        assert!(
-            all(&Api::<EndpointSliceExport>::namespaced(hub.clone(), &ns))
-                .await
-                .is_empty(),
-            "{ns}: ESEs"
-        );
-        assert!(
-            all(&Api::<InternalServiceImport>::namespaced(hub.clone(), &ns))
-                .await
-                .is_empty(),
-            "{ns}: ISIs"
-        );
+        let left = all(&Api::<InternalServiceExport>::namespaced(hub.clone(), &ns)).await;
+        assert!(left.is_empty(), "{ns}: ISEs {:?}", metas(&left));
+        let left = all(&Api::<EndpointSliceExport>::namespaced(hub.clone(), &ns)).await;
+        assert!(left.is_empty(), "{ns}: ESEs {:?}", metas(&left));
+        let left = all(&Api::<InternalServiceImport>::namespaced(hub.clone(), &ns)).await;
+        assert!(left.is_empty(), "{ns}: ISIs {:?}", metas(&left));
         for esi in all(&Api::<EndpointSliceImport>::namespaced(hub.clone(), &ns)).await {
             let m = &esi.metadata;
             assert!(
@@ -75,14 +68,25 @@ pub async fn nothing_of_the_controller_left(fleet: &Fleet, hub: &kube::Client) {
             "{ns}: Roles"
         );
     }
+    // Deleted by `--delete-crds`; the apiserver removes a CRD once its own finalizer is done.
     let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
+    let crd = crds
+        .get_opt("memberstatuses.fleetnet.azure.com")
+        .await
+        .expect("get");
     assert!(
+        crd.as_ref()
+            .is_none_or(|c| c.metadata.deletion_timestamp.is_some()),
+        "MemberStatus CRD not deleted: {crd:?}"
+    );
+    within(Duration::from_secs(30), "the MemberStatus CRD gone", || async {
         crds.get_opt("memberstatuses.fleetnet.azure.com")
             .await
-            .expect("get")
-            .is_none(),
-        "MemberStatus CRD"
-    );
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
     let leases = all(&Api::<Lease>::namespaced(hub.clone(), NS)).await;
     assert!(
         leases.is_empty(),

@@ -12,11 +12,11 @@ use fleetnet_hub::api::{
     EndpointSliceExport, EndpointSliceImport, InternalServiceExport, InternalServiceImport,
     MultiClusterService, ServiceImport,
 };
-use fleetnet_testenv::{ScopedIdentity, load_cluster_role};
+use fleetnet_testenv::{ScopedIdentity, load_cluster_role, load_role};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,6 +145,7 @@ async fn install_upgrade_rollback_uninstall_leave_nothing_of_the_controller() {
     }
     let (ok, stdout, stderr) = drain(&fleet, &["--delete-crds"]);
     assert!(ok, "the drain failed:\n{stdout}\n{stderr}");
+    println!("lifecycle: the drain's summary: {stdout}");
     let summary: serde_json::Value = serde_json::from_str(&stdout).expect("json summary");
     for m in MEMBERS {
         let t = &summary["members"][m];
@@ -173,8 +174,8 @@ async fn install_upgrade_rollback_uninstall_leave_nothing_of_the_controller() {
     );
 }
 
-/// A ServiceAccount with the member ClusterRole the chart ships, in every member: the pods'
-/// (and the drain's) member identity.
+/// A ServiceAccount with the member ClusterRole and fleet system Role the chart ships, in every
+/// member: the pods' (and the drain's) member identity.
 async fn member_identities(fleet: &Fleet, scratch: &Path) -> BTreeMap<String, PathBuf> {
     let role = load_cluster_role(&repo().join("charts/fleetnet-hub/files/member-clusterrole.yaml"))
         .expect("member ClusterRole");
@@ -182,8 +183,11 @@ async fn member_identities(fleet: &Fleet, scratch: &Path) -> BTreeMap<String, Pa
         namespace: NS.into(),
         name: "fleetnet-hub-member".into(),
         cluster_role: Some(role),
-        role: None,
-        role_namespaces: vec![],
+        role: Some(
+            load_role(&repo().join("charts/fleetnet-hub/files/member-fleet-system-role.yaml"))
+                .expect("member fleet system Role"),
+        ),
+        role_namespaces: vec![SYSTEM.into()],
     };
     let mut files = BTreeMap::new();
     for m in MEMBERS {
@@ -264,9 +268,20 @@ async fn users_objects(fleet: &Fleet) -> Vec<kube::Client> {
 /// verdict on the MCS's import (written as fleet-networking's hub controller writes it), the
 /// derived Service, and an EndpointSliceImport imported into the fleet system namespace.
 async fn exports_flowing(hub: &kube::Client, members: &[kube::Client]) {
+    // The hub's conflict verdict on each ISE (as fleet-networking's hub controller writes it):
+    // a slice is exported only once its ServiceExport is not in conflict.
+    let verdict = json!({"status": {"conditions": [{
+        "type": "Conflict", "status": "False", "reason": "NoConflictFound",
+        "message": "service shop/cart is exported without conflict",
+        "observedGeneration": 1, "lastTransitionTime": "2026-12-07T00:00:00Z",
+    }]}});
     for m in MEMBERS {
         let ns = format!("fleet-member-{m}");
         wait_ise(hub, &ns, "shop-cart", |_| true).await;
+        ises(hub, &ns)
+            .patch_status("shop-cart", &PatchParams::default(), &Patch::Merge(&verdict))
+            .await
+            .expect("the hub's verdict on the ISE");
         wait_slice_export(hub, &ns, APP, "cart-1", |_| true).await;
     }
     let hub_ns = "fleet-member-member-1";

@@ -177,6 +177,8 @@ impl Pod {
     async fn ready(&self) {
         let addr = ([127, 0, 0, 1], self.health).into();
         eventually(&format!("{} ready", self.name), || async move {
+            // Not listening yet while the process starts: not ready, not a failure.
+            tokio::net::TcpStream::connect(addr).await.ok()?;
             (http_get(addr, "/readyz").await.0 == 200).then_some(())
         })
         .await;
