@@ -13,13 +13,16 @@ use crate::fleet::registry::{self, member_name, namespace_of};
 use crate::fleet::removal::records;
 use crate::fleet::sources::secrets;
 
+/// A member's kubeconfig and where it was found; `Err`: why there is none usable.
+pub type Kubeconfig = Result<(String, String), String>;
+
 /// One member to drain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     /// Its hub namespace.
     pub hub_namespace: String,
     /// Its kubeconfig and where it was found; `Err`: why there is none usable.
-    pub kubeconfig: Result<(String, String), String>,
+    pub kubeconfig: Kubeconfig,
 }
 
 /// Where to look.
@@ -42,7 +45,7 @@ pub async fn targets(
     hub: &kube::Client,
     from: &Sources<'_>,
 ) -> Result<BTreeMap<String, Target>, String> {
-    let mut found: Vec<(String, Result<(String, String), String>)> = vec![];
+    let mut found: Vec<(String, Kubeconfig)> = vec![];
     if let Some(dir) = from.dir {
         let scanned =
             registry::scan(dir).map_err(|e| format!("kubeconfig dir {}: {e}", dir.display()))?;
@@ -123,7 +126,7 @@ async fn published(hub: &kube::Client) -> Result<BTreeMap<String, String>, Strin
 /// One target per member name: the first usable kubeconfig, else the first refusal; its hub
 /// namespace as published, else `<prefix><member>`.
 pub fn merge(
-    found: Vec<(String, Result<(String, String), String>)>,
+    found: Vec<(String, Kubeconfig)>,
     published: BTreeMap<String, String>,
     prefix: &str,
 ) -> BTreeMap<String, Target> {

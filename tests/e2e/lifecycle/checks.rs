@@ -79,13 +79,17 @@ pub async fn nothing_of_the_controller_left(fleet: &Fleet, hub: &kube::Client) {
             .is_none_or(|c| c.metadata.deletion_timestamp.is_some()),
         "MemberStatus CRD not deleted: {crd:?}"
     );
-    within(Duration::from_secs(30), "the MemberStatus CRD gone", || async {
-        crds.get_opt("memberstatuses.fleetnet.azure.com")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
+    within(
+        Duration::from_secs(30),
+        "the MemberStatus CRD gone",
+        || async {
+            crds.get_opt("memberstatuses.fleetnet.azure.com")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
     .await;
     let leases = all(&Api::<Lease>::namespaced(hub.clone(), NS)).await;
     assert!(

@@ -279,7 +279,11 @@ async fn exports_flowing(hub: &kube::Client, members: &[kube::Client]) {
         let ns = format!("fleet-member-{m}");
         wait_ise(hub, &ns, "shop-cart", |_| true).await;
         ises(hub, &ns)
-            .patch_status("shop-cart", &PatchParams::default(), &Patch::Merge(&verdict))
+            .patch_status(
+                "shop-cart",
+                &PatchParams::default(),
+                &Patch::Merge(&verdict),
+            )
             .await
             .expect("the hub's verdict on the ISE");
         wait_slice_export(hub, &ns, APP, "cart-1", |_| true).await;
