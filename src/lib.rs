@@ -31,3 +31,4 @@ pub mod slice_imports;
 pub mod slices;
 pub mod status;
 pub mod telemetry;
+pub mod uninstall;

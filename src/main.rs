@@ -164,6 +164,9 @@ async fn async_main() -> std::process::ExitCode {
         .await
         .map_err(anyhow::Error::msg),
         (Command::Status(args), _) => status::run(&args).await.map_err(anyhow::Error::msg),
+        (Command::Uninstall(args), _) => fleetnet_hub::uninstall::run(&args)
+            .await
+            .map_err(anyhow::Error::msg),
         (Command::Unregister { member, at }, _) => {
             register::run_unregister(&member, &at.namespace(), at.hub_kubeconfig.as_deref())
                 .await

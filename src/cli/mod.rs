@@ -54,6 +54,8 @@ pub(crate) enum Command {
     },
     /// Every member across all replicas, from the MemberStatus objects on the hub.
     Status(status::Args),
+    /// Once the replicas are gone: take back from members and hub what the controller wrote.
+    Uninstall(fleetnet_hub::uninstall::Args),
     /// Unregister a member: delete the member Secrets that declare it.
     Unregister {
         member: String,

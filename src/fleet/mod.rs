@@ -13,7 +13,7 @@ mod engagement;
 mod error;
 mod member;
 pub mod registry;
-mod removal;
+pub(crate) mod removal;
 mod settings;
 pub mod sources;
 pub mod state;

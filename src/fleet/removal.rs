@@ -3,7 +3,7 @@
 //! a failover, its record deleted once both sides are done. What is withdrawn on each side is
 //! the jobs' business ([`crate::export::cleanup`]).
 
-mod records;
+pub(crate) mod records;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -239,7 +239,7 @@ fn one_line(s: &str) -> String {
 }
 
 /// A client of the hub from `kubeconfig`, else the usual configuration.
-async fn hub(kubeconfig: Option<&Path>) -> Result<kube::Client, String> {
+pub(crate) async fn hub(kubeconfig: Option<&Path>) -> Result<kube::Client, String> {
     let config = match kubeconfig {
         None => kube::Config::infer()
             .await

@@ -21,6 +21,7 @@ mod hostile;
 mod http_server;
 mod hub_tap;
 mod image;
+mod lifecycle;
 mod limits;
 mod membership;
 mod metrics;
