@@ -229,30 +229,9 @@ pub async fn every_user_object_kept(fleet: &Fleet, hub: &kube::Client) {
     );
     for m in MEMBERS {
         let member = fleet.member(m).client().await.expect("member client");
-        assert!(
-            Api::<Service>::namespaced(member.clone(), APP)
-                .get_opt("cart")
-                .await
-                .expect("get")
-                .is_some(),
-            "{m}"
-        );
-        assert!(
-            exports(&member, APP)
-                .get_opt("cart")
-                .await
-                .expect("get")
-                .is_some(),
-            "{m}"
-        );
-        assert!(
-            slices(&member, APP)
-                .get_opt("cart-1")
-                .await
-                .expect("get")
-                .is_some(),
-            "{m}"
-        );
+        assert!(present(Api::<Service>::namespaced(member.clone(), APP), "cart").await, "{m}");
+        assert!(present(exports(&member, APP), "cart").await, "{m}");
+        assert!(present(slices(&member, APP), "cart-1").await, "{m}");
     }
     let member = fleet
         .member("member-1")
@@ -302,4 +281,12 @@ pub async fn user_objects_deletable(fleet: &Fleet) {
         },
     )
     .await;
+}
+
+/// Whether `api` holds `name` now.
+async fn present<K>(api: Api<K>, name: &str) -> bool
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.get_opt(name).await.expect("get").is_some()
 }
