@@ -102,10 +102,14 @@ pub fn positive_bytes(s: &str) -> Result<u64, String> {
 #[derive(clap::Args, Clone, Debug)]
 pub struct Budgets {
     /// Sustained requests per second to each member's API server.
-    #[arg(long, env = "FLEETNET_KUBE_API_QPS", default_value_t = 20.0, value_parser = positive_rate)]
+    // 40 / 60: what the reference's two agents per member (member-net- and
+    // mcs-controller-manager, controller-runtime's 20 qps / 30 burst each) may send it. A
+    // leave needs ~400 member requests (100 exports, 20 MultiClusterServices), so half that
+    // could not leave in 15 s.
+    #[arg(long, env = "FLEETNET_KUBE_API_QPS", default_value_t = 40.0, value_parser = positive_rate)]
     pub kube_api_qps: f64,
     /// Burst of requests to each member's API server.
-    #[arg(long, env = "FLEETNET_KUBE_API_BURST", default_value_t = 30, value_parser = positive_count::<u32>)]
+    #[arg(long, env = "FLEETNET_KUBE_API_BURST", default_value_t = 60, value_parser = positive_count::<u32>)]
     pub kube_api_burst: u32,
     /// Sustained Events per second to each member: a bucket of their own, apart from exports'.
     #[arg(long, env = "FLEETNET_EVENT_QPS", default_value_t = 10.0, value_parser = positive_rate)]

@@ -12,7 +12,10 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use fleetnet_bench::{NAMESPACE, create_pairs, member_names, service_name, substrate};
+use fleetnet_bench::{
+    NAMESPACE, WriteCount, create_pairs, member_names, scrape_every_resource, service_name,
+    substrate,
+};
 use fleetnet_hub::api::{
     AGENT_JOINED, EndpointSliceExport, InternalMemberCluster, InternalServiceExport,
     InternalServiceImport, MultiClusterService, ServiceExport, ServiceExportVersion, ServiceImport,
@@ -110,6 +113,12 @@ pub struct LeaveReport {
     pub before: Leftovers,
     pub at_left: Leftovers,
     pub settled: Leftovers,
+    /// The members' requests from `Leave` to the last `AgentLeft`, by resource and verb (every
+    /// response code; the binary's, as the bench makes none to a member meanwhile).
+    pub member_requests: Vec<WriteCount>,
+    /// The hub's requests over the same span (the bench's own polls of the
+    /// InternalMemberClusters among them: `internalmemberclusters` GET).
+    pub hub_requests: Vec<WriteCount>,
 }
 
 /// One member's objects: (member client, hub namespace, member name).
@@ -150,7 +159,17 @@ pub async fn run(config: &Config) -> anyhow::Result<LeaveReport> {
     let converge_s = ready.elapsed().as_secs_f64();
     say(format!("converged in {converge_s:.1} s: {before:?}"));
 
+    let clients: Vec<kube::Client> = members.iter().map(|m| m.client.clone()).collect();
+    let hubs = [hub.clone()];
+    let (member_was, hub_was) = (
+        scrape_every_resource(&clients).await?,
+        scrape_every_resource(&hubs).await?,
+    );
     let left_s = leave(config, &hub, &members).await?;
+    let member_requests = scrape_every_resource(&clients)
+        .await?
+        .requests_since(&member_was);
+    let hub_requests = scrape_every_resource(&hubs).await?.requests_since(&hub_was);
     let at_left = leftovers(&hub, &members).await?;
     tokio::time::sleep(SETTLE).await;
     let settled = leftovers(&hub, &members).await?;
@@ -166,6 +185,8 @@ pub async fn run(config: &Config) -> anyhow::Result<LeaveReport> {
         before,
         at_left,
         settled,
+        member_requests,
+        hub_requests,
     })
 }
 
@@ -575,7 +596,26 @@ pub fn leave_markdown(r: &LeaveReport) -> String {
     ] {
         let _ = writeln!(out, "| {when}: {} | {} |", describe(l), l.total());
     }
+    for (side, requests) in [("member", &r.member_requests), ("hub", &r.hub_requests)] {
+        let counted: Vec<&WriteCount> = requests.iter().filter(|w| counted(w)).collect();
+        let total: u64 = counted.iter().map(|w| w.count).sum();
+        let each: Vec<String> = counted
+            .iter()
+            .map(|w| format!("{} {} {}", w.resource, w.verb, w.count))
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {side} requests from `Leave` to `AgentLeft` (all members, watches left out): {} | {total} |",
+            each.join(", ")
+        );
+    }
     out
+}
+
+/// Whether the table counts `w`: not a watch, nor a non-resource path (they run all along,
+/// not because of the leave).
+fn counted(w: &WriteCount) -> bool {
+    w.verb != "WATCH" && !w.resource.starts_with('/')
 }
 
 fn describe(l: &Leftovers) -> String {

@@ -17,6 +17,13 @@ fn the_table_says_whether_the_leave_was_in_time_and_what_is_left() {
         },
         at_left: nothing.clone(),
         settled: nothing,
+        member_requests: vec![WriteCount {
+            resource: "serviceexports".into(),
+            verb: "DELETE".into(),
+            count: 100,
+            conflicts: 0,
+        }],
+        hub_requests: vec![],
     };
     let table = leave_markdown(&r);
     assert!(table.contains("| 6.50 s / 6.50 s ✓ |"), "{table}");
@@ -26,6 +33,10 @@ fn the_table_says_whether_the_leave_was_in_time_and_what_is_left() {
         "{table}"
     );
     assert!(table.contains("| 100 |"), "{table}");
+    assert!(
+        table.contains("serviceexports DELETE 100 | 100 |"),
+        "{table}"
+    );
     r.left_s = vec![16.0];
     assert!(leave_markdown(&r).contains("16.00 s ✗"));
     r.left_s = vec![];

@@ -75,8 +75,9 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            qps: 20.0,
-            burst: 30,
+            // `--kube-api-qps`'s and `--kube-api-burst`'s defaults (see there why).
+            qps: 40.0,
+            burst: 60,
             max_in_flight: 32,
             timeout: Duration::from_secs(30),
             retry: RetryLimits::default(),

@@ -24,8 +24,8 @@ pub struct Performed {
     /// The ISE as the hub answered our write (`Some(None)`: deleted), for reads of our own
     /// writes until the view has seen them.
     pub hub_object: Option<Option<InternalServiceExport>>,
-    /// The ServiceExport as the member answered our last write of it (unless it is being
-    /// deleted), and the resourceVersions that write superseded: the decision's and any
+    /// The ServiceExport as the member answered our last write of it (also a deleting one's
+    /// finalizer removal), and the resourceVersions that write superseded: the decision's and any
     /// between our writes. A view still showing one of those is behind our own write.
     pub export_object: Option<ServiceExport>,
     pub superseded: Vec<String>,
@@ -162,8 +162,10 @@ impl<'a> Writes<'a> {
         self.done.member_writes += 1;
         self.done.superseded.extend(self.resource_version.take());
         self.resource_version = patched.metadata.resource_version.clone();
-        self.done.export_object =
-            Some(patched).filter(|se| se.metadata.deletion_timestamp.is_none());
+        // Remembered also when deleting: the finalizer removal's answer is what a view still
+        // showing the export with our finalizer must be read as (else its next reconcile,
+        // on the hub's ISE deletion, would read the ISE live and patch a gone export again).
+        self.done.export_object = Some(patched);
     }
 
     async fn create_ise(&mut self, ise: &InternalServiceExport) -> Result<(), Error> {

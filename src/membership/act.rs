@@ -185,6 +185,10 @@ where
         deleted,
         "leaving: deleted the member's objects; waiting until they are gone"
     );
+    if deleted == 0 {
+        // Every object listed was deleting already: still there, no need to look again.
+        return Ok(found);
+    }
     // Objects without finalizers are gone at once: no second pass for them.
     let left = all
         .list(&ListParams::default().limit(1))

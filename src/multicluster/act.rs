@@ -116,8 +116,14 @@ impl<'a> Writes<'a> {
             .patch(self.name, &params, &Patch::Merge(&body))
             .await
         {
-            Ok(_) => {
-                self.ctx.own_mcs.forget(&self.key);
+            Ok(patched) => {
+                // Remembered until the view shows the deletion: a reconcile on a view still
+                // showing our finalizer (the import's and Service's deletions trigger one)
+                // would delete both again and patch a gone object.
+                let superseded = self.resource_version.take();
+                self.ctx
+                    .own_mcs
+                    .wrote(self.key.clone(), [superseded], patched);
                 Ok(())
             }
             // Gone already: it was only waiting for our finalizer.

@@ -75,7 +75,7 @@ async fn observe_decide_act(
             outcome = plan.outcome.label(),
             "decided"
         );
-        if plan.withdraws() && live.slice.is_none() {
+        if plan.withdraws() && live.slice.is_none() && !export_deleting(ctx, ns, slice.as_ref()) {
             // Views may be behind: withdraw only on what the API says now.
             read_live(ctx, ns, name, &mut live).await?;
             continue;
@@ -185,6 +185,25 @@ fn requeue(plan: &Plan) -> Action {
 
 /// How soon a slice whose export is terminating is looked at again.
 const RECHECK: Duration = Duration::from_secs(5);
+
+/// Whether the view shows the ServiceExport of `slice` being deleted. A withdrawal for that
+/// rests on no absence in a view, and a deletion once begun is not undone, so it is made
+/// without live reads (a member leaving withdraws every slice at once: two reads each were
+/// two fifths of its requests). The export's delete is still only of the UID the view showed,
+/// and a slice gone meanwhile answers the annotation write with a 404 (read live then).
+fn export_deleting(ctx: &Context, ns: &str, slice: Option<&SliceView>) -> bool {
+    slice
+        .and_then(service_of)
+        .and_then(|service| {
+            ctx.exports
+                .get(&ObjectRef::new_with(&service, ctx.se_version).within(ns))
+        })
+        .is_some_and(|se| {
+            kube::Resource::meta(se.as_ref())
+                .deletion_timestamp
+                .is_some()
+        })
+}
 
 fn service_of(slice: &SliceView) -> Option<String> {
     slice.service.clone()

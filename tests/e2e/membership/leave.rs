@@ -211,3 +211,48 @@ async fn a_leave_with_the_export_job_leaves_nothing_behind() {
     assert!(took < Duration::from_secs(15), "left after {took:?}");
     running.shutdown().await;
 }
+
+/// Member requests of `verb` on `resource` the apiserver behind `client` has answered (any code).
+async fn requests(client: &kube::Client, resource: &str, verb: &str) -> f64 {
+    let text = apiserver_metrics(client).await;
+    let (resource, verb) = (
+        format!("resource=\"{resource}\""),
+        format!("verb=\"{verb}\""),
+    );
+    sum(&text, "apiserver_request_total", &[&resource, &verb])
+}
+
+/// A leave costs one finalizer removal per export and no live read of an ISE: a reconcile on
+/// a view that has not yet caught up with our removal (the hub's ISE deletion triggers one)
+/// reads our own write, not the view.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leave_removes_each_exports_finalizer_once_and_reads_no_ise() {
+    const EXPORTS: usize = 30;
+    let (fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS]).await;
+    for i in 0..EXPORTS {
+        let name = format!("svc-{i}");
+        create_service(&member, &service(NS, &name, 80)).await;
+        create_export(&member, NS, &name, &[]).await;
+    }
+    create_imc(&hub, &hub_ns, Some(5), true).await;
+    let running = start(&fleet, "serviceexport,internalmembercluster").await;
+    eventually("every export's ISE", || async {
+        let listed = ises(&hub, &hub_ns)
+            .list(&ListParams::default())
+            .await
+            .ok()?;
+        (listed.items.len() == EXPORTS).then_some(())
+    })
+    .await;
+    wait_both(&hub, &hub_ns, "True", "AgentJoined").await;
+
+    let patches = requests(&member, "serviceexports", "PATCH").await;
+    let reads = requests(&hub, "internalserviceexports", "GET").await;
+    set_state(&hub, &hub_ns, "Leave").await;
+    wait_both(&hub, &hub_ns, "False", "AgentLeft").await;
+    let patched = requests(&member, "serviceexports", "PATCH").await - patches;
+    let read = requests(&hub, "internalserviceexports", "GET").await - reads;
+    assert_eq!(patched, EXPORTS as f64, "finalizer removals");
+    assert_eq!(read, 0.0, "live reads of ISEs");
+    running.shutdown().await;
+}
