@@ -162,6 +162,31 @@ impl HubOutage {
     }
 }
 
+/// Hub reachability for `/readyz`, every 5 s, through `control` (the control client: our own
+/// queue of writes never makes the hub look unreachable).
+pub async fn probe_hub(
+    control: kube::Client,
+    state: std::sync::Arc<crate::fleet::FleetState>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let mut ticker = tokio::time::interval(Duration::from_secs(5));
+    let mut outage = HubOutage::default();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        let ok = crate::fleet::answers(&control, Duration::from_secs(5))
+            .await
+            .is_ok();
+        if ok != state.hub_reachable() {
+            tracing::info!(reachable = ok, "hub reachability changed");
+        }
+        HubOutage::log(outage.observe(ok, std::time::Instant::now()));
+        state.set_hub_reachable(ok);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -310,7 +310,7 @@ impl Coordination {
             }
         };
         let _ = built.send(Ok(()));
-        let probe = tokio::spawn(fleet::probe_hub(
+        let probe = tokio::spawn(crate::announce::probe_hub(
             control.clone(),
             self.state,
             self.stop.clone(),

@@ -13,7 +13,8 @@ pub use value::{
     Config, ConfigBuilder, ConfigError, DEFAULT_FLEET_SYSTEM_NAMESPACE,
     DEFAULT_HEALTH_PROBE_BIND_ADDRESS, DEFAULT_HUB_API_BURST, DEFAULT_HUB_API_QPS,
     DEFAULT_LEADER_ELECTION_ID, DEFAULT_MEMBER_SYNC_TIMEOUT, DEFAULT_METRICS_BIND_ADDRESS,
-    DEFAULT_SHUTDOWN_TIMEOUT, LeaderElection, RESCAN_INTERVAL, instance, release_namespace,
+    DEFAULT_SHUTDOWN_TIMEOUT, LeaderElection, MetricsDetail, RESCAN_INTERVAL, instance,
+    release_namespace,
 };
 
 /// `localhost` or a loopback address (`127.0.0.1`, `[::1]`): the only hosts secrets and spans may

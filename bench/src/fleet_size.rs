@@ -80,6 +80,9 @@ pub const HANDOFF: &str = "member now owned by another replica";
 const PROBE: &str = "fleet-size-probe";
 /// Hub writes of a member's cold start besides its exports: its first heartbeat.
 pub const HEARTBEATS_PER_MEMBER: usize = 1;
+/// Hub requests of a member's cold start for its `MemberStatus` (`crate::status`): one GET (a
+/// restart finds it there and writes nothing) and, on a new hub, one POST.
+pub const STATUS_REQUESTS_PER_MEMBER: usize = 2;
 /// The substrate alone, before the replicas start.
 const BASELINE: Duration = Duration::from_secs(10);
 /// What to run.
@@ -153,11 +156,11 @@ pub(crate) fn total_per_s(rates: &[Rate]) -> f64 {
 
 /// The least time for the replica with the largest share: `ceil(members / replicas)` members,
 /// each with its exports' creates, its first heartbeat (one InternalMemberCluster status write)
-/// and its jobs' LISTs.
+/// and its MemberStatus read and create; and the replica's hub LISTs (one per kind).
 pub fn budget_bound(config: &Config) -> Duration {
     ideal_bound(&BenchConfig {
         members: config.members.div_ceil(config.replicas.max(1)),
-        exports: config.exports + HEARTBEATS_PER_MEMBER,
+        exports: config.exports + HEARTBEATS_PER_MEMBER + STATUS_REQUESTS_PER_MEMBER,
         hub_limits: config.hub_limits.clone(),
         member_limits: config.member_limits.clone(),
         ..BenchConfig::default()
@@ -1110,14 +1113,14 @@ mod tests {
             churn: None,
             heartbeat_period_s: 60,
         };
-        // 100 members × (10 creates + 1 heartbeat) + 5 LISTs (one per hub kind, for all the
-        // replica's members) = 1105 requests, 200 of them in the burst.
-        assert_eq!(budget_bound(&config), Duration::from_secs_f64(9.05));
+        // 100 members × (10 creates + 1 heartbeat + 2 MemberStatus) + 5 LISTs (one per hub
+        // kind, for all the replica's members) = 1305 requests, 200 of them in the burst.
+        assert_eq!(budget_bound(&config), Duration::from_secs_f64(11.05));
         let single = Config {
             replicas: 1,
             ..config
         };
-        assert_eq!(budget_bound(&single), Duration::from_secs_f64(31.05));
+        assert_eq!(budget_bound(&single), Duration::from_secs_f64(37.05));
     }
 
     #[test]

@@ -253,7 +253,7 @@ fn figures(r: &Report) -> String {
          | replicas start → all {ises} ISEs on the hub | {convergence} |\n\
          | replicas start → every name ready on a replica (`/members`) | {ready} |\n\
          | replicas start → ownership settled (each name ready on exactly one replica; last change before {settle} without one) | {settled} |\n\
-         | budget bound ({share} members × ({exports} creates + 1 heartbeat + 5 LISTs) hub requests, {qps} qps / {burst} burst per replica) ; ratio | {bound} ; {ratio} |\n\
+         | budget bound ({share} members × ({exports} creates + 1 heartbeat + 2 MemberStatus) + 5 LISTs hub requests, {qps} qps / {burst} burst per replica) ; ratio | {bound} ; {ratio} |\n\
          | RSS per member (Σ replicas / {members}): at convergence / after the quiet window | {rss0} / {rss1} |\n\
          | RSS per member less the replicas' own ((Σ − {replicas} × {idle} idle) / {members}), after the quiet window | {marginal} |\n\
          | quiet window | {window} |\n\

@@ -62,8 +62,8 @@ fn bound_is_the_slowest_bucket() {
                    fleetnet_api_requests_total{client=\"member\",member=\"m01\",verb=\"patch\",resource=\"serviceexports\",code=\"200\"} 430\n";
     let config = Config::default();
     let (bound, which, hub, member) = budget_bound(metrics, &config);
-    // hub: (700 - 200) / 100 = 5 s; member: (430 - 30) / 20 = 20 s.
-    assert_eq!(bound, Duration::from_secs(20));
+    // hub: (700 - 200) / 100 = 5 s; member: (430 - 60) / 40 = 9.25 s.
+    assert_eq!(bound, Duration::from_secs_f64(9.25));
     assert_eq!(which, "member m01");
     assert_eq!((hub, member), (700, 430));
     // Events have their own bucket, which no export waits for: (325 - 25) / 10 = 30 s is not
@@ -72,11 +72,11 @@ fn bound_is_the_slowest_bucket() {
         "{metrics}fleetnet_api_requests_total{{client=\"member\",member=\"m01\",verb=\"create\",resource=\"events\",code=\"201\"}} 325\n"
     );
     let (bound, which, _, member) = budget_bound(&with_events, &config);
-    assert_eq!(bound, Duration::from_secs(20));
+    assert_eq!(bound, Duration::from_secs_f64(9.25));
     assert_eq!(which, "member m01");
     assert_eq!(member, 755);
-    // Minimum requests of 1 x 50: member (104 - 30) / 20 = 3.7 s, hub (52 - 200) → 0.
-    assert_eq!(ideal_bound(&config), Duration::from_secs_f64(3.7));
+    // Minimum requests of 1 x 50: member (104 - 60) / 40 = 1.1 s, hub (55 - 200) → 0.
+    assert_eq!(ideal_bound(&config), Duration::from_secs_f64(1.1));
 }
 
 #[test]

@@ -63,7 +63,7 @@ pub struct Config {
     /// `FLEETNET_TRACE_SAMPLING`'s default ratio applies (1 without it).
     pub trace_sampling_ratio: Option<f64>,
     /// Per-member detail of `/metrics` (`--metrics-detail`).
-    pub metrics_detail: crate::metrics::MetricsDetail,
+    pub metrics_detail: MetricsDetail,
     /// How long a stop may drain before the process exits anyway (`--shutdown-timeout`).
     pub shutdown_timeout: Duration,
 }
@@ -124,7 +124,7 @@ impl Config {
             metrics_bind_address: DEFAULT_METRICS_BIND_ADDRESS.into(),
             health_probe_bind_address: DEFAULT_HEALTH_PROBE_BIND_ADDRESS.into(),
             trace_sampling_ratio: None,
-            metrics_detail: crate::metrics::MetricsDetail::default(),
+            metrics_detail: MetricsDetail::default(),
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
         };
         ConfigBuilder {
@@ -266,7 +266,7 @@ impl ConfigBuilder {
     }
 
     /// `--metrics-detail`.
-    pub fn metrics_detail(mut self, detail: crate::metrics::MetricsDetail) -> Self {
+    pub fn metrics_detail(mut self, detail: MetricsDetail) -> Self {
         self.config.metrics_detail = detail;
         self
     }
@@ -326,6 +326,19 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "fleetnet-hub".into())
+}
+
+/// How much per-member detail `/metrics` carries (`--metrics-detail`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum MetricsDetail {
+    /// Per member what an operator acts on (state, failing jobs, reconciles and their errors,
+    /// queue depth, watch errors, API answers by code, throttling, flags): at most 15 series
+    /// for a healthy member. Outcomes and durations are counted for the whole fleet.
+    #[default]
+    Fleet,
+    /// Also per member: reconciles by outcome, the reconcile duration histogram and API
+    /// requests by verb and resource.
+    Member,
 }
 
 #[cfg(test)]

@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::Api;
-use tokio_util::sync::CancellationToken;
 
 pub use crate::jobs::Controllers;
 pub use admission::Member;
@@ -213,30 +212,10 @@ impl ReconcileObserver for StateObserver {
 }
 
 /// Whether `client`'s API server answers (`/version`) within `within`; else why not.
-async fn answers(client: &kube::Client, within: Duration) -> Result<(), String> {
+pub(crate) async fn answers(client: &kube::Client, within: Duration) -> Result<(), String> {
     match tokio::time::timeout(within, client.apiserver_version()).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!("no answer within {within:?}")),
-    }
-}
-
-/// Hub reachability for `/readyz`, every 5 s, through `control` (the control client: our own
-/// queue of writes never makes the hub look unreachable).
-pub async fn probe_hub(control: kube::Client, state: Arc<FleetState>, shutdown: CancellationToken) {
-    use crate::announce::HubOutage;
-    let mut ticker = tokio::time::interval(Duration::from_secs(5));
-    let mut outage = HubOutage::default();
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = ticker.tick() => {}
-        }
-        let ok = answers(&control, Duration::from_secs(5)).await.is_ok();
-        if ok != state.hub_reachable() {
-            tracing::info!(reachable = ok, "hub reachability changed");
-        }
-        HubOutage::log(outage.observe(ok, std::time::Instant::now()));
-        state.set_hub_reachable(ok);
     }
 }

@@ -66,18 +66,7 @@ pub type AzureSource = Arc<dyn Fn() -> AzureCounters + Send + Sync>;
 /// The labels of one series.
 type Labels = Vec<(&'static str, String)>;
 
-/// How much per-member detail `/metrics` carries (`--metrics-detail`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum MetricsDetail {
-    /// Per member what an operator acts on (state, failing jobs, reconciles and their errors,
-    /// queue depth, watch errors, API answers by code, throttling, flags): at most 15 series
-    /// for a healthy member. Outcomes and durations are counted for the whole fleet.
-    #[default]
-    Fleet,
-    /// Also per member: reconciles by outcome, the reconcile duration histogram and API
-    /// requests by verb and resource.
-    Member,
-}
+pub use crate::config::MetricsDetail;
 
 /// The outcome label a member's `fleetnet_reconcile_total` carries: errors always by step (the
 /// alerts name the failed step); without member detail every other outcome is `ok` (the fleet's

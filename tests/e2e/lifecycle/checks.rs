@@ -229,7 +229,10 @@ pub async fn every_user_object_kept(fleet: &Fleet, hub: &kube::Client) {
     );
     for m in MEMBERS {
         let member = fleet.member(m).client().await.expect("member client");
-        assert!(present(Api::<Service>::namespaced(member.clone(), APP), "cart").await, "{m}");
+        assert!(
+            present(Api::<Service>::namespaced(member.clone(), APP), "cart").await,
+            "{m}"
+        );
         assert!(present(exports(&member, APP), "cart").await, "{m}");
         assert!(present(slices(&member, APP), "cart-1").await, "{m}");
     }
