@@ -191,43 +191,57 @@ async fn sync_members(
         if !shared.ownership.owns(&name) {
             continue;
         }
-        if source.unreadable && engaged.get(&name).is_some_and(|e| e.task.is_some()) {
-            tracing::warn!(member = %name, file = %source.place, "kubeconfig unreadable this time; the member keeps running on the one it has");
-            continue;
-        }
         let hub_namespace = namespaces
             .remove(&name)
             .unwrap_or_else(|| Err(format!("member {name:?}: no hub namespace")));
-        // A changed namespace re-engages the member, like changed Azure settings; so does a
-        // new place (a member moved from its file to a Secret): its errors name the place.
-        let settings = format!(
-            "{}|{}|{}",
-            azure.map(|a| a.settings_key(&name)).unwrap_or_default(),
-            hub_namespace.as_deref().unwrap_or_default(),
-            source.place
-        );
-        if engaged
-            .get(&name)
-            .is_some_and(|e| e.hash == source.hash && e.settings == settings)
-        {
-            continue;
-        }
-        if engaged.get_mut(&name).is_some_and(|e| {
-            e.settings == settings && rotation::taken_in_place(shared, &name, e, &source)
-        }) {
-            continue;
-        }
-        if let Some(old) = engaged.remove(&name) {
-            if old.hash == source.hash {
-                tracing::info!(member = %name, azure = %settings, "member settings changed: re-engaging");
-            } else {
-                tracing::info!(member = %name, "member kubeconfig changed: re-engaging");
-            }
-            background.spawn(old.stop());
-        }
-        let engagement = engage(shared, &name, source, settings, hub_namespace);
-        engaged.insert(name, engagement);
+        let at = (azure, hub_namespace);
+        sync_member(shared, engaged, background, name, source, at);
     }
+}
+
+/// Engages the owned member `name` from `source`, unless it runs on it already (a changed
+/// credential alone is taken in place); re-engages it when its settings or place changed.
+fn sync_member(
+    shared: &Arc<Shared>,
+    engaged: &mut BTreeMap<String, Engagement>,
+    background: &TaskTracker,
+    name: String,
+    source: registry::MemberSource,
+    (azure, hub_namespace): (Option<&Arc<dyn super::MemberAzure>>, Result<String, String>),
+) {
+    if source.unreadable && engaged.get(&name).is_some_and(|e| e.task.is_some()) {
+        tracing::warn!(member = %name, file = %source.place, "kubeconfig unreadable this time; the member keeps running on the one it has");
+        return;
+    }
+    // A changed namespace re-engages the member, like changed Azure settings; so does a
+    // new place (a member moved from its file to a Secret): its errors name the place.
+    let settings = format!(
+        "{}|{}|{}",
+        azure.map(|a| a.settings_key(&name)).unwrap_or_default(),
+        hub_namespace.as_deref().unwrap_or_default(),
+        source.place
+    );
+    if engaged
+        .get(&name)
+        .is_some_and(|e| e.hash == source.hash && e.settings == settings)
+    {
+        return;
+    }
+    if engaged.get_mut(&name).is_some_and(|e| {
+        e.settings == settings && rotation::taken_in_place(shared, &name, e, &source)
+    }) {
+        return;
+    }
+    if let Some(old) = engaged.remove(&name) {
+        if old.hash == source.hash {
+            tracing::info!(member = %name, azure = %settings, "member settings changed: re-engaging");
+        } else {
+            tracing::info!(member = %name, "member kubeconfig changed: re-engaging");
+        }
+        background.spawn(old.stop());
+    }
+    let engagement = engage(shared, &name, source, settings, hub_namespace);
+    engaged.insert(name, engagement);
 }
 
 /// The hub namespace of every member of the directory: its `hubNamespace` in the member config,

@@ -116,12 +116,30 @@ pub(super) const SERVICE_EXPORT: Kind = Kind {
 /// annotations.
 pub fn member_rules(fleet_system_namespace: &str) -> Vec<Rule> {
     let fsn = Scope::Namespace(fleet_system_namespace.to_string());
-    let rule = |group, kind, scope: &Scope, selector: Option<String>, treat| Rule {
+    let mut rules = import_rules(&fsn);
+    rules.extend(export_rules());
+    rules
+}
+
+/// One rule for `group`/`kind` objects of `scope`, narrowed by `selector`.
+fn rule(
+    group: &'static str,
+    kind: &'static str,
+    scope: &Scope,
+    selector: Option<String>,
+    treat: Treat,
+) -> Rule {
+    Rule {
         kind: Kind { group, kind },
         scope: scope.clone(),
         selector,
         treat,
-    };
+    }
+}
+
+/// The import side's and the MultiClusterService job's: MCSs, ServiceImports, derived Services
+/// and imported slices in the fleet system namespace `fsn`.
+fn import_rules(fsn: &Scope) -> Vec<Rule> {
     let all = Scope::AllNamespaces;
     vec![
         rule(
@@ -150,7 +168,7 @@ pub fn member_rules(fleet_system_namespace: &str) -> Vec<Rule> {
         rule(
             CORE,
             "Service",
-            &fsn,
+            fsn,
             Some(mcs::MCS_NAME_LABEL.to_string()),
             Treat {
                 delete_if: Some(Owned::Always),
@@ -160,7 +178,7 @@ pub fn member_rules(fleet_system_namespace: &str) -> Vec<Rule> {
         rule(
             "discovery.k8s.io",
             "EndpointSlice",
-            &fsn,
+            fsn,
             Some(format!(
                 "{}={}",
                 slice_imports::MANAGED_BY_LABEL,
@@ -174,6 +192,13 @@ pub fn member_rules(fleet_system_namespace: &str) -> Vec<Rule> {
                 ..KEEP
             },
         ),
+    ]
+}
+
+/// The export side's: the member's EndpointSlices' annotations and its ServiceExports.
+fn export_rules() -> Vec<Rule> {
+    let all = Scope::AllNamespaces;
+    vec![
         rule(
             "discovery.k8s.io",
             "EndpointSlice",
