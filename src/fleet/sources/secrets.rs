@@ -136,10 +136,7 @@ async fn watch(
         let Some(event) = event else { return };
         let changed = match event {
             Ok(event) => apply(&mut view.lock(), event),
-            Err(e) => {
-                failed(&mut view.lock(), &namespace, &e);
-                false
-            }
+            Err(e) => failed(&mut view.lock(), &namespace, &e),
         };
         if changed {
             let _ = rescan.try_send(());
@@ -147,10 +144,11 @@ async fn watch(
     }
 }
 
-/// Applies one watch event to the view; whether its members changed (a Secret's other fields,
-/// a relist that finds what was there, start nothing). The first list, when it finds no member
-/// Secret, starts no rescan either: it only lets the next one (a file event, the periodic
-/// rescan) stop the members that left, and a quiet fleet stays unread.
+/// Applies one watch event to the view; whether a rescan is due: its members changed (a
+/// Secret's other fields, a relist that finds what was there, start nothing), or this is the
+/// first list, found empty or not: every source has answered from then on, which the replica's
+/// hub watches wait for before they list (a hub list before the members are known would cost a
+/// LIST per member), and members that left may be stopped.
 fn apply(view: &mut View, event: watcher::Event<Secret>) -> bool {
     let name = |s: &Secret| s.metadata.name.clone().unwrap_or_default();
     match event {
@@ -166,8 +164,9 @@ fn apply(view: &mut View, event: watcher::Event<Secret>) -> bool {
         }
         watcher::Event::InitDone => {
             let listed = view.relisting.take().unwrap_or_default();
+            let first = !view.listed;
             view.listed = true;
-            let changed = listed != view.secrets;
+            let changed = first || listed != view.secrets;
             view.secrets = listed;
             changed
         }
@@ -186,7 +185,8 @@ fn apply(view: &mut View, event: watcher::Event<Secret>) -> bool {
 /// A failed list or watch: retried with backoff, the last view kept. A first list refused
 /// (403: the Role lacks `list`/`watch` on Secrets) counts as an empty list, since nothing can
 /// have been served from it: the other sources' members must still be stopped when they leave.
-fn failed(view: &mut View, namespace: &str, e: &watcher::Error) {
+/// Whether a rescan is due (that first refusal, as a first list).
+fn failed(view: &mut View, namespace: &str, e: &watcher::Error) -> bool {
     let forbidden = matches!(
         e,
         watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 403
@@ -197,9 +197,10 @@ fn failed(view: &mut View, namespace: &str, e: &watcher::Error) {
             namespace,
             "member Secrets: list forbidden; no members from Secrets until the hub Role allows list and watch on secrets (or --member-secrets=false)"
         );
-        // No member changed: no rescan for it, the next one sees the source listed.
         view.listed = true;
+        return true;
     }
+    false
 }
 
 #[cfg(test)]
@@ -275,8 +276,8 @@ mod tests {
         let mut empty = View::default();
         apply(&mut empty, watcher::Event::Init);
         assert!(
-            !apply(&mut empty, watcher::Event::InitDone),
-            "nothing found"
+            apply(&mut empty, watcher::Event::InitDone),
+            "nothing found, but the first list: every source has answered"
         );
         assert!(empty.listed);
         let mut view = View::default();
