@@ -101,11 +101,13 @@ fn a_typo_on_the_token_line_is_placed_by_line_column_and_path() {
 #[test]
 fn serde_messages_keep_what_the_type_expects_only() {
     #[derive(Debug, serde::Deserialize)]
-    #[allow(dead_code)]
     struct T {
         flag: bool,
         name: String,
     }
+    let fine: T = serde_json::from_value(serde_json::json!({"flag": true, "name": "n"}))
+        .expect("a valid value");
+    assert!(fine.flag && fine.name == "n");
     let e = serde_json::from_value::<T>(serde_json::json!({"flag": "SECRET-1, expected x"}))
         .expect_err("wrong type");
     let message = describe_serde(&e);
