@@ -62,6 +62,7 @@ pub(super) async fn run(
     let mut failures = 0u32;
     while !cancel.is_cancelled() {
         shared.state.record(&name, Event::Connecting);
+        let started = tokio::time::Instant::now();
         // A panic in this member's attempt (outside data nothing else caught) costs this
         // member an attempt, not its task: it is failing and tried again like any failure.
         let ended =
@@ -71,9 +72,8 @@ pub(super) async fn run(
         let Some(e) = settle(ended, cancel.is_cancelled()) else {
             break;
         };
-        failures = failures.saturating_add(1);
-        let delay = crate::controller::backoff(failures, rand::random::<f64>())
-            .min(Duration::from_secs(60));
+        failures = failures_after(failures, started.elapsed());
+        let delay = retry_delay(failures, rand::random::<f64>());
         tracing::warn!(member = %name, error = %e, retry_in = ?delay, "member failing");
         shared.state.record(&name, Event::Failed(e.to_string()));
         tokio::select! {
@@ -82,6 +82,34 @@ pub(super) async fn run(
         }
     }
     tracing::info!(member = %name, "member stopped");
+}
+
+/// The longest wait before a failing member is tried again: a member whose API server comes
+/// back is engaged within this (plus its sync), and an unreachable one costs one connection
+/// attempt per this period (1,000 members down: ~70 attempts/s, each refused or timing out).
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(15);
+
+/// An attempt that ran this long was a working engagement: its failure starts the backoff anew.
+const RAN_WELL: Duration = Duration::from_secs(60);
+
+/// Failures in a row after an attempt that lasted `ran`.
+fn failures_after(failures: u32, ran: Duration) -> u32 {
+    if ran >= RAN_WELL {
+        1
+    } else {
+        failures.saturating_add(1)
+    }
+}
+
+/// The wait before the next attempt after `failures` in a row (`jitter` in 0..1): from 1 s,
+/// doubling, jittered, never over [`MAX_RETRY_DELAY`].
+fn retry_delay(failures: u32, jitter: f64) -> Duration {
+    crate::policy::backoff(
+        Duration::from_secs(1),
+        failures.saturating_sub(1),
+        MAX_RETRY_DELAY,
+        jitter,
+    )
 }
 
 /// How one attempt at running a member ended (`Err` when it panicked), and whether it was
@@ -113,8 +141,32 @@ fn azure_access(shared: &Shared, name: &str) -> Option<PublicIpAccess> {
 
 #[cfg(test)]
 mod supervision_tests {
-    use super::{Error, settle};
+    use super::{Error, MAX_RETRY_DELAY, RAN_WELL, failures_after, retry_delay, settle};
     use futures::FutureExt;
+    use std::time::Duration;
+
+    /// A member that is down is tried again quickly at first, then at most every 15 s, never
+    /// the minutes a long streak would otherwise reach; an engagement that ran a while before
+    /// failing starts from the first step again.
+    #[test]
+    fn a_failing_member_is_retried_within_the_cap_and_a_long_run_resets_the_streak() {
+        assert_eq!(retry_delay(1, 0.0), Duration::from_millis(500));
+        assert_eq!(retry_delay(3, 0.5), Duration::from_secs(3));
+        for failures in [5, 8, 30, u32::MAX] {
+            assert_eq!(retry_delay(failures, 1.0), MAX_RETRY_DELAY, "{failures}");
+            // Still jittered at the cap: members that failed together do not return in step.
+            assert_eq!(
+                retry_delay(failures, 0.0),
+                MAX_RETRY_DELAY / 2,
+                "{failures}"
+            );
+        }
+        let quick = Duration::from_millis(10);
+        assert_eq!(failures_after(0, quick), 1);
+        assert_eq!(failures_after(6, quick), 7);
+        assert_eq!(failures_after(u32::MAX, quick), u32::MAX);
+        assert_eq!(failures_after(6, RAN_WELL), 1);
+    }
 
     #[test]
     fn an_attempt_that_ends_is_a_failure_unless_it_was_asked_to_stop() {
