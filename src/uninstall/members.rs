@@ -36,6 +36,8 @@ pub struct Sources<'a> {
     pub namespace: &'a str,
     pub id: &'a str,
     pub prefix: &'a str,
+    /// Hub namespaces set per member (`--member-config`'s `hubNamespace`).
+    pub hub_namespaces: &'a BTreeMap<String, String>,
 }
 
 /// Every member found, by name; the first usable kubeconfig of a member wins. `Err` when a
@@ -92,7 +94,7 @@ pub async fn targets(
         found.push((pending.member, kubeconfig));
     }
     let published = published(hub).await?;
-    Ok(merge(found, published, from.prefix))
+    Ok(merge(found, published, from.hub_namespaces, from.prefix))
 }
 
 /// The members a `MemberStatus` names, with the hub namespace it is in.
@@ -124,10 +126,12 @@ async fn published(hub: &kube::Client) -> Result<BTreeMap<String, String>, Strin
 }
 
 /// One target per member name: the first usable kubeconfig, else the first refusal; its hub
-/// namespace as published, else `<prefix><member>`.
+/// namespace as published (where `run` wrote), else as `configured` (`--member-config`), else
+/// `<prefix><member>`.
 pub fn merge(
     found: Vec<(String, Kubeconfig)>,
     published: BTreeMap<String, String>,
+    configured: &BTreeMap<String, String>,
     prefix: &str,
 ) -> BTreeMap<String, Target> {
     let mut targets: BTreeMap<String, Target> = BTreeMap::new();
@@ -135,6 +139,7 @@ pub fn merge(
     for (name, kubeconfig) in found {
         let hub_namespace = published
             .get(&name)
+            .or_else(|| configured.get(&name))
             .cloned()
             .unwrap_or_else(|| namespace_of(prefix, &name));
         let target = targets.entry(name).or_insert_with(|| Target {
@@ -161,6 +166,7 @@ mod tests {
 
     #[test]
     fn the_first_usable_kubeconfig_wins_and_published_members_are_kept() {
+        // m1: published in custom-ns and configured elsewhere: where `run` wrote wins.
         let found = vec![
             ("m1".to_string(), Err("refused: exec".to_string())),
             (
@@ -172,12 +178,20 @@ mod tests {
                 Ok(("kc-1b".to_string(), "secret".to_string())),
             ),
             ("m2".to_string(), Err("refused: exec".to_string())),
+            (
+                "m4".to_string(),
+                Ok(("kc-4".to_string(), "dir".to_string())),
+            ),
         ];
         let published = BTreeMap::from([
             ("m1".to_string(), "custom-ns".to_string()),
             ("m3".to_string(), "fleet-member-m3".to_string()),
         ]);
-        let targets = merge(found, published, "fleet-member-");
+        let configured = BTreeMap::from([
+            ("m1".to_string(), "configured-m1".to_string()),
+            ("m4".to_string(), "configured-m4".to_string()),
+        ]);
+        let targets = merge(found, published, &configured, "fleet-member-");
         assert_eq!(targets["m1"].hub_namespace, "custom-ns");
         assert_eq!(
             targets["m1"].kubeconfig,
@@ -187,6 +201,8 @@ mod tests {
         assert_eq!(targets["m2"].kubeconfig, Err("refused: exec".to_string()));
         assert_eq!(targets["m3"].hub_namespace, "fleet-member-m3");
         assert!(targets["m3"].kubeconfig.is_err());
-        assert_eq!(targets.len(), 3);
+        // Never published (never engaged): its configured hub namespace, not the prefix's.
+        assert_eq!(targets["m4"].hub_namespace, "configured-m4");
+        assert_eq!(targets.len(), 4);
     }
 }

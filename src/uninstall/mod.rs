@@ -66,6 +66,10 @@ pub struct Args {
     pub member_secrets_namespace: Option<String>,
     #[arg(long, env = "FLEETNET_HUB_NAMESPACE_PREFIX", default_value = crate::fleet::registry::DEFAULT_NAMESPACE_PREFIX)]
     pub hub_namespace_prefix: String,
+    /// `run`'s per-member settings file: a member's `hubNamespace` there is drained when no
+    /// `MemberStatus` names the member's hub namespace (a member never engaged).
+    #[arg(long, env = "FLEETNET_MEMBER_CONFIG")]
+    pub member_config: Option<PathBuf>,
     #[arg(long, env = "FLEETNET_FLEET_SYSTEM_NAMESPACE", default_value = crate::config::DEFAULT_FLEET_SYSTEM_NAMESPACE)]
     pub fleet_system_namespace: String,
     /// How long to wait for the replicas' Leases to be released or to expire before refusing
@@ -177,6 +181,7 @@ pub async fn drain(hub: &kube::Client, args: &Args) -> Result<Summary, String> {
         .member_secrets_namespace
         .clone()
         .unwrap_or_else(|| namespace.clone());
+    let hub_namespaces = configured_hub_namespaces(args.member_config.as_deref())?;
     let sources = members::Sources {
         dir: args.kubeconfig_dir.as_deref(),
         member_secrets: args.member_secrets.then_some(secrets_ns.as_str()),
@@ -184,6 +189,7 @@ pub async fn drain(hub: &kube::Client, args: &Args) -> Result<Summary, String> {
         namespace: &namespace,
         id,
         prefix: &args.hub_namespace_prefix,
+        hub_namespaces: &hub_namespaces,
     };
     let targets = members::targets(hub, &sources).await?;
     let trust = args.trust.policy();
@@ -211,6 +217,22 @@ pub async fn drain(hub: &kube::Client, args: &Args) -> Result<Summary, String> {
         delete_status_crd(hub, &mut release).await;
     }
     Ok(Summary { members, release })
+}
+
+/// The `hubNamespace` of each member that sets one in the `--member-config` file; an unreadable
+/// file stops the drain (guessing `<prefix><member>` would drain the wrong namespace).
+fn configured_hub_namespaces(
+    path: Option<&std::path::Path>,
+) -> Result<BTreeMap<String, String>, String> {
+    let Some(path) = path else {
+        return Ok(BTreeMap::new());
+    };
+    let file = crate::fleet::MemberConfigFile::load(path)?;
+    Ok(file
+        .members
+        .into_iter()
+        .filter_map(|(name, settings)| Some((name, settings.hub_namespace?)))
+        .collect())
 }
 
 /// One member: its hub namespace, then the member itself.
