@@ -22,8 +22,8 @@ use fleetnet_hub::app::Running;
 use fleetnet_hub::fleet::Controllers;
 use fleetnet_hub::multicluster::decide::{DERIVED_SERVICE_LABEL, SERVICE_IMPORT_LABEL};
 use fleetnet_testenv::Fleet;
+use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::*;
@@ -151,7 +151,9 @@ where
     .await;
 }
 
-/// The notes of the Events with `reason` about MultiClusterService `name`.
+/// The messages of the Events with `reason` about MultiClusterService `name`, read as the
+/// reference's recorder writes them and `kubectl describe` reads them: core/v1, by
+/// `involvedObject`.
 async fn events(member: &kube::Client, name: &str, reason: &str) -> Vec<String> {
     let api: Api<Event> = Api::namespaced(member.clone(), NS);
     let all = api
@@ -160,9 +162,12 @@ async fn events(member: &kube::Client, name: &str, reason: &str) -> Vec<String> 
         .expect("list events")
         .items;
     all.into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some("MultiClusterService")
+                && e.involved_object.name.as_deref() == Some(name)
+        })
         .filter(|e| e.reason.as_deref() == Some(reason))
-        .filter_map(|e| e.note)
+        .filter_map(|e| e.message)
         .collect()
 }
 
