@@ -73,6 +73,7 @@ pub use crate::fleet_size_report::{
 use crate::fleet_size_report::{READY_GRACE, SETTLE, mib};
 use crate::heartbeats::{BeatWatch, Intervals};
 use crate::replicas::{Replica, Sharding, Spec};
+use crate::secrets_fleet::{self, SecretMember, SecretsReport};
 
 /// The replica log line of a member leaving a replica because another one owns it now.
 pub const HANDOFF: &str = "member now owned by another replica";
@@ -110,6 +111,9 @@ pub struct Config {
     pub churn: Option<Churn>,
     /// `spec.heartbeatPeriodSeconds` of each name's InternalMemberCluster.
     pub heartbeat_period_s: i32,
+    /// The names registered as hub Secrets with tokens of their own, rotated after the quiet
+    /// window (`secrets_fleet.rs`), instead of kubeconfig files.
+    pub member_secrets: bool,
 }
 
 /// The apiserver (0..k) serving member index `i`.
@@ -347,6 +351,11 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
     let replica_figures = replica_figures(&replicas, &converged.ready_sets, &q0, &q1);
     let per_member = |rss: &[u64]| rss.iter().sum::<u64>() as f64 / names.len() as f64;
 
+    let secrets = if config.member_secrets {
+        Some(secrets_phase(config, &setup, &replicas, &seen, &quiet).await?)
+    } else {
+        None
+    };
     let churn = run_churn(config, &setup).await?;
 
     let failover = if config.failover && replicas.len() > 1 {
@@ -403,6 +412,44 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         churn,
         ise_deletes,
         heartbeats,
+        secrets,
+    })
+}
+
+/// With `config.member_secrets`: the rotation of every token, a member added, `status`.
+async fn secrets_phase(
+    config: &Config,
+    setup: &Setup,
+    replicas: &[Replica],
+    seen: &Mutex<Seen>,
+    quiet: &Traffic,
+) -> anyhow::Result<SecretsReport> {
+    let (fleet, hub) = (&setup.fleet, &setup.hub);
+    let rotation = secrets_fleet::rotate(
+        fleet,
+        hub,
+        &setup.server_clients,
+        replicas,
+        &setup.secret_members,
+        seen,
+        secrets_fleet::watches_ended_per_s(quiet),
+    )
+    .await?;
+    let exports: Vec<String> = (0..config.exports).map(export_name).collect();
+    let added =
+        secrets_fleet::add_member(fleet, hub, &setup.secret_members, &exports, seen).await?;
+    let (added_in_status_s, status_s, status_members) = secrets_fleet::status(
+        &config.binary,
+        fleet.hub().kubeconfig_path(),
+        setup.names.len() + 1,
+        3,
+    )?;
+    Ok(SecretsReport {
+        rotation,
+        added_s: added.map(|d| d.as_secs_f64()),
+        added_in_status_s,
+        status_s,
+        status_members,
     })
 }
 
@@ -479,7 +526,23 @@ fn spec_of(config: &Config, fleet: &Fleet, kubeconfig_dir: PathBuf) -> Spec {
             lease_namespace: "default".into(),
             lease_prefix: "fleetnet-hub".into(),
         }),
-        args: config.budget_args.clone(),
+        args: config
+            .budget_args
+            .iter()
+            .cloned()
+            .chain(
+                config
+                    .member_secrets
+                    .then(|| {
+                        [
+                            "--member-secrets-namespace".to_string(),
+                            secrets_fleet::SECRETS_NAMESPACE.to_string(),
+                        ]
+                    })
+                    .into_iter()
+                    .flatten(),
+            )
+            .collect(),
         rust_log: "warn,fleetnet_hub::fleet=info".into(),
     }
 }
@@ -525,6 +588,8 @@ struct Setup {
     setup_s: Duration,
     /// (hub namespace, ISE name) of every export the replicas must write.
     expected: Vec<(String, String)>,
+    /// With `config.member_secrets`: each name's Secret and tokens.
+    secret_members: Vec<SecretMember>,
 }
 
 /// Checks `config`, starts the substrate (hub and member apiservers) and creates the names'
@@ -551,8 +616,25 @@ async fn set_up(config: &Config) -> anyhow::Result<Setup> {
 
     let setup = Instant::now();
     let names = member_names(config.members);
-    let kubeconfig_dir = prepare_members(&fleet, &hub, &names, &servers).await?;
-    let imcs = names.iter().map(|n| (fleet.hub_namespace(n), n.clone()));
+    let (kubeconfig_dir, secret_members) = if config.member_secrets {
+        let dir = fleet.scratch_dir().join("no-member-files");
+        std::fs::create_dir_all(&dir)?;
+        let members =
+            secrets_fleet::prepare(&fleet, &hub, &names, &servers, &server_clients).await?;
+        (dir, members)
+    } else {
+        (
+            prepare_members(&fleet, &hub, &names, &servers).await?,
+            vec![],
+        )
+    };
+    let added = config
+        .member_secrets
+        .then(|| secrets_fleet::ADDED.to_string());
+    let imcs = names
+        .iter()
+        .chain(added.as_ref())
+        .map(|n| (fleet.hub_namespace(n), n.clone()));
     crate::heartbeats::create_imcs(&hub, imcs, config.heartbeat_period_s).await?;
     futures::future::try_join_all(
         server_clients
@@ -587,6 +669,7 @@ async fn set_up(config: &Config) -> anyhow::Result<Setup> {
         kubeconfig_dir,
         setup_s,
         expected,
+        secret_members,
     })
 }
 
@@ -1112,6 +1195,7 @@ mod tests {
             failover_timeout: Duration::ZERO,
             churn: None,
             heartbeat_period_s: 60,
+            member_secrets: false,
         };
         // 100 members × (10 creates + 1 heartbeat + 2 MemberStatus) + 5 LISTs (one per hub
         // kind, for all the replica's members) = 1305 requests, 200 of them in the burst.
@@ -1173,6 +1257,7 @@ mod tests {
             }),
             ise_deletes: 0,
             heartbeats: Heartbeats::default(),
+            secrets: None,
         };
         let table = markdown(&r);
         assert!(

@@ -74,6 +74,9 @@ pub struct Report {
     pub churn: Option<ChurnReport>,
     /// The hub's ISE DELETEs from the replicas' start to the end (must be 0).
     pub ise_deletes: u64,
+    /// With `--member-secrets`: the rotation, a member added, `status`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<crate::secrets_fleet::SecretsReport>,
     /// The membership job in the quiet window.
     pub heartbeats: Heartbeats,
 }
@@ -238,6 +241,9 @@ pub fn markdown(r: &Report) -> String {
     let mut out = figures(r);
     heartbeat_rows(&mut out, r);
     churn_row(&mut out, r);
+    if let Some(secrets) = &r.secrets {
+        out.push_str(&crate::secrets_fleet::markdown(secrets));
+    }
     failover_rows(&mut out, r);
     replica_table(&mut out, r);
     traffic_tables(&mut out, r);

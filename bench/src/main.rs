@@ -10,6 +10,7 @@
 //! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --table --quiet 60
 //! cargo run --release -p fleetnet-bench -- --fairness --members 6 --exports 2000 --churn 5 --kube-api-qps 500 --kube-api-burst 500
 //! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --fleet-size --members 300 --member-servers 5 --exports 10 --replicas 3 --quiet 60
+//! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --fleet-size --member-secrets --members 1000 --member-servers 5 --exports 10 --replicas 3 --quiet 60 --no-failover
 //! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --soak --duration 1800 --members 30 --pool 40 --member-servers 3 --exports 10
 //! bench/reference-agents/build.sh FLEET_NETWORKING_GIT_DIR FLEET_GIT_DIR && cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --agents 5x100 --churn 10 --duration 30 --quiet 60
 //! cargo build --release -p fleetnet-hub -p fleetnet-bench && target/release/fleetnet-bench --hostile --members 100 --member-servers 4 --exports 20
@@ -26,6 +27,7 @@ mod hostile;
 mod imports_bench;
 mod leave_bench;
 mod replicas;
+mod secrets_fleet;
 mod slices_bench;
 mod soak;
 mod table;
@@ -130,6 +132,11 @@ struct Cli {
     /// `--fleet-size` without the kill -9.
     #[arg(long)]
     no_failover: bool,
+    /// `--fleet-size` with the names registered as hub Secrets, each with a token of its own:
+    /// after the quiet window every token rotated at once, a member added and `status` timed
+    /// (see `secrets_fleet.rs`).
+    #[arg(long, requires = "fleet_size")]
+    member_secrets: bool,
     /// Seconds `--fleet-size` waits after the kill -9 for the orphans and the probe's ISEs;
     /// what is not done by then is reported as incomplete.
     #[arg(long, default_value_t = 120.0)]
@@ -489,6 +496,7 @@ async fn run_table(cli: &Cli) -> Result<(), String> {
         failover_timeout: Duration::ZERO,
         churn: None,
         heartbeat_period_s: cli.heartbeat_period,
+        member_secrets: false,
     };
     let rows = table::run(&template).await.map_err(|e| format!("{e:#}"))?;
     for row in &rows {
@@ -523,6 +531,7 @@ async fn run_fleet_size(cli: &Cli) -> Result<(), String> {
             })
             .transpose()?,
         heartbeat_period_s: cli.heartbeat_period,
+        member_secrets: cli.member_secrets,
     };
     let report = fleet_size::run(&config)
         .await

@@ -175,6 +175,14 @@ impl Replica {
 }
 
 impl Replica {
+    /// Its `GET /members`, whole.
+    pub async fn members_json(&self) -> anyhow::Result<serde_json::Value> {
+        let body = http_get(&self.health, "/members")
+            .await
+            .with_context(|| format!("GET /members of {}", self.name))?;
+        serde_json::from_str(&body).with_context(|| format!("/members of {}", self.name))
+    }
+
     /// Its `GET /metrics` (OpenMetrics text).
     pub async fn scrape(&self) -> anyhow::Result<String> {
         http_get(&self.metrics, "/metrics")
