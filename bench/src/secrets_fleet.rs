@@ -303,7 +303,7 @@ fn secrets(hub: &kube::Client) -> Api<Secret> {
 }
 
 /// Name → (kubeconfig hash, since) over every replica's `/members` (the replica running it).
-async fn engagements(replicas: &[Replica]) -> HashMap<String, (String, String)> {
+async fn engagements(replicas: &[Replica]) -> Engagements {
     let mut all = HashMap::new();
     for r in replicas {
         let Ok(members) = r.members_json().await else {
@@ -401,52 +401,19 @@ pub async fn rotate(
     })
     .await?;
     let written = start.elapsed();
-    let taken = loop {
-        let now = engagements(replicas).await;
-        let changed = registered
-            .iter()
-            .filter(|m| {
-                matches!((now.get(&m.name), before.get(&m.name)),
-                    (Some((h1, _)), Some((h0, _))) if h1 != h0)
-            })
-            .count();
-        if changed == registered.len() {
-            break Some(start.elapsed());
-        }
-        if start.elapsed() > Duration::from_secs(60) {
-            say(format!(
-                "{changed} of {} names on their new token after 60 s",
-                registered.len()
-            ));
-            break None;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let taken = wait_taken(replicas, &registered, &before, start).await;
     say(format!(
         "rotation: Secrets written in {written:.1?}, every name on its new kubeconfig after {taken:.1?}"
     ));
     tokio::time::sleep(NEW_TOKEN_WITHIN.saturating_sub(start.elapsed())).await;
     let revoked_at = start.elapsed();
-    run_all(registered.iter().copied(), |m| async move {
-        Api::<Secret>::namespaced(server_clients[m.server].clone(), TOKENS_NAMESPACE)
-            .delete(&format!("{}-a", m.name), &DeleteParams::default())
-            .await
-            .with_context(|| format!("revoke the first token of {}", m.name))
-            .map(drop)
-    })
-    .await?;
+    revoke_first_tokens(server_clients, &registered).await?;
     let revoked = Instant::now();
     let (probe_s, probe_finalized) = probe(fleet, server_clients, &registered, seen).await?;
     let probe_s = probe_s.map(|()| revoked.elapsed().as_secs_f64());
     let window = start.elapsed();
     let after = engagements(replicas).await;
-    let re_engaged = registered
-        .iter()
-        .filter(|m| {
-            matches!((after.get(&m.name), before.get(&m.name)),
-                (Some((_, s1)), Some((_, s0))) if s1 != s0)
-        })
-        .count();
+    let re_engaged = changed(&registered, &before, &after, |(_, since)| since);
     let (members1, hub1) = (
         scrape_every_resource(server_clients).await?,
         scrape_every_resource(std::slice::from_ref(hub)).await?,
@@ -467,6 +434,65 @@ pub async fn rotate(
         auth_failures: auth0.zip(auth1).map(|(a, b)| b - a),
         window_s: window.as_secs_f64(),
     })
+}
+
+/// Name → (kubeconfig hash, since) of a `/members` poll.
+type Engagements = HashMap<String, (String, String)>;
+
+/// Names of `registered` whose `field` differs between `before` and `after` (both present).
+fn changed(
+    registered: &[&SecretMember],
+    before: &Engagements,
+    after: &Engagements,
+    field: impl Fn(&(String, String)) -> &String,
+) -> usize {
+    registered
+        .iter()
+        .filter(|m| {
+            matches!((after.get(&m.name), before.get(&m.name)),
+                (Some(a), Some(b)) if field(a) != field(b))
+        })
+        .count()
+}
+
+/// Polls the replicas until every name of `registered` shows a kubeconfig hash other than
+/// `before`'s: when, from `start`; `None` after 60 s.
+async fn wait_taken(
+    replicas: &[Replica],
+    registered: &[&SecretMember],
+    before: &Engagements,
+    start: Instant,
+) -> Option<Duration> {
+    loop {
+        let now = engagements(replicas).await;
+        let taken = changed(registered, before, &now, |(hash, _)| hash);
+        if taken == registered.len() {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            say(format!(
+                "{taken} of {} names on their new token after 60 s",
+                registered.len()
+            ));
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Deletes the Secrets the first tokens are bound to: those tokens are refused from then on.
+async fn revoke_first_tokens(
+    server_clients: &[kube::Client],
+    registered: &[&SecretMember],
+) -> anyhow::Result<()> {
+    run_all(registered.iter().copied(), |m| async move {
+        Api::<Secret>::namespaced(server_clients[m.server].clone(), TOKENS_NAMESPACE)
+            .delete(&format!("{}-a", m.name), &DeleteParams::default())
+            .await
+            .with_context(|| format!("revoke the first token of {}", m.name))
+            .map(drop)
+    })
+    .await
 }
 
 /// A new export on every member apiserver: its ISE in every name's hub namespace (within
