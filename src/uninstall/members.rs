@@ -3,7 +3,7 @@
 //! the pending cleanup records of removed members, and the `MemberStatus` objects on the hub
 //! (a member known only there still has its hub side drained).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -19,8 +19,9 @@ pub type Kubeconfig = Result<(String, String), String>;
 /// One member to drain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
-    /// Its hub namespace.
-    pub hub_namespace: String,
+    /// Its hub namespace; `Err`: why there is none `run` would have written in (an invalid or
+    /// shared `hubNamespace`, as `run` refuses it).
+    pub hub_namespace: Result<String, String>,
     /// Its kubeconfig and where it was found; `Err`: why there is none usable.
     pub kubeconfig: Kubeconfig,
 }
@@ -126,22 +127,33 @@ async fn published(hub: &kube::Client) -> Result<BTreeMap<String, String>, Strin
 }
 
 /// One target per member name: the first usable kubeconfig, else the first refusal; its hub
-/// namespace as published (where `run` wrote), else as `configured` (`--member-config`), else
-/// `<prefix><member>`.
+/// namespace as published (where `run` wrote), else as `run` names it (`configured`, from
+/// `--member-config`, else `<prefix><member>`; one invalid or shared by two members is refused
+/// for them, as `run` refuses it).
 pub fn merge(
     found: Vec<(String, Kubeconfig)>,
     published: BTreeMap<String, String>,
     configured: &BTreeMap<String, String>,
     prefix: &str,
 ) -> BTreeMap<String, Target> {
+    let names: BTreeSet<&str> = found.iter().map(|(name, _)| name.as_str()).collect();
+    let named = registry::hub_namespaces(
+        prefix,
+        names
+            .iter()
+            .map(|name| (*name, configured.get(*name).map(String::as_str))),
+    );
+    let hub_namespace_of = |name: &str| match published.get(name) {
+        Some(ns) => Ok(ns.clone()),
+        None => named
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| Ok(namespace_of(prefix, name))),
+    };
     let mut targets: BTreeMap<String, Target> = BTreeMap::new();
     let no_kubeconfig = || Err("no kubeconfig found in any source".to_string());
     for (name, kubeconfig) in found {
-        let hub_namespace = published
-            .get(&name)
-            .or_else(|| configured.get(&name))
-            .cloned()
-            .unwrap_or_else(|| namespace_of(prefix, &name));
+        let hub_namespace = hub_namespace_of(&name);
         let target = targets.entry(name).or_insert_with(|| Target {
             hub_namespace,
             kubeconfig: no_kubeconfig(),
@@ -153,7 +165,7 @@ pub fn merge(
     }
     for (name, hub_namespace) in published {
         targets.entry(name).or_insert_with(|| Target {
-            hub_namespace,
+            hub_namespace: Ok(hub_namespace),
             kubeconfig: no_kubeconfig(),
         });
     }
@@ -192,17 +204,51 @@ mod tests {
             ("m4".to_string(), "configured-m4".to_string()),
         ]);
         let targets = merge(found, published, &configured, "fleet-member-");
-        assert_eq!(targets["m1"].hub_namespace, "custom-ns");
+        let ns = |m: &str| targets[m].hub_namespace.clone().expect("a hub namespace");
+        assert_eq!(ns("m1"), "custom-ns");
         assert_eq!(
             targets["m1"].kubeconfig,
             Ok(("kc-1".to_string(), "dir".to_string()))
         );
-        assert_eq!(targets["m2"].hub_namespace, "fleet-member-m2");
+        assert_eq!(ns("m2"), "fleet-member-m2");
         assert_eq!(targets["m2"].kubeconfig, Err("refused: exec".to_string()));
-        assert_eq!(targets["m3"].hub_namespace, "fleet-member-m3");
+        assert_eq!(ns("m3"), "fleet-member-m3");
         assert!(targets["m3"].kubeconfig.is_err());
         // Never published (never engaged): its configured hub namespace, not the prefix's.
-        assert_eq!(targets["m4"].hub_namespace, "configured-m4");
+        assert_eq!(ns("m4"), "configured-m4");
         assert_eq!(targets.len(), 4);
+    }
+
+    #[test]
+    fn a_hub_namespace_run_would_refuse_is_refused_unless_published() {
+        let kubeconfig = || Ok(("kc".to_string(), "dir".to_string()));
+        let found = vec![
+            ("a".to_string(), kubeconfig()),
+            ("b".to_string(), kubeconfig()),
+            ("c".to_string(), kubeconfig()),
+            ("d".to_string(), kubeconfig()),
+        ];
+        // a and b share one; c's is not a namespace name; d's shared one was published.
+        let configured = BTreeMap::from([
+            ("a".to_string(), "shared".to_string()),
+            ("b".to_string(), "shared".to_string()),
+            ("c".to_string(), "Not_A_Namespace".to_string()),
+            ("d".to_string(), "shared".to_string()),
+        ]);
+        let published = BTreeMap::from([("d".to_string(), "shared".to_string())]);
+        let targets = merge(found, published, &configured, "fleet-member-");
+        for (member, other) in [("a", "b"), ("b", "a")] {
+            let refused = targets[member].hub_namespace.clone().expect_err("shared");
+            assert!(
+                refused.contains("\"shared\"") && refused.contains(other),
+                "{refused}"
+            );
+        }
+        let invalid = targets["c"].hub_namespace.clone().expect_err("invalid");
+        assert!(
+            invalid.contains("hubNamespace of member \"c\""),
+            "{invalid}"
+        );
+        assert_eq!(targets["d"].hub_namespace, Ok("shared".to_string()));
     }
 }

@@ -243,7 +243,13 @@ async fn member(
     trust: crate::fleet::TrustPolicy,
     fleet_system_namespace: &str,
 ) -> Tally {
-    let mut tally = drain::apply(hub, &rules::hub_rules(&target.hub_namespace)).await;
+    let mut tally = match &target.hub_namespace {
+        Ok(ns) => drain::apply(hub, &rules::hub_rules(ns)).await,
+        Err(e) => Tally {
+            errors: vec![format!("hub side not drained: {e}")],
+            ..Default::default()
+        },
+    };
     let client = match target.kubeconfig {
         Ok((kubeconfig, origin)) => crate::fleet::member_client(
             name,
