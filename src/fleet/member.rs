@@ -65,10 +65,15 @@ pub(super) async fn run(
         let started = tokio::time::Instant::now();
         // A panic in this member's attempt (outside data nothing else caught) costs this
         // member an attempt, not its task: it is failing and tried again like any failure.
-        let ended =
-            std::panic::AssertUnwindSafe(run_once(&member, credentials.clone(), &shared, &cancel))
-                .catch_unwind()
-                .await;
+        let ended = std::panic::AssertUnwindSafe(run_once(
+            &member,
+            credentials.clone(),
+            &shared,
+            &cancel,
+            failures,
+        ))
+        .catch_unwind()
+        .await;
         let Some(e) = settle(ended, cancel.is_cancelled()) else {
             break;
         };
@@ -189,16 +194,18 @@ async fn connect(
     })
 }
 
+/// One attempt at running `member`, the `failures`-th in a row after failures.
 async fn run_once(
     member: &Member,
     credentials: Option<Arc<client::credentials::Credentials>>,
     shared: &Arc<Shared>,
     cancel: &CancellationToken,
+    failures: u32,
 ) -> Result<(), Error> {
     let (cfg, name) = (&shared.config, member.name.as_str());
     // Dropped (the slot freed) when this attempt ends, once the views have listed, or after
-    // ENGAGING_SLOT, whichever comes first.
-    let Some(engaging) = engaging_slot(shared, cancel).await else {
+    // its hold, whichever comes first.
+    let Some(engaging) = engaging_slot(&shared.engaging, cancel, slot_hold(failures)).await else {
         return Ok(());
     };
     let stats = Arc::new(ClientStats::default());
@@ -357,21 +364,33 @@ fn inputs(
     }
 }
 
-/// Waits for one of the slots of members engaging at once; `None` if cancelled meanwhile.
-/// The slot is held until the returned sender is dropped, at most [`super::ENGAGING_SLOT`].
+/// How long an attempt may hold its engaging slot: a first attempt [`super::ENGAGING_SLOT`];
+/// an attempt after failures [`super::RETRY_ENGAGING_SLOT`], so that members failing over and
+/// over (a server that hangs: ~70 of them would fill every slot at the first's hold) cost the
+/// others' engagement little.
+fn slot_hold(failures: u32) -> Duration {
+    if failures == 0 {
+        super::ENGAGING_SLOT
+    } else {
+        super::RETRY_ENGAGING_SLOT
+    }
+}
+
+/// Waits for one of the `slots` of members engaging at once; `None` if cancelled meanwhile.
+/// The slot is held until the returned sender is dropped, at most `hold`.
 async fn engaging_slot(
-    shared: &Shared,
+    slots: &Arc<tokio::sync::Semaphore>,
     cancel: &CancellationToken,
+    hold: Duration,
 ) -> Option<tokio::sync::oneshot::Sender<()>> {
-    let slots = shared.engaging.clone();
     let permit = tokio::select! {
         _ = cancel.cancelled() => return None,
-        permit = slots.acquire_owned() => permit.ok()?,
+        permit = slots.clone().acquire_owned() => permit.ok()?,
     };
     let (release, released) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         let _permit = permit;
-        let _ = tokio::time::timeout(super::ENGAGING_SLOT, released).await;
+        let _ = tokio::time::timeout(hold, released).await;
     });
     Some(release)
 }

@@ -138,9 +138,13 @@ pub struct Shared {
 /// [`ENGAGING_SLOT`].
 pub const ENGAGING_AT_ONCE: usize = 32;
 
-/// The longest a member holds an engaging slot: a member whose server hangs does not hold
-/// up the others.
+/// The longest a member's first attempt holds an engaging slot: a member whose server hangs
+/// does not hold up the others.
 const ENGAGING_SLOT: Duration = Duration::from_secs(5);
+
+/// The longest an attempt after failures holds one: failing members retry every 15 s at
+/// most, and would otherwise keep many slots.
+const RETRY_ENGAGING_SLOT: Duration = Duration::from_secs(1);
 
 impl Shared {
     /// The cleanup records, written through `member`'s fence.

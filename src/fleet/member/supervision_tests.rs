@@ -1,9 +1,13 @@
 //! A member's supervision: how an attempt that fails, panics or ends is told, and when the next
 //! one runs.
 
-use super::{Error, MAX_RETRY_DELAY, RAN_WELL, failures_after, retry_delay, settle};
+use super::{
+    Error, MAX_RETRY_DELAY, RAN_WELL, engaging_slot, failures_after, retry_delay, settle, slot_hold,
+};
 use futures::FutureExt;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// A member that is down is tried again quickly at first, then at most every 15 s, never
 /// the minutes a long streak would otherwise reach; an engagement that ran a while before
@@ -59,4 +63,49 @@ async fn a_panicking_attempt_is_a_failure_and_the_next_attempt_runs() {
         reasons.extend(settle(ended, false).map(|e| e.to_string()));
     }
     assert_eq!(reasons, ["member task panicked; restarting", "attempt 1"]);
+}
+
+/// A member's first attempt may hold its engaging slot 5 s; one after failures 1 s, so that
+/// members failing again and again (hanging servers) leave the slots to the others.
+#[tokio::test(start_paused = true)]
+async fn a_retry_holds_its_engaging_slot_for_a_second_at_most() {
+    assert_eq!(slot_hold(0), Duration::from_secs(5));
+    assert_eq!(slot_hold(1), Duration::from_secs(1));
+    assert_eq!(slot_hold(u32::MAX), Duration::from_secs(1));
+    let slots = Arc::new(tokio::sync::Semaphore::new(1));
+    let cancel = CancellationToken::new();
+    let held = engaging_slot(&slots, &cancel, slot_hold(3))
+        .await
+        .expect("a slot");
+    tokio::task::yield_now().await;
+    assert_eq!(slots.available_permits(), 0, "held");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(
+        slots.available_permits(),
+        1,
+        "freed after 1 s, its attempt still running"
+    );
+    drop(held);
+    let first = engaging_slot(&slots, &cancel, slot_hold(0))
+        .await
+        .expect("a slot");
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
+    assert_eq!(
+        slots.available_permits(),
+        0,
+        "a first attempt holds it longer"
+    );
+    drop(first);
+    tokio::task::yield_now().await;
+    assert_eq!(
+        slots.available_permits(),
+        1,
+        "freed when the attempt lets go"
+    );
+    cancel.cancel();
+    let _all = slots.clone().acquire_owned().await.expect("permit");
+    assert!(
+        engaging_slot(&slots, &cancel, slot_hold(0)).await.is_none(),
+        "cancelled while waiting"
+    );
 }

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::AgentTypes;
 use crate::fleet::registry::{MemberSource, hub_namespace};
-use credentials::{Lookup, Profile, Token, member_of, profile_of, token_of};
+use credentials::{Lookup, Profile, Token, member_of, profile_of, reported_connection, token_of};
 
 /// Where the inventory is read and what its members' leave waits for.
 #[derive(Clone, Debug)]
@@ -107,11 +107,29 @@ impl<T: PartialEq> Listed<T> {
     }
 }
 
+/// A MemberCluster as the view keeps it.
+#[derive(Clone, Debug, PartialEq)]
+struct ClusterEntry {
+    deleting: bool,
+    /// Once it is being deleted: the connection it reports itself (read only then, when fleet
+    /// deletes its profile: a member whose leave no replica saw start is still reachable).
+    reported: Option<Profile>,
+}
+
+/// What the view keeps of a MemberCluster.
+fn cluster_entry(member_cluster: &DynamicObject) -> ClusterEntry {
+    let deleting = member_cluster.metadata.deletion_timestamp.is_some();
+    ClusterEntry {
+        deleting,
+        reported: deleting.then(|| reported_connection(member_cluster)),
+    }
+}
+
 /// What the three watches have seen, and the members leaving.
 #[derive(Default)]
 struct View {
-    /// MemberClusters: whether each is being deleted.
-    clusters: Listed<bool>,
+    /// MemberClusters.
+    clusters: Listed<ClusterEntry>,
     profiles: Listed<Profile>,
     tokens: Listed<Token>,
     /// Why no ClusterProfile can be listed (no CRD, forbidden); `None` once listed.
@@ -134,17 +152,17 @@ impl View {
     }
 
     fn member(&self, name: &str, s: &Settings) -> MemberSource {
+        self.member_with(name, self.profiles.items.get(name), s)
+    }
+
+    /// Member `name` with `profile` for its connection and its token Secret.
+    fn member_with(&self, name: &str, profile: Option<&Profile>, s: &Settings) -> MemberSource {
         let at = Lookup {
             profile_namespace: &s.profile_namespace,
             secret_namespace: &s.secret_namespace,
             profiles_unreadable: self.profiles_unreadable.as_deref(),
         };
-        member_of(
-            name,
-            self.profiles.items.get(name),
-            self.tokens.items.get(name),
-            &at,
-        )
+        member_of(name, profile, self.tokens.items.get(name), &at)
     }
 
     /// Every member, one entry each; `None` until the three kinds have listed.
@@ -166,7 +184,7 @@ impl View {
             .clusters
             .items
             .iter()
-            .filter(|(_, d)| **d)
+            .filter(|(_, c)| c.deleting)
             .map(|(n, _)| n);
         let gone = self
             .active
@@ -178,7 +196,7 @@ impl View {
             .cloned()
             .collect();
         for name in starting {
-            let source = self.served(&name, s);
+            let source = self.leaving_with(&name, s);
             if source.kubeconfig.is_ok() {
                 tracing::info!(member = %name, "MemberCluster deleted: the member stays until its leave is done");
                 self.leaving.insert(name, source);
@@ -187,10 +205,13 @@ impl View {
             }
         }
         let clusters = &self.clusters.items;
-        self.left.retain(|n| clusters.get(n) == Some(&true));
+        self.left
+            .retain(|n| clusters.get(n).is_some_and(|c| c.deleting));
         let active: Vec<String> = clusters
             .iter()
-            .filter(|(n, d)| !**d && !self.leaving.contains_key(*n) && !self.left.contains(*n))
+            .filter(|(n, c)| {
+                !c.deleting && !self.leaving.contains_key(*n) && !self.left.contains(*n)
+            })
             .map(|(n, _)| n.clone())
             .collect();
         self.active = active
@@ -206,6 +227,28 @@ impl View {
         match self.active.get(name) {
             Some(last) if now.kubeconfig.is_err() && last.kubeconfig.is_ok() => last.clone(),
             _ => now,
+        }
+    }
+
+    /// What a member starting to leave is served with: as [`View::served`], else (never
+    /// served by this process, its profile deleted with its MemberCluster's deletion, as fleet
+    /// does) the connection its MemberCluster reports, with its token.
+    fn leaving_with(&self, name: &str, s: &Settings) -> MemberSource {
+        let served = self.served(name, s);
+        let reported = self
+            .clusters
+            .items
+            .get(name)
+            .and_then(|c| c.reported.as_ref());
+        match reported {
+            Some(reported) if served.kubeconfig.is_err() => {
+                let source = self.member_with(name, Some(reported), s);
+                if source.kubeconfig.is_ok() {
+                    tracing::info!(member = %name, "its ClusterProfile is gone: leaving on the connection its MemberCluster reports");
+                }
+                source
+            }
+            _ => served,
         }
     }
 
@@ -242,9 +285,7 @@ impl InventorySource {
         };
         let clusters = Api::<DynamicObject>::all_with(hub.clone(), &member_clusters());
         tokio::spawn(watch.clone().run(clusters, "MemberClusters", |v, e, _| {
-            v.clusters.apply(e, |mc: &DynamicObject| {
-                mc.metadata.deletion_timestamp.is_some()
-            })
+            v.clusters.apply(e, cluster_entry)
         }));
         let ns = &settings.profile_namespace;
         let profiles = Api::<DynamicObject>::namespaced_with(hub.clone(), ns, &cluster_profiles());

@@ -488,3 +488,79 @@ async fn a_restart_of_a_converged_inventory_member_writes_nothing() {
     );
     running.shutdown().await;
 }
+
+/// A MemberCluster deleted while no replica runs: fleet has deleted its ClusterProfile by the
+/// time one starts, so the member is reached on the connection its MemberCluster reports
+/// (`status.properties`, where fleet took the profile's from) and its leave runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_cluster_deleted_while_no_replica_ran_still_leaves() {
+    let fleet = alpha_in_the_inventory().await;
+    let hub = fleet.hub().client().await.expect("hub client");
+    let mcs = Api::<DynamicObject>::all_with(hub.clone(), &member_clusters());
+    install(&hub, CLUSTER_PROFILES_CRD, &cluster_profiles()).await;
+    write_profile(&hub, &fleet, "alpha").await;
+    // The properties fleet's member agent reports and fleet copies into the profile.
+    let cluster = fleet.member("alpha");
+    let ca_property = STANDARD.encode(cluster.ca_pem().expect("CA"));
+    let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
+        .expect("now")
+        .to_string();
+    let properties = json!({"status": {"properties": {
+        "k8s.io/cluster-entrypoint": {"value": cluster.server(), "observationTime": now},
+        "k8s.io/cluster-certificate-authority-data": {"value": ca_property, "observationTime": now},
+    }}});
+    mcs.patch_status("alpha", &PatchParams::default(), &Patch::Merge(&properties))
+        .await
+        .expect("MemberCluster properties");
+    Api::<Secret>::namespaced(hub.clone(), NS)
+        .create(
+            &PostParams::default(),
+            &token_secret("alpha", &admin_token(&fleet, "alpha")),
+        )
+        .await
+        .expect("token Secret");
+    let identity = charts_identity(&fleet, &hub).await;
+    let running = app::start(inventory_config(&fleet, &identity), Extensions::default())
+        .await
+        .expect("starts");
+    wait_phase(&running, "alpha", Phase::Ready).await;
+    export_and_wait(&fleet, "alpha", "ns1", "web").await;
+    let imcs = Api::<InternalMemberCluster>::namespaced(hub.clone(), &fleet.hub_namespace("alpha"));
+    wait_agents(&imcs, "alpha", "True").await;
+    running.shutdown().await;
+
+    // No replica runs: the MemberCluster deleted, its profile deleted, `Leave` set, as fleet does.
+    mcs.delete("alpha", &DeleteParams::default())
+        .await
+        .expect("delete MemberCluster");
+    Api::<DynamicObject>::namespaced_with(hub.clone(), PROFILES, &cluster_profiles())
+        .delete("alpha", &DeleteParams::default())
+        .await
+        .expect("fleet deletes the profile");
+    imcs.patch(
+        "alpha",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"state": "Leave"}})),
+    )
+    .await
+    .expect("Leave, as fleet's hub sets it");
+
+    let running = app::start(inventory_config(&fleet, &identity), Extensions::default())
+        .await
+        .expect("starts again");
+    wait_agents(&imcs, "alpha", "False").await;
+    eventually("alpha stopped after its leave", || async {
+        running.state.member("alpha").is_none().then_some(())
+    })
+    .await;
+    let member = fleet.member("alpha").client().await.expect("member client");
+    let left = exports(&member, "ns1")
+        .list(&Default::default())
+        .await
+        .expect("list");
+    assert!(
+        left.items.is_empty(),
+        "the leave deleted its ServiceExports"
+    );
+    running.shutdown().await;
+}

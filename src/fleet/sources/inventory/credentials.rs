@@ -63,19 +63,61 @@ pub fn profile_of(profile: &DynamicObject, namespace: &str) -> Profile {
             "{at} has no access provider yet"
         )));
     };
-    let field = |key: &str| {
-        cluster
-            .get(key)
+    let field = |key: &str| cluster.get(key).and_then(|v| v.as_str());
+    connection(
+        &at,
+        ("server", field("server")),
+        (
+            "certificate-authority-data",
+            field("certificate-authority-data"),
+        ),
+    )
+}
+
+/// fleet's MemberCluster property naming the member's API server (copied into its profile).
+pub const ENTRYPOINT_PROPERTY: &str = "k8s.io/cluster-entrypoint";
+/// fleet's MemberCluster property holding the member's CA (base64 of PEM; copied into its
+/// profile).
+pub const CA_PROPERTY: &str = "k8s.io/cluster-certificate-authority-data";
+
+/// The connection a MemberCluster reports itself (`status.properties`, what fleet copies
+/// into its ClusterProfile): how a member whose MemberCluster is being deleted is reached once
+/// fleet has deleted its profile.
+pub fn reported_connection(member_cluster: &DynamicObject) -> Profile {
+    let name = member_cluster.metadata.name.as_deref().unwrap_or_default();
+    let at = format!("MemberCluster {name}");
+    let property = |key: &str| {
+        member_cluster
+            .data
+            .get("status")
+            .and_then(|s| s.get("properties"))
+            .and_then(|p| p.get(key))
+            .and_then(|p| p.get("value"))
             .and_then(|v| v.as_str())
-            .filter(|v| !v.is_empty())
     };
-    let server =
-        field("server").ok_or_else(|| Missing::Awaiting(format!("{at} has no server yet")))?;
-    let ca = field("certificate-authority-data")
-        .ok_or_else(|| Missing::Awaiting(format!("{at} has no certificate-authority-data yet")))?;
+    connection(
+        &at,
+        (ENTRYPOINT_PROPERTY, property(ENTRYPOINT_PROPERTY)),
+        (CA_PROPERTY, property(CA_PROPERTY)),
+    )
+}
+
+/// A server and a CA as `at` gives them (each with the name it has there): both there, the
+/// CA a PEM certificate.
+fn connection(
+    at: &str,
+    (server_key, server): (&str, Option<&str>),
+    (ca_key, ca): (&str, Option<&str>),
+) -> Profile {
+    let server = server
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| Missing::Awaiting(format!("{at} has no {server_key} yet")))?;
+    let ca = ca
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| Missing::Awaiting(format!("{at} has no {ca_key} yet")))?;
     let ca_data = ca_data_of(ca).ok_or_else(|| {
         Missing::Refused(format!(
-            "{at}: its certificate-authority-data is not a PEM certificate: refused"
+            "{at}: its {ca_key} is not a PEM certificate: refused"
         ))
     })?;
     Ok(Connection {

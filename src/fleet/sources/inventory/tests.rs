@@ -46,9 +46,7 @@ fn listed(clusters: &[DynamicObject], profiles: &[DynamicObject], tokens: &[Secr
     let mut v = View::default();
     for kind in 0..3 {
         let init = |v: &mut View| match kind {
-            0 => v
-                .clusters
-                .apply(watcher::Event::Init, |_: &DynamicObject| false),
+            0 => v.clusters.apply(watcher::Event::Init, cluster_entry),
             1 => v
                 .profiles
                 .apply(watcher::Event::Init, |p| profile_of(p, "fleet-system")),
@@ -58,8 +56,7 @@ fn listed(clusters: &[DynamicObject], profiles: &[DynamicObject], tokens: &[Secr
     }
     for c in clusters {
         let event = watcher::Event::InitApply(c.clone());
-        v.clusters
-            .apply(event, |mc| mc.metadata.deletion_timestamp.is_some());
+        v.clusters.apply(event, cluster_entry);
     }
     for p in profiles {
         let event = watcher::Event::InitApply(p.clone());
@@ -69,10 +66,7 @@ fn listed(clusters: &[DynamicObject], profiles: &[DynamicObject], tokens: &[Secr
         v.tokens
             .apply(watcher::Event::InitApply(t.clone()), token_of);
     }
-    assert!(
-        v.clusters
-            .apply(watcher::Event::InitDone, |_: &DynamicObject| false)
-    );
+    assert!(v.clusters.apply(watcher::Event::InitDone, cluster_entry));
     assert!(v.members().is_none(), "not before every kind listed");
     v.profiles
         .apply(watcher::Event::InitDone, |p| profile_of(p, "fleet-system"));
@@ -132,14 +126,12 @@ fn a_hub_without_the_profile_crd_shows_why_and_still_serves_the_others() {
         !failed(&mut v, "ClusterProfiles", &s, &missing),
         "told once"
     );
-    v.clusters
-        .apply(watcher::Event::Init, |_: &DynamicObject| false);
-    v.clusters
-        .apply(watcher::Event::InitApply(cluster("alpha", false)), |_| {
-            false
-        });
-    v.clusters
-        .apply(watcher::Event::InitDone, |_: &DynamicObject| false);
+    v.clusters.apply(watcher::Event::Init, cluster_entry);
+    v.clusters.apply(
+        watcher::Event::InitApply(cluster("alpha", false)),
+        cluster_entry,
+    );
+    v.clusters.apply(watcher::Event::InitDone, cluster_entry);
     v.tokens.apply(watcher::Event::Init, token_of);
     v.tokens.apply(watcher::Event::InitDone, token_of);
     v.settle(&s);
@@ -161,9 +153,7 @@ fn a_deleted_member_stays_as_served_until_its_leave_is_done() {
     let served = told(&v)[0].1.clone().expect("alpha served");
     // Deleting: fleet deletes its profile and the token may go too; the member stays as it was.
     v.clusters
-        .apply(watcher::Event::Apply(cluster("alpha", true)), |mc| {
-            mc.metadata.deletion_timestamp.is_some()
-        });
+        .apply(watcher::Event::Apply(cluster("alpha", true)), cluster_entry);
     v.profiles
         .apply(watcher::Event::Delete(profile("alpha")), |p| {
             profile_of(p, "fleet-system")
@@ -171,8 +161,10 @@ fn a_deleted_member_stays_as_served_until_its_leave_is_done() {
     v.tokens
         .apply(watcher::Event::Delete(token("alpha", "t")), token_of);
     // beta never had credentials: nothing to leave, gone at once.
-    v.clusters
-        .apply(watcher::Event::Delete(cluster("beta", false)), |_| false);
+    v.clusters.apply(
+        watcher::Event::Delete(cluster("beta", false)),
+        cluster_entry,
+    );
     v.settle(&s);
     assert_eq!(told(&v), vec![("alpha".to_string(), Ok(served))]);
     assert!(v.left("alpha"));
@@ -181,13 +173,60 @@ fn a_deleted_member_stays_as_served_until_its_leave_is_done() {
         told(&v).is_empty(),
         "left; its MemberCluster (finalizers pending) not served again"
     );
-    v.clusters
-        .apply(watcher::Event::Delete(cluster("alpha", true)), |_| false);
+    v.clusters.apply(
+        watcher::Event::Delete(cluster("alpha", true)),
+        cluster_entry,
+    );
     v.settle(&s);
     assert!(v.left.is_empty());
     // Registered again: served again.
-    v.clusters
-        .apply(watcher::Event::Apply(cluster("alpha", false)), |_| false);
+    v.clusters.apply(
+        watcher::Event::Apply(cluster("alpha", false)),
+        cluster_entry,
+    );
     v.settle(&s);
     assert_eq!(told(&v).len(), 1);
+}
+
+#[test]
+fn a_member_whose_leave_started_while_no_replica_ran_leaves_on_what_its_member_cluster_reports() {
+    let ca = base64::engine::general_purpose::STANDARD.encode(PEM);
+    let reporting = |server: &str| {
+        let mut mc = cluster("alpha", true);
+        mc.data = serde_json::json!({"status": {"properties": {
+            credentials::ENTRYPOINT_PROPERTY: {"value": server},
+            credentials::CA_PROPERTY: {"value": ca},
+        }}});
+        mc
+    };
+    // A cold start: alpha deleting, its profile already deleted by fleet, its token there.
+    let v = listed(
+        &[reporting("https://alpha.example")],
+        &[],
+        &[token("alpha", "t")],
+    );
+    let members = told(&v);
+    assert_eq!(members.len(), 1);
+    let kubeconfig = members[0].1.clone().expect("served to leave");
+    assert!(
+        kubeconfig.contains("server: \"https://alpha.example\""),
+        "{kubeconfig}"
+    );
+    assert!(v.leaving.contains_key("alpha"));
+    // Without a token there is nothing to leave with: gone at once, as before.
+    let v = listed(&[reporting("https://alpha.example")], &[], &[]);
+    assert!(told(&v).is_empty());
+    // What a MemberCluster that is not being deleted reports is not read.
+    assert_eq!(
+        cluster_entry(&cluster("beta", false)),
+        ClusterEntry {
+            deleting: false,
+            reported: None
+        }
+    );
+    let refused = reported_connection(&cluster("gamma", true)).expect_err("no properties");
+    assert!(
+        matches!(&refused, credentials::Missing::Awaiting(m) if m.contains(credentials::ENTRYPOINT_PROPERTY)),
+        "{refused:?}"
+    );
 }
