@@ -29,9 +29,7 @@ use fleetnet_hub::fleet::sources::secrets::{KUBECONFIG_KEY, MEMBER_LABEL, MEMBER
 use fleetnet_testenv::Fleet;
 use futures::StreamExt as _;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use serde::Serialize;
 
@@ -105,93 +103,12 @@ fn say(line: impl AsRef<str>) {
     eprintln!("[member-secrets] {}", line.as_ref());
 }
 
-/// `kubeconfig` with its user's token replaced by `token`.
-fn with_token(kubeconfig: &str, token: &str) -> String {
-    kubeconfig
-        .lines()
-        .map(|l| match l.split_once("token:") {
-            Some((indent, _)) => format!("{indent}token: {token}"),
-            None => l.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-        + "\n"
-}
+use fleetnet_testenv::tokens::with_token;
 
-/// A cluster-admin ServiceAccount on `server` whose tokens the names use.
-async fn service_account(server: &kube::Client) -> anyhow::Result<()> {
-    fleetnet_testenv::ensure_namespace(server, "member", TOKENS_NAMESPACE).await?;
-    let sa = ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some(SERVICE_ACCOUNT.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<ServiceAccount>::namespaced(server.clone(), TOKENS_NAMESPACE)
-        .create(&PostParams::default(), &sa)
-        .await
-        .context("create the ServiceAccount")?;
-    let binding = ClusterRoleBinding {
-        metadata: ObjectMeta {
-            name: Some(format!("{SERVICE_ACCOUNT}-admin")),
-            ..Default::default()
-        },
-        role_ref: RoleRef {
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            kind: "ClusterRole".into(),
-            name: "cluster-admin".into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: SERVICE_ACCOUNT.into(),
-            namespace: Some(TOKENS_NAMESPACE.into()),
-            ..Default::default()
-        }]),
-    };
-    Api::<ClusterRoleBinding>::all(server.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .context("bind the ServiceAccount to cluster-admin")?;
-    Ok(())
-}
-
-/// A token of the ServiceAccount bound to a new Secret `secret` of `server`.
+/// A token of the names' ServiceAccount on `server` bound to a new Secret `secret` there.
 async fn bound_token(server: &kube::Client, secret: &str) -> anyhow::Result<String> {
-    let secrets = Api::<Secret>::namespaced(server.clone(), TOKENS_NAMESPACE);
-    let holder = Secret {
-        metadata: ObjectMeta {
-            name: Some(secret.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let created = secrets
-        .create(&PostParams::default(), &holder)
-        .await
-        .with_context(|| format!("create the token holder {secret}"))?;
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            audiences: None,
-            expiration_seconds: Some(4 * 3600),
-            bound_object_ref: Some(BoundObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Secret".into()),
-                name: Some(secret.into()),
-                uid: created.metadata.uid,
-            }),
-        }),
-        ..Default::default()
-    };
-    let issued: TokenRequest = Api::<ServiceAccount>::namespaced(server.clone(), TOKENS_NAMESPACE)
-        .create_subresource("token", SERVICE_ACCOUNT, &PostParams::default(), &request)
-        .await
-        .with_context(|| format!("TokenRequest bound to {secret}"))?;
-    issued
-        .status
-        .and_then(|s| s.token)
-        .filter(|t| !t.is_empty())
-        .context("no token issued")
+    let account = (TOKENS_NAMESPACE, SERVICE_ACCOUNT);
+    Ok(fleetnet_testenv::tokens::bound_token(server, "member", account, secret, 4 * 3600).await?)
 }
 
 fn member_secret(name: &str, kubeconfig: &str) -> Secret {
@@ -229,7 +146,13 @@ pub async fn prepare(
     server_clients: &[kube::Client],
 ) -> anyhow::Result<Vec<SecretMember>> {
     for c in server_clients {
-        service_account(c).await?;
+        fleetnet_testenv::tokens::admin_service_account(
+            c,
+            "member",
+            TOKENS_NAMESPACE,
+            SERVICE_ACCOUNT,
+        )
+        .await?;
     }
     let kubeconfigs: Vec<String> = servers
         .iter()

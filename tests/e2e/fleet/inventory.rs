@@ -156,6 +156,49 @@ async fn write_profile(hub: &kube::Client, fleet: &Fleet, member: &str) {
         .expect("profile status");
 }
 
+/// `member`'s MemberCluster deleted (its finalizer keeps it, being deleted) and, as fleet's
+/// profile controller does at once, its ClusterProfile.
+async fn delete_member_cluster(hub: &kube::Client, member: &str) {
+    Api::<DynamicObject>::all_with(hub.clone(), &member_clusters())
+        .delete(member, &DeleteParams::default())
+        .await
+        .expect("delete MemberCluster");
+    Api::<DynamicObject>::namespaced_with(hub.clone(), PROFILES, &cluster_profiles())
+        .delete(member, &DeleteParams::default())
+        .await
+        .expect("fleet deletes the profile");
+}
+
+/// `Leave` on `member`'s InternalMemberCluster, as fleet's hub sets it on a MemberCluster's
+/// deletion.
+async fn set_leave(imcs: &Api<InternalMemberCluster>, member: &str) {
+    imcs.patch(
+        member,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"state": "Leave"}})),
+    )
+    .await
+    .expect("Leave, as fleet's hub sets it");
+}
+
+/// alpha's leave done: both agents `Joined=False`, the member stopped, its ServiceExports of
+/// `ns1` deleted on `member`.
+async fn left(imcs: &Api<InternalMemberCluster>, running: &Running, member: &kube::Client) {
+    wait_agents(imcs, "alpha", "False").await;
+    eventually("alpha stopped after its leave", || async {
+        running.state.member("alpha").is_none().then_some(())
+    })
+    .await;
+    let exports = exports(member, "ns1")
+        .list(&Default::default())
+        .await
+        .expect("list");
+    assert!(
+        exports.items.is_empty(),
+        "the leave deleted its ServiceExports"
+    );
+}
+
 /// The credential Secret `<NS>/<member>`, data `token`.
 fn token_secret(member: &str, token: &str) -> Secret {
     let mut s = Secret::default();
@@ -353,13 +396,7 @@ async fn a_member_fleet_lists_awaits_credentials_is_served_rotated_refused_twice
     }
 
     // The MemberCluster deleted: fleet deletes the profile, the member stays engaged...
-    mcs.delete("alpha", &DeleteParams::default())
-        .await
-        .expect("delete MemberCluster");
-    Api::<DynamicObject>::namespaced_with(hub.clone(), PROFILES, &cluster_profiles())
-        .delete("alpha", &DeleteParams::default())
-        .await
-        .expect("fleet deletes the profile");
+    delete_member_cluster(&hub, "alpha").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         running.state.member("alpha").map(|m| m.phase),
@@ -367,26 +404,8 @@ async fn a_member_fleet_lists_awaits_credentials_is_served_rotated_refused_twice
         "not stopped before its leave"
     );
     // ...until fleet asks it to leave and its agents have left.
-    imcs.patch(
-        "alpha",
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"spec": {"state": "Leave"}})),
-    )
-    .await
-    .expect("Leave, as fleet's hub sets it");
-    wait_agents(&imcs, "alpha", "False").await;
-    eventually("alpha stopped after its leave", || async {
-        running.state.member("alpha").is_none().then_some(())
-    })
-    .await;
-    let exports = exports(&member, "ns1")
-        .list(&Default::default())
-        .await
-        .expect("list");
-    assert!(
-        exports.items.is_empty(),
-        "the leave deleted its ServiceExports"
-    );
+    set_leave(&imcs, "alpha").await;
+    left(&imcs, &running, &member).await;
     mcs.patch(
         "alpha",
         &PatchParams::default(),
@@ -446,27 +465,35 @@ async fn written(fleet: &Fleet, member: &str, ns: &str) -> Vec<(String, Option<S
         .collect()
 }
 
+/// alpha's profile and token Secret as fleet and its operator write them, the process started
+/// as the chart's identity: alpha ready, an export of it on the hub, its agents joined.
+/// Returns the identity's kubeconfig and the process.
+async fn alpha_served_and_joined(fleet: &Fleet, hub: &kube::Client) -> (PathBuf, Running) {
+    install(hub, CLUSTER_PROFILES_CRD, &cluster_profiles()).await;
+    write_profile(hub, fleet, "alpha").await;
+    Api::<Secret>::namespaced(hub.clone(), NS)
+        .create(
+            &PostParams::default(),
+            &token_secret("alpha", &admin_token(fleet, "alpha")),
+        )
+        .await
+        .expect("token Secret");
+    let identity = charts_identity(fleet, hub).await;
+    let running = app::start(inventory_config(fleet, &identity), Extensions::default())
+        .await
+        .expect("starts");
+    wait_phase(&running, "alpha", Phase::Ready).await;
+    export_and_wait(fleet, "alpha", "ns1", "web").await;
+    let imcs = Api::<InternalMemberCluster>::namespaced(hub.clone(), &fleet.hub_namespace("alpha"));
+    wait_agents(&imcs, "alpha", "True").await;
+    (identity, running)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_of_a_converged_inventory_member_writes_nothing() {
     let fleet = alpha_in_the_inventory().await;
     let hub = fleet.hub().client().await.expect("hub client");
-    install(&hub, CLUSTER_PROFILES_CRD, &cluster_profiles()).await;
-    write_profile(&hub, &fleet, "alpha").await;
-    Api::<Secret>::namespaced(hub.clone(), NS)
-        .create(
-            &PostParams::default(),
-            &token_secret("alpha", &admin_token(&fleet, "alpha")),
-        )
-        .await
-        .expect("token Secret");
-    let identity = charts_identity(&fleet, &hub).await;
-    let running = app::start(inventory_config(&fleet, &identity), Extensions::default())
-        .await
-        .expect("starts");
-    wait_phase(&running, "alpha", Phase::Ready).await;
-    export_and_wait(&fleet, "alpha", "ns1", "web").await;
-    let imcs = Api::<InternalMemberCluster>::namespaced(hub.clone(), &fleet.hub_namespace("alpha"));
-    wait_agents(&imcs, "alpha", "True").await;
+    let (identity, running) = alpha_served_and_joined(&fleet, &hub).await;
     // Converged: its MemberStatus published, the export's status written.
     tokio::time::sleep(fleetnet_hub::status::DEBOUNCE * 2).await;
     let before = written(&fleet, "alpha", "ns1").await;
@@ -497,8 +524,8 @@ async fn a_member_cluster_deleted_while_no_replica_ran_still_leaves() {
     let fleet = alpha_in_the_inventory().await;
     let hub = fleet.hub().client().await.expect("hub client");
     let mcs = Api::<DynamicObject>::all_with(hub.clone(), &member_clusters());
-    install(&hub, CLUSTER_PROFILES_CRD, &cluster_profiles()).await;
-    write_profile(&hub, &fleet, "alpha").await;
+    let (identity, running) = alpha_served_and_joined(&fleet, &hub).await;
+    let imcs = Api::<InternalMemberCluster>::namespaced(hub.clone(), &fleet.hub_namespace("alpha"));
     // The properties fleet's member agent reports and fleet copies into the profile.
     let cluster = fleet.member("alpha");
     let ca_property = STANDARD.encode(cluster.ca_pem().expect("CA"));
@@ -512,55 +539,16 @@ async fn a_member_cluster_deleted_while_no_replica_ran_still_leaves() {
     mcs.patch_status("alpha", &PatchParams::default(), &Patch::Merge(&properties))
         .await
         .expect("MemberCluster properties");
-    Api::<Secret>::namespaced(hub.clone(), NS)
-        .create(
-            &PostParams::default(),
-            &token_secret("alpha", &admin_token(&fleet, "alpha")),
-        )
-        .await
-        .expect("token Secret");
-    let identity = charts_identity(&fleet, &hub).await;
-    let running = app::start(inventory_config(&fleet, &identity), Extensions::default())
-        .await
-        .expect("starts");
-    wait_phase(&running, "alpha", Phase::Ready).await;
-    export_and_wait(&fleet, "alpha", "ns1", "web").await;
-    let imcs = Api::<InternalMemberCluster>::namespaced(hub.clone(), &fleet.hub_namespace("alpha"));
-    wait_agents(&imcs, "alpha", "True").await;
     running.shutdown().await;
 
     // No replica runs: the MemberCluster deleted, its profile deleted, `Leave` set, as fleet does.
-    mcs.delete("alpha", &DeleteParams::default())
-        .await
-        .expect("delete MemberCluster");
-    Api::<DynamicObject>::namespaced_with(hub.clone(), PROFILES, &cluster_profiles())
-        .delete("alpha", &DeleteParams::default())
-        .await
-        .expect("fleet deletes the profile");
-    imcs.patch(
-        "alpha",
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"spec": {"state": "Leave"}})),
-    )
-    .await
-    .expect("Leave, as fleet's hub sets it");
+    delete_member_cluster(&hub, "alpha").await;
+    set_leave(&imcs, "alpha").await;
 
     let running = app::start(inventory_config(&fleet, &identity), Extensions::default())
         .await
         .expect("starts again");
-    wait_agents(&imcs, "alpha", "False").await;
-    eventually("alpha stopped after its leave", || async {
-        running.state.member("alpha").is_none().then_some(())
-    })
-    .await;
     let member = fleet.member("alpha").client().await.expect("member client");
-    let left = exports(&member, "ns1")
-        .list(&Default::default())
-        .await
-        .expect("list");
-    assert!(
-        left.items.is_empty(),
-        "the leave deleted its ServiceExports"
-    );
+    left(&imcs, &running, &member).await;
     running.shutdown().await;
 }

@@ -3,10 +3,9 @@
 //! member as before (what every rotation cost until now: measured here).
 
 use super::*;
-use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
-use kube::api::{Api, DeleteParams, PostParams};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Subject};
+use kube::api::{Api, DeleteParams};
 use support::tls::{base64, make_pki};
 
 const NS: &str = "rotation";
@@ -15,76 +14,18 @@ const SA: &str = "hub-agent";
 /// A cluster-admin ServiceAccount token of `member` bound to a Secret of its own (deleting the
 /// Secret revokes the token).
 pub(super) async fn bound_token(member: &kube::Client, secret: &str) -> String {
-    let secrets = Api::<Secret>::namespaced(member.clone(), NS);
-    let mut s = Secret::default();
-    s.metadata.name = Some(secret.into());
-    let created = secrets
-        .create(&PostParams::default(), &s)
+    fleetnet_testenv::tokens::bound_token(member, "member", (NS, SA), secret, 3600)
         .await
-        .expect("secret");
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            audiences: None,
-            expiration_seconds: Some(3600),
-            bound_object_ref: Some(BoundObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Secret".into()),
-                name: Some(secret.into()),
-                uid: created.metadata.uid,
-            }),
-        }),
-        ..Default::default()
-    };
-    let issued: TokenRequest = Api::<ServiceAccount>::namespaced(member.clone(), NS)
-        .create_subresource("token", SA, &PostParams::default(), &request)
-        .await
-        .expect("TokenRequest");
-    issued.status.and_then(|s| s.token).expect("a token issued")
+        .expect("a bound token")
 }
 
 pub(super) async fn service_account(member: &kube::Client) {
-    namespace(member, NS).await;
-    let mut sa = ServiceAccount::default();
-    sa.metadata.name = Some(SA.into());
-    Api::<ServiceAccount>::namespaced(member.clone(), NS)
-        .create(&PostParams::default(), &sa)
+    fleetnet_testenv::tokens::admin_service_account(member, "member", NS, SA)
         .await
         .expect("service account");
-    let binding = ClusterRoleBinding {
-        metadata: kube::api::ObjectMeta {
-            name: Some(format!("{SA}-admin")),
-            ..Default::default()
-        },
-        role_ref: RoleRef {
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            kind: "ClusterRole".into(),
-            name: "cluster-admin".into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: SA.into(),
-            namespace: Some(NS.into()),
-            ..Default::default()
-        }]),
-    };
-    Api::<ClusterRoleBinding>::all(member.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("binding");
 }
 
-/// `kubeconfig` with its user's token replaced by `token`.
-fn with_token(kubeconfig: &str, token: &str) -> String {
-    kubeconfig
-        .lines()
-        .map(|l| match l.split_once("token:") {
-            Some((indent, _)) => format!("{indent}token: {token}"),
-            None => l.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-        + "\n"
-}
+use fleetnet_testenv::tokens::with_token;
 
 fn write_member(dir: &Path, member: &str, content: &str) {
     let tmp = dir.join(format!(".{member}.new"));
@@ -258,25 +199,13 @@ fn client_pair(dir: &Path, user: &str) -> (Vec<u8>, Vec<u8>) {
 
 /// `user` bound to cluster-admin.
 async fn admin_binding(member: &kube::Client, user: &str) {
-    let binding = ClusterRoleBinding {
-        metadata: kube::api::ObjectMeta {
-            name: Some(user.into()),
-            ..Default::default()
-        },
-        role_ref: RoleRef {
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            kind: "ClusterRole".into(),
-            name: "cluster-admin".into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "User".into(),
-            name: user.into(),
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            ..Default::default()
-        }]),
+    let subject = Subject {
+        kind: "User".into(),
+        name: user.into(),
+        api_group: Some("rbac.authorization.k8s.io".into()),
+        ..Default::default()
     };
-    Api::<ClusterRoleBinding>::all(member.clone())
-        .create(&PostParams::default(), &binding)
+    fleetnet_testenv::tokens::bind_cluster_admin(member, "member", user, subject)
         .await
         .expect("binding");
 }

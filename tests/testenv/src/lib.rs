@@ -13,6 +13,7 @@ mod fleet;
 mod kubeconfig;
 mod process;
 mod rbac;
+pub mod tokens;
 
 pub use binaries::Binaries;
 pub use cluster::{Cluster, client_from_kubeconfig};
