@@ -50,7 +50,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
@@ -59,19 +59,17 @@ use fleetnet_bench::{
     churn_over_servers, create_pair, create_pairs, ideal_bound, member_names,
     scrape_every_resource,
 };
-use fleetnet_hub::api::InternalServiceExport;
 use fleetnet_hub::client::Limits;
 use fleetnet_testenv::Fleet;
 use futures::StreamExt as _;
 use kube::api::Api;
-use kube::core::PartialObjectMeta;
-use kube::runtime::{WatchStreamExt as _, watcher};
 
 pub use crate::fleet_size_report::{
     Failover, Heartbeats, Rate, ReplicaFigures, Report, Traffic, markdown, ms,
 };
 use crate::fleet_size_report::{READY_GRACE, SETTLE, mib};
 use crate::heartbeats::{BeatWatch, Intervals};
+pub(crate) use crate::ise_seen::{Seen, lock, wait_listed, watch_ises};
 use crate::replicas::{Replica, Sharding, Spec};
 use crate::secrets_fleet::{self, SecretMember, SecretsReport};
 
@@ -116,10 +114,7 @@ pub struct Config {
     pub member_secrets: bool,
 }
 
-/// The apiserver (0..k) serving member index `i`.
-pub fn server_of(i: usize, k: usize) -> usize {
-    i % k.max(1)
-}
+pub use fleetnet_bench::server_of;
 
 fn export_name(i: usize) -> String {
     format!("fs-{i:03}")
@@ -169,90 +164,6 @@ pub fn budget_bound(config: &Config) -> Duration {
         member_limits: config.member_limits.clone(),
         ..BenchConfig::default()
     })
-}
-
-/// What a metadata watch on every ISE of the hub saw: first-seen times and what is there now.
-#[derive(Default)]
-pub(crate) struct Seen {
-    first: HashMap<(String, String), Instant>,
-    present: HashSet<(String, String)>,
-    relist: Option<HashSet<(String, String)>>,
-    listed: bool,
-}
-
-impl Seen {
-    fn apply(&mut self, event: watcher::Event<PartialObjectMeta<InternalServiceExport>>) {
-        let key = |m: &PartialObjectMeta<InternalServiceExport>| {
-            (
-                m.metadata.namespace.clone().unwrap_or_default(),
-                m.metadata.name.clone().unwrap_or_default(),
-            )
-        };
-        let now = Instant::now();
-        match event {
-            watcher::Event::Init => self.relist = Some(HashSet::new()),
-            watcher::Event::InitApply(m) => {
-                let k = key(&m);
-                self.first.entry(k.clone()).or_insert(now);
-                self.relist.get_or_insert_default().insert(k);
-            }
-            watcher::Event::InitDone => {
-                self.present = self.relist.take().unwrap_or_default();
-                self.listed = true;
-            }
-            watcher::Event::Apply(m) => {
-                let k = key(&m);
-                self.first.entry(k.clone()).or_insert(now);
-                self.present.insert(k);
-            }
-            watcher::Event::Delete(m) => {
-                self.present.remove(&key(&m));
-            }
-        }
-    }
-
-    /// The last first-seen time of `keys`, when all are present.
-    pub(crate) fn all_present(&self, keys: &[(String, String)]) -> Option<Instant> {
-        keys.iter()
-            .map(|k| {
-                self.present
-                    .contains(k)
-                    .then(|| self.first.get(k).copied())?
-            })
-            .try_fold(None::<Instant>, |latest, t| Some(latest.max(Some(t?))))
-            .flatten()
-    }
-}
-
-/// A task aborted when this drops.
-pub(crate) struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-pub(crate) fn watch_ises(hub: &kube::Client) -> (Arc<Mutex<Seen>>, AbortOnDrop) {
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let api: Api<PartialObjectMeta<InternalServiceExport>> = Api::all(hub.clone());
-    let s = seen.clone();
-    let task = tokio::spawn(async move {
-        let mut events = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .boxed();
-        while let Some(event) = events.next().await {
-            match event {
-                Ok(e) => s.lock().unwrap_or_else(|p| p.into_inner()).apply(e),
-                Err(e) => eprintln!("[fleet-size] ISE watch: {e}"),
-            }
-        }
-    });
-    (seen, AbortOnDrop(task))
-}
-
-pub(crate) fn lock(seen: &Mutex<Seen>) -> std::sync::MutexGuard<'_, Seen> {
-    seen.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Counts and process figures at one moment.
@@ -416,6 +327,16 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
     })
 }
 
+/// The WATCHes the member apiservers ended per second over the quiet window.
+fn watches_ended_per_s(quiet: &Traffic) -> f64 {
+    quiet
+        .members
+        .iter()
+        .filter(|r| r.verb == "WATCH")
+        .map(|r| r.per_s)
+        .fold(0.0, |a, b| a + b)
+}
+
 /// With `config.member_secrets`: the rotation of every token, a member added, `status`.
 async fn secrets_phase(
     config: &Config,
@@ -432,7 +353,7 @@ async fn secrets_phase(
         replicas,
         &setup.secret_members,
         seen,
-        secrets_fleet::watches_ended_per_s(quiet),
+        watches_ended_per_s(quiet),
     )
     .await?;
     let exports: Vec<String> = (0..config.exports).map(export_name).collect();
@@ -485,19 +406,6 @@ async fn binary_idle(config: &Config, fleet: &Fleet) -> Option<u64> {
         replica_idle_kib.map_or("unknown".into(), |k| mib(k as f64))
     ));
     replica_idle_kib
-}
-
-/// Waits until the ISE watch of [`watch_ises`] has listed (60 s at most).
-pub(crate) async fn wait_listed(seen: &Mutex<Seen>) -> anyhow::Result<()> {
-    let listed = Instant::now();
-    while !lock(seen).listed {
-        ensure!(
-            listed.elapsed() < Duration::from_secs(60),
-            "the ISE watch did not list within 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
 }
 
 /// The substrate's own traffic over [`BASELINE`], before any replica; and the snapshot it

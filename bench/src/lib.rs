@@ -314,6 +314,11 @@ fn say(progress: bool, line: impl AsRef<str>) {
 }
 
 /// Member names `m01`, `m02`, … (hub namespaces `fleet-member-m01`, …).
+/// The apiserver (0..k) serving member index `i` when `k` apiservers serve the names.
+pub fn server_of(i: usize, k: usize) -> usize {
+    i % k.max(1)
+}
+
 pub fn member_names(n: usize) -> Vec<String> {
     (1..=n).map(|i| format!("m{i:02}")).collect()
 }

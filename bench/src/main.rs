@@ -25,6 +25,7 @@ mod fleet_size_report;
 mod heartbeats;
 mod hostile;
 mod imports_bench;
+mod ise_seen;
 mod leave_bench;
 mod replicas;
 mod secrets_fleet;

@@ -33,7 +33,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use serde::Serialize;
 
-use crate::fleet_size::{Seen, lock};
+use crate::ise_seen::{Seen, lock};
 use crate::replicas::Replica;
 
 /// The hub namespace of the member Secrets (`--member-secrets-namespace`).
@@ -164,7 +164,7 @@ pub async fn prepare(
         .cloned()
         .chain([ADDED.to_string()])
         .enumerate()
-        .map(|(i, n)| (crate::fleet_size::server_of(i, servers.len()), n))
+        .map(|(i, n)| (fleetnet_bench::server_of(i, servers.len()), n))
         .collect();
     let members: Vec<SecretMember> = futures::stream::iter(all)
         .map(|(server, name)| {
@@ -558,16 +558,6 @@ pub fn status(
         "status: every member listed after {shown:.2?} s; runs {times:.2?} s, {listed} members listed"
     ));
     Ok((shown, times, listed))
-}
-
-/// The WATCHes the member apiservers ended per second over the quiet window.
-pub fn watches_ended_per_s(quiet: &crate::fleet_size::Traffic) -> f64 {
-    quiet
-        .members
-        .iter()
-        .filter(|r| r.verb == "WATCH")
-        .map(|r| r.per_s)
-        .fold(0.0, |a, b| a + b)
 }
 
 /// The report's lines for the Secrets phase.
