@@ -290,7 +290,8 @@ fn stop_departed(
         shared.state.remove(&name);
         // Only the lease holder cleans up (its clients' writes are fenced anyway), and only
         // a member that left the fleet, not one that moved to another replica.
-        let clean = removed && shared.config.cleanup_on_remove && shared.ownership.may_write(&name);
+        let owner = removed && shared.ownership.may_write(&name);
+        let clean = owner && shared.config.cleanup_on_remove;
         if clean {
             shared.cleanups.lock().start(&name);
         }
@@ -303,6 +304,8 @@ fn stop_departed(
                 .unless_engaged(&name, || shared.hooks.member_left(&name));
             if clean {
                 removal::record_and_clean_up(&shared, name, kubeconfig).await;
+            } else if owner {
+                removal::forget_status(&shared, &name).await;
             }
         });
     }

@@ -135,16 +135,32 @@ async fn clean_up(shared: &Arc<Shared>, pending: records::Pending) {
     }
 }
 
-/// `--cleanup-on-remove`: withdraws a member that left the fleet (see `export::cleanup`).
-async fn withdraw(shared: &Arc<Shared>, name: &str, kubeconfig: Option<&str>) -> Result<(), Error> {
-    // Not validated: a member refused for its namespace may still have left a record. Its
-    // `hubNamespace` setting, while the member config still names it.
-    let ns = shared
+/// The hub namespace of a member that left: its `hubNamespace` setting while the member config
+/// still names it, else `<prefix><member>`. Not validated: a member refused for its namespace
+/// may still have left a record.
+fn hub_namespace_of_removed(shared: &Shared, name: &str) -> String {
+    shared
         .config
         .member_config
         .member(name)
         .hub_namespace
-        .unwrap_or_else(|| registry::namespace_of(&shared.config.namespace_prefix, name));
+        .unwrap_or_else(|| registry::namespace_of(&shared.config.namespace_prefix, name))
+}
+
+/// A member that left the fleet without `--cleanup-on-remove`: its exports stay on the hub,
+/// its `MemberStatus` goes (nobody publishes it any more; `status` would show it as it last
+/// was). Through the member's fenced view of the hub: sent only while this replica owns it.
+pub(super) async fn forget_status(shared: &Arc<Shared>, name: &str) {
+    let ns = hub_namespace_of_removed(shared, name);
+    let hub = crate::client::member_view(&shared.hub_client, shared.ownership.fence_of(name));
+    if let Err(e) = crate::status::remove(hub, &ns).await {
+        tracing::warn!(member = %name, namespace = %ns, error = %e, "the MemberStatus of a removed member could not be deleted");
+    }
+}
+
+/// `--cleanup-on-remove`: withdraws a member that left the fleet (see `export::cleanup`).
+async fn withdraw(shared: &Arc<Shared>, name: &str, kubeconfig: Option<&str>) -> Result<(), Error> {
+    let ns = hub_namespace_of_removed(shared, name);
     // Fenced by the member's lease (sharded), which is kept until the cleanup is done.
     let fence = shared.ownership.fence_of(name);
     let hub = crate::client::member_view(&shared.hub_client, fence.clone());

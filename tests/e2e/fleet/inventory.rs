@@ -25,17 +25,17 @@ use serde_json::json;
 /// The consumer namespace: member Secrets and the inventory's token Secrets.
 const NS: &str = "fleetnet-system";
 /// Where fleet writes ClusterProfiles.
-const PROFILES: &str = "fleet-system";
+pub(crate) const PROFILES: &str = "fleet-system";
 /// A finalizer standing for fleet's own: the MemberCluster stays, being deleted, during the leave.
 const FLEETS_FINALIZER: &str = "kubernetes-fleet.io/test-leave";
 
-const MEMBER_CLUSTERS_CRD: &str =
+pub(crate) const MEMBER_CLUSTERS_CRD: &str =
     include_str!("../../fixtures/fleet-crds/cluster.kubernetes-fleet.io_memberclusters.yaml");
-const CLUSTER_PROFILES_CRD: &str =
+pub(crate) const CLUSTER_PROFILES_CRD: &str =
     include_str!("../../fixtures/fleet-crds/multicluster.x-k8s.io_clusterprofiles.yaml");
 
 /// Installs a CRD in the hub and waits until its resource can be listed.
-async fn install(hub: &kube::Client, text: &str, resource: &ApiResource) {
+pub(crate) async fn install(hub: &kube::Client, text: &str, resource: &ApiResource) {
     let crd: CustomResourceDefinition = serde_saphyr::from_str(text).expect("a CRD");
     Api::<CustomResourceDefinition>::all(hub.clone())
         .create(&PostParams::default(), &crd)
@@ -105,7 +105,7 @@ async fn charts_identity(fleet: &Fleet, hub: &kube::Client) -> PathBuf {
 }
 
 /// The MemberCluster fleet lists for `member`, with a finalizer as fleet's keeps it.
-fn member_cluster(member: &str) -> DynamicObject {
+pub(crate) fn member_cluster(member: &str) -> DynamicObject {
     let mut mc = DynamicObject::new(member, &member_clusters()).data(json!({
         "spec": {"identity": {"kind": "ServiceAccount", "name": "member-agent-sa",
                               "namespace": "fleet-system"}}
@@ -115,7 +115,7 @@ fn member_cluster(member: &str) -> DynamicObject {
 }
 
 /// The InternalMemberCluster fleet creates in the member's hub namespace, `Join`.
-async fn create_imc(hub: &kube::Client, hub_ns: &str, member: &str) {
+pub(crate) async fn create_imc(hub: &kube::Client, hub_ns: &str, member: &str) {
     fleetnet_testenv::ensure_namespace(hub, "hub", hub_ns)
         .await
         .expect("hub namespace");
@@ -133,7 +133,7 @@ async fn create_imc(hub: &kube::Client, hub_ns: &str, member: &str) {
 /// The ClusterProfile fleet writes for `member` once its agent reported the cluster's
 /// properties: the spec, then the status with the `KubeFleet` access provider (fleet stores the
 /// CA property string, base64 of the PEM, as bytes: base64 again on the wire).
-async fn write_profile(hub: &kube::Client, fleet: &Fleet, member: &str) {
+pub(crate) async fn write_profile(hub: &kube::Client, fleet: &Fleet, member: &str) {
     let profiles =
         Api::<DynamicObject>::namespaced_with(hub.clone(), PROFILES, &cluster_profiles());
     let mut cp = DynamicObject::new(member, &cluster_profiles())
@@ -158,7 +158,7 @@ async fn write_profile(hub: &kube::Client, fleet: &Fleet, member: &str) {
 
 /// `member`'s MemberCluster deleted (its finalizer keeps it, being deleted) and, as fleet's
 /// profile controller does at once, its ClusterProfile.
-async fn delete_member_cluster(hub: &kube::Client, member: &str) {
+pub(crate) async fn delete_member_cluster(hub: &kube::Client, member: &str) {
     Api::<DynamicObject>::all_with(hub.clone(), &member_clusters())
         .delete(member, &DeleteParams::default())
         .await
@@ -171,7 +171,7 @@ async fn delete_member_cluster(hub: &kube::Client, member: &str) {
 
 /// `Leave` on `member`'s InternalMemberCluster, as fleet's hub sets it on a MemberCluster's
 /// deletion.
-async fn set_leave(imcs: &Api<InternalMemberCluster>, member: &str) {
+pub(crate) async fn set_leave(imcs: &Api<InternalMemberCluster>, member: &str) {
     imcs.patch(
         member,
         &PatchParams::default(),
@@ -200,7 +200,7 @@ async fn left(imcs: &Api<InternalMemberCluster>, running: &Running, member: &kub
 }
 
 /// The credential Secret `<NS>/<member>`, data `token`.
-fn token_secret(member: &str, token: &str) -> Secret {
+pub(crate) fn token_secret(member: &str, token: &str) -> Secret {
     let mut s = Secret::default();
     s.metadata.name = Some(member.into());
     s.data = Some([("token".to_string(), ByteString(token.as_bytes().to_vec()))].into());

@@ -3,7 +3,7 @@
 
 mod hub_access;
 mod hub_namespace;
-mod inventory;
+pub(crate) mod inventory;
 mod jobs;
 mod lifecycle;
 mod outages;

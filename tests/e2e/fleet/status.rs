@@ -203,7 +203,7 @@ async fn status_shows_every_member_its_owner_and_a_failing_job_across_replicas()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refused_member_is_shown_and_a_restart_writes_no_member_status() {
+async fn a_refused_member_is_shown_a_restart_writes_no_member_status_and_a_removed_one_goes() {
     let fleet = Fleet::builder()
         .members(["alpha", "beta"])
         .start()
@@ -264,6 +264,19 @@ async fn a_refused_member_is_shown_and_a_restart_writes_no_member_status() {
         versions(&hub).await,
         before,
         "a restart wrote a MemberStatus"
+    );
+    // gamma removed from its source (no --cleanup-on-remove): its status goes with it, so
+    // `status` does not show it as it last was; the others' stay.
+    std::fs::remove_file(dir.join("gamma.yaml")).expect("remove gamma");
+    eventually("gamma's MemberStatus deleted", || async {
+        (versions(&hub).await.len() == 2).then_some(())
+    })
+    .await;
+    let after = status(&kubeconfig, "json").await;
+    assert!(!after.contains("\"gamma\""), "{after}");
+    assert!(
+        after.contains("\"alpha\"") && after.contains("\"beta\""),
+        "{after}"
     );
     running.shutdown().await;
 }

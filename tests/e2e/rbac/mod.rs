@@ -11,9 +11,12 @@
 //! MultiClusterService job (`multicluster`), the EndpointSliceImport job (`slice_imports`), the
 //! membership job (`membership`: heartbeats, then a leave); leader election on a Lease (get,
 //! create, renew, release) and `--cleanup-on-remove` with a member's kubeconfig removed.
+//! `inventory` does the same with the values that serve fleet's inventory
+//! (`controller.memberInventory=true`, `rbac.hubAccess=clusterWide`).
 
 mod exports;
 mod imports;
+mod inventory;
 mod listed;
 mod membership;
 mod multicluster;
@@ -55,6 +58,18 @@ struct Walk {
     ns2: String,
     hub_log: PathBuf,
     hub_user: String,
+}
+
+impl Walk {
+    /// Every job's workload: the export jobs, the ServiceImport jobs, the MultiClusterService
+    /// job, the EndpointSliceImport job, the membership job (member-1's leave last).
+    async fn every_job(&self) {
+        exports::walk(self).await;
+        imports::walk(self).await;
+        multicluster::walk(self).await;
+        slice_imports::walk(self).await;
+        membership::walk(self).await;
+    }
 }
 
 /// Server-side applies the rendered identity and RBAC objects (nothing else) to a cluster.
@@ -127,4 +142,139 @@ async fn token_kubeconfig(cluster: &fleetnet_testenv::Cluster, sa: &(String, Str
         .issue_scoped_kubeconfig(&identity, path)
         .await
         .unwrap_or_else(|e| panic!("token for {}/{}: {e}", sa.0, sa.1));
+}
+
+/// A hub and [`MEMBERS`], each apiserver auditing `users`' requests into
+/// `<audit dir>/<cluster>.audit.log` ([`audit_log`]); the audit directory is returned with the
+/// fleet (it must outlive it).
+async fn audited_fleet(users: &[&str]) -> (Fleet, tempfile::TempDir) {
+    let audit_dir = tempfile::tempdir().expect("tempdir");
+    let policy = audit_dir.path().join("policy.yaml");
+    std::fs::write(&policy, audit::policy(users)).expect("policy");
+    let mut builder = Fleet::builder().members(MEMBERS);
+    for cluster in std::iter::once("hub").chain(MEMBERS) {
+        builder = builder.apiserver_args(
+            cluster,
+            [
+                format!("--audit-policy-file={}", policy.display()),
+                format!(
+                    "--audit-log-path={}",
+                    audit_log(&audit_dir, cluster).display()
+                ),
+                "--audit-log-mode=blocking".to_string(),
+            ],
+        );
+    }
+    (builder.start().await.expect("fleet"), audit_dir)
+}
+
+fn audit_log(audit_dir: &tempfile::TempDir, cluster: &str) -> PathBuf {
+    audit_dir.path().join(format!("{cluster}.audit.log"))
+}
+
+/// In each member: the release and fleet system namespaces, the member chart's RBAC applied,
+/// and a kubeconfig of its ServiceAccount in `dir` (`<member>.yaml`). Returns admin clients of
+/// the members.
+async fn members_as_the_chart(
+    fleet: &Fleet,
+    member_docs: &[Value],
+    member_sa: &(String, String),
+    dir: &Path,
+) -> std::collections::BTreeMap<&'static str, kube::Client> {
+    std::fs::create_dir_all(dir).expect("kubeconfig dir");
+    let mut admins = std::collections::BTreeMap::new();
+    for m in MEMBERS {
+        let client = fleet.member(m).client().await.expect("member admin");
+        for ns in [RELEASE_NS, SYSTEM] {
+            fleetnet_testenv::ensure_namespace(&client, m, ns)
+                .await
+                .expect("namespace");
+        }
+        assert!(apply_rbac(&client, member_docs).await > 0);
+        let staged = dir.with_extension(format!("{m}.staged"));
+        token_kubeconfig(fleet.member(m), member_sa, &staged).await;
+        std::fs::rename(&staged, dir.join(format!("{m}.yaml"))).expect("place kubeconfig");
+        admins.insert(m, client);
+    }
+    admins
+}
+
+/// The hub's audited requests of `user` against what `docs` grant its ServiceAccount, hub
+/// namespaces (`<prefix>*`) as one scope.
+fn add_hub(
+    cmp: &mut audit::Comparison,
+    log: &Path,
+    user: &str,
+    docs: &[Value],
+    sa: &(String, String),
+    prefix: &str,
+) {
+    let requests = audit::read(log, user);
+    assert!(!requests.is_empty(), "no audited hub requests");
+    let grants = audit::grants(docs, &sa.0, &sa.1);
+    let class = |ns: &str| match ns.strip_prefix(prefix) {
+        Some(_) => format!("{prefix}*"),
+        None => ns.to_string(),
+    };
+    cmp.add("hub", &requests, &grants, class);
+}
+
+/// Nothing refused (403), nothing used that is not granted, nothing granted that is not used.
+fn assert_exact(cmp: &audit::Comparison, table: &str) {
+    let denied: Vec<String> = cmp
+        .denied
+        .iter()
+        .map(|(c, r)| format!("{c}: {r:?}"))
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "the apiserver refused requests (403):\n{}\n{table}",
+        denied.join("\n")
+    );
+    let ungranted = cmp.ungranted();
+    assert!(
+        ungranted.is_empty(),
+        "used but not granted by the charts: {ungranted:?}\n{table}"
+    );
+    let unused = cmp.unused();
+    assert!(
+        unused.is_empty(),
+        "granted by the charts but never used by the controller: {unused:?}\n{table}"
+    );
+}
+
+/// The controller's configuration as the chart `docs` runs it (its flags: hub namespace prefix,
+/// records and leader Lease, member Secrets' namespace), as the chart's ServiceAccount
+/// (`hub_kubeconfig`), members from `dir`, budgets generous enough that no workload waits.
+fn as_the_chart_runs_it(
+    docs: &[Value],
+    hub_kubeconfig: PathBuf,
+    dir: &Path,
+    instance: &str,
+) -> fleetnet_hub::config::ConfigBuilder {
+    let generous = Limits {
+        qps: 200.0,
+        burst: 400,
+        ..Limits::default()
+    };
+    let (lease_ns, lease_name) = (
+        deployment_flag(docs, "leader-election-namespace"),
+        deployment_flag(docs, "leader-election-id"),
+    );
+    Config::builder(Some(hub_kubeconfig), dir)
+        .namespace_prefix(deployment_flag(docs, "hub-namespace-prefix"))
+        .hub_limits(generous.clone())
+        .member_limits(generous)
+        .member_sync_timeout(Duration::from_secs(20))
+        .records(&lease_ns, &lease_name)
+        .member_secrets_namespace(Some(deployment_flag(docs, "member-secrets-namespace")))
+        .instance(instance)
+        .leader_election(Some(LeaderElection {
+            namespace: lease_ns,
+            name: lease_name,
+            identity: instance.into(),
+            shard_members: false,
+            shards: fleetnet_hub::ownership::shard::DEFAULT_SHARDS,
+        }))
+        .bind_addresses("127.0.0.1:0", "127.0.0.1:0")
 }

@@ -24,22 +24,8 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
     let prefix = deployment_flag(&hub_docs, "hub-namespace-prefix");
 
     // --- a hub and two members, each auditing the controller's users ------------------------------
-    let audit_dir = tempfile::tempdir().expect("tempdir");
-    let policy = audit_dir.path().join("policy.yaml");
-    std::fs::write(&policy, audit::policy(&[&hub_user, &member_user])).expect("policy");
-    let log_of = |cluster: &str| audit_dir.path().join(format!("{cluster}.audit.log"));
-    let mut builder = Fleet::builder().members(MEMBERS);
-    for cluster in std::iter::once("hub").chain(MEMBERS) {
-        builder = builder.apiserver_args(
-            cluster,
-            [
-                format!("--audit-policy-file={}", policy.display()),
-                format!("--audit-log-path={}", log_of(cluster).display()),
-                "--audit-log-mode=blocking".to_string(),
-            ],
-        );
-    }
-    let fleet = builder.start().await.expect("fleet");
+    let (fleet, audit_dir) = audited_fleet(&[&hub_user, &member_user]).await;
+    let log_of = |cluster: &str| audit_log(&audit_dir, cluster);
     init_test_logs();
 
     // --- the charts' RBAC applied, and tokens for their ServiceAccounts ---------------------------
@@ -52,46 +38,12 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
     let hub_kubeconfig = scratch.join("hub-sa.kubeconfig");
     token_kubeconfig(fleet.hub(), &hub_sa, &hub_kubeconfig).await;
     let dir = scratch.join("rbac-kubeconfigs");
-    std::fs::create_dir_all(&dir).expect("kubeconfig dir");
-    let mut admins = std::collections::BTreeMap::new();
-    for m in MEMBERS {
-        let client = fleet.member(m).client().await.expect("member admin");
-        for ns in [RELEASE_NS, SYSTEM] {
-            fleetnet_testenv::ensure_namespace(&client, m, ns)
-                .await
-                .expect("namespace");
-        }
-        assert!(apply_rbac(&client, &member_docs).await > 0);
-        let staged = scratch.join(format!("{m}.staged"));
-        token_kubeconfig(fleet.member(m), &member_sa, &staged).await;
-        std::fs::rename(&staged, dir.join(format!("{m}.yaml"))).expect("place kubeconfig");
-        admins.insert(m, client);
-    }
+    let admins = members_as_the_chart(&fleet, &member_docs, &member_sa, &dir).await;
 
     // --- the controller, in-process, as the chart runs it ---------------------------------------
-    let generous = Limits {
-        qps: 200.0,
-        burst: 400,
-        ..Limits::default()
-    };
-    let config = Config::builder(Some(hub_kubeconfig), &dir)
-        .namespace_prefix(&prefix)
-        .hub_limits(generous.clone())
-        .member_limits(generous)
-        .member_sync_timeout(Duration::from_secs(20))
+    let config = as_the_chart_runs_it(&hub_docs, hub_kubeconfig, &dir, "rbac-test")
         .cleanup_on_remove(true)
-        .records(&lease_ns, &lease_name)
-        .member_secrets_namespace(Some(deployment_flag(&hub_docs, "member-secrets-namespace")))
         .rescan_interval(Duration::from_secs(5))
-        .instance("rbac-test")
-        .leader_election(Some(LeaderElection {
-            namespace: lease_ns.clone(),
-            name: lease_name.clone(),
-            identity: "rbac-test".into(),
-            shard_members: false,
-            shards: fleetnet_hub::ownership::shard::DEFAULT_SHARDS,
-        }))
-        .bind_addresses("127.0.0.1:0", "127.0.0.1:0")
         .build()
         .expect("a valid configuration");
     let running = app::start(config, Extensions::default())
@@ -111,11 +63,7 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
         hub_log: log_of("hub"),
         hub_user: hub_user.clone(),
     };
-    exports::walk(&walk).await;
-    imports::walk(&walk).await;
-    multicluster::walk(&walk).await;
-    slice_imports::walk(&walk).await;
-    membership::walk(&walk).await;
+    walk.every_job().await;
     exports::remove_member(&walk, &dir.join("member-2.yaml")).await;
     status::walk(&walk).await;
 
@@ -133,14 +81,14 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
 
     // --- used (audit logs) vs granted (rendered charts) -------------------------------------------
     let mut cmp = audit::Comparison::default();
-    let hub_requests = audit::read(&log_of("hub"), &hub_user);
-    assert!(!hub_requests.is_empty(), "no audited hub requests");
-    let hub_grants = audit::grants(&hub_docs, &hub_sa.0, &hub_sa.1);
-    let hub_class = |ns: &str| match ns.strip_prefix(prefix.as_str()) {
-        Some(_) => format!("{prefix}*"),
-        None => ns.to_string(),
-    };
-    cmp.add("hub", &hub_requests, &hub_grants, hub_class);
+    add_hub(
+        &mut cmp,
+        &log_of("hub"),
+        &hub_user,
+        &hub_docs,
+        &hub_sa,
+        &prefix,
+    );
     let member_grants = audit::grants(&member_docs, &member_sa.0, &member_sa.1);
     for m in MEMBERS {
         let requests = audit::read(&log_of(m), &member_user);
@@ -191,26 +139,7 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
         "`fleetnet-hub check` does not ask for what the controller uses"
     );
 
-    let denied: Vec<String> = cmp
-        .denied
-        .iter()
-        .map(|(c, r)| format!("{c}: {r:?}"))
-        .collect();
-    assert!(
-        denied.is_empty(),
-        "the apiserver refused requests (403):\n{}\n{table}",
-        denied.join("\n")
-    );
-    let ungranted = cmp.ungranted();
-    assert!(
-        ungranted.is_empty(),
-        "used but not granted by the charts: {ungranted:?}\n{table}"
-    );
-    let unused = cmp.unused();
-    assert!(
-        unused.is_empty(),
-        "granted by the charts but never used by the controller: {unused:?}\n{table}"
-    );
+    assert_exact(&cmp, &table);
 
     // `fleetnet-hub check` with exactly the member chart's identity (after the audit logs were
     // read: its SelfSubjectAccessReviews are not the controller's): every permission it asks
