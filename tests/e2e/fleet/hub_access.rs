@@ -91,10 +91,43 @@ fn the_chart_grants_hub_writes_cluster_wide_and_the_inventorys_reads_only_when_a
             json!([{"apiGroups": ["multicluster.x-k8s.io"], "resources": ["clusterprofiles"], "verbs": ["list", "watch"]}])
         )
     );
+    // The token Secrets are read in the release namespace, where the member Secrets' Role
+    // (on by default) grants the same list and watch: not granted twice.
     assert_eq!(
         rules_in(RELEASE_NS),
-        Some(json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]}]))
+        None,
+        "granted by the member Secrets' Role"
     );
+    let release_role = of_kind(&rendered, "Role")
+        .into_iter()
+        .find(|r| {
+            r["metadata"]["name"] == "fleetnet-hub" && r["metadata"]["namespace"] == RELEASE_NS
+        })
+        .expect("the release namespace's Role");
+    let secrets_read =
+        json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]});
+    assert!(
+        release_role["rules"]
+            .as_array()
+            .is_some_and(|rules| rules.contains(&secrets_read)),
+        "{release_role}"
+    );
+    let without_member_secrets = render_chart(&[
+        "--set",
+        "rbac.hubAccess=clusterWide",
+        "--set",
+        "controller.memberInventory=true",
+        "--set",
+        "controller.memberSecrets=false",
+    ]);
+    let own = of_kind(&without_member_secrets, "Role")
+        .into_iter()
+        .find(|r| {
+            r["metadata"]["name"] == "fleetnet-hub-inventory"
+                && r["metadata"]["namespace"] == RELEASE_NS
+        })
+        .expect("the inventory's own Secrets Role without member Secrets");
+    assert_eq!(own["rules"], json!([secrets_read]));
     let args = args(&rendered);
     for flag in [
         "--member-inventory=true",
