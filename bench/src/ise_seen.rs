@@ -108,3 +108,22 @@ pub(crate) async fn wait_listed(seen: &Mutex<Seen>) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Polls `seen` (every 50 ms) until every one of `keys` is present: whether they all were
+/// within `within`.
+pub(crate) async fn wait_present(
+    seen: &Mutex<Seen>,
+    keys: &[(String, String)],
+    within: Duration,
+) -> bool {
+    let begun = Instant::now();
+    loop {
+        if lock(seen).all_present(keys).is_some() {
+            return true;
+        }
+        if begun.elapsed() > within {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

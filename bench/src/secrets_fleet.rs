@@ -33,7 +33,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use serde::Serialize;
 
-use crate::ise_seen::{Seen, lock};
+use crate::ise_seen::{Seen, wait_present};
 use crate::replicas::Replica;
 
 /// The hub namespace of the member Secrets (`--member-secrets-namespace`).
@@ -434,16 +434,9 @@ async fn probe(
         .iter()
         .map(|m| (fleet.hub_namespace(&m.name), format!("{NAMESPACE}-{PROBE}")))
         .collect();
-    let begun = Instant::now();
-    let arrived = loop {
-        if lock(seen).all_present(&expected).is_some() {
-            break Some(());
-        }
-        if begun.elapsed() > Duration::from_secs(60) {
-            break None;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let arrived = wait_present(seen, &expected, Duration::from_secs(60))
+        .await
+        .then_some(());
     let mut finalized = 0;
     for c in server_clients {
         let export = Api::<ServiceExport>::namespaced_with(
@@ -484,21 +477,16 @@ pub async fn add_member(
         .create(&PostParams::default(), &member_secret(ADDED, &added.second))
         .await
         .context("create the added member's Secret")?;
-    loop {
-        if lock(seen).all_present(&expected).is_some() {
-            let took = start.elapsed();
-            say(format!(
-                "{ADDED} added: its {} exports on the hub after {took:.2?}",
-                expected.len()
-            ));
-            return Ok(Some(took));
-        }
-        if start.elapsed() > Duration::from_secs(60) {
-            say(format!("{ADDED}'s exports not on the hub after 60 s"));
-            return Ok(None);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    if !wait_present(seen, &expected, Duration::from_secs(60)).await {
+        say(format!("{ADDED}'s exports not on the hub after 60 s"));
+        return Ok(None);
     }
+    let took = start.elapsed();
+    say(format!(
+        "{ADDED} added: its {} exports on the hub after {took:.2?}",
+        expected.len()
+    ));
+    Ok(Some(took))
 }
 
 /// One `binary status --output json` against the hub: its wall time and the members listed.

@@ -210,11 +210,7 @@ pub(crate) fn token_secret(member: &str, token: &str) -> Secret {
 /// The admin token of `member`'s kubeconfig.
 fn admin_token(fleet: &Fleet, member: &str) -> String {
     let text = std::fs::read_to_string(fleet.member(member).kubeconfig_path()).expect("kubeconfig");
-    let line = text
-        .lines()
-        .find_map(|l| l.split_once("token:"))
-        .expect("a token");
-    line.1.trim().to_string()
+    fleetnet_testenv::tokens::token_in(&text).expect("a token")
 }
 
 fn error_of(running: &Running, member: &str) -> Option<String> {

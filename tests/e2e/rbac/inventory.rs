@@ -17,10 +17,7 @@ use kube::core::DynamicObject;
 /// The token of a kubeconfig written by `token_kubeconfig`.
 fn token_of(kubeconfig: &Path) -> String {
     let text = std::fs::read_to_string(kubeconfig).expect("kubeconfig");
-    text.lines()
-        .find_map(|l| l.split_once("token:"))
-        .map(|(_, t)| t.trim().to_string())
-        .expect("a token")
+    fleetnet_testenv::tokens::token_in(&text).expect("a token")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -78,6 +78,14 @@ pub async fn bind_cluster_admin(
     Ok(())
 }
 
+/// The user's token in `kubeconfig` (a substrate cluster's, one user), if it has one.
+pub fn token_in(kubeconfig: &str) -> Option<String> {
+    kubeconfig
+        .lines()
+        .find_map(|l| l.split_once("token:"))
+        .map(|(_, t)| t.trim().to_string())
+}
+
 /// `kubeconfig` (a substrate cluster's, one user) with its user's token replaced by `token`.
 pub fn with_token(kubeconfig: &str, token: &str) -> String {
     kubeconfig
@@ -142,4 +150,19 @@ pub async fn bound_token(
             cluster: cluster.to_string(),
             message: format!("no token issued for {namespace}/{account}"),
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kubeconfigs_token_is_read_and_replaced() {
+        let kubeconfig = "users:\n- name: u\n  user:\n    token: first\n";
+        assert_eq!(token_in(kubeconfig).as_deref(), Some("first"));
+        let rotated = with_token(kubeconfig, "second");
+        assert_eq!(token_in(&rotated).as_deref(), Some("second"));
+        assert_eq!(rotated.replace("second", "first"), kubeconfig);
+        assert_eq!(token_in("users: []\n"), None);
+    }
 }
