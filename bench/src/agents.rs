@@ -144,6 +144,7 @@ async fn set_up(config: &Config) -> anyhow::Result<Setup> {
     let fleet = Fleet::builder()
         .members(names.iter().cloned())
         .crds_dir(fleetnet_testenv::repo_root().join("tests/fixtures/fleet-networking-crds"))
+        .fresh()
         .quiet()
         .start()
         .await

@@ -89,6 +89,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Report> {
         .collect();
     let fleet = Fleet::builder()
         .members(servers.clone())
+        .fresh()
         .quiet()
         .start()
         .await

@@ -582,6 +582,7 @@ pub async fn substrate(
 ) -> anyhow::Result<(fleetnet_testenv::Fleet, kube::Client, Vec<kube::Client>)> {
     let fleet = fleetnet_testenv::Fleet::builder()
         .members(names.iter().cloned())
+        .fresh()
         .quiet()
         .start()
         .await

@@ -29,6 +29,7 @@ pub async fn run() -> Result<(), String> {
     let fleet = fleetnet_testenv::Fleet::builder()
         .members(MEMBERS)
         .crds(crate::api::crd_files().into_iter().map(|(_, crd)| crd))
+        .fresh()
         .start()
         .await
         .map_err(|e| format!("starting the local clusters: {e}"))?;

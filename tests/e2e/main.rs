@@ -9,6 +9,10 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+// Its tests run one at a time (a hub, members and several replicas each) and take ~4 minutes in
+// all: libtest starts tests in the order of their names, so this name, first, starts that chain
+// while the rest of the suite runs beside it rather than after it.
+mod across_replicas;
 mod azure;
 mod chart;
 mod check;
@@ -34,7 +38,6 @@ mod rbac;
 mod restart;
 mod security;
 mod service_imports;
-mod sharding;
 mod slice_imports;
 mod slices;
 mod substrate;

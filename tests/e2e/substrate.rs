@@ -169,3 +169,124 @@ async fn substrate_runs_real_clusters_with_crds_finalizers_watches_and_restarts(
     .expect("object gone once the finalizer is removed");
     fleet.print_report(Duration::ZERO);
 }
+
+/// A cluster of a dropped fleet is taken by the next fleet that asks for the same CRDs, with
+/// nothing of the first left in it (a namespace stuck terminating, an object held by its
+/// finalizer, the hub's member namespace); one whose CRDs a test changed is not taken again.
+/// The CRDs here carry an annotation no other test's do, so no other test takes these clusters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_fleets_clusters_come_back_empty_to_the_next_fleet() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Vec<CustomResourceDefinition> = fleetnet_hub::api::crd_files()
+        .into_iter()
+        .map(|(_, mut crd)| {
+            crd.metadata.annotations =
+                Some([("fleetnet.test/pool".to_string(), "substrate".to_string())].into());
+            crd
+        })
+        .collect();
+    let start = || {
+        Fleet::builder()
+            .members(["solo"])
+            .crds(crds.clone())
+            .quiet()
+            .start()
+    };
+
+    let first = start().await.expect("first fleet");
+    let servers = (first.hub().server(), first.member("solo").server());
+    let member = first.member("solo").client().await.expect("member client");
+    let namespaces: Api<Namespace> = Api::all(member.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &Namespace {
+                metadata: ObjectMeta {
+                    name: Some("left".into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("namespace");
+    let exports: Api<ServiceExport> =
+        Api::namespaced_with(member.clone(), "left", &ServiceExportVersion::V1Beta1);
+    let mut held = ServiceExport::new("left", "web", ServiceExportVersion::V1Beta1);
+    held.metadata.finalizers = Some(vec!["networking.fleet.azure.com/svc-export-cleanup".into()]);
+    exports
+        .create(&PostParams::default(), &held)
+        .await
+        .expect("export");
+    exports
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete export");
+    // No namespace controller runs: the namespace stays Terminating.
+    namespaces
+        .delete("left", &DeleteParams::default())
+        .await
+        .expect("delete namespace");
+    drop(first);
+
+    let second = start().await.expect("second fleet");
+    assert_eq!(
+        (second.hub().server(), second.member("solo").server()),
+        servers,
+        "the clusters of the first fleet were taken again"
+    );
+    let member = second.member("solo").client().await.expect("member client");
+    assert!(
+        Api::<Namespace>::all(member.clone())
+            .get_opt("left")
+            .await
+            .expect("get namespace")
+            .is_none(),
+        "the first fleet's namespace is gone"
+    );
+    let hub = second.hub().client().await.expect("hub client");
+    Api::<Namespace>::all(hub.clone())
+        .get(&second.hub_namespace("solo"))
+        .await
+        .expect("the member's hub namespace is made again");
+    // The CRDs are still served: a ServiceExport can be made at once.
+    Api::<Namespace>::all(member.clone())
+        .create(
+            &PostParams::default(),
+            &Namespace {
+                metadata: ObjectMeta {
+                    name: Some("again".into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("namespace again");
+    Api::<ServiceExport>::namespaced_with(member.clone(), "again", &ServiceExportVersion::V1Beta1)
+        .create(
+            &PostParams::default(),
+            &ServiceExport::new("again", "web", ServiceExportVersion::V1Beta1),
+        )
+        .await
+        .expect("export again");
+
+    // A CRD changed by a test: that cluster is not the one it was, and is not taken again.
+    let changed = serde_json::json!({"metadata": {"labels": {"changed": "yes"}}});
+    Api::<CustomResourceDefinition>::all(member)
+        .patch(
+            "serviceexports.networking.fleet.azure.com",
+            &PatchParams::default(),
+            &Patch::Merge(&changed),
+        )
+        .await
+        .expect("change a CRD");
+    drop(second);
+    let third = start().await.expect("third fleet");
+    assert_eq!(third.hub().server(), servers.0, "the hub is taken again");
+    assert_ne!(
+        third.member("solo").server(),
+        servers.1,
+        "the member whose CRD changed is not"
+    );
+}

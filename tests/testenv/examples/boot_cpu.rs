@@ -87,7 +87,7 @@ async fn main() {
     let mut sums = Sums::default();
     eprintln!("extra apiserver flags: {:?}", o.flags);
     for round in 1..=o.rounds {
-        let mut builder = Fleet::builder().members(names.clone()).quiet();
+        let mut builder = Fleet::builder().members(names.clone()).fresh().quiet();
         for c in std::iter::once("hub".to_string()).chain(names.iter().cloned()) {
             builder = builder.apiserver_args(&c, o.flags.clone());
         }

@@ -39,6 +39,7 @@ const UNUSED_ADMISSION: [&str; 4] = [
 #[derive(Debug)]
 pub struct Cluster {
     name: String,
+    etcd_prefix: String,
     dir: PathBuf,
     binary: PathBuf,
     port: u16,
@@ -49,6 +50,8 @@ pub struct Cluster {
     process: Option<ProcessGuard>,
     last_ready_after: Option<Duration>,
     last_ready_cpu: Option<Duration>,
+    /// Set when the cluster belongs to the pool: what it goes back to when its fleet drops.
+    pub(crate) ticket: Option<crate::pool::Ticket>,
 }
 
 impl Cluster {
@@ -75,6 +78,7 @@ impl Cluster {
         }
         Ok(Self {
             name: name.to_string(),
+            etcd_prefix: format!("/{name}"),
             dir,
             binary: binary.to_path_buf(),
             port: free_port()?,
@@ -85,7 +89,55 @@ impl Cluster {
             process: None,
             last_ready_after: None,
             last_ready_cpu: None,
+            ticket: None,
         })
+    }
+
+    /// Gives a pooled cluster the name and admin kubeconfig path of the fleet that takes it,
+    /// and writes that kubeconfig.
+    pub(crate) fn assign(&mut self, name: &str, kubeconfig: PathBuf) -> Result<()> {
+        self.name = name.to_string();
+        self.kubeconfig = kubeconfig;
+        write_token_kubeconfig(
+            &self.kubeconfig,
+            &self.name,
+            &self.server(),
+            &self.ca_pem()?,
+            ADMIN_USER,
+            &self.admin_token,
+        )
+    }
+
+    /// Where its objects are in etcd (`/<name it was created with>`).
+    pub(crate) fn etcd_prefix(&self) -> &str {
+        &self.etcd_prefix
+    }
+
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The end of its fleet: back to the pool if it came from there, else killed.
+    pub(crate) fn release(&mut self) {
+        let Some(ticket) = self.ticket.take() else {
+            return self.kill();
+        };
+        let handed = Cluster {
+            name: self.name.clone(),
+            etcd_prefix: self.etcd_prefix.clone(),
+            dir: self.dir.clone(),
+            binary: self.binary.clone(),
+            port: self.port,
+            etcd_url: self.etcd_url.clone(),
+            admin_token: self.admin_token.clone(),
+            kubeconfig: self.kubeconfig.clone(),
+            extra_args: self.extra_args.clone(),
+            process: self.process.take(),
+            last_ready_after: self.last_ready_after,
+            last_ready_cpu: self.last_ready_cpu,
+            ticket: None,
+        };
+        crate::pool::give_back(handed, ticket);
     }
 
     /// The cluster's name (`hub` or the member name).
@@ -157,7 +209,7 @@ impl Cluster {
         let d = &self.dir;
         let mut cmd = Command::new(&self.binary);
         cmd.arg(format!("--etcd-servers={}", self.etcd_url))
-            .arg(format!("--etcd-prefix=/{}", self.name))
+            .arg(format!("--etcd-prefix={}", self.etcd_prefix))
             .arg("--bind-address=127.0.0.1")
             .arg("--advertise-address=127.0.0.1")
             .arg(format!("--secure-port={}", self.port))

@@ -74,3 +74,110 @@ impl Etcd {
         self.process.rss_kib()
     }
 }
+
+/// The keys of one etcd, read and deleted through its JSON gateway (`/v3/kv/*`), below the
+/// apiservers: how a pooled cluster is emptied of what a test wrote (`crate::pool`).
+pub(crate) struct EtcdKeys {
+    url: String,
+    client: hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        http_body_util::Full<bytes::Bytes>,
+    >,
+}
+
+impl EtcdKeys {
+    pub(crate) fn new(client_url: &str) -> Self {
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http();
+        Self {
+            url: client_url.to_string(),
+            client,
+        }
+    }
+
+    /// Every key under `prefix` with the revision it was last written at.
+    pub(crate) async fn revisions(&self, prefix: &str) -> Result<Vec<(String, i64)>> {
+        let mut end = prefix.as_bytes().to_vec();
+        if let Some(last) = end.last_mut() {
+            *last += 1;
+        }
+        let answer = self
+            .call(
+                "range",
+                serde_json::json!({
+                    "key": b64(prefix.as_bytes()),
+                    "range_end": b64(&end),
+                    "keys_only": true,
+                }),
+            )
+            .await?;
+        let kvs = answer["kvs"].as_array().cloned().unwrap_or_default();
+        Ok(kvs
+            .iter()
+            .map(|kv| {
+                let key = kv["key"].as_str().map(unb64).unwrap_or_default();
+                let revision = kv["mod_revision"]
+                    .as_str()
+                    .and_then(|r| r.parse().ok())
+                    .unwrap_or_default();
+                (key, revision)
+            })
+            .collect())
+    }
+
+    pub(crate) async fn delete(&self, key: &str) -> Result<()> {
+        self.call(
+            "deleterange",
+            serde_json::json!({ "key": b64(key.as_bytes()) }),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn call(&self, op: &str, body: serde_json::Value) -> Result<serde_json::Value> {
+        use http_body_util::BodyExt as _;
+        let failed = |message: String| Error::Cluster {
+            cluster: "etcd".into(),
+            message: format!("/v3/kv/{op}: {message}"),
+        };
+        let request = http::Request::post(format!("{}/v3/kv/{op}", self.url))
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::from(
+                body.to_string(),
+            )))
+            .map_err(|e| failed(e.to_string()))?;
+        let response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| failed(e.to_string()))?
+            .to_bytes();
+        if !status.is_success() {
+            return Err(failed(format!(
+                "{status}: {}",
+                String::from_utf8_lossy(&body)
+            )));
+        }
+        serde_json::from_slice(&body).map_err(|e| failed(e.to_string()))
+    }
+}
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn unb64(text: &str) -> String {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .unwrap_or_default();
+    String::from_utf8_lossy(&bytes).into_owned()
+}

@@ -26,6 +26,7 @@ pub struct FleetBuilder {
     crds: Vec<CustomResourceDefinition>,
     namespace_prefix: String,
     quiet: bool,
+    fresh: bool,
     extra_args: BTreeMap<String, Vec<String>>,
 }
 
@@ -37,6 +38,7 @@ impl Default for FleetBuilder {
             crds: Vec::new(),
             namespace_prefix: DEFAULT_HUB_NAMESPACE_PREFIX.into(),
             quiet: false,
+            fresh: false,
             extra_args: BTreeMap::new(),
         }
     }
@@ -86,8 +88,19 @@ impl FleetBuilder {
         self
     }
 
-    /// Starts etcd, the hub and every member (in parallel), installs the CRDs (ServiceExport in
+    /// Every cluster started anew (its own etcd), none taken from or given back to the pool of
+    /// clusters kept between fleets: for a measurement, or a test that reads an apiserver's
+    /// own counters (`/metrics`), which a cluster used before would carry.
+    pub fn fresh(mut self) -> Self {
+        self.fresh = true;
+        self
+    }
+
+    /// Starts the hub and every member (in parallel), installs the CRDs (ServiceExport in
     /// members, InternalServiceExport in the hub) and creates `fleet-member-<name>` in the hub.
+    /// A cluster without flags of its own is taken from the pool when one with the same CRDs is
+    /// idle (cleared back to its first-ready state, `crate::pool`); any other starts anew, on
+    /// the fleet's own etcd.
     pub async fn start(self) -> Result<Fleet> {
         let begun = Instant::now();
         let binaries = Binaries::locate()?;
@@ -96,55 +109,82 @@ impl FleetBuilder {
             .tempdir()
             .map_err(io_err("create substrate directory"))?;
         let root = dir.path().to_path_buf();
-        write_sa_keys(&root)?;
-        let etcd = Etcd::start(&binaries.etcd(), &root)?;
         let member_dir = root.join("kubeconfigs");
         std::fs::create_dir_all(&member_dir).map_err(io_err("create kubeconfigs dir"))?;
-
-        let mut hub = Cluster::new(
-            "hub",
-            &root,
-            &binaries.kube_apiserver(),
-            &etcd.client_url,
-            root.join("hub.kubeconfig"),
-            &root,
-            self.extra_args.get("hub").cloned().unwrap_or_default(),
-        )?;
-        let mut members = Vec::new();
-        for name in &self.members {
-            members.push(Cluster::new(
-                name,
-                &root,
-                &binaries.kube_apiserver(),
-                &etcd.client_url,
-                member_dir.join(format!("{name}.yaml")),
-                &root,
-                self.extra_args.get(name).cloned().unwrap_or_default(),
-            )?);
-        }
-        // Each cluster is spawned, then all are awaited together: boot time overlaps.
-        let spawned = Instant::now();
-        hub.spawn()?;
-        for m in &mut members {
-            m.spawn()?;
-        }
-        let mut all: Vec<&mut Cluster> = std::iter::once(&mut hub)
-            .chain(members.iter_mut())
-            .collect();
-        futures::future::try_join_all(all.iter_mut().map(|c| c.wait_ready(spawned))).await?;
-
         let mut crds = if self.crds.is_empty() {
             CrdFiles::load(&self.crds_dir)?
         } else {
             CrdFiles::sort(self.crds, Path::new("(given CRDs)"))?
         };
         crds.add_import_side()?;
-        prepare(&hub, &members, crds, &self.namespace_prefix).await?;
+
+        let pooled = |cluster: &str| {
+            !self.fresh && crate::pool::enabled() && !self.extra_args.contains_key(cluster)
+        };
+        let everything_pooled =
+            pooled("hub") && self.members.iter().all(|name| pooled(name.as_str()));
+        let etcd = if everything_pooled {
+            None
+        } else {
+            write_sa_keys(&root)?;
+            Some(Etcd::start(&binaries.etcd(), &root)?)
+        };
+        let mut wanted = vec![Wanted {
+            name: "hub".into(),
+            kubeconfig: root.join("hub.kubeconfig"),
+            crds: crds.hub.clone(),
+        }];
+        for name in &self.members {
+            wanted.push(Wanted {
+                name: name.clone(),
+                kubeconfig: member_dir.join(format!("{name}.yaml")),
+                crds: crds.member.clone(),
+            });
+        }
+        let mut clusters = Vec::new();
+        let mut to_boot = Vec::new();
+        for w in &wanted {
+            let cluster = if pooled(&w.name) {
+                let key = crate::pool::crds_key(&w.crds);
+                match crate::pool::take(key).await? {
+                    Some((mut cluster, ticket)) => {
+                        cluster.ticket = Some(ticket);
+                        cluster
+                    }
+                    None => {
+                        to_boot.push((clusters.len(), Some(key)));
+                        crate::pool::new_cluster()?
+                    }
+                }
+            } else {
+                let etcd = etcd.as_ref().ok_or_else(|| Error::Cluster {
+                    cluster: w.name.clone(),
+                    message: "a cluster of its own, but the fleet started no etcd".into(),
+                })?;
+                to_boot.push((clusters.len(), None));
+                Cluster::new(
+                    &w.name,
+                    &root,
+                    &binaries.kube_apiserver(),
+                    &etcd.client_url,
+                    w.kubeconfig.clone(),
+                    &root,
+                    self.extra_args.get(&w.name).cloned().unwrap_or_default(),
+                )?
+            };
+            clusters.push(cluster);
+        }
+        boot(&mut clusters, &wanted, &to_boot).await?;
+        for (cluster, w) in clusters.iter_mut().zip(&wanted) {
+            cluster.assign(&w.name, w.kubeconfig.clone())?;
+        }
+        let hub = clusters.remove(0);
+        prepare_hub(&hub, &clusters, &self.namespace_prefix).await?;
 
         let fleet = Fleet {
             etcd,
             hub,
-            members,
+            members: clusters,
             root,
             namespace_prefix: self.namespace_prefix,
             _dir: dir,
@@ -156,19 +196,51 @@ impl FleetBuilder {
     }
 }
 
-/// Installs ServiceExport's CRD in every member and InternalServiceExport's in the hub, and
-/// creates each member's namespace (`prefix` + name) in the hub.
-async fn prepare(hub: &Cluster, members: &[Cluster], crds: CrdFiles, prefix: &str) -> Result<()> {
-    let hub_client = hub.client().await?;
-    let mut installs = vec![];
-    for m in members {
-        let client = m.client().await?;
-        let install = install_crds(m.name().to_string(), client, crds.member.clone());
-        installs.push(with_log_tail(m, install));
+/// A cluster a fleet asks for: its name, where its admin kubeconfig goes, its CRDs.
+struct Wanted {
+    name: String,
+    kubeconfig: PathBuf,
+    crds: Vec<CustomResourceDefinition>,
+}
+
+/// Spawns the clusters of `to_boot` (index, and the pool's CRD key for a pooled one), then
+/// awaits them all together (boot time overlaps), installs their CRDs and, for a pooled one,
+/// records its first-ready state.
+async fn boot(
+    clusters: &mut [Cluster],
+    wanted: &[Wanted],
+    to_boot: &[(usize, Option<u64>)],
+) -> Result<()> {
+    let spawned = Instant::now();
+    for (at, _) in to_boot {
+        clusters[*at].spawn()?;
     }
-    let install = install_crds("hub".into(), hub_client.clone(), crds.hub);
-    installs.push(with_log_tail(hub, install));
+    let ready = clusters
+        .iter_mut()
+        .enumerate()
+        .filter(|(at, _)| to_boot.iter().any(|(b, _)| b == at))
+        .map(|(_, c)| c.wait_ready(spawned));
+    futures::future::try_join_all(ready).await?;
+    let mut installs = vec![];
+    for (at, _) in to_boot {
+        let cluster = &clusters[*at];
+        let client = cluster.client().await?;
+        let install = install_crds(wanted[*at].name.clone(), client, wanted[*at].crds.clone());
+        installs.push(with_log_tail(cluster, install));
+    }
     futures::future::try_join_all(installs).await?;
+    for (at, key) in to_boot {
+        if let Some(key) = key {
+            let ticket = crate::pool::ticket(&clusters[*at], *key).await?;
+            clusters[*at].ticket = Some(ticket);
+        }
+    }
+    Ok(())
+}
+
+/// Creates each member's namespace (`prefix` + name) in the hub.
+async fn prepare_hub(hub: &Cluster, members: &[Cluster], prefix: &str) -> Result<()> {
+    let hub_client = hub.client().await?;
     for m in members {
         let namespace = format!("{prefix}{}", m.name());
         ensure_namespace(&hub_client, "hub", &namespace).await?;
@@ -181,7 +253,8 @@ async fn prepare(hub: &Cluster, members: &[Cluster], crds: CrdFiles, prefix: &st
 pub struct Fleet {
     hub: Cluster,
     members: Vec<Cluster>,
-    etcd: Etcd,
+    /// Only for clusters of its own (flags of their own, or [`FleetBuilder::fresh`]).
+    etcd: Option<Etcd>,
     root: PathBuf,
     namespace_prefix: String,
     _dir: tempfile::TempDir,
@@ -193,11 +266,13 @@ impl Drop for Fleet {
     /// every test's wall time with two members); nothing reads the clusters after this, and
     /// their data is removed with the scratch directory.
     fn drop(&mut self) {
-        self.hub.kill();
+        self.hub.release();
         for m in &mut self.members {
-            m.kill();
+            m.release();
         }
-        self.etcd.kill();
+        if let Some(etcd) = &mut self.etcd {
+            etcd.kill();
+        }
     }
 }
 
@@ -256,7 +331,7 @@ impl Fleet {
 
     /// CPU time (user + system) the fleet's etcd has used so far.
     pub fn etcd_cpu_time(&self) -> Option<Duration> {
-        self.etcd.cpu_time()
+        self.etcd.as_ref()?.cpu_time()
     }
 
     /// Prints readiness times and RSS of every process.
@@ -267,20 +342,23 @@ impl Fleet {
         );
         for c in std::iter::once(&self.hub).chain(&self.members) {
             eprintln!(
-                "[testenv]   {:<12} {}  ready after {:.2?}  cpu {:.2?} at ready, {:.2?} with CRDs  rss {} MiB",
+                "[testenv]   {:<12} {}  {}ready after {:.2?}  cpu {:.2?} at ready, {:.2?} with CRDs  rss {} MiB",
                 c.name(),
                 c.server(),
+                if c.ticket.is_some() { "(pooled) " } else { "" },
                 c.ready_after().unwrap_or_default(),
                 c.ready_cpu().unwrap_or_default(),
                 c.cpu_time().unwrap_or_default(),
                 c.rss_kib().map_or(0, |k| k / 1024)
             );
         }
-        eprintln!(
-            "[testenv]   etcd (shared) cpu {:.2?}  rss {} MiB",
-            self.etcd.cpu_time().unwrap_or_default(),
-            self.etcd.rss_kib().map_or(0, |k| k / 1024)
-        );
+        if let Some(etcd) = &self.etcd {
+            eprintln!(
+                "[testenv]   etcd (shared) cpu {:.2?}  rss {} MiB",
+                etcd.cpu_time().unwrap_or_default(),
+                etcd.rss_kib().map_or(0, |k| k / 1024)
+            );
+        }
     }
 }
 
@@ -535,7 +613,7 @@ pub async fn ensure_namespace(client: &kube::Client, cluster: &str, name: &str) 
 /// openssl spends 0.2–0.4 CPU-seconds on an RSA key (up to a second of wall time on a busy
 /// machine), and a fleet's clusters shared their key already; fleets are apart by their ports
 /// and admin tokens.
-fn write_sa_keys(dir: &Path) -> Result<()> {
+pub(crate) fn write_sa_keys(dir: &Path) -> Result<()> {
     type Pair = (Vec<u8>, Vec<u8>);
     static KEYS: OnceLock<std::result::Result<Pair, String>> = OnceLock::new();
     let keys = KEYS.get_or_init(|| {

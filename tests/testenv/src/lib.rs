@@ -11,6 +11,7 @@ mod cluster;
 mod etcd;
 mod fleet;
 mod kubeconfig;
+mod pool;
 mod process;
 mod rbac;
 pub mod tokens;

@@ -4,6 +4,7 @@ use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock, mpsc};
 use std::time::Duration;
 
 use crate::{Result, io_err};
@@ -16,8 +17,8 @@ pub(crate) struct ProcessGuard {
 }
 
 impl ProcessGuard {
-    /// Spawns `cmd` with stdout+stderr appended to `log`. The kernel kills the child if the
-    /// thread that spawned it dies, so even a killed test run leaves nothing listening.
+    /// Spawns `cmd` with stdout+stderr appended to `log`. The kernel kills the child when the
+    /// process that started it dies, so even a killed test run leaves nothing listening.
     pub(crate) fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Self> {
         let out = File::options()
             .create(true)
@@ -35,7 +36,7 @@ impl ProcessGuard {
                 Ok(())
             });
         }
-        let child = cmd.spawn().map_err(io_err(format!("spawn {name}")))?;
+        let child = spawn_outliving_the_caller(cmd).map_err(io_err(format!("spawn {name}")))?;
         Ok(Self {
             name: name.to_string(),
             child: Some(child),
@@ -102,6 +103,33 @@ impl ProcessGuard {
     }
 }
 
+type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// Spawns `cmd` from one thread that lives as long as the process. `PR_SET_PDEATHSIG` fires when
+/// the *thread* that spawned a child ends, and the test harness runs each test on a thread of
+/// its own: a cluster kept for the next test (`crate::pool`) must outlive the test that started
+/// it, and still die with the process.
+fn spawn_outliving_the_caller(cmd: Command) -> std::io::Result<Child> {
+    static SPAWNER: OnceLock<mpsc::Sender<SpawnRequest>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (requests, incoming) = mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("testenv-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in incoming {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .expect("start the testenv spawner thread");
+        requests
+    });
+    let (reply, answer) = mpsc::channel();
+    let sent = spawner.send((cmd, reply));
+    let gone = || std::io::Error::other("the testenv spawner thread has ended");
+    sent.map_err(|_| gone())?;
+    answer.recv().map_err(|_| gone())?
+}
+
 impl Drop for ProcessGuard {
     fn drop(&mut self) {
         self.stop();
@@ -115,7 +143,6 @@ const LISTEN_PORTS: std::ops::Range<u16> = 20000..32000;
 
 /// A port on 127.0.0.1 that was free a moment ago, never the same twice in one process.
 pub fn free_port() -> Result<u16> {
-    use std::sync::Mutex;
     static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
     let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
     for _ in 0..200 {
