@@ -197,19 +197,7 @@ async fn a_dropped_fleets_clusters_come_back_empty_to_the_next_fleet() {
     let servers = (first.hub().server(), first.member("solo").server());
     let member = first.member("solo").client().await.expect("member client");
     let namespaces: Api<Namespace> = Api::all(member.clone());
-    namespaces
-        .create(
-            &PostParams::default(),
-            &Namespace {
-                metadata: ObjectMeta {
-                    name: Some("left".into()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("namespace");
+    crate::support::namespace(&member, "left").await;
     let exports: Api<ServiceExport> =
         Api::namespaced_with(member.clone(), "left", &ServiceExportVersion::V1Beta1);
     let mut held = ServiceExport::new("left", "web", ServiceExportVersion::V1Beta1);
@@ -250,19 +238,7 @@ async fn a_dropped_fleets_clusters_come_back_empty_to_the_next_fleet() {
         .await
         .expect("the member's hub namespace is made again");
     // The CRDs are still served: a ServiceExport can be made at once.
-    Api::<Namespace>::all(member.clone())
-        .create(
-            &PostParams::default(),
-            &Namespace {
-                metadata: ObjectMeta {
-                    name: Some("again".into()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("namespace again");
+    crate::support::namespace(&member, "again").await;
     Api::<ServiceExport>::namespaced_with(member.clone(), "again", &ServiceExportVersion::V1Beta1)
         .create(
             &PostParams::default(),
@@ -288,5 +264,18 @@ async fn a_dropped_fleets_clusters_come_back_empty_to_the_next_fleet() {
         third.member("solo").server(),
         servers.1,
         "the member whose CRD changed is not"
+    );
+
+    // An apiserver left paused (SIGSTOP) answers nothing: not taken again either.
+    let paused_hub = third.hub().pid().expect("the hub runs");
+    crate::support::signal(paused_hub, "-STOP");
+    let member_server = third.member("solo").server();
+    drop(third);
+    let fourth = start().await.expect("fourth fleet");
+    assert_ne!(fourth.hub().server(), servers.0, "the paused hub is not");
+    assert_eq!(
+        fourth.member("solo").server(),
+        member_server,
+        "the member is taken again"
     );
 }

@@ -50,8 +50,6 @@ pub struct Cluster {
     process: Option<ProcessGuard>,
     last_ready_after: Option<Duration>,
     last_ready_cpu: Option<Duration>,
-    /// Set when the cluster belongs to the pool: what it goes back to when its fleet drops.
-    pub(crate) ticket: Option<crate::pool::Ticket>,
 }
 
 impl Cluster {
@@ -89,7 +87,6 @@ impl Cluster {
             process: None,
             last_ready_after: None,
             last_ready_cpu: None,
-            ticket: None,
         })
     }
 
@@ -117,12 +114,10 @@ impl Cluster {
         &self.dir
     }
 
-    /// The end of its fleet: back to the pool if it came from there, else killed.
-    pub(crate) fn release(&mut self) {
-        let Some(ticket) = self.ticket.take() else {
-            return self.kill();
-        };
-        let handed = Cluster {
+    /// The cluster as a new value, its running process with it; this one is left without a
+    /// process (what a fleet does when it drops: the pool keeps the new value).
+    pub(crate) fn take_over(&mut self) -> Cluster {
+        Cluster {
             name: self.name.clone(),
             etcd_prefix: self.etcd_prefix.clone(),
             dir: self.dir.clone(),
@@ -135,9 +130,7 @@ impl Cluster {
             process: self.process.take(),
             last_ready_after: self.last_ready_after,
             last_ready_cpu: self.last_ready_cpu,
-            ticket: None,
-        };
-        crate::pool::give_back(handed, ticket);
+        }
     }
 
     /// The cluster's name (`hub` or the member name).
@@ -311,6 +304,25 @@ impl Cluster {
             self.check_deadline(deadline)?;
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Whether the apiserver answers `/readyz` with `ok` within `limit` (a process that exited,
+    /// or one a test paused with SIGSTOP and left so, does not).
+    pub(crate) async fn answers_ready(&mut self, limit: Duration) -> bool {
+        use tracing::instrument::WithSubscriber;
+        if self.check_alive().is_err() {
+            return false;
+        }
+        let probe = async {
+            let client = self.client().await.ok()?;
+            let req = http::Request::get("/readyz").body(Vec::new()).ok()?;
+            client.request_text(req).await.ok()
+        };
+        let quiet = tracing::subscriber::NoSubscriber::default();
+        matches!(
+            tokio::time::timeout(limit, probe.with_subscriber(quiet)).await,
+            Ok(Some(answer)) if answer == "ok"
+        )
     }
 
     /// Starts a stopped cluster again on the same port with its data kept, and waits for it.

@@ -1,9 +1,7 @@
 //! A hub and N members sharing one etcd.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -13,6 +11,8 @@ use kube::api::{Api, ListParams, PostParams};
 use crate::binaries::Binaries;
 use crate::cluster::Cluster;
 use crate::etcd::Etcd;
+use crate::pool::Ticket;
+use crate::sa_keys::write_sa_keys;
 use crate::{Error, Result, chart_crds_dir, io_err};
 
 /// The hub-side namespace prefix of fleet-networking: member `m` owns `fleet-member-m`.
@@ -143,12 +143,13 @@ impl FleetBuilder {
         }
         let mut clusters = Vec::new();
         let mut to_boot = Vec::new();
+        let mut tickets = HashMap::new();
         for w in &wanted {
             let cluster = if pooled(&w.name) {
                 let key = crate::pool::crds_key(&w.crds);
                 match crate::pool::take(key).await? {
-                    Some((mut cluster, ticket)) => {
-                        cluster.ticket = Some(ticket);
+                    Some((cluster, ticket)) => {
+                        tickets.insert(cluster.etcd_prefix().to_string(), ticket);
                         cluster
                     }
                     None => {
@@ -174,7 +175,7 @@ impl FleetBuilder {
             };
             clusters.push(cluster);
         }
-        boot(&mut clusters, &wanted, &to_boot).await?;
+        tickets.extend(boot(&mut clusters, &wanted, &to_boot).await?);
         for (cluster, w) in clusters.iter_mut().zip(&wanted) {
             cluster.assign(&w.name, w.kubeconfig.clone())?;
         }
@@ -183,6 +184,7 @@ impl FleetBuilder {
 
         let fleet = Fleet {
             etcd,
+            tickets,
             hub,
             members: clusters,
             root,
@@ -205,12 +207,12 @@ struct Wanted {
 
 /// Spawns the clusters of `to_boot` (index, and the pool's CRD key for a pooled one), then
 /// awaits them all together (boot time overlaps), installs their CRDs and, for a pooled one,
-/// records its first-ready state.
+/// records its first-ready state: its ticket, by etcd prefix.
 async fn boot(
     clusters: &mut [Cluster],
     wanted: &[Wanted],
     to_boot: &[(usize, Option<u64>)],
-) -> Result<()> {
+) -> Result<Vec<(String, Ticket)>> {
     let spawned = Instant::now();
     for (at, _) in to_boot {
         clusters[*at].spawn()?;
@@ -229,13 +231,14 @@ async fn boot(
         installs.push(with_log_tail(cluster, install));
     }
     futures::future::try_join_all(installs).await?;
+    let mut tickets = vec![];
     for (at, key) in to_boot {
         if let Some(key) = key {
             let ticket = crate::pool::ticket(&clusters[*at], *key).await?;
-            clusters[*at].ticket = Some(ticket);
+            tickets.push((clusters[*at].etcd_prefix().to_string(), ticket));
         }
     }
-    Ok(())
+    Ok(tickets)
 }
 
 /// Creates each member's namespace (`prefix` + name) in the hub.
@@ -255,6 +258,8 @@ pub struct Fleet {
     members: Vec<Cluster>,
     /// Only for clusters of its own (flags of their own, or [`FleetBuilder::fresh`]).
     etcd: Option<Etcd>,
+    /// The pooled clusters, by etcd prefix: what each goes back to the pool with.
+    tickets: HashMap<String, Ticket>,
     root: PathBuf,
     namespace_prefix: String,
     _dir: tempfile::TempDir,
@@ -266,9 +271,11 @@ impl Drop for Fleet {
     /// every test's wall time with two members); nothing reads the clusters after this, and
     /// their data is removed with the scratch directory.
     fn drop(&mut self) {
-        self.hub.release();
-        for m in &mut self.members {
-            m.release();
+        for cluster in std::iter::once(&mut self.hub).chain(&mut self.members) {
+            match self.tickets.remove(cluster.etcd_prefix()) {
+                Some(ticket) => crate::pool::give_back(cluster.take_over(), ticket),
+                None => cluster.kill(),
+            }
         }
         if let Some(etcd) = &mut self.etcd {
             etcd.kill();
@@ -345,7 +352,11 @@ impl Fleet {
                 "[testenv]   {:<12} {}  {}ready after {:.2?}  cpu {:.2?} at ready, {:.2?} with CRDs  rss {} MiB",
                 c.name(),
                 c.server(),
-                if c.ticket.is_some() { "(pooled) " } else { "" },
+                if self.tickets.contains_key(c.etcd_prefix()) {
+                    "(pooled) "
+                } else {
+                    ""
+                },
                 c.ready_after().unwrap_or_default(),
                 c.ready_cpu().unwrap_or_default(),
                 c.cpu_time().unwrap_or_default(),
@@ -607,44 +618,4 @@ pub async fn ensure_namespace(client: &kube::Client, cluster: &str, name: &str) 
             source,
         }),
     }
-}
-
-/// Writes the service-account key pair into `dir`. One pair serves every fleet of the process:
-/// openssl spends 0.2–0.4 CPU-seconds on an RSA key (up to a second of wall time on a busy
-/// machine), and a fleet's clusters shared their key already; fleets are apart by their ports
-/// and admin tokens.
-pub(crate) fn write_sa_keys(dir: &Path) -> Result<()> {
-    type Pair = (Vec<u8>, Vec<u8>);
-    static KEYS: OnceLock<std::result::Result<Pair, String>> = OnceLock::new();
-    let keys = KEYS.get_or_init(|| {
-        let scratch = tempfile::tempdir().map_err(|e| format!("service-account keys: {e}"))?;
-        generate_sa_keys(scratch.path()).map_err(|e| e.to_string())?;
-        let read =
-            |f: &str| std::fs::read(scratch.path().join(f)).map_err(|e| format!("read {f}: {e}"));
-        Ok((read("sa.key")?, read("sa.pub")?))
-    });
-    let (key, public) = keys.as_ref().map_err(|m| Error::Binaries(m.clone()))?;
-    std::fs::write(dir.join("sa.key"), key).map_err(io_err("write sa.key"))?;
-    std::fs::write(dir.join("sa.pub"), public).map_err(io_err("write sa.pub"))
-}
-
-fn generate_sa_keys(dir: &Path) -> Result<()> {
-    let run = |args: &[&str]| -> Result<()> {
-        let status = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .map_err(io_err("run openssl (is it installed?)"))?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(Error::Binaries(format!(
-                "openssl {args:?} failed: {status}"
-            )))
-        }
-    };
-    run(&["genrsa", "-out", "sa.key", "2048"])?;
-    run(&["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"])
 }

@@ -14,6 +14,7 @@ mod kubeconfig;
 mod pool;
 mod process;
 mod rbac;
+mod sa_keys;
 pub mod tokens;
 
 pub use binaries::Binaries;

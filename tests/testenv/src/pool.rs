@@ -84,7 +84,7 @@ fn start_pool() -> Result<Pool> {
         .map_err(io_err("create the cluster pool's directory"))?
         .keep();
     remove_at_exit(&root);
-    crate::fleet::write_sa_keys(&root)?;
+    crate::sa_keys::write_sa_keys(&root)?;
     let etcd = Etcd::start(&binaries.etcd(), &root)?;
     Ok(Pool {
         root,
@@ -193,7 +193,12 @@ pub(crate) async fn take(crds: u64) -> Result<Option<(Cluster, Ticket)>> {
             return Ok(None);
         };
         tokio::time::sleep(REST.saturating_sub(idle.since.elapsed())).await;
-        match clear(pool, &idle.ticket).await {
+        let cleared = if idle.cluster.answers_ready(Duration::from_secs(2)).await {
+            clear(pool, &idle.ticket).await
+        } else {
+            Err("its apiserver does not answer /readyz".to_string())
+        };
+        match cleared {
             Ok(()) => return Ok(Some((idle.cluster, idle.ticket))),
             Err(reason) => {
                 eprintln!(
@@ -206,12 +211,15 @@ pub(crate) async fn take(crds: u64) -> Result<Option<(Cluster, Ticket)>> {
     }
 }
 
-/// Takes `cluster` back when it still runs; kills it otherwise.
+/// Takes `cluster` back when it still runs; kills it otherwise. The fleet's kubeconfig goes with
+/// the fleet's directory: an idle cluster keeps one of its own.
 pub(crate) fn give_back(mut cluster: Cluster, ticket: Ticket) {
     let Ok(pool) = pool() else {
         return discard(&mut cluster);
     };
-    if !cluster.is_running() {
+    let own_kubeconfig = cluster.dir().join("admin.kubeconfig");
+    let name = cluster.name().to_string();
+    if !cluster.is_running() || cluster.assign(&name, own_kubeconfig).is_err() {
         return discard(&mut cluster);
     }
     let mut idle = pool.idle.lock().unwrap_or_else(|p| p.into_inner());
