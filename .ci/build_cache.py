@@ -87,21 +87,28 @@ def used(listing):
             if message.get("executable"):
                 paths.add(message["executable"])
     with open(listing, "w") as out:
-        out.write("\n".join(sorted(os.path.realpath(p) for p in paths)))
+        out.write("\n".join(sorted(paths)))
     print(f"build artefacts used by this run: {len(paths)}")
 
 
 def prune(listing, deps):
+    # Compared by inode: cargo names a binary by its uplifted path (target/debug/NAME), a hard
+    # link of the deps/NAME-HASH file that is pruned here.
     with open(listing) as f:
-        keep = set(f.read().split("\n"))
+        keep = {inode(p) for p in f.read().split("\n") if p and os.path.exists(p)}
     removed = 0
     for name in os.listdir(deps):
-        path = os.path.realpath(os.path.join(deps, name))
-        if "." in name or not os.path.isfile(path) or path in keep:
+        path = os.path.join(deps, name)
+        if "." in name or not os.path.isfile(path) or inode(path) in keep:
             continue
         os.remove(path)
         removed += 1
     print(f"executables of earlier builds removed: {removed}")
+
+
+def inode(path):
+    status = os.stat(path)
+    return (status.st_dev, status.st_ino)
 
 
 COMMANDS = {"record": record, "restore": restore, "used": used, "prune": prune}

@@ -25,12 +25,17 @@ async fn first_address_is(member: &kube::Client, address: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hub_or_member_outage_deletes_nothing_and_changes_arrive_after_it() {
     let (mut fleet, hub, member, hub_ns) = one_member_fleet(M, &[NS, FLEET_NS]).await;
+    // The apiservers' counters run from before this test (a pooled cluster's may not be 0).
+    let deletes_before = requests(&member, "endpointslices", "DELETE").await;
     create_mcs(&member, Some(DERIVED)).await;
     create_derived(&member, None).await;
     create_import(&hub, &hub_ns, &import_of(&hub_ns, IMPORT, false)).await;
     let running = start(&fleet).await;
     eventually("processed", || processed(&hub, &hub_ns, IMPORT)).await;
-    assert_eq!(requests(&member, "endpointslices", "DELETE").await, 0.0);
+    assert_eq!(
+        requests(&member, "endpointslices", "DELETE").await - deletes_before,
+        0.0
+    );
     let uid = |member: kube::Client| async move {
         imported(&member)
             .get(IMPORT)
