@@ -257,6 +257,7 @@ async fn sharded_rendering_is_accepted_and_its_lease_rbac_suffices(
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .spawn()
+        .map(support::KillOnDrop)
         .expect("start a replica");
     let leases: Api<Lease> = Api::namespaced(hub.clone(), NS);
     let members = ["member-1", "member-2", "member-3"];

@@ -314,6 +314,7 @@ async fn credentials_echoed_by_failing_azure_calls_are_never_emitted() {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
+        .map(KillOnDrop)
         .expect("spawn fleetnet-hub");
     // Read as it comes: a full pipe would stall the process at its next log line.
     let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
@@ -575,7 +576,9 @@ async fn a_service_naming_another_members_resource_group_gets_no_arm_call() {
 }
 
 /// A `fleetnet-hub` child process, killed when dropped (also when the test fails).
-struct HubProcess(std::process::Child);
+struct HubProcess {
+    _process: KillOnDrop,
+}
 
 impl HubProcess {
     fn spawn(command: &mut std::process::Command) -> Self {
@@ -585,13 +588,8 @@ impl HubProcess {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("spawn fleetnet-hub");
-        Self(child)
-    }
-}
-
-impl Drop for HubProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        Self {
+            _process: KillOnDrop(child),
+        }
     }
 }

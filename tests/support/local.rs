@@ -16,6 +16,30 @@ pub fn signal(pid: u32, sig: &str) {
     assert!(status.success(), "kill {sig} {pid}");
 }
 
+/// A child process killed (SIGKILL) and reaped when dropped, also when the test panics: a
+/// process left running would go on writing into clusters the next tests reuse.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A port on 127.0.0.1 that was free a moment ago, from the substrate's pick (below the
 /// ephemeral range, never the same twice in this process: the tests of this binary run side by
 /// side).
