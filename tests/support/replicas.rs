@@ -11,10 +11,10 @@
 //!   replica that sent it and to the instant the apiserver received it, whatever the process
 //!   counted or lost.
 
-use super::{free_port, signal};
+use super::{KillOnDrop, free_port, signal};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fleetnet_testenv::{Fleet, FleetBuilder, ScopedIdentity};
@@ -64,16 +64,9 @@ impl Access {
 pub struct Replica {
     pub name: String,
     pub access: Access,
-    child: Child,
+    child: KillOnDrop,
     pub health: u16,
     pub metrics: u16,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Starts replica `name` (its pod name) with `access` and `extra` flags (member budget:
@@ -112,6 +105,7 @@ pub fn replica(name: &str, access: &Access, extra: &[&str]) -> Replica {
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
+        .map(KillOnDrop)
         .expect("start a replica");
     Replica {
         name: name.to_string(),

@@ -16,7 +16,7 @@ use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fleetnet_testenv::Fleet;
@@ -112,15 +112,8 @@ fn rendering(manifest: &[serde_json::Value]) -> Rendering {
 /// One pod of the release, run as a process; killed when dropped.
 struct Pod {
     name: String,
-    child: Child,
+    child: KillOnDrop,
     health: u16,
-}
-
-impl Drop for Pod {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Paths of the pod's files, as the test lays them out.
@@ -164,6 +157,7 @@ fn start_pod(name: &str, rendering: &Rendering, mounts: &Mounts) -> Pod {
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
+        .map(KillOnDrop)
         .expect("start a pod");
     Pod {
         name: name.to_string(),

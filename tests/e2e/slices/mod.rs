@@ -17,7 +17,7 @@ mod restarts;
 use crate::support;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fleetnet_hub::api::EndpointSliceExport;

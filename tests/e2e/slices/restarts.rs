@@ -5,15 +5,8 @@ use super::*;
 
 /// The binary, with its health port, killed when dropped.
 struct Process {
-    child: Child,
+    child: KillOnDrop,
     health: std::net::SocketAddr,
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Process {
@@ -38,6 +31,7 @@ impl Process {
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
+            .map(KillOnDrop)
             .expect("spawn fleetnet-hub");
         Self { child, health }
     }

@@ -129,16 +129,22 @@ impl FleetBuilder {
             write_sa_keys(&root)?;
             Some(Etcd::start(&binaries.etcd(), &root)?)
         };
+        let (hub_key, member_key) = (
+            crate::pool::crds_key(&crds.hub),
+            crate::pool::crds_key(&crds.member),
+        );
         let mut wanted = vec![Wanted {
             name: "hub".into(),
             kubeconfig: root.join("hub.kubeconfig"),
-            crds: crds.hub.clone(),
+            crds: &crds.hub,
+            key: hub_key,
         }];
         for name in &self.members {
             wanted.push(Wanted {
                 name: name.clone(),
                 kubeconfig: member_dir.join(format!("{name}.yaml")),
-                crds: crds.member.clone(),
+                crds: &crds.member,
+                key: member_key,
             });
         }
         let mut clusters = Vec::new();
@@ -146,14 +152,13 @@ impl FleetBuilder {
         let mut tickets = HashMap::new();
         for w in &wanted {
             let cluster = if pooled(&w.name) {
-                let key = crate::pool::crds_key(&w.crds);
-                match crate::pool::take(key).await? {
+                match crate::pool::take(w.key).await? {
                     Some((cluster, ticket)) => {
                         tickets.insert(cluster.etcd_prefix().to_string(), ticket);
                         cluster
                     }
                     None => {
-                        to_boot.push((clusters.len(), Some(key)));
+                        to_boot.push((clusters.len(), true));
                         crate::pool::new_cluster()?
                     }
                 }
@@ -162,7 +167,7 @@ impl FleetBuilder {
                     cluster: w.name.clone(),
                     message: "a cluster of its own, but the fleet started no etcd".into(),
                 })?;
-                to_boot.push((clusters.len(), None));
+                to_boot.push((clusters.len(), false));
                 Cluster::new(
                     &w.name,
                     &root,
@@ -198,20 +203,22 @@ impl FleetBuilder {
     }
 }
 
-/// A cluster a fleet asks for: its name, where its admin kubeconfig goes, its CRDs.
-struct Wanted {
+/// A cluster a fleet asks for: its name, where its admin kubeconfig goes, its CRDs and their
+/// fingerprint (the pool's key).
+struct Wanted<'a> {
     name: String,
     kubeconfig: PathBuf,
-    crds: Vec<CustomResourceDefinition>,
+    crds: &'a [CustomResourceDefinition],
+    key: u64,
 }
 
-/// Spawns the clusters of `to_boot` (index, and the pool's CRD key for a pooled one), then
-/// awaits them all together (boot time overlaps), installs their CRDs and, for a pooled one,
-/// records its first-ready state: its ticket, by etcd prefix.
+/// Spawns the clusters of `to_boot` (index, and whether it joins the pool), then awaits them all
+/// together (boot time overlaps), installs their CRDs and, for a pooled one, records its
+/// first-ready state: its ticket, by etcd prefix.
 async fn boot(
     clusters: &mut [Cluster],
-    wanted: &[Wanted],
-    to_boot: &[(usize, Option<u64>)],
+    wanted: &[Wanted<'_>],
+    to_boot: &[(usize, bool)],
 ) -> Result<Vec<(String, Ticket)>> {
     let spawned = Instant::now();
     for (at, _) in to_boot {
@@ -227,14 +234,14 @@ async fn boot(
     for (at, _) in to_boot {
         let cluster = &clusters[*at];
         let client = cluster.client().await?;
-        let install = install_crds(wanted[*at].name.clone(), client, wanted[*at].crds.clone());
+        let install = install_crds(wanted[*at].name.clone(), client, wanted[*at].crds.to_vec());
         installs.push(with_log_tail(cluster, install));
     }
     futures::future::try_join_all(installs).await?;
     let mut tickets = vec![];
-    for (at, key) in to_boot {
-        if let Some(key) = key {
-            let ticket = crate::pool::ticket(&clusters[*at], *key).await?;
+    for (at, pooled) in to_boot {
+        if *pooled {
+            let ticket = crate::pool::ticket(&clusters[*at], wanted[*at].key).await?;
             tickets.push((clusters[*at].etcd_prefix().to_string(), ticket));
         }
     }
