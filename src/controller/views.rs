@@ -304,6 +304,12 @@ pub(crate) struct OverCap {
 /// capped read ([`costly`]: an answer or event over its size cap, or [`OverCap`]), the next
 /// poll also waits [`penalty`]: a member that always sends too much is read every 10 s doubling
 /// to 5 min, not every 2 s (a completed list forgives it).
+///
+/// A watch that fails after its list ([`after_list`]) is opened anew too, so it lists again:
+/// kube's watcher would resume it silently, and the view, marked failing by the error, would
+/// show failing until the next list, however well the resumed watch ran (a quiet member: for
+/// ever). The new list's end is the proof that it works. A watch that fails again within
+/// [`WATCH_HELD`] of its list waits [`relist_pause`] before listing again.
 fn capped<K, S>(
     open: impl Fn() -> S + Send + 'static,
     size: impl Fn() -> usize + Send + 'static,
@@ -319,6 +325,8 @@ where
         listed: 0,
         strikes: 0,
         pause: None,
+        listed_at: None,
+        unheld: 0,
     };
     futures::stream::unfold(
         (state, open, size, kind),
@@ -338,6 +346,7 @@ where
                 }
                 Ok(watcher::Event::InitDone) => {
                     state.strikes = 0;
+                    state.listed_at = Some(tokio::time::Instant::now());
                     false
                 }
                 Ok(watcher::Event::Apply(_)) => size() >= max,
@@ -345,6 +354,10 @@ where
                 Err(e) => {
                     if costly(e) {
                         state.strike();
+                    }
+                    if after_list(e) {
+                        state.relist();
+                        state.inner = Box::pin(open());
                     }
                     false
                 }
@@ -374,6 +387,10 @@ struct Capped<S> {
     strikes: u32,
     /// The wait before the next poll.
     pause: Option<Duration>,
+    /// When the last list completed, while its watch runs.
+    listed_at: Option<tokio::time::Instant>,
+    /// Watches in a row that failed within [`WATCH_HELD`] of their list.
+    unheld: u32,
 }
 
 impl<S> Capped<S> {
@@ -381,6 +398,51 @@ impl<S> Capped<S> {
         self.strikes = self.strikes.saturating_add(1);
         self.pause = Some(penalty(self.strikes));
     }
+
+    /// The watch failed after its list: the next poll lists again, after the pause its
+    /// streak has earned (the longer of it and a strike's).
+    fn relist(&mut self) {
+        let held = self
+            .listed_at
+            .take()
+            .is_some_and(|at| at.elapsed() >= WATCH_HELD);
+        let (unheld, pause) = relist_pause(self.unheld, held);
+        self.unheld = unheld;
+        self.listed = 0;
+        self.pause = self.pause.max(pause);
+    }
+}
+
+/// How long a watch must have run after its list for its failure to start a new streak.
+const WATCH_HELD: Duration = Duration::from_secs(60);
+
+/// Whether `error` came after the view's list: its watch could not start, broke, or sent an
+/// error event.
+fn after_list(error: &watcher::Error) -> bool {
+    matches!(
+        error,
+        watcher::Error::WatchStartFailed(_)
+            | watcher::Error::WatchFailed(_)
+            | watcher::Error::WatchError(_)
+    )
+}
+
+/// The longest pause before a view lists again whose watches keep failing after their lists:
+/// also how long a member whose watches are allowed again may still show failing.
+const MAX_RELIST_PAUSE: Duration = Duration::from_secs(60);
+
+/// After a watch failed following its list (`held`: it ran [`WATCH_HELD`] first): the streak
+/// of watches that did not hold, and the pause before listing again. The first failure lists
+/// again at once (an API server restarted); each further one that follows its list within
+/// [`WATCH_HELD`] (lists served, watches refused) waits 10 s doubling to
+/// [`MAX_RELIST_PAUSE`], so such a member costs a list a minute, not one every backoff.
+fn relist_pause(unheld: u32, held: bool) -> (u32, Option<Duration>) {
+    let unheld = match held {
+        true => 1,
+        false => unheld.saturating_add(1),
+    };
+    let pause = (unheld > 1).then(|| penalty(unheld - 1).min(MAX_RELIST_PAUSE));
+    (unheld, pause)
 }
 
 /// The wait after the `strikes`-th costly error in a row: 10 s doubling, at most 5 minutes.

@@ -3,6 +3,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::*;
 
 type Events = Vec<watcher::Result<watcher::Event<u32>>>;
+/// One watch of [`opener`]: its events, played at once.
+type Played = futures::stream::Iter<std::vec::IntoIter<watcher::Result<watcher::Event<u32>>>>;
+
+/// An `open` for [`capped`] whose watches play `opened` in turn (then end at once), and the
+/// count of watches it opened.
+fn opener(opened: Vec<Events>) -> (impl Fn() -> Played + Send + 'static, Arc<AtomicUsize>) {
+    let opens = Arc::new(AtomicUsize::new(0));
+    let lists = Mutex::new(opened.into_iter());
+    let count = opens.clone();
+    let open = move || {
+        count.fetch_add(1, Ordering::SeqCst);
+        futures::stream::iter(lists.lock().next().unwrap_or_default())
+    };
+    (open, opens)
+}
 
 /// What `capped` lets through of `opened` watches (each open takes the next list of
 /// events), for a view whose store holds `size` objects; `opens` counts the watches opened.
@@ -12,15 +27,7 @@ async fn through(
     max: usize,
     take: usize,
 ) -> (Vec<String>, usize) {
-    let opens = Arc::new(AtomicUsize::new(0));
-    let lists = Arc::new(Mutex::new(opened.into_iter()));
-    let open = {
-        let opens = opens.clone();
-        move || {
-            opens.fetch_add(1, Ordering::SeqCst);
-            futures::stream::iter(lists.lock().next().unwrap_or_default())
-        }
-    };
+    let (open, opens) = opener(opened);
     let seen = capped(open, move || size, max, "services".into())
         .take(take)
         .map(|e| match e {
@@ -96,15 +103,7 @@ fn costly_errors_are_reads_over_a_cap_wherever_they_are_wrapped() {
 
 #[tokio::test(start_paused = true)]
 async fn after_a_costly_error_the_next_poll_waits_the_penalty() {
-    let opens = Arc::new(AtomicUsize::new(0));
-    let lists = Arc::new(Mutex::new(vec![list(3), list(1), list(1)].into_iter()));
-    let open = {
-        let opens = opens.clone();
-        move || {
-            opens.fetch_add(1, Ordering::SeqCst);
-            futures::stream::iter(lists.lock().next().unwrap_or_default())
-        }
-    };
+    let (open, opens) = opener(vec![list(3), list(1), list(1)]);
     let mut events = Box::pin(capped(open, || 0, 2, "services".into()));
     let start = tokio::time::Instant::now();
     // init, 1, 2, then over the cap.
@@ -129,4 +128,82 @@ async fn a_change_while_the_view_is_full_ends_the_watch_one_below_passes() {
     assert_eq!(full.len(), 1, "{full:?}");
     assert!(full[0].starts_with("error "), "{full:?}");
     assert_eq!(opens, 2);
+}
+
+fn refused(what: &str) -> watcher::Result<watcher::Event<u32>> {
+    let error = kube::Error::Service(Box::new(std::io::Error::other(what.to_string())));
+    Err(watcher::Error::WatchStartFailed(error))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_that_fails_after_its_list_lists_again_so_its_recovery_is_told() {
+    let mut failed_watch = list(1);
+    failed_watch.push(refused("storage is (re)initializing"));
+    // The watcher would resume its watch and tell nothing: a view would stay failing.
+    failed_watch.push(Ok(watcher::Event::Apply(9)));
+    let (seen, opens) = through(vec![failed_watch, list(1)], 0, 10, 7).await;
+    assert_eq!(
+        seen,
+        [
+            "init",
+            "list 1",
+            "done",
+            "error failed to start watching object: ServiceError: storage is (re)initializing",
+            "init",
+            "list 1",
+            "done",
+        ]
+    );
+    assert_eq!(opens, 2, "the failed watch was opened anew");
+    // A list's failure is the watcher's to retry: it lists again by itself.
+    let list_failed = vec![Err(watcher::Error::InitialListFailed(
+        kube::Error::Service(Box::new(std::io::Error::other("refused"))),
+    ))];
+    let (_, opens) = through(vec![list_failed, list(1)], 0, 10, 2).await;
+    assert_eq!(opens, 1);
+}
+
+#[test]
+fn watches_that_fail_soon_after_their_list_wait_longer_each_time() {
+    assert_eq!(relist_pause(0, false), (1, None), "the first lists at once");
+    assert_eq!(relist_pause(1, false), (2, Some(Duration::from_secs(10))));
+    assert_eq!(relist_pause(2, false), (3, Some(Duration::from_secs(20))));
+    assert_eq!(relist_pause(3, false), (4, Some(Duration::from_secs(40))));
+    assert_eq!(relist_pause(4, false), (5, Some(Duration::from_secs(60))));
+    assert_eq!(relist_pause(40, false), (41, Some(Duration::from_secs(60))));
+    assert_eq!(
+        relist_pause(7, true),
+        (1, None),
+        "a watch that held starts anew"
+    );
+    assert_eq!(
+        relist_pause(u32::MAX, false).1,
+        Some(Duration::from_secs(60))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_refused_after_every_list_is_listed_again_after_the_pause() {
+    let refusing = || {
+        let mut events = list(1);
+        events.push(refused("forbidden"));
+        events
+    };
+    let (open, opens) = opener(vec![refusing(), refusing(), refusing()]);
+    let mut events = Box::pin(capped(open, || 0, 10, "services".into()));
+    let start = tokio::time::Instant::now();
+    // The first failure lists again at once, the second after 10 s.
+    for waited in [0, 0, 10] {
+        // init, list 1, done, refused.
+        for _ in 0..3 {
+            assert!(events.next().await.is_some_and(|e| e.is_ok()));
+        }
+        assert!(events.next().await.is_some_and(|e| e.is_err()));
+        assert_eq!(start.elapsed(), Duration::from_secs(waited));
+    }
+    assert_eq!(
+        opens.load(Ordering::SeqCst),
+        4,
+        "each failed watch opened anew"
+    );
 }

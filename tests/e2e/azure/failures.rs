@@ -70,7 +70,8 @@ async fn throttling_honours_retry_after_then_gives_throttled() {
         matches!(err, LookupError::Throttled { retry_after: Some(d), .. } if d == Duration::from_secs(30)),
         "{err:?}"
     );
-    assert!(started.elapsed() < Duration::from_millis(500));
+    // Not the 30 s: anything well below it, however loaded the machine.
+    assert!(started.elapsed() < Duration::from_secs(5));
     // …and the group is not asked again while ARM said to wait.
     let again = lookup
         .find_by_address("rg-three", "20.5.2.0")

@@ -1,7 +1,11 @@
-//! Outages: a member's or the hub's, a member whose apiserver hangs, an unreachable member; each
-//! costs only itself and nothing is lost.
+//! Outages: a member's or the hub's, a member whose apiserver hangs, an unreachable member, a
+//! member whose watches are refused; each costs only itself and nothing is lost.
 
 use super::*;
+
+use fleetnet_hub::fleet::JobPhase;
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
+use kube::Api;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_outage_does_not_delay_the_others_and_nothing_is_lost() {
@@ -77,6 +81,101 @@ async fn hub_outage_and_return() {
         running.state.hub_reachable().then_some(())
     })
     .await;
+    running.shutdown().await;
+}
+
+/// A member whose identity may list but not watch: its views list, their watches are refused,
+/// and it shows failing. Once watch is granted, kube's watcher would resume the watches without
+/// a word, and with nothing to reconcile nothing else would tell the member recovered (it
+/// stayed failing for good): each refused watch lists again, at once the first time, then
+/// after 10 s doubling to a minute, and the end of the list after the grant shows the member
+/// Ready, every job with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_watches_are_refused_after_their_lists_is_ready_once_they_are_allowed() {
+    init_test_logs();
+    let fleet = Fleet::builder()
+        .members(["alpha"])
+        .start()
+        .await
+        .expect("fleet");
+    let dir = member_dir(&fleet, &[]);
+    let verbs = |verbs: &[&str]| ClusterRole {
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["*".into()]),
+            resources: Some(vec!["*".into()]),
+            verbs: verbs.iter().map(|v| v.to_string()).collect(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    let no_watch = fleetnet_testenv::ScopedIdentity {
+        namespace: "default".into(),
+        name: "lists-only".into(),
+        cluster_role: Some(verbs(&[
+            "get", "list", "create", "update", "patch", "delete",
+        ])),
+        role: None,
+        role_namespaces: vec![],
+    };
+    let alpha = fleet.member("alpha");
+    alpha
+        .issue_scoped_kubeconfig(&no_watch, &dir.join("alpha.yaml"))
+        .await
+        .expect("scoped kubeconfig");
+    let admin = alpha.client().await.expect("alpha admin");
+    let running = app::start(config(&fleet, &dir), Extensions::default())
+        .await
+        .expect("starts");
+    let refused = eventually("alpha's jobs failing on refused watches", || async {
+        let m = running.state.member("alpha")?;
+        let failing: Vec<&str> = m
+            .jobs
+            .iter()
+            .filter(|(_, j)| {
+                j.phase == JobPhase::Failing
+                    && j.last_error
+                        .as_ref()
+                        .is_some_and(|e| e.contains("forbidden"))
+            })
+            .map(|(job, _)| *job)
+            .collect();
+        (!failing.is_empty()).then_some(failing)
+    })
+    .await;
+    println!("alpha: watches refused for {refused:?}");
+    // Refused again after each list: listed again at once, then after 10 s, 20 s, … (a
+    // minute at most), not after every watch backoff (2 s).
+    let lists = apiserver_requests(&admin, "serviceexports", "LIST").await;
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    let lists = apiserver_requests(&admin, "serviceexports", "LIST").await - lists;
+    println!("alpha: {lists} LISTs of ServiceExports in 25 s of refused watches");
+    assert!(lists <= 3.0, "{lists} LISTs in 25 s");
+
+    let roles = Api::<ClusterRole>::all(admin);
+    let mut role = roles.get("lists-only").await.expect("the role");
+    role.rules = verbs(&["*"]).rules;
+    roles
+        .replace("lists-only", &Default::default(), &role)
+        .await
+        .expect("grant watch");
+    let granted = Instant::now();
+    // At the next list: within the pause the refusals have earned (20 s here).
+    within(
+        Duration::from_secs(75),
+        "alpha and every job of it Ready",
+        || async {
+            let m = running.state.member("alpha")?;
+            let ready =
+                m.phase == Phase::Ready && m.jobs.values().all(|j| j.phase == JobPhase::Ready);
+            ready.then_some(())
+        },
+    )
+    .await;
+    println!(
+        "alpha Ready {:?} after watch was granted",
+        granted.elapsed()
+    );
+    export_and_wait(&fleet, "alpha", "ns1", "web").await;
     running.shutdown().await;
 }
 
