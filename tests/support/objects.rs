@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use fleetnet_hub::api::{InternalServiceExport, ServiceExport, ServiceExportVersion};
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
 use kube::api::{Api, ObjectMeta, PostParams};
 
 /// A ClusterIP Service with one port.
@@ -90,4 +91,18 @@ pub fn condition(se: &ServiceExport, type_: &str) -> Option<(String, String, Str
         .iter()
         .find(|c| c.type_ == type_)
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// A ClusterRole (no name: an identity's, see `ScopedIdentity`) allowing `verbs` on every
+/// resource of every API group.
+pub fn every_resource(verbs: &[&str]) -> ClusterRole {
+    ClusterRole {
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["*".into()]),
+            resources: Some(vec!["*".into()]),
+            verbs: verbs.iter().map(|v| v.to_string()).collect(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    }
 }

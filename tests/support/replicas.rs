@@ -19,10 +19,9 @@ use std::time::{Duration, Instant};
 
 use fleetnet_testenv::{Fleet, FleetBuilder, ScopedIdentity};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
 use kube::api::{Api, ListParams};
 
-use crate::support::http_get;
+use crate::support::{every_resource, http_get};
 
 /// `--leader-election-id`: the prefix of every lease name.
 pub const PREFIX: &str = "fleetnet-hub";
@@ -382,19 +381,10 @@ pub fn audited(
 /// A ServiceAccount `name` allowed everything, in the hub and in every one of `members`; its
 /// hub kubeconfig and a kubeconfig directory of its own.
 pub async fn identity(fleet: &Fleet, name: &str, members: &[&str]) -> Access {
-    let all = ClusterRole {
-        rules: Some(vec![PolicyRule {
-            api_groups: Some(vec!["*".into()]),
-            resources: Some(vec!["*".into()]),
-            verbs: vec!["*".into()],
-            ..Default::default()
-        }]),
-        ..Default::default()
-    };
     let id = ScopedIdentity {
         namespace: LEASE_NS.into(),
         name: name.into(),
-        cluster_role: Some(all),
+        cluster_role: Some(every_resource(&["*"])),
         role: None,
         role_namespaces: vec![],
     };

@@ -4,7 +4,7 @@
 use super::*;
 
 use fleetnet_hub::fleet::JobPhase;
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::Api;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,19 +99,10 @@ async fn a_member_whose_watches_are_refused_after_their_lists_is_ready_once_they
         .await
         .expect("fleet");
     let dir = member_dir(&fleet, &[]);
-    let verbs = |verbs: &[&str]| ClusterRole {
-        rules: Some(vec![PolicyRule {
-            api_groups: Some(vec!["*".into()]),
-            resources: Some(vec!["*".into()]),
-            verbs: verbs.iter().map(|v| v.to_string()).collect(),
-            ..Default::default()
-        }]),
-        ..Default::default()
-    };
     let no_watch = fleetnet_testenv::ScopedIdentity {
         namespace: "default".into(),
         name: "lists-only".into(),
-        cluster_role: Some(verbs(&[
+        cluster_role: Some(every_resource(&[
             "get", "list", "create", "update", "patch", "delete",
         ])),
         role: None,
@@ -153,7 +144,7 @@ async fn a_member_whose_watches_are_refused_after_their_lists_is_ready_once_they
 
     let roles = Api::<ClusterRole>::all(admin);
     let mut role = roles.get("lists-only").await.expect("the role");
-    role.rules = verbs(&["*"]).rules;
+    role.rules = every_resource(&["*"]).rules;
     roles
         .replace("lists-only", &Default::default(), &role)
         .await
