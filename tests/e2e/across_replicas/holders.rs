@@ -182,6 +182,11 @@ async fn paused_replica_writes_nothing_before_it_holds_again(
     let user = paused.access.user.clone().expect("audited");
     let mut holding = BTreeSet::new();
     let mut checked = 0;
+    // Writes that passed the fence just before SIGSTOP but had not left the process (the
+    // fence is asked above hyper, which still has to put the request on the connection): they
+    // go out on SIGCONT. No client-side fence closes that window; such a write must be one the
+    // apiserver refused (its resourceVersion precondition: 409 seen), and only the few in flight.
+    let mut in_flight = vec![];
     for w in env
         .writes_since(resumed)
         .into_iter()
@@ -195,16 +200,26 @@ async fn paused_replica_writes_nothing_before_it_holds_again(
         let member = env
             .member_of(&w)
             .unwrap_or_else(|| panic!("a write for no member: {w:?}"));
-        assert!(
-            holding.contains(member.as_str()),
-            "{} wrote {w:?} after SIGCONT before holding {member}'s lease again",
-            paused.name
-        );
+        if !holding.contains(member.as_str()) {
+            assert!(
+                w.code >= 400,
+                "{} wrote {w:?} after SIGCONT before holding {member}'s lease again, and it was accepted",
+                paused.name
+            );
+            in_flight.push(w);
+            continue;
+        }
         checked += 1;
     }
     println!(
-        "sharding: after SIGCONT {} holds {mine:?}; {checked} writes, each after its lease",
-        paused.name
+        "sharding: after SIGCONT {} holds {mine:?}; {checked} writes, each after its lease; {} in flight at SIGSTOP, refused: {in_flight:?}",
+        paused.name,
+        in_flight.len()
+    );
+    assert!(
+        in_flight.len() <= 2,
+        "{} writes before holding the lease again: {in_flight:?}",
+        in_flight.len()
     );
     assert!(
         checked > 0,
